@@ -1,0 +1,214 @@
+# gpulua — the one Makefile.
+#
+#   make             build/libgpulua.a and build/gpulua (prints what it found)
+#   make test        build, run the suite (prove over tests/*.lua and the C
+#                    tests), then the same suite under ASan+UBSan (test-asan)
+#   make suite       the suite of one build only, no sanitizer run
+#   make test-asan   the suite in a separate ASan+UBSan build, build-asan/
+#   make run         build, then run scripts/overlap.lua  (alias: make example)
+#   make deps        install the missing Debian packages (as root), otherwise
+#                    print the sudo command; `make deps run` works in one go
+#   make clean
+#
+# Variables: NOBUILD=1 runs suite/test/run on the existing build without
+# building anything (a build copied to a machine without the toolchain);
+# BUILD (build dir), LUA_A, LUA_INC, NVCC, PROVE, PROVE_FLAGS; CFLAGS and
+# LDFLAGS are appended to ours.
+
+.DEFAULT_GOAL := all
+MAKEFLAGS += --no-builtin-rules
+.SUFFIXES:
+.DELETE_ON_ERROR:
+# Keep objects that only pattern rules mention (the C tests').
+.SECONDARY:
+
+BUILD ?= build
+ASAN_BUILD := build-asan
+PROVE ?= prove
+
+MULTIARCH := $(or $(shell $(CC) -print-multiarch 2>/dev/null),x86_64-linux-gnu)
+PKGCONF := $(shell command -v pkg-config 2>/dev/null)
+pkgconf_has = $(if $(PKGCONF),$(shell $(PKGCONF) --exists $(1) 2>/dev/null && echo yes))
+
+# ---- what this machine has ------------------------------------------------
+
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+
+# Lua 5.4 is linked statically: the GPU machines have no liblua.
+ifeq ($(origin LUA_A),undefined)
+LUA_A := /usr/lib/$(MULTIARCH)/liblua5.4.a
+endif
+ifeq ($(origin LUA_INC),undefined)
+LUA_INC := $(or $(patsubst -I%,%,$(firstword $(filter -I%,$(if $(call pkgconf_has,lua5.4),$(shell $(PKGCONF) --cflags lua5.4))))),/usr/include/lua5.4)
+endif
+LUA_FOUND := $(if $(and $(wildcard $(LUA_A)),$(wildcard $(LUA_INC)/lua.h)),yes)
+
+ifeq ($(call pkgconf_has,libedit),yes)
+EDIT_FOUND := yes
+EDIT_CFLAGS := $(shell $(PKGCONF) --cflags libedit)
+EDIT_LIBS := $(shell $(PKGCONF) --libs libedit)
+else ifneq ($(and $(wildcard /usr/include/editline/readline.h),$(wildcard /usr/lib/$(MULTIARCH)/libedit.so)),)
+EDIT_FOUND := yes
+EDIT_LIBS := -ledit
+endif
+
+ifeq ($(call pkgconf_has,openblas),yes)
+BLAS_FOUND := yes
+BLAS_CFLAGS := $(shell $(PKGCONF) --cflags openblas)
+BLAS_LIBS := $(shell $(PKGCONF) --libs openblas)
+else ifneq ($(and $(wildcard /usr/include/$(MULTIARCH)/cblas.h),$(wildcard /usr/lib/$(MULTIARCH)/libopenblas.so)),)
+BLAS_FOUND := yes
+BLAS_LIBS := -lopenblas
+endif
+
+# Print the findings once per invocation (sub-makes get GPULUA_QUIET=1).
+PRINT_GOALS := $(filter-out clean,$(or $(MAKECMDGOALS),all))
+ifneq ($(GPULUA_QUIET),1)
+ifneq ($(PRINT_GOALS),)
+$(info gpulua: nvcc      $(if $(NVCC),found ($(NVCC)); the CUDA backend arrives with the CUDA issue: building the host backend only,not found: building the host backend only))
+$(info gpulua: liblua5.4 $(if $(LUA_FOUND),found ($(LUA_A) linked statically; headers $(LUA_INC)),not found (need $(LUA_A) and $(LUA_INC)/lua.h)))
+$(info gpulua: libedit   $(if $(EDIT_FOUND),found (REPL line editing),not found (REPL reads plain lines)))
+$(info gpulua: OpenBLAS  $(if $(BLAS_FOUND),found (matmul f32/f64 through cblas),not found (matmul through the built-in loops)))
+endif
+endif
+
+# ---- flags -----------------------------------------------------------------
+
+DEFS := -D_GNU_SOURCE $(if $(EDIT_FOUND),-DGPULUA_HAVE_LIBEDIT) $(if $(BLAS_FOUND),-DGPULUA_HAVE_OPENBLAS)
+INCLUDES := -iquote . -iquote interp -iquote bindings -iquote cuda -I$(LUA_INC) $(EDIT_CFLAGS) $(BLAS_CFLAGS)
+OPT := -O2 -g
+SAN :=
+ifeq ($(SANITIZE),1)
+OPT := -O1 -g
+SAN := -fsanitize=address,undefined -fno-omit-frame-pointer
+SUITE_ENV := ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+             UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+endif
+ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -pthread -MMD -MP $(DEFS) $(INCLUDES) $(CFLAGS)
+ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
+SYSLIBS := $(BLAS_LIBS) -lm -ldl -lpthread
+
+# ---- what gets built -------------------------------------------------------
+
+# cuda/cuda_*.c is the CUDA backend (DESIGN.md), not built until it exists.
+LIB_SRC := $(sort $(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c)) $(wildcard bindings/*.c) interp/runtime.c)
+CLI_SRC := $(sort $(filter-out interp/runtime.c interp/embed.c,$(wildcard interp/*.c)))
+CTEST_SRC := $(sort $(wildcard tests/embed/*.c))
+STDLIB_LUA := $(sort $(shell find stdlib -name '*.lua' 2>/dev/null))
+# Directories too, so adding or removing a module regenerates the table.
+STDLIB_DIRS := $(sort $(shell find stdlib -type d 2>/dev/null))
+LUA_TESTS := $(sort $(wildcard tests/*.lua))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+LIB_OBJ := $(call obj,$(LIB_SRC)) $(BUILD)/obj/gen/stdlib.o
+CLI_OBJ := $(call obj,$(CLI_SRC))
+CTESTS := $(patsubst tests/embed/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
+LIB := $(BUILD)/libgpulua.a
+BIN := $(BUILD)/gpulua
+EMBED := $(BUILD)/embed
+
+# Building needs liblua; `deps` and `clean` do not, nor anything under NOBUILD=1.
+ifneq ($(NOBUILD),1)
+ifeq ($(filter deps,$(MAKECMDGOALS)),)
+ifneq ($(filter-out clean,$(or $(MAKECMDGOALS),all)),)
+ifeq ($(LUA_FOUND),)
+$(error liblua5.4 not found: run `make deps` (or set LUA_A= and LUA_INC=))
+endif
+endif
+endif
+endif
+
+.PHONY: all lib tests suite test test-asan run example deps clean
+
+ifneq ($(and $(filter deps,$(MAKECMDGOALS)),$(filter-out deps,$(MAKECMDGOALS))),)
+# `make deps run`: what was detected above predates the install, so the other
+# goals run in a fresh make after `deps`.
+$(filter-out deps,$(MAKECMDGOALS)): deps
+	@$(MAKE) --no-print-directory $@
+else
+
+all: $(LIB) $(BIN)
+lib: $(LIB)
+tests: $(CTESTS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/gen/stdlib.o: $(BUILD)/gen/stdlib.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/stdlib.c: $(EMBED) $(STDLIB_LUA) $(STDLIB_DIRS)
+	@mkdir -p $(@D)
+	$(EMBED) $@ stdlib $(STDLIB_LUA)
+
+$(EMBED): $(BUILD)/obj/interp/embed.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LUA_A) -lm -ldl
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+# -Wl,-E: Lua C modules loaded by require find the (static) Lua API in gpulua.
+$(BIN): $(CLI_OBJ) $(LIB)
+	$(CC) $(ALL_LDFLAGS) -Wl,-E -o $@ $(CLI_OBJ) $(LIB) $(LUA_A) $(EDIT_LIBS) $(SYSLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/embed/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(LUA_A) $(SYSLIBS)
+
+ifeq ($(NOBUILD),1)
+SUITE_DEPS :=
+RUN_DEPS :=
+else
+SUITE_DEPS := all tests
+RUN_DEPS := all
+endif
+
+# One prove run over the Lua tests and the C tests, so one summary line.
+suite: $(SUITE_DEPS)
+	$(SUITE_ENV) GPULUA=$(BIN) $(PROVE) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
+
+# Both runs happen even when the first fails; the exit status covers both.
+test: $(SUITE_DEPS)
+	@st=0; \
+	echo "== suite: $(BIN)"; \
+	$(MAKE) --no-print-directory GPULUA_QUIET=1 suite || st=1; \
+	echo "== suite: $(ASAN_BUILD)/gpulua (ASan + UBSan)"; \
+	$(MAKE) --no-print-directory GPULUA_QUIET=1 test-asan || st=1; \
+	exit $$st
+
+test-asan:
+	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(ASAN_BUILD) SANITIZE=1 suite
+
+run example: $(RUN_DEPS)
+	$(BIN) scripts/overlap.lua
+
+endif
+
+# (plus build-essential without a C compiler, perl without prove)
+DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config
+deps:
+	@missing=; \
+	for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	command -v $(CC) >/dev/null 2>&1 || missing="$$missing build-essential"; \
+	command -v $(PROVE) >/dev/null 2>&1 || missing="$$missing perl"; \
+	if [ -z "$$missing" ]; then echo "deps: all installed ($(DEB_PKGS))"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "deps: installing$$missing"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	else \
+	  echo "deps: missing$$missing; run:"; \
+	  echo "  sudo apt-get update && sudo apt-get install -y$$missing"; \
+	  exit 1; \
+	fi
+
+clean:
+	rm -rf build $(ASAN_BUILD) $(filter-out build $(ASAN_BUILD),$(BUILD))
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,21 @@
+/* What interp/ needs from bindings/: the `gpu` module opener and the hooks the
+ * runtime uses around a script.  Internal to gpulua (not installed). */
+#ifndef GPULUA_BINDINGS_H
+#define GPULUA_BINDINGS_H
+
+#include <lua.h>
+
+/* Registry key of an optional string set before `require "gpu"`: the device
+ * spec ("host", "cuda", "cuda:N"); absent means env GPULUA_DEVICE, then auto. */
+#define GPULUA_REG_DEVICE "gpulua.device"
+
+/* The `gpu` module: creates this interpreter's device context on first open
+ * (kept in the registry) and returns the module table. */
+int luaopen_gpu(lua_State *L);
+
+/* Finish all queued work of this interpreter's device context (if it was
+ * opened).  Returns LUA_OK, or pushes an error message and returns LUA_ERRRUN
+ * when queued work failed.  Never raises. */
+int gpulua_bind_finish(lua_State *L);
+
+#endif

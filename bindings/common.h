@@ -1,0 +1,63 @@
+/* Shared by the binding files: per-interpreter state, checkers and pushers for
+ * each userdata type, and the conventions for raising device errors. */
+#ifndef GPULUA_BIND_COMMON_H
+#define GPULUA_BIND_COMMON_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "../cuda/device.h"
+
+#define GPULUA_STREAM "gpu.Stream"
+#define GPULUA_EVENT "gpu.Event"
+#define GPULUA_TENSOR "gpu.Tensor"
+#define GPULUA_STATE "gpu.State"          /* metatable name */
+#define GPULUA_STATE_KEY "gpulua.state"   /* registry key of the state */
+#define GPULUA_USING "gpu.Using"
+
+/* One per interpreter, a full userdata anchored in the registry. */
+typedef struct gpu_state {
+  dev_ctx *ctx;
+  uint64_t seed, offset;       /* the generator: Philox key and next counter */
+  int current;                 /* registry ref: table thread -> current stream (weak keys) */
+  int dflt;                    /* registry ref: the default stream's handle */
+} gpu_state;
+
+typedef struct gpu_stream { dev_stream *s; } gpu_stream;
+typedef struct gpu_event { dev_event *e; } gpu_event;
+/* view.buf == NULL once closed */
+typedef struct gpu_tensor { dev_view v; } gpu_tensor;
+
+gpu_state *bind_state(lua_State *L);
+static inline dev_ctx *bind_ctx(lua_State *L) { return bind_state(L)->ctx; }
+
+/* Record the calling script line into ops enqueued next. */
+void bind_site(lua_State *L, dev_ctx *ctx);
+/* Raise "<where>fname: <device layer message>". */
+int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname);
+#define BIND_CHECK(L, ctx, call, fname) \
+  do { if ((call) != DEV_OK) bind_raise((L), (ctx), (fname)); } while (0)
+
+/* streams */
+dev_stream *bind_check_stream(lua_State *L, int idx);
+dev_stream *bind_current_stream(lua_State *L);
+/* opts.stream when the table at idx has one (checked), else the current stream. */
+dev_stream *bind_opt_stream(lua_State *L, int idx);
+void bind_push_stream(lua_State *L, dev_stream *s);   /* retains s */
+
+/* events */
+dev_event *bind_check_event(lua_State *L, int idx);
+void bind_push_event(lua_State *L, dev_event *e);     /* takes ownership */
+
+/* tensors */
+gpu_tensor *bind_check_tensor(lua_State *L, int idx);
+gpu_tensor *bind_test_tensor(lua_State *L, int idx); /* NULL if not a tensor; raises if closed */
+
+/* Table-field helpers for an opts table at idx (idx may be none/nil). */
+int bind_opt_field(lua_State *L, int idx, const char *field); /* pushes the field, returns its type */
+
+int bind_open_stream(lua_State *L);   /* each adds its constructors to the table on top */
+int bind_open_event(lua_State *L);
+int bind_open_tensor(lua_State *L);
+
+#endif

@@ -1,0 +1,137 @@
+/* gpu.Event: a point in a stream's work; orders streams and measures time. */
+#include <string.h>
+
+#include "common.h"
+
+static gpu_event *to_event(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, GPULUA_EVENT);
+}
+
+dev_event *bind_check_event(lua_State *L, int idx) {
+  gpu_event *p = to_event(L, idx);
+  if (!p->e) luaL_argerror(L, idx, "event is closed");
+  return p->e;
+}
+
+void bind_push_event(lua_State *L, dev_event *e) {
+  gpu_event *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->e = NULL;
+  luaL_setmetatable(L, GPULUA_EVENT);
+  p->e = e;
+}
+
+static int event_new(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  int timing = 1;  /* as cudaEventCreate; {timing = false} for pure ordering */
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (lua_getfield(L, 1, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  gpu_event *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->e = NULL;
+  luaL_setmetatable(L, GPULUA_EVENT);
+  BIND_CHECK(L, ctx, dev_event_create(ctx, timing, &p->e), "event");
+  return 1;
+}
+
+static int event_release(lua_State *L) {
+  gpu_event *p = to_event(L, 1);
+  if (p->e) {
+    dev_event *e = p->e;
+    p->e = NULL;
+    dev_event_release(e);
+  }
+  return 0;
+}
+
+static int event_record(lua_State *L) {
+  dev_event *e = bind_check_event(L, 1);
+  dev_stream *s = lua_isnoneornil(L, 2) ? bind_current_stream(L) : bind_check_stream(L, 2);
+  BIND_CHECK(L, bind_ctx(L), dev_event_record(e, s), "record");
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int event_synchronize(lua_State *L) {
+  dev_event *e = bind_check_event(L, 1);
+  BIND_CHECK(L, bind_ctx(L), dev_event_synchronize(e), "synchronize");
+  return 0;
+}
+
+static int event_query(lua_State *L) {
+  lua_pushboolean(L, dev_event_query(bind_check_event(L, 1)) > 0);
+  return 1;
+}
+
+static int elapsed(lua_State *L, int start, int end) {
+  dev_event *a = bind_check_event(L, start), *b = bind_check_event(L, end);
+  double ms;
+  dev_ctx *ctx = bind_ctx(L);
+  if (dev_event_elapsed(a, b, &ms)) return luaL_error(L, "elapsed: %s", dev_errmsg(ctx));
+  lua_pushnumber(L, ms);
+  return 1;
+}
+
+static int event_elapsed(lua_State *L) { return elapsed(L, 1, 2); }
+
+/* ev2 - ev1: milliseconds from ev1 to ev2 */
+static int event_sub(lua_State *L) { return elapsed(L, 2, 1); }
+
+static int event_index(lua_State *L) {
+  gpu_event *p = to_event(L, 1);
+  const char *k = luaL_checkstring(L, 2);
+  lua_getmetatable(L, 1);
+  lua_getfield(L, -1, "__methods");
+  if (lua_getfield(L, -1, k) != LUA_TNIL) return 1;
+  lua_pop(L, 3);
+  if (strcmp(k, "closed") == 0) {
+    lua_pushboolean(L, p->e == NULL);
+    return 1;
+  }
+  if (!p->e) return luaL_error(L, "event is closed");
+  if (strcmp(k, "timing") == 0) lua_pushboolean(L, dev_event_timing(p->e));
+  else if (strcmp(k, "recorded") == 0) lua_pushboolean(L, dev_event_recorded(p->e));
+  else lua_pushnil(L);
+  return 1;
+}
+
+static int event_tostring(lua_State *L) {
+  gpu_event *p = to_event(L, 1);
+  if (!p->e) lua_pushliteral(L, "gpu.Event (closed)");
+  else lua_pushfstring(L, "gpu.Event (%s%s)",
+                       dev_event_recorded(p->e) ? (dev_event_query(p->e) ? "done" : "pending")
+                                                : "never recorded",
+                       dev_event_timing(p->e) ? ", timing" : "");
+  return 1;
+}
+
+static const luaL_Reg methods[] = {
+  {"record", event_record},
+  {"synchronize", event_synchronize},
+  {"query", event_query},
+  {"elapsed", event_elapsed},
+  {"close", event_release},
+  {NULL, NULL}
+};
+
+static const luaL_Reg metamethods[] = {
+  {"__index", event_index},
+  {"__sub", event_sub},
+  {"__tostring", event_tostring},
+  {"__gc", event_release},
+  {"__close", event_release},
+  {NULL, NULL}
+};
+
+int bind_open_event(lua_State *L) {
+  if (luaL_newmetatable(L, GPULUA_EVENT)) {
+    luaL_setfuncs(L, metamethods, 0);
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__methods");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, event_new);
+  lua_setfield(L, -2, "event");
+  return 0;
+}

@@ -1,0 +1,208 @@
+/* The `gpu` module table: runtime queries, synchronisation, counters, and the
+ * per-interpreter state that every other binding reaches through the registry. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bindings.h"
+#include "common.h"
+
+gpu_state *bind_state(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, GPULUA_STATE_KEY);
+  gpu_state *st = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!st || !st->ctx) luaL_error(L, "gpu runtime is not open");
+  return st;
+}
+
+void bind_site(lua_State *L, dev_ctx *ctx) {
+  lua_Debug ar;
+  char site[DEV_SITE_LEN];
+  site[0] = 0;
+  /* The nearest Lua function up the stack is the script line that did it. */
+  for (int level = 1; lua_getstack(L, level, &ar); level++) {
+    lua_getinfo(L, "Sl", &ar);
+    if (ar.currentline > 0) {
+      snprintf(site, sizeof site, "%s:%d", ar.short_src, ar.currentline);
+      break;
+    }
+  }
+  dev_set_site(ctx, site);
+}
+
+int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname) {
+  return luaL_error(L, "%s: %s", fname, dev_errmsg(ctx));
+}
+
+int bind_opt_field(lua_State *L, int idx, const char *field) {
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    lua_pushnil(L);
+    return LUA_TNIL;
+  }
+  return lua_getfield(L, idx, field);
+}
+
+static int state_gc(lua_State *L) {
+  gpu_state *st = luaL_checkudata(L, 1, GPULUA_STATE);
+  if (st->ctx) {
+    dev_close(st->ctx);
+    st->ctx = NULL;
+  }
+  return 0;
+}
+
+static int gpu_device_count(lua_State *L) {
+  lua_pushinteger(L, dev_device_count(bind_ctx(L)));
+  return 1;
+}
+
+static int gpu_device_info(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  int i = (int)luaL_optinteger(L, 1, dev_current_device(ctx));
+  dev_info info;
+  if (dev_device_info(ctx, i, &info)) luaL_argerror(L, 1, dev_errmsg(ctx));
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, info.name); lua_setfield(L, -2, "name");
+  lua_pushstring(L, info.backend); lua_setfield(L, -2, "backend");
+  lua_pushinteger(L, info.index); lua_setfield(L, -2, "index");
+  lua_pushinteger(L, (lua_Integer)info.total_memory); lua_setfield(L, -2, "total_memory");
+  lua_pushinteger(L, info.multiprocessors); lua_setfield(L, -2, "multiprocessors");
+  if (info.cc_major) {
+    lua_pushfstring(L, "%d.%d", info.cc_major, info.cc_minor);
+    lua_setfield(L, -2, "compute_capability");
+  }
+  return 1;
+}
+
+static int gpu_set_device(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  int i = (int)luaL_checkinteger(L, 1);
+  if (dev_set_device(ctx, i)) luaL_argerror(L, 1, dev_errmsg(ctx));
+  return 0;
+}
+
+static int gpu_synchronize(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  BIND_CHECK(L, ctx, dev_synchronize(ctx), "synchronize");
+  return 0;
+}
+
+static void setint(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static int gpu_memory(lua_State *L) {
+  dev_meminfo m;
+  dev_get_meminfo(bind_ctx(L), &m);
+  lua_createtable(L, 0, 7);
+  setint(L, "allocated", (lua_Integer)m.allocated);
+  setint(L, "reserved", (lua_Integer)m.reserved);
+  setint(L, "peak", (lua_Integer)m.peak);
+  setint(L, "pinned", (lua_Integer)m.pinned);
+  setint(L, "pinned_peak", (lua_Integer)m.pinned_peak);
+  setint(L, "host", (lua_Integer)m.host);
+  setint(L, "host_peak", (lua_Integer)m.host_peak);
+  return 1;
+}
+
+static int gpu_stats(lua_State *L) {
+  dev_stats s;
+  dev_get_stats(bind_ctx(L), &s);
+  lua_createtable(L, 0, 11);
+  setint(L, "syncs", (lua_Integer)s.syncs);
+  setint(L, "launches", (lua_Integer)s.launches);
+  setint(L, "copies", (lua_Integer)s.copies);
+  setint(L, "h2d_bytes", (lua_Integer)s.h2d_bytes);
+  setint(L, "d2h_bytes", (lua_Integer)s.d2h_bytes);
+  setint(L, "d2d_bytes", (lua_Integer)s.d2d_bytes);
+  setint(L, "h2h_bytes", (lua_Integer)s.h2h_bytes);
+  setint(L, "streams", s.streams);
+  setint(L, "events", s.events);
+  setint(L, "buffers", s.buffers);
+  setint(L, "max_concurrent", s.max_concurrent);
+  return 1;
+}
+
+static int gpu_seed(lua_State *L) {
+  gpu_state *st = bind_state(L);
+  st->seed = (uint64_t)luaL_checkinteger(L, 1);
+  st->offset = 0;
+  return 0;
+}
+
+static int gpu_sleep(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  double ms = luaL_checknumber(L, 1);
+  luaL_argcheck(L, ms >= 0 && ms <= 1e7, 1, "milliseconds must be in [0, 1e7]");
+  dev_stream *s = bind_opt_stream(L, 2);
+  dev_kop op = {.kind = DEV_OP_SLEEP, .ms = ms};
+  bind_site(L, ctx);
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), "sleep");
+  return 0;
+}
+
+static const luaL_Reg gpu_funcs[] = {
+  {"device_count", gpu_device_count},
+  {"device_info", gpu_device_info},
+  {"set_device", gpu_set_device},
+  {"synchronize", gpu_synchronize},
+  {"memory", gpu_memory},
+  {"stats", gpu_stats},
+  {"seed", gpu_seed},
+  {"sleep", gpu_sleep},
+  {NULL, NULL}
+};
+
+int luaopen_gpu(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, GPULUA_STATE_KEY);
+  int have = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (!have) {
+    const char *spec = NULL;
+    if (lua_getfield(L, LUA_REGISTRYINDEX, GPULUA_REG_DEVICE) == LUA_TSTRING)
+      spec = lua_tostring(L, -1);
+    /* Push, then acquire: the state exists (released) before the context. */
+    gpu_state *st = lua_newuserdatauv(L, sizeof *st, 0);
+    memset(st, 0, sizeof *st);
+    st->current = st->dflt = LUA_NOREF;
+    st->seed = 0x5EEDULL;
+    luaL_newmetatable(L, GPULUA_STATE);
+    lua_pushcfunction(L, state_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    char err[512];
+    st->ctx = dev_open(spec, err, sizeof err);
+    if (!st->ctx) {
+      lua_pop(L, 2);
+      return luaL_error(L, "gpu: %s", err);
+    }
+    lua_setfield(L, LUA_REGISTRYINDEX, GPULUA_STATE_KEY);
+    lua_pop(L, 1);  /* spec */
+    /* thread -> current stream; weak keys so finished coroutines go away */
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_pushstring(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    st->current = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  luaL_newlib(L, gpu_funcs);
+  lua_pushstring(L, dev_backend_name(bind_ctx(L)));
+  lua_setfield(L, -2, "backend");
+  bind_open_stream(L);
+  bind_open_event(L);
+  bind_open_tensor(L);
+  return 1;
+}
+
+int gpulua_bind_finish(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, GPULUA_STATE_KEY);
+  gpu_state *st = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!st || !st->ctx) return LUA_OK;
+  if (dev_synchronize(st->ctx) != DEV_OK) {
+    lua_pushstring(L, dev_errmsg(st->ctx));
+    return LUA_ERRRUN;
+  }
+  return LUA_OK;
+}

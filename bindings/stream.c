@@ -1,0 +1,293 @@
+/* gpu.Stream: a queue of work.  gpu.stream{}, gpu.using(s), the default and
+ * current streams. */
+#include <string.h>
+
+#include "common.h"
+
+static gpu_stream *to_stream(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, GPULUA_STREAM);
+}
+
+dev_stream *bind_check_stream(lua_State *L, int idx) {
+  gpu_stream *p = to_stream(L, idx);
+  if (!p->s) luaL_argerror(L, idx, "stream is closed");
+  return p->s;
+}
+
+void bind_push_stream(lua_State *L, dev_stream *s) {
+  gpu_stream *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->s = NULL;
+  luaL_setmetatable(L, GPULUA_STREAM);
+  dev_stream_retain(s);
+  p->s = s;
+}
+
+static void push_default(lua_State *L) {
+  gpu_state *st = bind_state(L);
+  if (st->dflt == LUA_NOREF) {
+    bind_push_stream(L, dev_default_stream(st->ctx));
+    st->dflt = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, st->dflt);
+}
+
+/* Pushes the current stream's handle of the running coroutine, or nil. */
+static int push_current(lua_State *L) {
+  gpu_state *st = bind_state(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
+  lua_pushthread(L);
+  int t = lua_rawget(L, -2);
+  lua_remove(L, -2);
+  return t;
+}
+
+dev_stream *bind_current_stream(lua_State *L) {
+  dev_stream *s = NULL;
+  if (push_current(L) != LUA_TNIL) {
+    gpu_stream *p = lua_touserdata(L, -1);
+    s = p->s;
+  }
+  lua_pop(L, 1);
+  if (!s) s = dev_default_stream(bind_ctx(L));
+  return s;
+}
+
+dev_stream *bind_opt_stream(lua_State *L, int idx) {
+  if (lua_type(L, idx) == LUA_TTABLE) {
+    if (lua_getfield(L, idx, "stream") != LUA_TNIL) {
+      gpu_stream *p = luaL_testudata(L, -1, GPULUA_STREAM);
+      if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", luaL_typename(L, -1));
+      if (!p->s) luaL_error(L, "bad option 'stream' (stream is closed)");
+      lua_pop(L, 1);
+      return p->s;
+    }
+    lua_pop(L, 1);
+  }
+  return bind_current_stream(L);
+}
+
+static int parse_priority(lua_State *L, int idx) {
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    lua_Integer p = luaL_checkinteger(L, idx);
+    if (p < -1 || p > 1) luaL_error(L, "bad option 'priority' (must be -1, 0 or 1)");
+    return (int)p;
+  }
+  static const char *const names[] = {"low", "normal", "high", NULL};
+  const char *name = lua_tostring(L, idx);
+  for (int i = 0; names[i] && name; i++)
+    if (strcmp(name, names[i]) == 0) return i - 1;
+  return luaL_error(L, "bad option 'priority' (expected \"low\", \"normal\" or \"high\", got %s)",
+                    name ? name : luaL_typename(L, idx));
+}
+
+static int stream_new(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  int prio = DEV_PRIO_NORMAL, nonblocking = 0;
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (lua_getfield(L, 1, "priority") != LUA_TNIL) prio = parse_priority(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "nonblocking");
+    nonblocking = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  gpu_stream *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->s = NULL;
+  luaL_setmetatable(L, GPULUA_STREAM);
+  BIND_CHECK(L, ctx, dev_stream_create(ctx, prio, nonblocking, &p->s), "stream");
+  return 1;
+}
+
+static int stream_release(lua_State *L) {
+  gpu_stream *p = to_stream(L, 1);
+  /* The default stream's handle is shared and never goes away. */
+  if (p->s && !dev_stream_is_default(p->s)) {
+    dev_stream *s = p->s;
+    p->s = NULL;
+    dev_stream_release(s);
+  }
+  return 0;
+}
+
+static int stream_close(lua_State *L) {
+  gpu_stream *p = to_stream(L, 1);
+  if (p->s && dev_stream_is_default(p->s))
+    return luaL_error(L, "the default stream cannot be closed");
+  return stream_release(L);
+}
+
+static int stream_wait(lua_State *L) {
+  dev_stream *s = bind_check_stream(L, 1);
+  dev_ctx *ctx = bind_ctx(L);
+  int rc;
+  if (luaL_testudata(L, 2, GPULUA_EVENT)) {
+    rc = dev_stream_wait_event(s, bind_check_event(L, 2));
+  } else if (luaL_testudata(L, 2, GPULUA_STREAM)) {
+    rc = dev_stream_wait_stream(s, bind_check_stream(L, 2));
+  } else {
+    return luaL_typeerror(L, 2, "gpu.Event or gpu.Stream");
+  }
+  BIND_CHECK(L, ctx, rc, "wait");
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int stream_synchronize(lua_State *L) {
+  dev_stream *s = bind_check_stream(L, 1);
+  BIND_CHECK(L, bind_ctx(L), dev_stream_synchronize(s), "synchronize");
+  return 0;
+}
+
+static int stream_query(lua_State *L) {
+  dev_stream *s = bind_check_stream(L, 1);
+  lua_pushboolean(L, dev_stream_query(s) > 0);
+  return 1;
+}
+
+static int stream_record(lua_State *L) {
+  dev_stream *s = bind_check_stream(L, 1);
+  dev_ctx *ctx = bind_ctx(L);
+  int timing = 1;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (lua_getfield(L, 2, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  dev_event *e;
+  BIND_CHECK(L, ctx, dev_event_create(ctx, timing, &e), "record");
+  bind_push_event(L, e);
+  BIND_CHECK(L, ctx, dev_event_record(e, s), "record");
+  return 1;
+}
+
+static int stream_index(lua_State *L) {
+  gpu_stream *p = to_stream(L, 1);
+  const char *k = luaL_checkstring(L, 2);
+  if (lua_getmetatable(L, 1)) {  /* methods first */
+    lua_getfield(L, -1, "__methods");
+    if (lua_getfield(L, -1, k) != LUA_TNIL) return 1;
+    lua_pop(L, 3);
+  }
+  if (!p->s) {
+    if (strcmp(k, "closed") == 0) { lua_pushboolean(L, 1); return 1; }
+    return luaL_error(L, "stream is closed");
+  }
+  if (strcmp(k, "priority") == 0) {
+    static const char *const names[] = {"low", "normal", "high"};
+    lua_pushstring(L, names[dev_stream_priority(p->s) + 1]);
+  } else if (strcmp(k, "nonblocking") == 0) {
+    lua_pushboolean(L, dev_stream_nonblocking(p->s));
+  } else if (strcmp(k, "id") == 0) {
+    lua_pushinteger(L, (lua_Integer)dev_stream_id(p->s));
+  } else if (strcmp(k, "closed") == 0) {
+    lua_pushboolean(L, 0);
+  } else if (strcmp(k, "is_default") == 0) {
+    lua_pushboolean(L, dev_stream_is_default(p->s));
+  } else {
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
+static int stream_tostring(lua_State *L) {
+  gpu_stream *p = to_stream(L, 1);
+  if (!p->s)
+    lua_pushliteral(L, "gpu.Stream (closed)");
+  else if (dev_stream_is_default(p->s))
+    lua_pushliteral(L, "gpu.Stream (default)");
+  else
+    lua_pushfstring(L, "gpu.Stream %d (%s%s)", (int)dev_stream_id(p->s),
+                    dev_stream_priority(p->s) > 0 ? "high" :
+                    dev_stream_priority(p->s) < 0 ? "low" : "normal",
+                    dev_stream_nonblocking(p->s) ? ", nonblocking" : "");
+  return 1;
+}
+
+/* ---- gpu.using ------------------------------------------------------- */
+
+/* A to-be-closed guard: { thread, previous stream or false }. */
+static int using_close(lua_State *L) {
+  luaL_checkudata(L, 1, GPULUA_USING);
+  lua_getiuservalue(L, 1, 1);  /* thread */
+  if (lua_isnil(L, -1)) return 0;  /* already restored */
+  gpu_state *st = bind_state(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
+  lua_pushvalue(L, -2);
+  lua_getiuservalue(L, 1, 2);
+  if (lua_toboolean(L, -1) == 0) { lua_pop(L, 1); lua_pushnil(L); }
+  lua_rawset(L, -3);
+  lua_pushnil(L);
+  lua_setiuservalue(L, 1, 1);
+  return 0;
+}
+
+static int gpu_using(lua_State *L) {
+  bind_check_stream(L, 1);
+  gpu_state *st = bind_state(L);
+  lua_newuserdatauv(L, 1, 2);
+  luaL_setmetatable(L, GPULUA_USING);
+  lua_pushthread(L);
+  lua_setiuservalue(L, -2, 1);
+  if (push_current(L) == LUA_TNIL) { lua_pop(L, 1); lua_pushboolean(L, 0); }
+  lua_setiuservalue(L, -2, 2);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
+  lua_pushthread(L);
+  lua_pushvalue(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  return 1;
+}
+
+static int gpu_default_stream(lua_State *L) {
+  push_default(L);
+  return 1;
+}
+
+static int gpu_current_stream(lua_State *L) {
+  if (push_current(L) == LUA_TNIL) {
+    lua_pop(L, 1);
+    push_default(L);
+  }
+  return 1;
+}
+
+static const luaL_Reg methods[] = {
+  {"wait", stream_wait},
+  {"synchronize", stream_synchronize},
+  {"query", stream_query},
+  {"record", stream_record},
+  {"close", stream_close},
+  {NULL, NULL}
+};
+
+static const luaL_Reg metamethods[] = {
+  {"__index", stream_index},
+  {"__tostring", stream_tostring},
+  {"__gc", stream_release},
+  {"__close", stream_release},
+  {NULL, NULL}
+};
+
+static const luaL_Reg funcs[] = {
+  {"stream", stream_new},
+  {"using", gpu_using},
+  {"default_stream", gpu_default_stream},
+  {"current_stream", gpu_current_stream},
+  {NULL, NULL}
+};
+
+int bind_open_stream(lua_State *L) {
+  if (luaL_newmetatable(L, GPULUA_STREAM)) {
+    luaL_setfuncs(L, metamethods, 0);
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__methods");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, GPULUA_USING)) {
+    lua_pushcfunction(L, using_close);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_pop(L, 1);
+  luaL_setfuncs(L, funcs, 0);
+  return 0;
+}

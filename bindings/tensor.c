@@ -1,0 +1,1189 @@
+/* gpu.Tensor: metadata on the host, data where `device` says (device, pinned
+ * or pageable host memory).  Every op checks its arguments here, builds a
+ * dev_kop and hands it to the device layer, which queues it on a stream (or
+ * runs it here when all its memory is host memory). */
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+
+#define MAXSHAPESTR 160
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+  size_t k = (size_t)snprintf(buf, n, "{");
+  for (int d = 0; d < ndim && k < n; d++)
+    k += (size_t)snprintf(buf + k, n - k, d ? ",%lld" : "%lld", (long long)shape[d]);
+  if (k < n) snprintf(buf + k, n - k, "}");
+}
+
+static int64_t numel_of(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  return n;
+}
+
+static void set_contiguous(dev_view *v, int ndim, const int64_t *shape) {
+  v->ndim = ndim;
+  int64_t st = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    v->shape[d] = shape[d];
+    v->stride[d] = st;
+    st *= shape[d];
+  }
+}
+
+static gpu_tensor *to_tensor(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, GPULUA_TENSOR);
+}
+
+gpu_tensor *bind_check_tensor(lua_State *L, int idx) {
+  gpu_tensor *t = to_tensor(L, idx);
+  if (!t->v.buf) luaL_argerror(L, idx, "tensor is closed");
+  return t;
+}
+
+gpu_tensor *bind_test_tensor(lua_State *L, int idx) {
+  gpu_tensor *t = luaL_testudata(L, idx, GPULUA_TENSOR);
+  if (t && !t->v.buf) luaL_argerror(L, idx, "tensor is closed");
+  return t;
+}
+
+static const char *kind_name(const gpu_tensor *t) { return dev_memkind_name(t->v.buf->kind); }
+
+/* Push a tensor in released state, then allocate: an error leaks nothing. */
+static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int ndim,
+                              const int64_t *shape, const char *fname) {
+  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
+  memset(t, 0, sizeof *t);
+  luaL_setmetatable(L, GPULUA_TENSOR);
+  dev_ctx *ctx = bind_ctx(L);
+  size_t bytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
+  dev_buf *b;
+  if (dev_buf_alloc(ctx, kind, bytes, &b) != DEV_OK) bind_raise(L, ctx, fname);
+  t->v.dtype = dt;
+  set_contiguous(&t->v, ndim, shape);
+  t->v.buf = b;
+  return t;
+}
+
+static gpu_tensor *new_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, int ndim,
+                            const int64_t *shape, const char *fname) {
+  return new_tensor(L, like->v.buf->kind, dt, ndim, shape, fname);
+}
+
+/* A new handle on the same storage (views). */
+static gpu_tensor *new_view(lua_State *L, const gpu_tensor *base) {
+  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
+  memset(t, 0, sizeof *t);
+  luaL_setmetatable(L, GPULUA_TENSOR);
+  t->v = base->v;
+  dev_buf_retain(t->v.buf);
+  return t;
+}
+
+static void submit(lua_State *L, dev_stream *s, const dev_kop *op, const char *fname) {
+  dev_ctx *ctx = bind_ctx(L);
+  bind_site(L, ctx);
+  if (dev_submit(ctx, s, op) != DEV_OK) bind_raise(L, ctx, fname);
+}
+
+/* shape: a table of positive integers or one integer */
+static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) {
+  int ndim;
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    ndim = 1;
+    lua_pushvalue(L, idx);
+  } else if (lua_type(L, idx) == LUA_TTABLE) {
+    lua_Integer n = luaL_len(L, idx);
+    if (n > DEV_MAXDIM) luaL_argerror(L, idx, lua_pushfstring(L, "%s has %d dims (at most %d)", what, (int)n, DEV_MAXDIM));
+    ndim = (int)n;
+  } else {
+    return luaL_typeerror(L, idx, "shape table or integer");
+  }
+  int64_t total = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (lua_type(L, idx) == LUA_TTABLE) lua_geti(L, idx, d + 1);
+    else lua_pushvalue(L, -1);
+    int isint;
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    if (!isint) {
+      if (lua_type(L, -1) == LUA_TNUMBER)
+        luaL_argerror(L, idx, lua_pushfstring(L, "%s[%d] must be an integer, got %s", what, d + 1,
+                                              lua_tostring(L, -1)));
+      luaL_argerror(L, idx, lua_pushfstring(L, "%s[%d] must be an integer, got %s", what, d + 1,
+                                            luaL_typename(L, -1)));
+    }
+    if (v <= 0)
+      luaL_argerror(L, idx, lua_pushfstring(L, "%s[%d] must be positive, got %I", what, d + 1, v));
+    if (__builtin_mul_overflow(total, (int64_t)v, &total) || total > ((int64_t)1 << 56))
+      luaL_argerror(L, idx, lua_pushfstring(L, "%s is too large", what));
+    shape[d] = v;
+    lua_pop(L, 1);
+  }
+  if (lua_type(L, idx) == LUA_TNUMBER) lua_pop(L, 1);
+  return ndim;
+}
+
+static dev_dtype opt_dtype(lua_State *L, int opts, dev_dtype dflt) {
+  dev_dtype dt = dflt;
+  if (bind_opt_field(L, opts, "dtype") != LUA_TNIL) {
+    const char *name = lua_tostring(L, -1);
+    if (!name || lua_type(L, -1) != LUA_TSTRING || dev_dtype_parse(name, &dt))
+      luaL_error(L, "bad option 'dtype' (unknown dtype '%s'; expected f32 f64 f16 bf16 i8 u8 i32 i64 bool)",
+                 name ? name : luaL_typename(L, -1));
+  }
+  lua_pop(L, 1);
+  return dt;
+}
+
+static int parse_device(lua_State *L, const char *name, dev_memkind *out) {
+  if (strcmp(name, "pinned") == 0) { *out = DEV_MEM_PINNED; return 0; }
+  if (strcmp(name, "host") == 0 || strcmp(name, "cpu") == 0) { *out = DEV_MEM_HOST; return 0; }
+  if (strcmp(name, "device") == 0 || strcmp(name, "cuda") == 0) { *out = DEV_MEM_DEVICE; return 0; }
+  if (strncmp(name, "cuda:", 5) == 0) {
+    char *end;
+    long i = strtol(name + 5, &end, 10);
+    dev_ctx *ctx = bind_ctx(L);
+    if (*end || end == name + 5 || i < 0 || i >= dev_device_count(ctx)) return -1;
+    *out = DEV_MEM_DEVICE;
+    return 0;
+  }
+  return -1;
+}
+
+static dev_memkind opt_device(lua_State *L, int opts, dev_memkind dflt) {
+  dev_memkind k = dflt;
+  if (bind_opt_field(L, opts, "device") != LUA_TNIL) {
+    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (!name || parse_device(L, name, &k))
+      luaL_error(L, "bad option 'device' (unknown device '%s'; expected \"device\", \"cuda\", "
+                 "\"cuda:N\", \"pinned\" or \"host\")", name ? name : luaL_typename(L, -1));
+  }
+  lua_pop(L, 1);
+  return k;
+}
+
+static int is_intdt(dev_dtype t) { return !dev_dtype_is_float(t) && t != DEV_BOOL; }
+
+/* A Lua value converted for dtype t: exact for integers, range-checked.
+ * Errors name argument `arg` (adjusted for methods by luaL_argerror) or, when
+ * arg is 0, the thing described by `what`. */
+static void scalar_error(lua_State *L, int arg, const char *what, const char *msg) {
+  if (arg > 0) {
+    if (what) msg = lua_pushfstring(L, "%s: %s", what, msg);
+    luaL_argerror(L, arg, msg);
+  }
+  luaL_error(L, "bad %s (%s)", what, msg);
+}
+
+static dev_scalar check_scalar(lua_State *L, int idx, dev_dtype t, int arg, const char *what) {
+  dev_scalar s = {0, 0, 0};
+  int ty = lua_type(L, idx);
+  if (t == DEV_BOOL) {
+    if (ty == LUA_TBOOLEAN) { s.is_int = 1; s.i = lua_toboolean(L, idx); s.f = (double)s.i; return s; }
+    int isint;
+    lua_Integer v = lua_tointegerx(L, idx, &isint);
+    if (ty == LUA_TNUMBER && isint && (v == 0 || v == 1)) { s.is_int = 1; s.i = v; s.f = (double)v; return s; }
+    scalar_error(L, arg, what, lua_pushfstring(L, "bool tensor takes true/false or 0/1, got %s",
+                 ty == LUA_TNUMBER ? lua_tostring(L, idx) : luaL_typename(L, idx)));
+  }
+  if (ty != LUA_TNUMBER)
+    scalar_error(L, arg, what, lua_pushfstring(L, "number expected, got %s", luaL_typename(L, idx)));
+  if (dev_dtype_is_float(t)) {
+    s.f = lua_tonumber(L, idx);
+    if (lua_isinteger(L, idx)) { s.is_int = 1; s.i = lua_tointeger(L, idx); }
+    return s;
+  }
+  int isint;
+  lua_Integer v = lua_tointegerx(L, idx, &isint);
+  if (!isint)
+    scalar_error(L, arg, what, lua_pushfstring(L, "number %s has no integer representation for %s",
+                 lua_tostring(L, idx), dev_dtype_name(t)));
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  switch (t) {
+  case DEV_I8: lo = -128; hi = 127; break;
+  case DEV_U8: lo = 0; hi = 255; break;
+  case DEV_I32: lo = INT32_MIN; hi = INT32_MAX; break;
+  default: break;
+  }
+  if (v < lo || v > hi)
+    scalar_error(L, arg, what, lua_pushfstring(L, "%I does not fit in %s", v, dev_dtype_name(t)));
+  s.is_int = 1;
+  s.i = v;
+  s.f = (double)v;
+  return s;
+}
+
+static void push_elem(lua_State *L, dev_dtype t, const void *p) {
+  switch (t) {
+  case DEV_F32: lua_pushnumber(L, *(const float *)p); break;
+  case DEV_F64: lua_pushnumber(L, *(const double *)p); break;
+  case DEV_F16: lua_pushnumber(L, dev_half_to_float(*(const uint16_t *)p)); break;
+  case DEV_BF16: lua_pushnumber(L, dev_bf16_to_float(*(const uint16_t *)p)); break;
+  case DEV_I8: lua_pushinteger(L, *(const int8_t *)p); break;
+  case DEV_U8: lua_pushinteger(L, *(const uint8_t *)p); break;
+  case DEV_I32: lua_pushinteger(L, *(const int32_t *)p); break;
+  case DEV_I64: lua_pushinteger(L, *(const int64_t *)p); break;
+  case DEV_BOOL: lua_pushboolean(L, *(const uint8_t *)p != 0); break;
+  default: lua_pushnil(L);
+  }
+}
+
+/* Write packed f64/i64 values into dst: cast on the host first, so the device
+ * side only ever sees a plain copy. */
+static void upload(lua_State *L, const dev_view *dst, int isint, const void *vals,
+                   dev_stream *s, const char *fname) {
+  dev_ctx *ctx = bind_ctx(L);
+  int64_t n = dev_view_numel(dst);
+  dev_dtype srct = isint ? DEV_I64 : DEV_F64;
+  dev_buf *tmp = NULL, *cast = NULL;
+  int rc = dev_buf_alloc(ctx, DEV_MEM_HOST, (size_t)n * 8, &tmp);
+  if (rc == DEV_OK) {
+    memcpy(tmp->ptr, vals, (size_t)n * 8);
+    dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
+    op.in[0].buf = tmp;
+    op.in[0].dtype = srct;
+    set_contiguous(&op.in[0], dst->ndim, dst->shape);
+    if (dst->dtype != srct) {
+      rc = dev_buf_alloc(ctx, DEV_MEM_HOST, (size_t)n * dev_dtype_size(dst->dtype), &cast);
+      if (rc == DEV_OK) {
+        dev_kop c = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1};
+        c.in[0] = op.in[0];
+        c.out.buf = cast;
+        c.out.dtype = dst->dtype;
+        set_contiguous(&c.out, dst->ndim, dst->shape);
+        rc = dev_submit(ctx, NULL, &c);
+        op.in[0] = c.out;
+      }
+    }
+    op.out = *dst;
+    bind_site(L, ctx);
+    if (rc == DEV_OK) rc = dev_submit(ctx, s, &op);
+  }
+  dev_buf_release(tmp);
+  dev_buf_release(cast);
+  if (rc != DEV_OK) bind_raise(L, ctx, fname);
+}
+
+/* ---- constructors ---------------------------------------------------- */
+
+static int fill_new(lua_State *L, const char *fname, int value_kind) {
+  int64_t shape[DEV_MAXDIM];
+  int ndim = check_shape(L, 1, shape, "shape");
+  int opts = value_kind == 2 ? 3 : 2;
+  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  dev_dtype dt = opt_dtype(L, opts, DEV_F32);
+  dev_memkind kind = opt_device(L, opts, DEV_MEM_DEVICE);
+  dev_stream *s = bind_opt_stream(L, opts);
+  dev_scalar v = {1, 0, 0};
+  if (value_kind == 1) { v.i = 1; v.f = 1; }
+  if (value_kind == 2) v = check_scalar(L, 2, dt, 2, NULL);
+  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, fname);
+  if (value_kind == 0) {
+    dev_ctx *ctx = bind_ctx(L);
+    bind_site(L, ctx);
+    if (dev_memset(ctx, s, t->v.buf, 0, 0, t->v.buf->bytes) != DEV_OK) bind_raise(L, ctx, fname);
+  } else if (value_kind > 0) {
+    dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
+    submit(L, s, &op, fname);
+  }
+  return 1;
+}
+
+static int tensor_empty(lua_State *L) { return fill_new(L, "empty", -1); }
+static int tensor_zeros(lua_State *L) { return fill_new(L, "zeros", 0); }
+static int tensor_ones(lua_State *L) { return fill_new(L, "ones", 1); }
+static int tensor_full(lua_State *L) { return fill_new(L, "full", 2); }
+
+static int tensor_pinned(lua_State *L) {
+  int64_t shape[DEV_MAXDIM];
+  int ndim = check_shape(L, 1, shape, "shape");
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  dev_dtype dt = opt_dtype(L, 2, DEV_F32);
+  new_tensor(L, DEV_MEM_PINNED, dt, ndim, shape, "pinned");
+  return 1;
+}
+
+static int tensor_arange(lua_State *L) {
+  int nargs = 0;
+  while (lua_type(L, nargs + 1) == LUA_TNUMBER) nargs++;
+  if (nargs < 1 || nargs > 3) return luaL_argerror(L, nargs + 1, "number expected");
+  int opts = nargs + 1;
+  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  int allint = 1;
+  for (int i = 1; i <= nargs; i++) allint &= lua_isinteger(L, i);
+  dev_dtype dt = opt_dtype(L, opts, allint ? DEV_I64 : DEV_F32);
+  dev_memkind kind = opt_device(L, opts, DEV_MEM_DEVICE);
+  dev_stream *s = bind_opt_stream(L, opts);
+  int64_t n;
+  dev_scalar start = {0, 0, 0}, step = {1, 1, 1};
+  if (allint) {
+    lua_Integer a = nargs >= 2 ? lua_tointeger(L, 1) : 0;
+    lua_Integer b = nargs >= 2 ? lua_tointeger(L, 2) : lua_tointeger(L, 1);
+    lua_Integer c = nargs == 3 ? lua_tointeger(L, 3) : 1;
+    if (c == 0) return luaL_argerror(L, 3, "step must not be zero");
+    /* ceil((b - a) / c) without overflow for sane ranges */
+    __int128 span = (__int128)b - a;
+    __int128 q = c > 0 ? (span + c - 1) / c : (span + c + 1) / c;
+    if (q <= 0) return luaL_error(L, "bad argument to 'arange' (empty range [%I, %I) with step %I)", a, b, c);
+    if (q > ((int64_t)1 << 48)) return luaL_error(L, "bad argument to 'arange' (range is too large)");
+    n = (int64_t)q;
+    start = (dev_scalar){1, a, (double)a};
+    step = (dev_scalar){1, c, (double)c};
+  } else {
+    double a = nargs >= 2 ? lua_tonumber(L, 1) : 0;
+    double b = nargs >= 2 ? lua_tonumber(L, 2) : lua_tonumber(L, 1);
+    double c = nargs == 3 ? lua_tonumber(L, 3) : 1;
+    if (c == 0 || c != c) return luaL_argerror(L, 3, "step must be a non-zero number");
+    double q = ceil((b - a) / c);
+    if (!(q >= 1)) return luaL_error(L, "bad argument to 'arange' (empty range [%f, %f) with step %f)", a, b, c);
+    if (q > (double)((int64_t)1 << 48)) return luaL_error(L, "bad argument to 'arange' (range is too large)");
+    n = (int64_t)q;
+    start = (dev_scalar){0, 0, a};
+    step = (dev_scalar){0, 0, c};
+  }
+  if (!dev_dtype_is_float(dt) && !allint)
+    return luaL_error(L, "bad option 'dtype' (arange with non-integer bounds needs a float dtype)");
+  gpu_tensor *t = new_tensor(L, kind, dt, 1, &n, "arange");
+  dev_kop op = {.kind = DEV_OP_ARANGE, .out = t->v, .s0 = start, .s1 = step};
+  submit(L, s, &op, "arange");
+  return 1;
+}
+
+static int random_new(lua_State *L, int normal) {
+  const char *fname = normal ? "randn" : "rand";
+  int64_t shape[DEV_MAXDIM];
+  int ndim = check_shape(L, 1, shape, "shape");
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  dev_dtype dt = opt_dtype(L, 2, DEV_F32);
+  dev_memkind kind = opt_device(L, 2, DEV_MEM_DEVICE);
+  dev_stream *s = bind_opt_stream(L, 2);
+  gpu_state *st = bind_state(L);
+  if (normal && !dev_dtype_is_float(dt))
+    return luaL_error(L, "bad option 'dtype' (randn needs a float dtype, got %s)", dev_dtype_name(dt));
+  dev_scalar a, b;
+  const char *ka = normal ? "mean" : "low", *kb = normal ? "std" : "high";
+  if (dev_dtype_is_float(dt)) {
+    a = (dev_scalar){0, 0, 0};
+    b = (dev_scalar){0, 0, 1};
+    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a.f = luaL_checknumber(L, -1);
+    lua_pop(L, 1);
+    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b.f = luaL_checknumber(L, -1);
+    lua_pop(L, 1);
+    if (!normal && !(b.f > a.f)) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
+    if (normal && !(b.f >= 0)) return luaL_error(L, "bad option 'std' (must be >= 0)");
+  } else {
+    a = (dev_scalar){1, 0, 0};
+    b = (dev_scalar){1, dt == DEV_BOOL ? 2 : (int64_t)1 << 31, 0};
+    if (dt == DEV_U8) b.i = 256;
+    if (dt == DEV_I8) { a.i = -128; b.i = 128; }
+    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = check_scalar(L, -1, dt == DEV_BOOL ? DEV_I64 : dt, 0, "option 'low'");
+    lua_pop(L, 1);
+    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = check_scalar(L, -1, DEV_I64, 0, "option 'high'");
+    lua_pop(L, 1);
+    if (b.i <= a.i) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
+  }
+  uint64_t seed = st->seed, offset;
+  int64_t n = numel_of(ndim, shape);
+  if (bind_opt_field(L, 2, "seed") != LUA_TNIL) {
+    seed = (uint64_t)luaL_checkinteger(L, -1);
+    offset = 0;
+  } else {
+    offset = st->offset;
+    st->offset += (uint64_t)n;
+  }
+  lua_pop(L, 1);
+  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, fname);
+  dev_kop op = {.kind = DEV_OP_RAND, .code = normal ? DEV_RAND_NORMAL : DEV_RAND_UNIFORM,
+                .out = t->v, .s0 = a, .s1 = b, .seed = seed, .offset = offset};
+  submit(L, s, &op, fname);
+  return 1;
+}
+
+static int tensor_rand(lua_State *L) { return random_new(L, 0); }
+static int tensor_randn(lua_State *L) { return random_new(L, 1); }
+
+/* gpu.tensor(values, opts): nested tables (or one number) of Lua values */
+static void infer_shape(lua_State *L, int idx, int *ndim, int64_t *shape) {
+  *ndim = 0;
+  lua_pushvalue(L, idx);
+  while (lua_type(L, -1) == LUA_TTABLE) {
+    if (*ndim == DEV_MAXDIM) luaL_argerror(L, 1, "too many nested tables");
+    lua_Integer n = luaL_len(L, -1);
+    if (n <= 0) luaL_argerror(L, 1, "empty table (zero-sized dimensions are not supported)");
+    shape[(*ndim)++] = n;
+    lua_geti(L, -1, 1);
+    lua_remove(L, -2);
+  }
+  lua_pop(L, 1);
+}
+
+typedef struct flat { int isint; dev_dtype dt; int64_t k; union { double *f; int64_t *i; } p; } flat;
+
+static void flatten(lua_State *L, int idx, int d, int ndim, const int64_t *shape, flat *fl) {
+  if (d == ndim) {
+    char what[64];
+    snprintf(what, sizeof what, "value at position %lld", (long long)fl->k + 1);
+    dev_scalar v = check_scalar(L, idx, fl->dt, 1, what);
+    if (fl->isint) fl->p.i[fl->k++] = v.i;
+    else fl->p.f[fl->k++] = v.f;
+    return;
+  }
+  if (lua_type(L, idx) != LUA_TTABLE || luaL_len(L, idx) != shape[d])
+    luaL_argerror(L, 1, lua_pushfstring(L, "ragged nested table (dim %d should have %d entries)",
+                                        d + 1, (int)shape[d]));
+  for (int64_t i = 1; i <= shape[d]; i++) {
+    lua_geti(L, idx, i);
+    flatten(L, lua_gettop(L), d + 1, ndim, shape, fl);
+    lua_pop(L, 1);
+  }
+}
+
+static int tensor_from(lua_State *L) {
+  int64_t shape[DEV_MAXDIM];
+  int ndim;
+  int ty = lua_type(L, 1);
+  if (ty != LUA_TTABLE && ty != LUA_TNUMBER && ty != LUA_TBOOLEAN)
+    return luaL_typeerror(L, 1, "table or number");
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  dev_dtype dt = opt_dtype(L, 2, DEV_F32);
+  dev_memkind kind = opt_device(L, 2, DEV_MEM_DEVICE);
+  dev_stream *s = bind_opt_stream(L, 2);
+  infer_shape(L, 1, &ndim, shape);
+  int64_t n = numel_of(ndim, shape);
+  if (n > ((int64_t)1 << 31)) return luaL_argerror(L, 1, "table too large");
+  flat fl = {.isint = !dev_dtype_is_float(dt), .dt = dt, .k = 0};
+  /* staging in a userdata: nothing leaks if a value is bad */
+  void *stage = lua_newuserdatauv(L, (size_t)n * 8, 0);
+  fl.p.f = stage;
+  flatten(L, 1, 0, ndim, shape, &fl);
+  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, "tensor");
+  upload(L, &t->v, fl.isint, stage, s, "tensor");
+  return 1;
+}
+
+/* ---- fields and small methods ---------------------------------------- */
+
+static int t_numel(lua_State *L) {
+  lua_pushinteger(L, dev_view_numel(&bind_check_tensor(L, 1)->v));
+  return 1;
+}
+
+static int t_nbytes(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  lua_pushinteger(L, dev_view_numel(&t->v) * (lua_Integer)dev_dtype_size(t->v.dtype));
+  return 1;
+}
+
+static int t_is_contiguous(lua_State *L) {
+  lua_pushboolean(L, dev_view_contiguous(&bind_check_tensor(L, 1)->v));
+  return 1;
+}
+
+static int t_len(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  if (t->v.ndim == 0) return luaL_error(L, "length of a 0-dim tensor");
+  lua_pushinteger(L, t->v.shape[0]);
+  return 1;
+}
+
+static int t_release(lua_State *L) {
+  gpu_tensor *t = to_tensor(L, 1);
+  if (t->v.buf) {
+    dev_buf *b = t->v.buf;
+    t->v.buf = NULL;
+    dev_buf_release(b);
+  }
+  return 0;
+}
+
+static int t_index(lua_State *L) {
+  gpu_tensor *t = to_tensor(L, 1);
+  const char *k = lua_tostring(L, 2);
+  lua_getmetatable(L, 1);
+  lua_getfield(L, -1, "__methods");
+  if (k && lua_getfield(L, -1, k) != LUA_TNIL) return 1;
+  lua_settop(L, 2);
+  if (!k) return luaL_error(L, "tensors are not indexable with %s (use t:get(i))", luaL_typename(L, 2));
+  if (strcmp(k, "closed") == 0) { lua_pushboolean(L, t->v.buf == NULL); return 1; }
+  if (!t->v.buf) return luaL_error(L, "tensor is closed");
+  if (strcmp(k, "shape") == 0) {
+    lua_createtable(L, t->v.ndim, 0);
+    for (int d = 0; d < t->v.ndim; d++) {
+      lua_pushinteger(L, t->v.shape[d]);
+      lua_rawseti(L, -2, d + 1);
+    }
+  } else if (strcmp(k, "dtype") == 0) {
+    lua_pushstring(L, dev_dtype_name(t->v.dtype));
+  } else if (strcmp(k, "device") == 0) {
+    lua_pushstring(L, kind_name(t));
+  } else if (strcmp(k, "device_index") == 0) {
+    lua_pushinteger(L, t->v.buf->device);
+  } else if (strcmp(k, "ndim") == 0) {
+    lua_pushinteger(L, t->v.ndim);
+  } else {
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
+/* Read all values (C order) into a userdata on the stack top; a counted sync. */
+static void *download(lua_State *L, gpu_tensor *t, dev_stream *s, const char *fname) {
+  dev_ctx *ctx = bind_ctx(L);
+  size_t bytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
+  void *p = lua_newuserdatauv(L, bytes, 0);
+  bind_site(L, ctx);
+  if (dev_read(ctx, s, &t->v, p) != DEV_OK) bind_raise(L, ctx, fname);
+  return p;
+}
+
+static int t_item(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  if (dev_view_numel(&t->v) != 1) {
+    char sh[MAXSHAPESTR];
+    shape_str(sh, sizeof sh, t->v.ndim, t->v.shape);
+    return luaL_error(L, "item: tensor has %I elements (shape %s), expected 1",
+                      (lua_Integer)dev_view_numel(&t->v), sh);
+  }
+  void *p = download(L, t, bind_opt_stream(L, 2), "item");
+  push_elem(L, t->v.dtype, p);
+  return 1;
+}
+
+/* A 0-dim view of element (i, j, ...) given at stack positions first.. */
+static dev_view element_view(lua_State *L, gpu_tensor *t, int first, int nidx, const char *fname) {
+  if (nidx != t->v.ndim)
+    luaL_error(L, "%s: expected %d index%s for a %d-dim tensor, got %d", fname, t->v.ndim,
+               t->v.ndim == 1 ? "" : "es", t->v.ndim, nidx);
+  dev_view v = t->v;
+  for (int d = 0; d < t->v.ndim; d++) {
+    int isint;
+    lua_Integer i = lua_tointegerx(L, first + d, &isint);
+    if (!isint) luaL_typeerror(L, first + d, "integer index");
+    if (i < 1 || i > t->v.shape[d])
+      luaL_argerror(L, first + d, lua_pushfstring(L, "index %I out of range for dim %d of size %I",
+                                                  i, d + 1, (lua_Integer)t->v.shape[d]));
+    v.offset += (size_t)((i - 1) * t->v.stride[d]) * dev_dtype_size(t->v.dtype);
+  }
+  v.ndim = 0;
+  return v;
+}
+
+static int t_get(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  int n = lua_gettop(L) - 1;
+  dev_view v = element_view(L, t, 2, n, "get");
+  dev_ctx *ctx = bind_ctx(L);
+  unsigned char buf[8];
+  bind_site(L, ctx);
+  if (dev_read(ctx, bind_current_stream(L), &v, buf) != DEV_OK) bind_raise(L, ctx, "get");
+  push_elem(L, t->v.dtype, buf);
+  return 1;
+}
+
+static int t_set(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  int n = lua_gettop(L) - 2;
+  if (n < 0) return luaL_error(L, "set: expected indices and a value");
+  dev_view v = element_view(L, t, 2, n, "set");
+  dev_scalar s = check_scalar(L, n + 2, t->v.dtype, n + 2, NULL);
+  int isint = !dev_dtype_is_float(t->v.dtype);
+  upload(L, &v, isint, isint ? (const void *)&s.i : (const void *)&s.f, bind_current_stream(L), "set");
+  lua_settop(L, 1);
+  return 1;
+}
+
+static void build_table(lua_State *L, dev_dtype dt, const unsigned char **p, int d, int ndim,
+                        const int64_t *shape) {
+  if (d == ndim) {
+    push_elem(L, dt, *p);
+    *p += dev_dtype_size(dt);
+    return;
+  }
+  luaL_checkstack(L, 4, "tensor too deep");
+  lua_createtable(L, (int)shape[d], 0);
+  for (int64_t i = 1; i <= shape[d]; i++) {
+    build_table(L, dt, p, d + 1, ndim, shape);
+    lua_rawseti(L, -2, i);
+  }
+}
+
+static int t_totable(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  const unsigned char *p = download(L, t, bind_opt_stream(L, 2), "totable");
+  build_table(L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
+  return 1;
+}
+
+#define SHOW_MAX 32
+
+static void fmt_elem(luaL_Buffer *b, lua_State *L, dev_dtype dt, const void *p) {
+  push_elem(L, dt, p);
+  if (lua_type(L, -1) == LUA_TNUMBER && !lua_isinteger(L, -1)) {
+    char s[32];
+    snprintf(s, sizeof s, "%.6g", lua_tonumber(L, -1));
+    lua_pop(L, 1);
+    lua_pushstring(L, s);
+  } else {
+    luaL_tolstring(L, -1, NULL);
+    lua_remove(L, -2);
+  }
+  luaL_addvalue(b);
+}
+
+static void fmt_values(luaL_Buffer *b, lua_State *L, dev_dtype dt, const unsigned char **p,
+                       int d, int ndim, const int64_t *shape) {
+  if (d == ndim) {
+    fmt_elem(b, L, dt, *p);
+    *p += dev_dtype_size(dt);
+    return;
+  }
+  luaL_addchar(b, '{');
+  for (int64_t i = 0; i < shape[d]; i++) {
+    if (i) luaL_addstring(b, ", ");
+    fmt_values(b, L, dt, p, d + 1, ndim, shape);
+  }
+  luaL_addchar(b, '}');
+}
+
+static int t_tostring(lua_State *L) {
+  gpu_tensor *t = to_tensor(L, 1);
+  if (!t->v.buf) {
+    lua_pushliteral(L, "gpu.Tensor (closed)");
+    return 1;
+  }
+  char sh[MAXSHAPESTR];
+  shape_str(sh, sizeof sh, t->v.ndim, t->v.shape);
+  int64_t n = dev_view_numel(&t->v);
+  if (n > SHOW_MAX) {
+    lua_pushfstring(L, "gpu.Tensor(%s, %s, %s) {...}", dev_dtype_name(t->v.dtype), sh, kind_name(t));
+    return 1;
+  }
+  const unsigned char *p = download(L, t, bind_current_stream(L), "tostring");
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  lua_pushfstring(L, "gpu.Tensor(%s, %s, %s) ", dev_dtype_name(t->v.dtype), sh, kind_name(t));
+  luaL_addvalue(&b);
+  fmt_values(&b, L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
+  luaL_pushresult(&b);
+  return 1;
+}
+
+/* ---- views and copies ------------------------------------------------ */
+
+/* A 1-based (or negative, from the end) dim at stack idx, as 0-based.  Errors
+ * name argument `arg`, or option 'dim' when arg is 0. */
+static int check_dim(lua_State *L, int idx, int arg, int ndim) {
+  int isint;
+  lua_Integer d = lua_tointegerx(L, idx, &isint);
+  const char *msg = NULL;
+  if (!isint)
+    msg = lua_pushfstring(L, "integer dim expected, got %s", luaL_typename(L, idx));
+  else if (d < -ndim || d == 0 || d > ndim)
+    msg = lua_pushfstring(L, "dim %I out of range for a %d-dim tensor", d, ndim);
+  if (msg) {
+    if (arg > 0) luaL_argerror(L, arg, msg);
+    luaL_error(L, "bad option 'dim' (%s)", msg);
+  }
+  return (int)(d < 0 ? d + ndim : d - 1);
+}
+
+static int t_narrow(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  int d = check_dim(L, 2, 2, t->v.ndim);
+  lua_Integer start = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
+  if (start < 1 || start > t->v.shape[d])
+    luaL_argerror(L, 3, lua_pushfstring(L, "start %I out of range for dim %d of size %I", start,
+                                        d + 1, (lua_Integer)t->v.shape[d]));
+  if (len < 1)
+    luaL_argerror(L, 4, lua_pushfstring(L, "length must be positive, got %I", len));
+  if (start - 1 + len > t->v.shape[d])
+    luaL_argerror(L, 4, lua_pushfstring(L, "narrow past the end: start %I with length %I exceeds size %I of dim %d",
+                                        start, len, (lua_Integer)t->v.shape[d], d + 1));
+  gpu_tensor *r = new_view(L, t);
+  r->v.offset += (size_t)((start - 1) * t->v.stride[d]) * dev_dtype_size(t->v.dtype);
+  r->v.shape[d] = len;
+  return 1;
+}
+
+static int t_view(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  int64_t shape[DEV_MAXDIM];
+  int ndim, infer = -1;
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    ndim = (int)luaL_len(L, 2);
+    if (ndim > DEV_MAXDIM) luaL_argerror(L, 2, "too many dims");
+  } else {
+    ndim = lua_gettop(L) - 1;
+    if (ndim < 1 || ndim > DEV_MAXDIM) luaL_argerror(L, 2, "shape expected");
+  }
+  int64_t known = 1;
+  for (int d = 0; d < ndim; d++) {
+    int isint;
+    if (lua_type(L, 2) == LUA_TTABLE) lua_geti(L, 2, d + 1);
+    else lua_pushvalue(L, d + 2);
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    lua_pop(L, 1);
+    if (!isint || v == 0 || v < -1)
+      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a positive integer or -1", d + 1));
+    if (v == -1) {
+      if (infer >= 0) luaL_argerror(L, 2, "only one dim may be -1");
+      infer = d;
+      continue;
+    }
+    if (__builtin_mul_overflow(known, (int64_t)v, &known)) luaL_argerror(L, 2, "shape is too large");
+    shape[d] = v;
+  }
+  int64_t n = dev_view_numel(&t->v);
+  if (infer >= 0) {
+    if (n % known) luaL_argerror(L, 2, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I", (lua_Integer)n, (lua_Integer)known));
+    shape[infer] = n / known;
+    known = n;
+  }
+  if (known != n) {
+    char a[MAXSHAPESTR], b[MAXSHAPESTR];
+    shape_str(a, sizeof a, ndim, shape);
+    shape_str(b, sizeof b, t->v.ndim, t->v.shape);
+    luaL_argerror(L, 2, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)",
+                                        a, (lua_Integer)known, b, (lua_Integer)n));
+  }
+  if (!dev_view_contiguous(&t->v))
+    luaL_error(L, "view: tensor is not contiguous (use t:contiguous():view(...))");
+  gpu_tensor *r = new_view(L, t);
+  set_contiguous(&r->v, ndim, shape);
+  return 1;
+}
+
+static void check_same_numel(lua_State *L, int arg, const gpu_tensor *dst, const gpu_tensor *src) {
+  if (dev_view_numel(&dst->v) != dev_view_numel(&src->v)) {
+    char a[MAXSHAPESTR], b[MAXSHAPESTR];
+    shape_str(a, sizeof a, src->v.ndim, src->v.shape);
+    shape_str(b, sizeof b, dst->v.ndim, dst->v.shape);
+    luaL_argerror(L, arg, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)",
+                                          a, (lua_Integer)dev_view_numel(&src->v), b,
+                                          (lua_Integer)dev_view_numel(&dst->v)));
+  }
+}
+
+static void copy_into(lua_State *L, gpu_tensor *dst, gpu_tensor *src, dev_stream *s) {
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = dst->v};
+  op.in[0] = src->v;
+  submit(L, s, &op, "copy");
+}
+
+static int t_copy(lua_State *L) {
+  gpu_tensor *dst = bind_check_tensor(L, 1), *src = bind_check_tensor(L, 2);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  check_same_numel(L, 2, dst, src);
+  if (dst->v.dtype != src->v.dtype)
+    luaL_argerror(L, 2, lua_pushfstring(L, "dtype %s does not match %s (cast with src:to(\"%s\"))",
+                                        dev_dtype_name(src->v.dtype), dev_dtype_name(dst->v.dtype),
+                                        dev_dtype_name(dst->v.dtype)));
+  copy_into(L, dst, src, bind_opt_stream(L, 3));
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int t_clone(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  dev_stream *s = bind_opt_stream(L, 2);
+  gpu_tensor *r = new_like(L, t, t->v.dtype, t->v.ndim, t->v.shape, "clone");
+  copy_into(L, r, t, s);
+  return 1;
+}
+
+static int t_contiguous(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  if (dev_view_contiguous(&t->v)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  return t_clone(L);
+}
+
+/* t:to(device_or_dtype) or t:to{device =, dtype =} */
+static int t_to(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  dev_memkind kind = t->v.buf->kind;
+  dev_dtype dt = t->v.dtype;
+  int opts = 3;
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    const char *x = lua_tostring(L, 2);
+    if (dev_dtype_parse(x, &dt) != 0 && parse_device(L, x, &kind) != 0)
+      luaL_argerror(L, 2, lua_pushfstring(L, "unknown device or dtype '%s'", x));
+  } else if (lua_type(L, 2) == LUA_TTABLE) {
+    dt = opt_dtype(L, 2, dt);
+    kind = opt_device(L, 2, kind);
+    opts = 2;
+  } else {
+    luaL_typeerror(L, 2, "device or dtype name, or table");
+  }
+  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  dev_stream *s = bind_opt_stream(L, opts);
+  if (kind == t->v.buf->kind && dt == t->v.dtype) {
+    gpu_tensor *r = new_like(L, t, dt, t->v.ndim, t->v.shape, "to");
+    copy_into(L, r, t, s);
+    return 1;
+  }
+  /* Cast where the data is, then move it. */
+  gpu_tensor *src = t;
+  if (dt != t->v.dtype) {
+    src = new_like(L, t, dt, t->v.ndim, t->v.shape, "to");
+    dev_kop op = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1, .out = src->v};
+    op.in[0] = t->v;
+    submit(L, s, &op, "to");
+  }
+  if (kind != t->v.buf->kind) {
+    gpu_tensor *r = new_tensor(L, kind, dt, t->v.ndim, t->v.shape, "to");
+    copy_into(L, r, src, s);
+  }
+  return 1;
+}
+
+static int t_fill(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  dev_scalar v = check_scalar(L, 2, t->v.dtype, 2, NULL);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
+  submit(L, bind_opt_stream(L, 3), &op, "fill");
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* all bits zero is 0 in every dtype */
+static int t_zero_(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  dev_stream *s = bind_opt_stream(L, 2);
+  dev_ctx *ctx = bind_ctx(L);
+  bind_site(L, ctx);
+  int rc;
+  if (dev_view_contiguous(&t->v)) {
+    rc = dev_memset(ctx, s, t->v.buf, t->v.offset,
+                    0, (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype));
+  } else {
+    dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = {1, 0, 0}};
+    rc = dev_submit(ctx, s, &op);
+  }
+  if (rc != DEV_OK) bind_raise(L, ctx, "zero_");
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ---- elementwise ----------------------------------------------------- */
+
+static void same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu_tensor *b) {
+  if (a->v.buf->kind != b->v.buf->kind)
+    luaL_argerror(L, arg, lua_pushfstring(L, "tensor is in %s memory, expected %s (move it with :to(\"%s\"))",
+                                          kind_name(b), kind_name(a), kind_name(a)));
+}
+
+/* opts.out, checked against the result's dtype and shape */
+static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_dtype dt, int ndim,
+                           const int64_t *shape, const char *fname) {
+  if (bind_opt_field(L, opts, "out") == LUA_TNIL) {
+    lua_pop(L, 1);
+    return new_like(L, like, dt, ndim, shape, fname);
+  }
+  gpu_tensor *o = luaL_testudata(L, -1, GPULUA_TENSOR);
+  if (!o) luaL_error(L, "bad option 'out' to '%s' (gpu.Tensor expected, got %s)", fname, luaL_typename(L, -1));
+  if (!o->v.buf) luaL_error(L, "bad option 'out' to '%s' (tensor is closed)", fname);
+  int same = o->v.ndim == ndim;
+  for (int d = 0; same && d < ndim; d++) same = o->v.shape[d] == shape[d];
+  if (!same || o->v.dtype != dt) {
+    char a[MAXSHAPESTR], b[MAXSHAPESTR];
+    shape_str(a, sizeof a, o->v.ndim, o->v.shape);
+    shape_str(b, sizeof b, ndim, shape);
+    luaL_error(L, "bad option 'out' to '%s' (%s %s does not match the result %s %s)", fname,
+               dev_dtype_name(o->v.dtype), a, dev_dtype_name(dt), b);
+  }
+  if (o->v.buf->kind != like->v.buf->kind)
+    luaL_error(L, "bad option 'out' to '%s' (tensor is in %s memory, expected %s)", fname,
+               kind_name(o), kind_name(like));
+  return o;
+}
+
+static const char *const unop_names[] = {
+  NULL, "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"
+};
+
+static int unary(lua_State *L, dev_unop code, int inplace) {
+  const char *fname = unop_names[code];
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  dev_dtype dt = t->v.dtype;
+  if (dt == DEV_BOOL || (!dev_dtype_is_float(dt) && code >= DEV_UN_EXP && code != DEV_UN_RELU))
+    luaL_error(L, "%s: not supported for %s (needs a %s dtype)", fname, dev_dtype_name(dt),
+               code >= DEV_UN_EXP && code != DEV_UN_RELU ? "float" : "numeric");
+  int opts = 2;
+  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  dev_stream *s = bind_opt_stream(L, opts);
+  gpu_tensor *o = inplace ? t : opt_out(L, opts, t, dt, t->v.ndim, t->v.shape, fname);
+  dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = o->v};
+  op.in[0] = t->v;
+  submit(L, s, &op, fname);
+  if (inplace) lua_settop(L, 1);
+  return 1;
+}
+
+#define UNARY_FUNCS(name, code) \
+  static int t_##name(lua_State *L) { return unary(L, code, 0); } \
+  static int t_##name##_(lua_State *L) { return unary(L, code, 1); }
+UNARY_FUNCS(neg, DEV_UN_NEG)
+UNARY_FUNCS(abs, DEV_UN_ABS)
+UNARY_FUNCS(exp, DEV_UN_EXP)
+UNARY_FUNCS(log, DEV_UN_LOG)
+UNARY_FUNCS(sqrt, DEV_UN_SQRT)
+UNARY_FUNCS(relu, DEV_UN_RELU)
+UNARY_FUNCS(sigmoid, DEV_UN_SIGMOID)
+UNARY_FUNCS(tanh, DEV_UN_TANH)
+
+static int t_unm(lua_State *L) {
+  lua_settop(L, 1);
+  return unary(L, DEV_UN_NEG, 0);
+}
+
+static const char *const binop_names[] = {"add", "sub", "mul", "div", "pow", "max", "min"};
+
+/* numpy broadcasting of two views into out shape; fills expanded views */
+static int broadcast(const dev_view *a, const dev_view *b, dev_view *ea, dev_view *eb,
+                     int *ndim, int64_t *shape) {
+  int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+  *ea = *a;
+  *eb = *b;
+  ea->ndim = eb->ndim = n;
+  for (int d = n - 1; d >= 0; d--) {
+    int da = d - (n - a->ndim), db = d - (n - b->ndim);
+    int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+    if (sa != sb && sa != 1 && sb != 1) return -1;
+    shape[d] = sa > sb ? sa : sb;
+    ea->shape[d] = eb->shape[d] = shape[d];
+    ea->stride[d] = (da >= 0 && sa != 1) ? a->stride[da] : 0;
+    eb->stride[d] = (db >= 0 && sb != 1) ? b->stride[db] : 0;
+  }
+  *ndim = n;
+  return 0;
+}
+
+static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int inplace, int scalar_left) {
+  const char *fname = binop_names[code];
+  gpu_tensor *t = bind_check_tensor(L, ia);
+  dev_dtype dt = t->v.dtype;
+  if (dt == DEV_BOOL && code != DEV_BIN_MAX && code != DEV_BIN_MIN)
+    luaL_error(L, "%s: not supported for bool", fname);
+  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  dev_stream *s = bind_opt_stream(L, opts);
+  dev_kop op = {.kind = DEV_OP_BINARY, .code = code};
+  gpu_tensor *x = bind_test_tensor(L, ib);
+  int ndim = 0;
+  int64_t shape[DEV_MAXDIM];
+  if (x) {
+    if (x->v.dtype != dt)
+      luaL_argerror(L, ib, lua_pushfstring(L, "dtype %s does not match %s (cast with :to(\"%s\"))",
+                                           dev_dtype_name(x->v.dtype), dev_dtype_name(dt), dev_dtype_name(dt)));
+    same_kind(L, ib, t, x);
+    if (broadcast(&t->v, &x->v, &op.in[0], &op.in[1], &ndim, shape)) {
+      char a[MAXSHAPESTR], b[MAXSHAPESTR];
+      shape_str(a, sizeof a, t->v.ndim, t->v.shape);
+      shape_str(b, sizeof b, x->v.ndim, x->v.shape);
+      luaL_argerror(L, ib, lua_pushfstring(L, "shape %s cannot be broadcast with %s", b, a));
+    }
+    op.nin = 2;
+  } else {
+    if (lua_type(L, ib) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, ib)))
+      luaL_typeerror(L, ib, "gpu.Tensor or number");
+    op.s0 = check_scalar(L, ib, dt, ib, NULL);
+    if (is_intdt(dt) && op.s0.i == 0 && code == DEV_BIN_DIV && !scalar_left)
+      luaL_error(L, "%s: integer division by zero", fname);
+    if (is_intdt(dt) && op.s0.i < 0 && code == DEV_BIN_POW && !scalar_left)
+      luaL_error(L, "%s: integers to negative integer powers are not allowed", fname);
+    op.nin = 1;
+    op.flags = DEV_F_SCALAR | (scalar_left ? DEV_F_SCALAR_LEFT : 0);
+    op.in[0] = t->v;
+    ndim = t->v.ndim;
+    memcpy(shape, t->v.shape, sizeof shape);
+  }
+  gpu_tensor *o;
+  if (inplace) {
+    int same = ndim == t->v.ndim;
+    for (int d = 0; same && d < ndim; d++) same = shape[d] == t->v.shape[d];
+    if (!same) {
+      char a[MAXSHAPESTR];
+      shape_str(a, sizeof a, ndim, shape);
+      luaL_error(L, "%s_: result shape %s does not fit the tensor written in place", fname, a);
+    }
+    o = t;
+  } else {
+    o = opt_out(L, opts, t, dt, ndim, shape, fname);
+  }
+  op.out = o->v;
+  submit(L, s, &op, fname);
+  if (inplace) lua_settop(L, ia);
+  return 1;
+}
+
+#define BINARY_FUNCS(name, code) \
+  static int t_##name(lua_State *L) { return binary_op(L, code, 1, 2, 3, 0, 0); } \
+  static int t_##name##_(lua_State *L) { return binary_op(L, code, 1, 2, 3, 1, 0); }
+BINARY_FUNCS(add, DEV_BIN_ADD)
+BINARY_FUNCS(sub, DEV_BIN_SUB)
+BINARY_FUNCS(mul, DEV_BIN_MUL)
+BINARY_FUNCS(div, DEV_BIN_DIV)
+BINARY_FUNCS(pow, DEV_BIN_POW)
+
+/* a op b where either may be a number */
+static int meta_binary(lua_State *L, dev_binop code) {
+  lua_settop(L, 2);
+  lua_pushnil(L);  /* opts at 3 */
+  if (luaL_testudata(L, 1, GPULUA_TENSOR)) return binary_op(L, code, 1, 2, 3, 0, 0);
+  return binary_op(L, code, 2, 1, 3, 0, 1);
+}
+
+static int t_meta_add(lua_State *L) { return meta_binary(L, DEV_BIN_ADD); }
+static int t_meta_sub(lua_State *L) { return meta_binary(L, DEV_BIN_SUB); }
+static int t_meta_mul(lua_State *L) { return meta_binary(L, DEV_BIN_MUL); }
+static int t_meta_div(lua_State *L) { return meta_binary(L, DEV_BIN_DIV); }
+static int t_meta_pow(lua_State *L) { return meta_binary(L, DEV_BIN_POW); }
+
+/* ---- reductions ------------------------------------------------------ */
+
+static const char *const redop_names[] = {"sum", "mean", "max", "min", "argmax"};
+
+static int reduce(lua_State *L, dev_redop code) {
+  const char *fname = redop_names[code];
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  dev_stream *s = bind_opt_stream(L, 2);
+  int dim = -1, keepdim = 0;
+  if (bind_opt_field(L, 2, "dim") != LUA_TNIL) {
+    if (t->v.ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
+    dim = check_dim(L, lua_gettop(L), 0, t->v.ndim);
+  }
+  lua_pop(L, 1);
+  bind_opt_field(L, 2, "keepdim");
+  keepdim = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  dev_dtype in = t->v.dtype, out = in;
+  int isint = !dev_dtype_is_float(in);
+  if (code == DEV_RED_SUM && isint) out = DEV_I64;
+  if (code == DEV_RED_MEAN && isint) out = DEV_F64;
+  if (code == DEV_RED_ARGMAX) out = DEV_I64;
+  int ndim = 0;
+  int64_t shape[DEV_MAXDIM];
+  for (int d = 0; d < t->v.ndim; d++) {
+    if (dim < 0 || d == dim) {
+      if (keepdim) shape[ndim++] = 1;
+    } else {
+      shape[ndim++] = t->v.shape[d];
+    }
+  }
+  gpu_tensor *o = new_like(L, t, out, ndim, shape, fname);
+  dev_kop op = {.kind = DEV_OP_REDUCE, .code = code, .nin = 1, .dim = dim, .out = o->v};
+  op.in[0] = t->v;
+  submit(L, s, &op, fname);
+  return 1;
+}
+
+static int t_sum(lua_State *L) { return reduce(L, DEV_RED_SUM); }
+static int t_mean(lua_State *L) { return reduce(L, DEV_RED_MEAN); }
+static int t_argmax(lua_State *L) { return reduce(L, DEV_RED_ARGMAX); }
+
+/* max/min: elementwise with an operand, a reduction without */
+static int t_max(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TNUMBER || luaL_testudata(L, 2, GPULUA_TENSOR))
+    return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 0, 0);
+  return reduce(L, DEV_RED_MAX);
+}
+
+static int t_min(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TNUMBER || luaL_testudata(L, 2, GPULUA_TENSOR))
+    return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 0, 0);
+  return reduce(L, DEV_RED_MIN);
+}
+
+static int t_max_(lua_State *L) { return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 1, 0); }
+static int t_min_(lua_State *L) { return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 1, 0); }
+
+/* ---- matmul ---------------------------------------------------------- */
+
+static int t_matmul(lua_State *L) {
+  gpu_tensor *a = bind_check_tensor(L, 1), *b = bind_check_tensor(L, 2);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  if (a->v.ndim != 2) luaL_argerror(L, 1, lua_pushfstring(L, "matmul needs a 2-D tensor, got %d-D", a->v.ndim));
+  if (b->v.ndim != 2) luaL_argerror(L, 2, lua_pushfstring(L, "matmul needs a 2-D tensor, got %d-D", b->v.ndim));
+  if (a->v.shape[1] != b->v.shape[0]) {
+    char sa[MAXSHAPESTR], sb[MAXSHAPESTR];
+    shape_str(sa, sizeof sa, 2, a->v.shape);
+    shape_str(sb, sizeof sb, 2, b->v.shape);
+    luaL_argerror(L, 2, lua_pushfstring(L, "shape %s cannot multiply %s (inner dims %I and %I differ)",
+                                        sb, sa, (lua_Integer)b->v.shape[0], (lua_Integer)a->v.shape[1]));
+  }
+  if (a->v.dtype != b->v.dtype)
+    luaL_argerror(L, 2, lua_pushfstring(L, "dtype %s does not match %s", dev_dtype_name(b->v.dtype),
+                                        dev_dtype_name(a->v.dtype)));
+  if (a->v.dtype == DEV_BOOL) luaL_argerror(L, 1, "matmul is not supported for bool");
+  same_kind(L, 2, a, b);
+  dev_stream *s = bind_opt_stream(L, 3);
+  int64_t shape[2] = {a->v.shape[0], b->v.shape[1]};
+  gpu_tensor *o = opt_out(L, 3, a, a->v.dtype, 2, shape, "matmul");
+  dev_kop op = {.kind = DEV_OP_MATMUL, .nin = 2, .out = o->v};
+  op.in[0] = a->v;
+  op.in[1] = b->v;
+  submit(L, s, &op, "matmul");
+  return 1;
+}
+
+/* ---- registration ---------------------------------------------------- */
+
+static const luaL_Reg methods[] = {
+  {"numel", t_numel}, {"nbytes", t_nbytes}, {"is_contiguous", t_is_contiguous},
+  {"item", t_item}, {"get", t_get}, {"set", t_set}, {"totable", t_totable},
+  {"narrow", t_narrow}, {"view", t_view}, {"contiguous", t_contiguous}, {"clone", t_clone},
+  {"copy", t_copy}, {"to", t_to}, {"fill", t_fill}, {"zero_", t_zero_},
+  {"add", t_add}, {"add_", t_add_}, {"sub", t_sub}, {"sub_", t_sub_},
+  {"mul", t_mul}, {"mul_", t_mul_}, {"div", t_div}, {"div_", t_div_},
+  {"pow", t_pow}, {"pow_", t_pow_}, {"max", t_max}, {"max_", t_max_},
+  {"min", t_min}, {"min_", t_min_},
+  {"neg", t_neg}, {"neg_", t_neg_}, {"abs", t_abs}, {"abs_", t_abs_},
+  {"exp", t_exp}, {"exp_", t_exp_}, {"log", t_log}, {"log_", t_log_},
+  {"sqrt", t_sqrt}, {"sqrt_", t_sqrt_}, {"relu", t_relu}, {"relu_", t_relu_},
+  {"sigmoid", t_sigmoid}, {"sigmoid_", t_sigmoid_}, {"tanh", t_tanh}, {"tanh_", t_tanh_},
+  {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax},
+  {"matmul", t_matmul},
+  {"close", t_release},
+  {NULL, NULL}
+};
+
+static const luaL_Reg metamethods[] = {
+  {"__index", t_index},
+  {"__add", t_meta_add}, {"__sub", t_meta_sub}, {"__mul", t_meta_mul},
+  {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__unm", t_unm},
+  {"__len", t_len},
+  {"__tostring", t_tostring},
+  {"__gc", t_release},
+  {"__close", t_release},
+  {NULL, NULL}
+};
+
+static const luaL_Reg funcs[] = {
+  {"empty", tensor_empty}, {"zeros", tensor_zeros}, {"ones", tensor_ones},
+  {"full", tensor_full}, {"arange", tensor_arange}, {"rand", tensor_rand},
+  {"randn", tensor_randn}, {"tensor", tensor_from}, {"pinned", tensor_pinned},
+  {"matmul", t_matmul},
+  {NULL, NULL}
+};
+
+int bind_open_tensor(lua_State *L) {
+  if (luaL_newmetatable(L, GPULUA_TENSOR)) {
+    luaL_setfuncs(L, metamethods, 0);
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__methods");
+  }
+  lua_pop(L, 1);
+  luaL_setfuncs(L, funcs, 0);
+  return 0;
+}

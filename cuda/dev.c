@@ -1,0 +1,742 @@
+/* The device layer shared by every backend: context, counters, validation of
+ * ops, and buffer lifetime (a buffer is freed only once the streams that used
+ * it are past their last use). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devpriv.h"
+
+/* A buffer with its use list: for each stream that touched it, the stream
+ * position after its last read and its last write. */
+typedef struct buf_use { dev_stream *s; uint64_t rpos, wpos; } buf_use;
+
+typedef struct bufx {
+  dev_buf b;
+  buf_use *use;
+  int nuse, cap;
+  int dead;                         /* refs hit 0, waiting for its uses */
+  int wrapped;                      /* memory owned by someone else */
+  struct bufx *prev, *next;         /* ctx->bufs */
+  void (*release)(void *ud, void *ptr);
+  void *ud;
+} bufx;
+
+#define BX(b) ((bufx *)(b))
+
+int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void dev_async_fail(dev_ctx *ctx, const char *fmt, ...) {
+  pthread_mutex_lock(&ctx->async_mu);
+  if (!atomic_load(&ctx->async_flag)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->async_err, sizeof ctx->async_err, fmt, ap);
+    va_end(ap);
+    atomic_store(&ctx->async_flag, 1);
+  }
+  pthread_mutex_unlock(&ctx->async_mu);
+}
+
+void dev_note_running(dev_ctx *ctx, int delta) {
+  int now = atomic_fetch_add(&ctx->running, delta) + delta;
+  long long m = atomic_load(&ctx->max_running);
+  while (now > m && !atomic_compare_exchange_weak(&ctx->max_running, &m, now)) {}
+}
+
+int dev_check_async(dev_ctx *ctx) {
+  if (!atomic_load(&ctx->async_flag)) return DEV_OK;
+  pthread_mutex_lock(&ctx->async_mu);
+  snprintf(ctx->err, sizeof ctx->err, "%s", ctx->async_err);
+  atomic_store(&ctx->async_flag, 0);
+  pthread_mutex_unlock(&ctx->async_mu);
+  return DEV_ERR_ASYNC;
+}
+
+/* ---- context ---------------------------------------------------------- */
+
+static int parse_spec(const char *spec, int *cuda, int *index) {
+  *cuda = 0;
+  *index = 0;
+  if (!spec || !*spec) return -1;
+  if (strcmp(spec, "host") == 0) return 0;
+  if (strncmp(spec, "cuda", 4) == 0) {
+    *cuda = 1;
+    if (spec[4] == 0) return 0;
+    if (spec[4] != ':' || spec[5] == 0) return -1;
+    char *end;
+    long v = strtol(spec + 5, &end, 10);
+    if (*end || v < 0 || v > 1024) return -1;
+    *index = (int)v;
+    return 0;
+  }
+  return -1;
+}
+
+static int stream_new(dev_ctx *ctx, int priority, int nonblocking, int is_default,
+                      dev_stream **out) {
+  dev_stream *s = calloc(1, sizeof *s);
+  if (!s) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory creating a stream");
+  s->ctx = ctx;
+  s->refs = 1;
+  s->priority = priority;
+  s->nonblocking = nonblocking;
+  s->is_default = is_default;
+  s->id = ctx->next_stream_id++;
+  int rc = ctx->bk->stream_init(s);
+  if (rc) { free(s); return rc; }
+  s->next = ctx->streams;
+  ctx->streams = s;
+  *out = s;
+  return DEV_OK;
+}
+
+dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
+  const char *env = getenv("GPULUA_DEVICE");
+  if (!spec || !*spec) spec = (env && *env) ? env : NULL;
+  int cuda = 0, index = 0;
+  if (spec && parse_spec(spec, &cuda, &index)) {
+    snprintf(err, errlen, "unknown device '%s' (expected host, cuda or cuda:N)", spec);
+    return NULL;
+  }
+  if (cuda) {
+    /* The CUDA backend is not part of this build: scripts written for cuda
+     * run unchanged on the host backend only when asked for "host". */
+    snprintf(err, errlen, "device '%s': this gpulua was built without the CUDA backend", spec);
+    return NULL;
+  }
+  dev_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) { snprintf(err, errlen, "out of memory"); return NULL; }
+  ctx->bk = &dev_host_backend;
+  ctx->refs = 1;
+  ctx->device = index;
+  const char *j = getenv("GPULUA_HOST_JITTER");
+  ctx->jitter = j && *j && strcmp(j, "0") != 0;
+  pthread_mutex_init(&ctx->async_mu, NULL);
+  int rc = ctx->bk->open(ctx, index);
+  if (rc == DEV_OK) rc = stream_new(ctx, DEV_PRIO_NORMAL, 0, 1, &ctx->dflt);
+  if (rc != DEV_OK) {
+    snprintf(err, errlen, "%s", ctx->err);
+    if (ctx->bk_state) ctx->bk->close(ctx);
+    pthread_mutex_destroy(&ctx->async_mu);
+    free(ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+static void stream_destroy(dev_stream *s) {
+  dev_ctx *ctx = s->ctx;
+  for (dev_stream **p = &ctx->streams; *p; p = &(*p)->next)
+    if (*p == s) { *p = s->next; break; }
+  ctx->bk->stream_fini(s);
+  free(s);
+}
+
+static void ctx_destroy(dev_ctx *ctx) {
+  while (ctx->streams) {
+    dev_stream *s = ctx->streams;
+    ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
+    stream_destroy(s);
+  }
+  ctx->bk->close(ctx);
+  pthread_mutex_destroy(&ctx->async_mu);
+  free(ctx);
+}
+
+void dev_ctx_retain(dev_ctx *ctx) { ctx->refs++; }
+
+void dev_ctx_release(dev_ctx *ctx) {
+  if (--ctx->refs == 0) ctx_destroy(ctx);
+}
+
+static void sweep(dev_ctx *ctx);
+
+void dev_close(dev_ctx *ctx) {
+  if (!ctx || ctx->closing) return;
+  dev_synchronize(ctx);
+  ctx->closing = 1;
+  sweep(ctx);
+  dev_ctx_release(ctx);
+}
+
+const char *dev_backend_name(dev_ctx *ctx) { return ctx->bk->name; }
+const char *dev_errmsg(dev_ctx *ctx) { return ctx->err; }
+int dev_device_count(dev_ctx *ctx) { return ctx->bk->device_count(ctx); }
+int dev_current_device(dev_ctx *ctx) { return ctx->device; }
+
+int dev_device_info(dev_ctx *ctx, int index, dev_info *out) {
+  int n = ctx->bk->device_count(ctx);
+  if (index < 0 || index >= n)
+    return dev_fail(ctx, DEV_ERR_INVALID, "device index %d out of range (%d device%s)",
+                    index, n, n == 1 ? "" : "s");
+  return ctx->bk->device_info(ctx, index, out);
+}
+
+int dev_set_device(dev_ctx *ctx, int index) {
+  int n = ctx->bk->device_count(ctx);
+  if (index < 0 || index >= n)
+    return dev_fail(ctx, DEV_ERR_INVALID, "device index %d out of range (%d device%s)",
+                    index, n, n == 1 ? "" : "s");
+  ctx->device = index;
+  return DEV_OK;
+}
+
+void dev_set_site(dev_ctx *ctx, const char *site) {
+  snprintf(ctx->site, sizeof ctx->site, "%s", site ? site : "");
+}
+
+void dev_count_sync(dev_ctx *ctx) { ctx->st.syncs++; }
+
+void dev_get_stats(dev_ctx *ctx, dev_stats *out) {
+  *out = ctx->st;
+  out->max_concurrent = atomic_load(&ctx->max_running);
+}
+
+void dev_get_meminfo(dev_ctx *ctx, dev_meminfo *out) { *out = ctx->mem; }
+
+/* ---- buffers ---------------------------------------------------------- */
+
+/* Drop the uses that the streams are already past. */
+static void prune(bufx *x) {
+  dev_ctx *ctx = x->b.ctx;
+  int j = 0;
+  for (int i = 0; i < x->nuse; i++) {
+    buf_use *u = &x->use[i];
+    uint64_t last = u->rpos > u->wpos ? u->rpos : u->wpos;
+    if (ctx->bk->pos_done(u->s, last)) {
+      dev_stream_release(u->s);
+    } else {
+      x->use[j++] = *u;
+    }
+  }
+  x->nuse = j;
+}
+
+static void account(dev_ctx *ctx, dev_memkind kind, size_t bytes, int sign) {
+  size_t *live, *peak;
+  switch (kind) {
+  case DEV_MEM_DEVICE: live = &ctx->mem.allocated; peak = &ctx->mem.peak; break;
+  case DEV_MEM_PINNED: live = &ctx->mem.pinned; peak = &ctx->mem.pinned_peak; break;
+  default: live = &ctx->mem.host; peak = &ctx->mem.host_peak; break;
+  }
+  if (sign > 0) {
+    *live += bytes;
+    if (*live > *peak) *peak = *live;
+    if (kind == DEV_MEM_DEVICE) ctx->mem.reserved += bytes;
+  } else {
+    *live -= bytes;
+    if (kind == DEV_MEM_DEVICE) ctx->mem.reserved -= bytes;
+  }
+}
+
+static void buf_free(bufx *x) {
+  dev_ctx *ctx = x->b.ctx;
+  if (x->prev) x->prev->next = x->next; else ctx->bufs = x->next;
+  if (x->next) x->next->prev = x->prev;
+  for (int i = 0; i < x->nuse; i++) dev_stream_release(x->use[i].s);
+  if (x->wrapped) {
+    if (x->release) x->release(x->ud, x->b.ptr);
+  } else {
+    ctx->bk->free(ctx, x->b.kind, x->b.ptr, x->b.bytes);
+    account(ctx, x->b.kind, x->b.bytes, -1);
+  }
+  ctx->st.buffers--;
+  free(x->use);
+  free(x);
+  dev_ctx_release(ctx);
+}
+
+/* Free dead buffers whose uses are over, and released streams that are idle. */
+static void sweep(dev_ctx *ctx) {
+  ctx->refs++;  /* the frees below may drop the last reference */
+  for (bufx *x = ctx->bufs, *nx; x; x = nx) {
+    nx = x->next;
+    if (!x->dead) continue;
+    prune(x);
+    if (x->nuse == 0) buf_free(x);   /* unlinks x only: nx stays valid */
+  }
+  for (dev_stream *s = ctx->streams, *ns; s; s = ns) {
+    ns = s->next;
+    if (s->released && s->refs == 0 && ctx->bk->stream_idle(s)) stream_destroy(s);
+  }
+  dev_ctx_release(ctx);
+}
+
+static int buf_insert(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
+                      dev_buf **out) {
+  bufx *x = calloc(1, sizeof *x);
+  if (!x) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (buffer header)");
+  x->b.ctx = ctx;
+  x->b.ptr = ptr;
+  x->b.bytes = bytes;
+  x->b.kind = kind;
+  x->b.device = ctx->device;
+  x->b.refs = 1;
+  x->next = ctx->bufs;
+  if (ctx->bufs) ctx->bufs->prev = x;
+  ctx->bufs = x;
+  ctx->st.buffers++;
+  dev_ctx_retain(ctx);
+  *out = &x->b;
+  return DEV_OK;
+}
+
+int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out) {
+  *out = NULL;
+  if (bytes == 0) bytes = 1;
+  sweep(ctx);
+  void *p = NULL;
+  int rc = ctx->bk->alloc(ctx, kind, bytes, &p);
+  if (rc) return rc;
+  rc = buf_insert(ctx, kind, p, bytes, out);
+  if (rc) { ctx->bk->free(ctx, kind, p, bytes); return rc; }
+  account(ctx, kind, bytes, +1);
+  return DEV_OK;
+}
+
+int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
+                 void (*release)(void *ud, void *ptr), void *ud, dev_buf **out) {
+  int rc = buf_insert(ctx, kind, ptr, bytes, out);
+  if (rc) return rc;
+  BX(*out)->wrapped = 1;
+  BX(*out)->release = release;
+  BX(*out)->ud = ud;
+  return DEV_OK;
+}
+
+void dev_buf_retain(dev_buf *b) { b->refs++; }
+
+void dev_buf_release(dev_buf *b) {
+  if (!b || --b->refs > 0) return;
+  bufx *x = BX(b);
+  dev_ctx *ctx = b->ctx;
+  prune(x);
+  if (x->nuse == 0) { buf_free(x); return; }
+  if (ctx->closing) {
+    for (int i = 0; i < x->nuse; i++)
+      ctx->bk->pos_wait(x->use[i].s, x->use[i].rpos > x->use[i].wpos ? x->use[i].rpos : x->use[i].wpos);
+    buf_free(x);
+    return;
+  }
+  x->dead = 1;
+}
+
+static void note_use(bufx *x, dev_stream *s, int write) {
+  uint64_t pos = s->ctx->bk->stream_pos(s);
+  for (int i = 0; i < x->nuse; i++) {
+    if (x->use[i].s != s) continue;
+    if (write) x->use[i].wpos = pos; else x->use[i].rpos = pos;
+    return;
+  }
+  prune(x);
+  if (x->nuse == x->cap) {
+    int cap = x->cap ? 2 * x->cap : 4;
+    buf_use *nu = realloc(x->use, (size_t)cap * sizeof *nu);
+    /* Out of memory here: fall back to waiting, so lifetime stays correct. */
+    if (!nu) { s->ctx->bk->pos_wait(s, pos); return; }
+    x->use = nu;
+    x->cap = cap;
+  }
+  dev_stream_retain(s);
+  x->use[x->nuse++] = (buf_use){s, write ? 0 : pos, write ? pos : 0};
+}
+
+int dev_buf_fence(dev_buf *b, int write) {
+  bufx *x = BX(b);
+  dev_ctx *ctx = b->ctx;
+  int waited = 0;
+  for (int i = 0; i < x->nuse; i++) {
+    buf_use *u = &x->use[i];
+    uint64_t pos = write ? (u->rpos > u->wpos ? u->rpos : u->wpos) : u->wpos;
+    if (pos && !ctx->bk->pos_done(u->s, pos)) {
+      waited = 1;
+      int rc = ctx->bk->pos_wait(u->s, pos);
+      if (rc) return rc;
+    }
+  }
+  prune(x);
+  if (waited) ctx->st.syncs++;
+  return dev_check_async(ctx);
+}
+
+int dev_buf_idle(dev_buf *b) {
+  prune(BX(b));
+  return BX(b)->nuse == 0;
+}
+
+/* ---- streams and events --------------------------------------------- */
+
+dev_stream *dev_default_stream(dev_ctx *ctx) { return ctx->dflt; }
+
+int dev_stream_create(dev_ctx *ctx, int priority, int nonblocking, dev_stream **out) {
+  sweep(ctx);
+  int rc = stream_new(ctx, priority, nonblocking, 0, out);
+  if (rc) return rc;
+  ctx->st.streams++;
+  dev_ctx_retain(ctx);
+  return DEV_OK;
+}
+
+void dev_stream_retain(dev_stream *s) { s->refs++; }
+
+void dev_stream_release(dev_stream *s) {
+  if (!s || --s->refs > 0 || s->is_default) return;
+  dev_ctx *ctx = s->ctx;
+  s->released = 1;
+  ctx->st.streams--;
+  if (ctx->closing) {
+    ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
+    stream_destroy(s);
+  }
+  /* else: freed by a later sweep once its queue is drained */
+  dev_ctx_release(ctx);
+}
+
+int dev_stream_synchronize(dev_stream *s) {
+  dev_ctx *ctx = s->ctx;
+  ctx->st.syncs++;
+  int rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
+  if (rc) return rc;
+  sweep(ctx);
+  return dev_check_async(ctx);
+}
+
+int dev_stream_query(dev_stream *s) {
+  return s->ctx->bk->pos_done(s, s->ctx->bk->stream_pos(s));
+}
+
+int dev_stream_wait_stream(dev_stream *s, dev_stream *other) {
+  if (s == other) return DEV_OK;
+  int rc = dev_check_async(s->ctx);
+  if (rc) return rc;
+  return s->ctx->bk->stream_wait(s, other, other->ctx->bk->stream_pos(other));
+}
+
+int dev_stream_priority(dev_stream *s) { return s->priority; }
+int dev_stream_nonblocking(dev_stream *s) { return s->nonblocking; }
+int dev_stream_is_default(dev_stream *s) { return s->is_default; }
+uint64_t dev_stream_id(dev_stream *s) { return s->id; }
+
+int dev_event_create(dev_ctx *ctx, int timing, dev_event **out) {
+  dev_event *e = calloc(1, sizeof *e);
+  if (!e) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory creating an event");
+  e->ctx = ctx;
+  e->timing = timing;
+  int rc = ctx->bk->event_init(e);
+  if (rc) { free(e); return rc; }
+  ctx->st.events++;
+  dev_ctx_retain(ctx);
+  *out = e;
+  return DEV_OK;
+}
+
+void dev_event_release(dev_event *e) {
+  if (!e) return;
+  dev_ctx *ctx = e->ctx;
+  ctx->bk->event_fini(e);
+  if (e->stream) dev_stream_release(e->stream);
+  ctx->st.events--;
+  free(e);
+  dev_ctx_release(ctx);
+}
+
+int dev_event_record(dev_event *e, dev_stream *s) {
+  dev_ctx *ctx = e->ctx;
+  int rc = dev_check_async(ctx);
+  if (rc) return rc;
+  if (!s) s = ctx->dflt;
+  dev_stream *old = e->stream;
+  rc = ctx->bk->event_record(e, s);
+  if (rc) return rc;
+  dev_stream_retain(s);
+  e->stream = s;
+  e->recorded = 1;
+  if (old) dev_stream_release(old);
+  return DEV_OK;
+}
+
+int dev_event_query(dev_event *e) {
+  if (!e->recorded) return 1;
+  return e->ctx->bk->pos_done(e->stream, e->pos);
+}
+
+int dev_event_synchronize(dev_event *e) {
+  dev_ctx *ctx = e->ctx;
+  ctx->st.syncs++;
+  if (e->recorded) {
+    int rc = ctx->bk->pos_wait(e->stream, e->pos);
+    if (rc) return rc;
+  }
+  sweep(ctx);
+  return dev_check_async(ctx);
+}
+
+int dev_event_recorded(dev_event *e) { return e->recorded; }
+int dev_event_timing(dev_event *e) { return e->timing; }
+
+int dev_stream_wait_event(dev_stream *s, dev_event *e) {
+  if (!e->recorded || e->stream == s) return DEV_OK;
+  int rc = dev_check_async(s->ctx);
+  if (rc) return rc;
+  return s->ctx->bk->stream_wait(s, e->stream, e->pos);
+}
+
+int dev_event_elapsed(dev_event *a, dev_event *b, double *ms) {
+  dev_ctx *ctx = a->ctx;
+  dev_event *ev[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    const char *which = i ? "end" : "start";
+    if (!ev[i]->timing)
+      return dev_fail(ctx, DEV_ERR_INVALID,
+                      "%s event was created without timing (use gpu.event{timing = true})", which);
+    if (!ev[i]->recorded)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s event was never recorded", which);
+    if (!dev_event_query(ev[i]))
+      return dev_fail(ctx, DEV_ERR_INVALID,
+                      "%s event has not completed yet (synchronize it first)", which);
+  }
+  return ctx->bk->event_elapsed(a, b, ms);
+}
+
+int dev_synchronize(dev_ctx *ctx) {
+  ctx->st.syncs++;
+  for (dev_stream *s = ctx->streams; s; s = s->next) {
+    int rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
+    if (rc) return rc;
+  }
+  for (bufx *x = ctx->bufs; x; x = x->next) prune(x);
+  sweep(ctx);
+  return dev_check_async(ctx);
+}
+
+/* ---- ops -------------------------------------------------------------- */
+
+static int host_visible(const dev_buf *b) { return b->kind != DEV_MEM_DEVICE; }
+
+static int check_view(dev_ctx *ctx, const dev_view *v, const char *what) {
+  if (!v->buf) return dev_fail(ctx, DEV_ERR_INVALID, "%s: no buffer", what);
+  if (v->buf->ctx != ctx)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s belongs to another gpulua instance", what);
+  if ((unsigned)v->dtype >= DEV_NDTYPE || v->ndim < 0 || v->ndim > DEV_MAXDIM)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dtype or rank", what);
+  size_t es = dev_dtype_size(v->dtype);
+  /* The last byte the view can touch must lie inside its buffer. */
+  unsigned __int128 last = v->offset;
+  for (int d = 0; d < v->ndim; d++) {
+    if (v->shape[d] <= 0 || v->stride[d] < 0)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad shape or stride", what);
+    last += (unsigned __int128)(v->shape[d] - 1) * (uint64_t)v->stride[d] * es;
+  }
+  if (last + es > v->buf->bytes)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: view exceeds its buffer", what);
+  return DEV_OK;
+}
+
+static int same_shape(const dev_view *a, const dev_view *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
+static int validate(dev_ctx *ctx, const dev_kop *op) {
+  int rc;
+  if (op->kind == DEV_OP_SLEEP) {
+    if (!(op->ms >= 0 && op->ms <= 1e7))
+      return dev_fail(ctx, DEV_ERR_INVALID, "sleep: bad duration");
+    return DEV_OK;
+  }
+  if ((rc = check_view(ctx, &op->out, "output"))) return rc;
+  for (int i = 0; i < op->nin; i++)
+    if ((rc = check_view(ctx, &op->in[i], "input"))) return rc;
+  dev_dtype t = op->out.dtype;
+  int isf = dev_dtype_is_float(t);
+  switch (op->kind) {
+  case DEV_OP_FILL: case DEV_OP_ARANGE:
+    return DEV_OK;
+  case DEV_OP_RAND:
+    if (op->code == DEV_RAND_NORMAL && !isf)
+      return dev_fail(ctx, DEV_ERR_INVALID, "randn needs a floating dtype, got %s",
+                      dev_dtype_name(t));
+    if (op->code == DEV_RAND_UNIFORM && !isf && t != DEV_BOOL && op->s1.i <= op->s0.i)
+      return dev_fail(ctx, DEV_ERR_INVALID, "rand: empty range");
+    return DEV_OK;
+  case DEV_OP_UNARY:
+    if (op->nin != 1 || (unsigned)op->code >= DEV_NUNOP)
+      return dev_fail(ctx, DEV_ERR_INVALID, "unary: bad op");
+    if (dev_view_numel(&op->in[0]) != dev_view_numel(&op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: numel mismatch", dev_unop_name(op->code));
+    if (op->code == DEV_UN_COPY) return DEV_OK;
+    if (op->in[0].dtype != t || !same_shape(&op->in[0], &op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", dev_unop_name(op->code));
+    if (t == DEV_BOOL || (!isf && op->code >= DEV_UN_EXP && op->code != DEV_UN_RELU))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s",
+                      dev_unop_name(op->code), dev_dtype_name(t));
+    return DEV_OK;
+  case DEV_OP_BINARY: {
+    int nt = (op->flags & DEV_F_SCALAR) ? 1 : 2;
+    if (op->nin != nt || (unsigned)op->code >= DEV_NBINOP)
+      return dev_fail(ctx, DEV_ERR_INVALID, "binary: bad operands");
+    for (int i = 0; i < nt; i++)
+      if (op->in[i].dtype != t || !same_shape(&op->in[i], &op->out))
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch",
+                        dev_binop_name(op->code));
+    if (t == DEV_BOOL && op->code != DEV_BIN_MAX && op->code != DEV_BIN_MIN)
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for bool",
+                      dev_binop_name(op->code));
+    return DEV_OK;
+  }
+  case DEV_OP_REDUCE: {
+    const dev_view *src = &op->in[0];
+    if (op->nin != 1 || (unsigned)op->code >= DEV_NREDOP || op->dim < -1 || op->dim >= src->ndim)
+      return dev_fail(ctx, DEV_ERR_INVALID, "reduce: bad op or dim");
+    int64_t n = op->dim < 0 ? 1 : dev_view_numel(src) / src->shape[op->dim];
+    if (dev_view_numel(&op->out) != n)
+      return dev_fail(ctx, DEV_ERR_INVALID, "reduce: output numel mismatch");
+    return DEV_OK;
+  }
+  case DEV_OP_MATMUL: {
+    const dev_view *a = &op->in[0], *b = &op->in[1], *c = &op->out;
+    if (op->nin != 2 || a->ndim != 2 || b->ndim != 2 || c->ndim != 2 ||
+        a->shape[1] != b->shape[0] || c->shape[0] != a->shape[0] || c->shape[1] != b->shape[1])
+      return dev_fail(ctx, DEV_ERR_INVALID, "matmul: shape mismatch");
+    if (a->dtype != t || b->dtype != t)
+      return dev_fail(ctx, DEV_ERR_INVALID, "matmul: dtype mismatch");
+    if (t == DEV_BOOL)
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul is not supported for bool");
+    return DEV_OK;
+  }
+  case DEV_OP_COPY:
+    if (op->nin != 1 || op->in[0].dtype != t ||
+        dev_view_numel(&op->in[0]) != dev_view_numel(&op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "copy: dtype or numel mismatch");
+    return DEV_OK;
+  default:
+    return dev_fail(ctx, DEV_ERR_INVALID, "unknown op %d", (int)op->kind);
+  }
+}
+
+static const char *op_name(const dev_kop *op) {
+  switch (op->kind) {
+  case DEV_OP_FILL: return "fill";
+  case DEV_OP_ARANGE: return "arange";
+  case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : "rand";
+  case DEV_OP_UNARY: return dev_unop_name(op->code);
+  case DEV_OP_BINARY: return dev_binop_name(op->code);
+  case DEV_OP_REDUCE: return dev_redop_name(op->code);
+  case DEV_OP_MATMUL: return "matmul";
+  case DEV_OP_COPY: return "copy";
+  case DEV_OP_SLEEP: return "sleep";
+  }
+  return "op";
+}
+
+const char *dev_op_name(const dev_kop *op) { return op_name(op); }
+
+static void count_op(dev_ctx *ctx, const dev_kop *op) {
+  if (op->kind != DEV_OP_COPY) { ctx->st.launches++; return; }
+  ctx->st.copies++;
+  uint64_t n = (uint64_t)dev_view_numel(&op->out) * dev_dtype_size(op->out.dtype);
+  int dst_dev = !host_visible(op->out.buf), src_dev = !host_visible(op->in[0].buf);
+  if (src_dev && dst_dev) ctx->st.d2d_bytes += n;
+  else if (dst_dev) ctx->st.h2d_bytes += n;
+  else if (src_dev) ctx->st.d2h_bytes += n;
+  else ctx->st.h2h_bytes += n;
+}
+
+int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
+  int rc = dev_check_async(ctx);
+  if (rc) return rc;
+  if ((rc = validate(ctx, op))) return rc;
+  if (!s) s = ctx->dflt;
+  int nb = op->kind == DEV_OP_SLEEP ? 0 : 1 + op->nin;
+  if (op->kind == DEV_OP_BINARY && (op->flags & DEV_F_SCALAR)) nb = 2;
+  const dev_view *views[3] = {&op->out, &op->in[0], &op->in[1]};
+  int all_host = nb > 0;
+  for (int i = 0; i < nb; i++)
+    if (!host_visible(views[i]->buf)) all_host = 0;
+  if (all_host) {
+    /* Host memory only: run here, once queued work on these buffers is done. */
+    for (int i = 0; i < nb; i++)
+      if ((rc = dev_buf_fence(views[i]->buf, i == 0))) return rc;
+    char msg[256];
+    if (dev_host_run(op, msg, sizeof msg))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s", op_name(op), msg);
+    count_op(ctx, op);
+    return DEV_OK;
+  }
+  if ((rc = ctx->bk->submit(s, op))) return rc;
+  for (int i = nb - 1; i >= 0; i--) note_use(BX(views[i]->buf), s, i == 0);
+  count_op(ctx, op);
+  return DEV_OK;
+}
+
+static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, const int64_t *shape) {
+  memset(v, 0, sizeof *v);
+  v->buf = b;
+  v->dtype = t;
+  v->ndim = ndim;
+  int64_t st = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    v->shape[d] = shape[d];
+    v->stride[d] = st;
+    st *= shape[d];
+  }
+}
+
+int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
+  size_t bytes = (size_t)dev_view_numel(src) * dev_dtype_size(src->dtype);
+  dev_buf *tmp;
+  int rc = dev_buf_alloc(ctx, DEV_MEM_HOST, bytes, &tmp);
+  if (rc) return rc;
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
+  contiguous_view(&op.out, tmp, src->dtype, src->ndim, src->shape);
+  op.in[0] = *src;
+  /* A host source is copied here after its fence; a device source is a
+   * queued copy and then a wait, always counted as a sync. */
+  rc = dev_submit(ctx, s, &op);
+  if (rc == DEV_OK && !host_visible(src->buf)) {
+    ctx->st.syncs++;
+    bufx *x = BX(tmp);
+    for (int i = 0; i < x->nuse && rc == DEV_OK; i++)
+      rc = ctx->bk->pos_wait(x->use[i].s, x->use[i].wpos);
+    prune(x);
+    if (rc == DEV_OK) rc = dev_check_async(ctx);
+  }
+  if (rc == DEV_OK) memcpy(dst, tmp->ptr, bytes);
+  dev_buf_release(tmp);
+  return rc;
+}
+
+int dev_memset(dev_ctx *ctx, dev_stream *s, dev_buf *b, size_t offset, int value, size_t bytes) {
+  if (offset > b->bytes || bytes > b->bytes - offset)
+    return dev_fail(ctx, DEV_ERR_INVALID, "memset: range exceeds the buffer");
+  if (bytes == 0) return DEV_OK;
+  dev_kop op = {.kind = DEV_OP_FILL, .s0 = {1, (uint8_t)value, (double)(uint8_t)value}};
+  int64_t n = (int64_t)bytes;
+  contiguous_view(&op.out, b, DEV_U8, 1, &n);
+  op.out.offset = offset;
+  return dev_submit(ctx, s, &op);
+}
+
+int dev_write(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const void *src) {
+  size_t bytes = (size_t)dev_view_numel(dst) * dev_dtype_size(dst->dtype);
+  dev_buf *tmp;
+  int rc = dev_buf_alloc(ctx, DEV_MEM_HOST, bytes, &tmp);
+  if (rc) return rc;
+  memcpy(tmp->ptr, src, bytes);
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
+  op.out = *dst;
+  contiguous_view(&op.in[0], tmp, dst->dtype, dst->ndim, dst->shape);
+  rc = dev_submit(ctx, s, &op);
+  dev_buf_release(tmp);
+  return rc;
+}

@@ -1,0 +1,265 @@
+/* gpulua device layer: the backend-neutral API between bindings/ and a backend.
+ *
+ * Nothing here knows about Lua.  Every function is called from the thread that
+ * owns the dev_ctx (the interpreter thread); backends may run work on their own
+ * threads (host backend workers, CUDA driver threads) but never call back into
+ * the caller except through the status codes and queues defined here.
+ *
+ * Errors: functions return DEV_OK (0) or a dev_status; the message of the last
+ * failure on a context is dev_errmsg(ctx).  Nothing here exits, aborts or prints.
+ */
+#ifndef GPULUA_DEVICE_H
+#define GPULUA_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DEV_MAXDIM 8
+#define DEV_SITE_LEN 80   /* "script.lua:12" of the op that enqueued work */
+
+typedef enum {
+  DEV_F32, DEV_F64, DEV_F16, DEV_BF16, DEV_I8, DEV_U8, DEV_I32, DEV_I64, DEV_BOOL,
+  DEV_NDTYPE
+} dev_dtype;
+
+typedef enum { DEV_MEM_DEVICE, DEV_MEM_PINNED, DEV_MEM_HOST } dev_memkind;
+
+typedef enum {
+  DEV_OK = 0,
+  DEV_ERR_INVALID,      /* bad argument reached the device layer */
+  DEV_ERR_NOMEM,        /* allocation failed (device, pinned or host) */
+  DEV_ERR_UNSUPPORTED,  /* op/dtype/backend combination not available */
+  DEV_ERR_DEVICE,       /* the backend failed (driver/library text in the message) */
+  DEV_ERR_ASYNC         /* earlier queued work failed; message names op and site */
+} dev_status;
+
+typedef struct dev_ctx dev_ctx;
+typedef struct dev_stream dev_stream;
+typedef struct dev_event dev_event;
+typedef struct dev_buf dev_buf;
+
+/* ---- dtypes ---------------------------------------------------------- */
+const char *dev_dtype_name(dev_dtype t);
+int dev_dtype_parse(const char *name, dev_dtype *out);   /* 0 ok, -1 unknown */
+size_t dev_dtype_size(dev_dtype t);
+int dev_dtype_is_float(dev_dtype t);                     /* f32 f64 f16 bf16 */
+const char *dev_memkind_name(dev_memkind k);             /* "device" "pinned" "host" */
+
+/* f16 / bf16 conversions, round to nearest even (shared by kernels and bindings) */
+float dev_half_to_float(uint16_t h);
+uint16_t dev_float_to_half(float f);
+float dev_bf16_to_float(uint16_t h);
+uint16_t dev_float_to_bf16(float f);
+
+/* ---- context --------------------------------------------------------- */
+typedef struct dev_info {
+  char name[128];
+  const char *backend;        /* "host" | "cuda" */
+  int index;
+  size_t total_memory;        /* bytes the backend will hand out as device memory */
+  int multiprocessors;        /* SMs on cuda, worker-capable CPU cores on host */
+  int cc_major, cc_minor;     /* 0 on host */
+} dev_info;
+
+/* spec: NULL (env GPULUA_DEVICE, else cuda if a GPU answers, else host),
+ * "host", "cuda", "cuda:N".  On failure returns NULL and writes err. */
+dev_ctx *dev_open(const char *spec, char *err, size_t errlen);
+/* Waits for all queued work, frees everything the context still holds. */
+void dev_close(dev_ctx *ctx);
+/* Reference counting so objects outliving the owner (late __gc) stay valid. */
+void dev_ctx_retain(dev_ctx *ctx);
+void dev_ctx_release(dev_ctx *ctx);
+
+const char *dev_backend_name(dev_ctx *ctx);
+const char *dev_errmsg(dev_ctx *ctx);
+int dev_device_count(dev_ctx *ctx);
+int dev_device_info(dev_ctx *ctx, int index, dev_info *out);
+int dev_current_device(dev_ctx *ctx);
+int dev_set_device(dev_ctx *ctx, int index);
+
+/* Script position recorded into each op enqueued afterwards (for async errors). */
+void dev_set_site(dev_ctx *ctx, const char *site);
+
+/* Wait for all work on all streams of the context; reports async errors. Counted sync. */
+int dev_synchronize(dev_ctx *ctx);
+/* DEV_ERR_ASYNC (and clears it) if queued work failed since the last check. */
+int dev_check_async(dev_ctx *ctx);
+
+typedef struct dev_stats {
+  uint64_t syncs, launches, copies;
+  uint64_t h2d_bytes, d2h_bytes, d2d_bytes, h2h_bytes;
+  int64_t streams;            /* live user streams (default stream excluded) */
+  int64_t events;             /* live events */
+  int64_t buffers;            /* live allocations of every kind */
+  int64_t max_concurrent;     /* most ops seen running at once (host backend) */
+} dev_stats;
+
+typedef struct dev_meminfo {
+  size_t allocated, peak;     /* device memory */
+  size_t reserved;            /* device memory held by the backend (>= allocated) */
+  size_t pinned, pinned_peak;
+  size_t host, host_peak;     /* pageable memory held for tensors */
+} dev_meminfo;
+
+void dev_get_stats(dev_ctx *ctx, dev_stats *out);
+void dev_get_meminfo(dev_ctx *ctx, dev_meminfo *out);
+void dev_count_sync(dev_ctx *ctx);
+
+/* ---- memory ---------------------------------------------------------- */
+/* A dev_buf is one base allocation.  refcounted by its users (tensors); when the
+ * last reference goes, its memory is returned only once every op queued on it
+ * has finished.  ptr is valid until then. */
+struct dev_buf {
+  dev_ctx *ctx;
+  void *ptr;
+  size_t bytes;
+  dev_memkind kind;
+  int device;
+  /* private to device layer */
+  int refs;
+  void *priv;
+};
+
+int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out);
+/* Wrap memory owned by someone else; release(ud, ptr) is called when done. */
+int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
+                 void (*release)(void *ud, void *ptr), void *ud, dev_buf **out);
+void dev_buf_retain(dev_buf *b);
+void dev_buf_release(dev_buf *b);
+/* Before the calling thread touches host-visible memory: wait for queued work
+ * that writes it (write=0) or that reads or writes it (write=1).  Counted as a
+ * sync when it had to wait for anything.  Host/pinned buffers only. */
+int dev_buf_fence(dev_buf *b, int write);
+/* 1 when no queued work uses the buffer. */
+int dev_buf_idle(dev_buf *b);
+
+/* ---- streams and events ---------------------------------------------- */
+enum { DEV_PRIO_LOW = -1, DEV_PRIO_NORMAL = 0, DEV_PRIO_HIGH = 1 };
+
+/* The default stream: ordered with every blocking user stream (CUDA's legacy
+ * default stream semantics).  Owned by the context; never released. */
+dev_stream *dev_default_stream(dev_ctx *ctx);
+int dev_stream_create(dev_ctx *ctx, int priority, int nonblocking, dev_stream **out);
+void dev_stream_retain(dev_stream *s);
+void dev_stream_release(dev_stream *s);   /* queued work still runs */
+int dev_stream_synchronize(dev_stream *s); /* counted sync */
+int dev_stream_query(dev_stream *s);       /* 1 idle, 0 busy, <0 error */
+int dev_stream_wait_event(dev_stream *s, dev_event *e);
+int dev_stream_wait_stream(dev_stream *s, dev_stream *other);
+int dev_stream_priority(dev_stream *s);
+int dev_stream_nonblocking(dev_stream *s);
+int dev_stream_is_default(dev_stream *s);
+uint64_t dev_stream_id(dev_stream *s);
+
+int dev_event_create(dev_ctx *ctx, int timing, dev_event **out);
+void dev_event_release(dev_event *e);
+int dev_event_record(dev_event *e, dev_stream *s);
+int dev_event_query(dev_event *e);         /* 1 done (or never recorded), 0 pending */
+int dev_event_synchronize(dev_event *e);   /* counted sync */
+int dev_event_recorded(dev_event *e);
+int dev_event_timing(dev_event *e);
+/* ms between start and end; DEV_ERR_INVALID when either lacks timing, was
+ * never recorded or has not completed (message says which). */
+int dev_event_elapsed(dev_event *start, dev_event *end, double *ms);
+
+/* ---- tensors as the device layer sees them --------------------------- */
+/* A strided view of a buffer.  Strides are in elements; a 0-dim view has one
+ * element.  Broadcast inputs use stride 0. */
+typedef struct dev_view {
+  dev_buf *buf;
+  size_t offset;              /* bytes from buf->ptr */
+  dev_dtype dtype;
+  int ndim;
+  int64_t shape[DEV_MAXDIM];
+  int64_t stride[DEV_MAXDIM];
+} dev_view;
+
+int64_t dev_view_numel(const dev_view *v);
+int dev_view_contiguous(const dev_view *v);
+static inline void *dev_view_ptr(const dev_view *v) {
+  return (char *)v->buf->ptr + v->offset;
+}
+
+/* A scalar operand: exact for every integer dtype, double for floats. */
+typedef struct dev_scalar { int is_int; int64_t i; double f; } dev_scalar;
+
+typedef enum {
+  DEV_UN_COPY,     /* dst = src, converting dtype: cast */
+  DEV_UN_NEG, DEV_UN_ABS, DEV_UN_EXP, DEV_UN_LOG, DEV_UN_SQRT,
+  DEV_UN_RELU, DEV_UN_SIGMOID, DEV_UN_TANH,
+  DEV_NUNOP
+} dev_unop;
+
+typedef enum {
+  DEV_BIN_ADD, DEV_BIN_SUB, DEV_BIN_MUL, DEV_BIN_DIV, DEV_BIN_POW,
+  DEV_BIN_MAX, DEV_BIN_MIN,
+  DEV_NBINOP
+} dev_binop;
+
+typedef enum {
+  DEV_RED_SUM, DEV_RED_MEAN, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_ARGMAX,
+  DEV_NREDOP
+} dev_redop;
+
+typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL } dev_randkind;
+
+const char *dev_unop_name(dev_unop op);
+const char *dev_binop_name(dev_binop op);
+const char *dev_redop_name(dev_redop op);
+
+/* One unit of queued work, as a backend receives it.  The host backend runs it
+ * with dev_host_run(); the CUDA backend launches the matching kernel. */
+typedef enum {
+  DEV_OP_FILL,      /* out = s0 */
+  DEV_OP_ARANGE,    /* out[i] = s0 + i*s1 (flat C order) */
+  DEV_OP_RAND,      /* code = dev_randkind; uniform [s0,s1) / normal(mean s0, std s1) */
+  DEV_OP_UNARY,     /* code = dev_unop; out = op(in[0]) */
+  DEV_OP_BINARY,    /* code = dev_binop; out = in[0] op in[1] (or scalar, see flags) */
+  DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0] */
+  DEV_OP_MATMUL,    /* out = in[0] @ in[1], 2-D */
+  DEV_OP_COPY,      /* out = in[0], same dtype, same numel; flat element order */
+  DEV_OP_SLEEP      /* hold the stream for ms milliseconds */
+} dev_opkind;
+
+enum {
+  DEV_F_SCALAR = 1,        /* binary: second operand is s0 */
+  DEV_F_SCALAR_LEFT = 2    /* binary: s0 op in[0] instead of in[0] op s0 */
+};
+
+typedef struct dev_kop {
+  dev_opkind kind;
+  int code;
+  int flags;
+  int nin;
+  int dim;
+  dev_view out;
+  dev_view in[2];
+  dev_scalar s0, s1;
+  uint64_t seed, offset;   /* DEV_OP_RAND: counter-based generator key and start */
+  double ms;               /* DEV_OP_SLEEP */
+} dev_kop;
+
+/* Validate and enqueue on stream s (NULL: default stream).  If every buffer
+ * the op touches is host-visible (pinned/host) the op runs on the calling
+ * thread after host-access fences, as the contract says.  Returns at once
+ * otherwise.  Buffers stay alive until the op finishes. */
+int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op);
+
+/* Run an op on the calling CPU thread (host kernels).  Returns 0, or -1 with a
+ * message in err (e.g. integer division by zero). */
+int dev_host_run(const dev_kop *op, char *err, size_t errlen);
+
+/* Counter-based generator (Philox-4x32-10): the same numbers on every backend. */
+void dev_philox(uint64_t seed, uint64_t counter, uint32_t out[4]);
+
+/* Set `bytes` bytes of b from `offset` to `value`, asynchronously on s. */
+int dev_memset(dev_ctx *ctx, dev_stream *s, dev_buf *b, size_t offset, int value, size_t bytes);
+
+/* Copy a view's elements (C order, packed) to host memory and wait: a counted
+ * sync.  Used by item/get/totable on device tensors. */
+int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst);
+/* Write packed host values into a view, asynchronously (the values are copied
+ * first, so src may be reused at once). */
+int dev_write(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const void *src);
+
+#endif

@@ -1,0 +1,89 @@
+/* Private to the device layer: the backend interface and the shared structs.
+ * dev.c holds what both backends share (validation, buffer lifetime, counters);
+ * a backend implements dev_backend. */
+#ifndef GPULUA_DEVPRIV_H
+#define GPULUA_DEVPRIV_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include "device.h"
+
+typedef struct dev_backend {
+  const char *name;
+  int (*open)(dev_ctx *ctx, int device);
+  void (*close)(dev_ctx *ctx);
+  int (*device_count)(dev_ctx *ctx);
+  int (*device_info)(dev_ctx *ctx, int index, dev_info *out);
+
+  int (*stream_init)(dev_stream *s);
+  void (*stream_fini)(dev_stream *s);      /* drained, unreferenced */
+  int (*stream_idle)(dev_stream *s);       /* no queued work, nobody waits on it */
+  uint64_t (*stream_pos)(dev_stream *s);   /* position after the last enqueued item */
+  int (*pos_done)(dev_stream *s, uint64_t pos);
+  int (*pos_wait)(dev_stream *s, uint64_t pos);
+  int (*stream_wait)(dev_stream *s, dev_stream *other, uint64_t pos);
+
+  int (*event_init)(dev_event *e);
+  void (*event_fini)(dev_event *e);
+  int (*event_record)(dev_event *e, dev_stream *s);   /* sets e->stream, e->pos */
+  int (*event_elapsed)(dev_event *a, dev_event *b, double *ms);
+
+  int (*alloc)(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out);
+  void (*free)(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes);
+  int (*submit)(dev_stream *s, const dev_kop *op);
+} dev_backend;
+
+extern const dev_backend dev_host_backend;
+
+struct dev_stream {
+  dev_ctx *ctx;
+  int refs;               /* handle, events recorded on it, buffer uses */
+  int released;           /* the handle is gone: free once idle */
+  int priority, nonblocking, is_default;
+  uint64_t id;
+  dev_stream *next;       /* all streams of the context */
+  void *impl;
+};
+
+struct dev_event {
+  dev_ctx *ctx;
+  int timing;
+  int recorded;
+  dev_stream *stream;     /* of the last record (referenced) */
+  uint64_t pos;
+  void *impl;
+};
+
+struct dev_ctx {
+  const dev_backend *bk;
+  void *bk_state;
+  int refs;               /* owner + live buffers, streams, events */
+  int closing;
+  int device;
+  char err[2048];
+  char site[DEV_SITE_LEN];
+  dev_stream *dflt;
+  dev_stream *streams;
+  uint64_t next_stream_id;
+  struct bufx *bufs;      /* every live buffer */
+  int jitter;             /* GPULUA_HOST_JITTER */
+
+  dev_stats st;           /* interpreter-thread counters */
+  dev_meminfo mem;
+  atomic_int running;     /* ops running now (host workers) */
+  atomic_llong max_running;
+
+  pthread_mutex_t async_mu;
+  atomic_int async_flag;
+  char async_err[1024];
+};
+
+int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+/* Called from any thread: first async failure wins until reported. */
+void dev_async_fail(dev_ctx *ctx, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+void dev_note_running(dev_ctx *ctx, int delta);
+const char *dev_op_name(const dev_kop *op);
+
+#endif

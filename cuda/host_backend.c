@@ -1,0 +1,365 @@
+/* Host backend: the device layer's semantics on CPU threads.
+ *
+ * Each stream is a worker thread with a FIFO of items (ops, waits, event
+ * records), started on first use.  A stream's position is the number of items
+ * enqueued; `done` is the number finished.  Waits between streams are items
+ * that block the worker until the other stream's `done` reaches a position,
+ * so `s:wait(ev)` really holds that stream.  The default stream follows CUDA's
+ * legacy rules: before an item goes on it, it waits for the blocking user
+ * streams, and an item on a blocking user stream first waits for it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "devpriv.h"
+
+typedef struct hrec {           /* one event record: its timestamp */
+  atomic_int refs;
+  uint64_t t_ns;
+} hrec;
+
+typedef enum { IT_OP, IT_WAIT, IT_RECORD } item_kind;
+
+typedef struct item {
+  struct item *next;
+  item_kind kind;
+  uint64_t seq;
+  dev_kop op;                   /* IT_OP */
+  struct hstream *target;       /* IT_WAIT */
+  uint64_t pos;
+  hrec *rec;                    /* IT_RECORD */
+  char site[DEV_SITE_LEN];
+} item;
+
+typedef struct hstream {
+  dev_ctx *ctx;
+  pthread_mutex_t mu;
+  pthread_cond_t work, donecv;
+  item *head, *tail;
+  uint64_t enq;                 /* interpreter thread only */
+  _Atomic uint64_t done;
+  atomic_int waiters;           /* wait items of other streams aimed at this one */
+  int started, stop;
+  pthread_t th;
+  unsigned jitter_seed;
+  /* legacy default-stream ordering (interpreter thread only) */
+  uint64_t waited_dflt;         /* default-stream position this stream has waited for */
+  uint64_t dflt_waited;         /* this stream's position the default stream waited for */
+} hstream;
+
+typedef struct hstate {
+  size_t capacity;              /* device memory handed out at most */
+} hstate;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void rec_release(hrec *r) {
+  if (r && atomic_fetch_sub(&r->refs, 1) == 1) free(r);
+}
+
+static void jitter(hstream *hs) {
+  /* Up to 1 ms, so a missing dependency in a script loses the race. */
+  unsigned r = (unsigned)rand_r(&hs->jitter_seed) % 1000;
+  struct timespec ts = {0, (long)r * 1000};
+  while (nanosleep(&ts, &ts) && errno == EINTR) {}
+}
+
+static void run_item(hstream *hs, item *it) {
+  dev_ctx *ctx = hs->ctx;
+  switch (it->kind) {
+  case IT_OP: {
+    if (ctx->jitter) jitter(hs);
+    char msg[256];
+    dev_note_running(ctx, 1);
+    int rc = dev_host_run(&it->op, msg, sizeof msg);
+    dev_note_running(ctx, -1);
+    if (rc)
+      dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
+                     dev_op_name(&it->op), msg);
+    break;
+  }
+  case IT_WAIT: {
+    hstream *t = it->target;
+    pthread_mutex_lock(&t->mu);
+    while (atomic_load(&t->done) < it->pos) pthread_cond_wait(&t->donecv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+    atomic_fetch_sub(&t->waiters, 1);
+    break;
+  }
+  case IT_RECORD:
+    it->rec->t_ns = now_ns();
+    rec_release(it->rec);
+    break;
+  }
+}
+
+static void *worker(void *arg) {
+  hstream *hs = arg;
+  for (;;) {
+    pthread_mutex_lock(&hs->mu);
+    while (!hs->head && !hs->stop) pthread_cond_wait(&hs->work, &hs->mu);
+    item *it = hs->head;
+    if (!it) { pthread_mutex_unlock(&hs->mu); break; }
+    hs->head = it->next;
+    if (!hs->head) hs->tail = NULL;
+    pthread_mutex_unlock(&hs->mu);
+
+    run_item(hs, it);
+
+    pthread_mutex_lock(&hs->mu);
+    atomic_store(&hs->done, it->seq);
+    pthread_cond_broadcast(&hs->donecv);
+    pthread_mutex_unlock(&hs->mu);
+    free(it);
+  }
+  return NULL;
+}
+
+static int push(dev_stream *s, item *it) {
+  hstream *hs = s->impl;
+  if (!hs->started) {
+    int e = pthread_create(&hs->th, NULL, worker, hs);
+    if (e) {
+      free(it);
+      return dev_fail(s->ctx, DEV_ERR_DEVICE, "cannot start a stream worker thread: %s",
+                      strerror(e));
+    }
+    hs->started = 1;
+  }
+  snprintf(it->site, sizeof it->site, "%s", s->ctx->site);
+  it->seq = ++hs->enq;
+  pthread_mutex_lock(&hs->mu);
+  if (hs->tail) hs->tail->next = it; else hs->head = it;
+  hs->tail = it;
+  pthread_cond_signal(&hs->work);
+  pthread_mutex_unlock(&hs->mu);
+  return DEV_OK;
+}
+
+static int push_wait(dev_stream *s, hstream *target, uint64_t pos) {
+  if (atomic_load(&target->done) >= pos) return DEV_OK;
+  item *it = calloc(1, sizeof *it);
+  if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a wait");
+  it->kind = IT_WAIT;
+  it->target = target;
+  it->pos = pos;
+  atomic_fetch_add(&target->waiters, 1);
+  int rc = push(s, it);
+  if (rc) atomic_fetch_sub(&target->waiters, 1);
+  return rc;
+}
+
+/* CUDA's legacy default stream, before an item goes on s. */
+static int legacy_order(dev_stream *s) {
+  if (s->nonblocking) return DEV_OK;
+  dev_ctx *ctx = s->ctx;
+  hstream *hs = s->impl;
+  int rc;
+  if (s->is_default) {
+    for (dev_stream *u = ctx->streams; u; u = u->next) {
+      hstream *hu = u->impl;
+      if (u == s || u->nonblocking || hu->enq <= hu->dflt_waited) continue;
+      if ((rc = push_wait(s, hu, hu->enq))) return rc;
+      hu->dflt_waited = hu->enq;
+    }
+    return DEV_OK;
+  }
+  hstream *hd = ctx->dflt->impl;
+  if (hd->enq > hs->waited_dflt) {
+    if ((rc = push_wait(s, hd, hd->enq))) return rc;
+    hs->waited_dflt = hd->enq;
+  }
+  return DEV_OK;
+}
+
+/* ---- backend interface ----------------------------------------------- */
+
+static int h_open(dev_ctx *ctx, int device) {
+  if (device != 0)
+    return dev_fail(ctx, DEV_ERR_INVALID, "host backend has one device (0), not %d", device);
+  hstate *st = calloc(1, sizeof *st);
+  if (!st) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  st->capacity = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : (size_t)8 << 30;
+  const char *env = getenv("GPULUA_HOST_MEMORY");
+  if (env && *env) {
+    char *end;
+    double v = strtod(env, &end);
+    double mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024.0;
+    else if (*end == 'm' || *end == 'M') mul = 1024.0 * 1024;
+    else if (*end == 'g' || *end == 'G') mul = 1024.0 * 1024 * 1024;
+    if (v > 0) st->capacity = (size_t)(v * mul);
+  }
+  ctx->bk_state = st;
+  return DEV_OK;
+}
+
+static void h_close(dev_ctx *ctx) {
+  free(ctx->bk_state);
+  ctx->bk_state = NULL;
+}
+
+static int h_device_count(dev_ctx *ctx) { (void)ctx; return 1; }
+
+static int h_device_info(dev_ctx *ctx, int index, dev_info *out) {
+  hstate *st = ctx->bk_state;
+  memset(out, 0, sizeof *out);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  snprintf(out->name, sizeof out->name, "host (%ld CPU threads)", n > 0 ? n : 1);
+  out->backend = "host";
+  out->index = index;
+  out->total_memory = st->capacity;
+  out->multiprocessors = n > 0 ? (int)n : 1;
+  return DEV_OK;
+}
+
+static int h_stream_init(dev_stream *s) {
+  hstream *hs = calloc(1, sizeof *hs);
+  if (!hs) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory creating a stream");
+  hs->ctx = s->ctx;
+  pthread_mutex_init(&hs->mu, NULL);
+  pthread_cond_init(&hs->work, NULL);
+  pthread_cond_init(&hs->donecv, NULL);
+  hs->jitter_seed = (unsigned)(s->id * 2654435761u) ^ (unsigned)now_ns();
+  s->impl = hs;
+  return DEV_OK;
+}
+
+static void h_stream_fini(dev_stream *s) {
+  hstream *hs = s->impl;
+  if (hs->started) {
+    pthread_mutex_lock(&hs->mu);
+    hs->stop = 1;
+    pthread_cond_signal(&hs->work);
+    pthread_mutex_unlock(&hs->mu);
+    pthread_join(hs->th, NULL);
+  }
+  pthread_mutex_destroy(&hs->mu);
+  pthread_cond_destroy(&hs->work);
+  pthread_cond_destroy(&hs->donecv);
+  free(hs);
+}
+
+static int h_stream_idle(dev_stream *s) {
+  hstream *hs = s->impl;
+  return atomic_load(&hs->done) >= hs->enq && atomic_load(&hs->waiters) == 0;
+}
+
+static uint64_t h_stream_pos(dev_stream *s) { return ((hstream *)s->impl)->enq; }
+
+static int h_pos_done(dev_stream *s, uint64_t pos) {
+  return atomic_load(&((hstream *)s->impl)->done) >= pos;
+}
+
+static int h_pos_wait(dev_stream *s, uint64_t pos) {
+  hstream *hs = s->impl;
+  if (atomic_load(&hs->done) >= pos) return DEV_OK;
+  pthread_mutex_lock(&hs->mu);
+  while (atomic_load(&hs->done) < pos) pthread_cond_wait(&hs->donecv, &hs->mu);
+  pthread_mutex_unlock(&hs->mu);
+  return DEV_OK;
+}
+
+static int h_stream_wait(dev_stream *s, dev_stream *other, uint64_t pos) {
+  int rc = legacy_order(s);
+  if (rc) return rc;
+  return push_wait(s, other->impl, pos);
+}
+
+static int h_event_init(dev_event *e) { e->impl = NULL; return DEV_OK; }
+
+static void h_event_fini(dev_event *e) { rec_release(e->impl); }
+
+static int h_event_record(dev_event *e, dev_stream *s) {
+  int rc = legacy_order(s);
+  if (rc) return rc;
+  if (!e->timing) {
+    e->pos = ((hstream *)s->impl)->enq;
+    return DEV_OK;
+  }
+  hrec *r = calloc(1, sizeof *r);
+  item *it = calloc(1, sizeof *it);
+  if (!r || !it) {
+    free(r);
+    free(it);
+    return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory recording an event");
+  }
+  atomic_init(&r->refs, 2);     /* the event and the queued item */
+  it->kind = IT_RECORD;
+  it->rec = r;
+  if ((rc = push(s, it))) { free(r); return rc; }
+  rec_release(e->impl);
+  e->impl = r;
+  e->pos = ((hstream *)s->impl)->enq;
+  return DEV_OK;
+}
+
+static int h_event_elapsed(dev_event *a, dev_event *b, double *ms) {
+  hrec *ra = a->impl, *rb = b->impl;
+  *ms = ((double)rb->t_ns - (double)ra->t_ns) / 1e6;
+  return DEV_OK;
+}
+
+static int h_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
+  hstate *st = ctx->bk_state;
+  size_t live = kind == DEV_MEM_DEVICE ? ctx->mem.allocated
+              : kind == DEV_MEM_PINNED ? ctx->mem.pinned : ctx->mem.host;
+  if (bytes > st->capacity || live > st->capacity - bytes)
+    return dev_fail(ctx, DEV_ERR_NOMEM,
+                    "out of memory: cannot allocate %.1f MiB of %s memory "
+                    "(%.1f MiB in use, %.1f MiB total)",
+                    bytes / 1048576.0, dev_memkind_name(kind), live / 1048576.0,
+                    st->capacity / 1048576.0);
+  size_t rounded = (bytes + 63) & ~(size_t)63;
+  void *p = aligned_alloc(64, rounded);
+  if (!p)
+    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of %s memory",
+                    bytes / 1048576.0, dev_memkind_name(kind));
+  *out = p;
+  return DEV_OK;
+}
+
+static void h_free(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes) {
+  (void)ctx; (void)kind; (void)bytes;
+  free(p);
+}
+
+static int h_submit(dev_stream *s, const dev_kop *op) {
+  int rc = legacy_order(s);
+  if (rc) return rc;
+  item *it = calloc(1, sizeof *it);
+  if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing an op");
+  it->kind = IT_OP;
+  it->op = *op;
+  return push(s, it);
+}
+
+const dev_backend dev_host_backend = {
+  .name = "host",
+  .open = h_open,
+  .close = h_close,
+  .device_count = h_device_count,
+  .device_info = h_device_info,
+  .stream_init = h_stream_init,
+  .stream_fini = h_stream_fini,
+  .stream_idle = h_stream_idle,
+  .stream_pos = h_stream_pos,
+  .pos_done = h_pos_done,
+  .pos_wait = h_pos_wait,
+  .stream_wait = h_stream_wait,
+  .event_init = h_event_init,
+  .event_fini = h_event_fini,
+  .event_record = h_event_record,
+  .event_elapsed = h_event_elapsed,
+  .alloc = h_alloc,
+  .free = h_free,
+  .submit = h_submit,
+};

@@ -1,0 +1,1020 @@
+/* gpulua host kernels: the CPU implementation of every built-in op.
+ *
+ * Stream workers and the interpreter thread call in at the same time, so
+ * nothing here keeps state between calls, and nothing prints, exits or aborts.
+ *
+ * Elementwise ops work in blocks: the next BLK elements of each operand are
+ * gathered (in flat C order, whatever the strides) into an array of the
+ * compute type -- float for f32/f16/bf16, double for f64, int64 for the
+ * integers and bool -- the op runs over the arrays, and the result is
+ * converted and scattered into the output.  The dtype switch thus runs once per
+ * strided run rather than per element, and a contiguous view is a single run.
+ */
+#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L   /* nanosleep */
+#endif
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef GPULUA_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include "device.h"
+
+#define BLK 512
+#define TWO_PI 6.283185307179586476925286766559
+
+typedef enum { C_FLOAT, C_DOUBLE, C_INT } cclass;
+
+typedef union block { float f[BLK]; double d[BLK]; int64_t i[BLK]; } block;
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+static cclass class_of(dev_dtype t)
+{
+  switch (t) {
+  case DEV_F32: case DEV_F16: case DEV_BF16: return C_FLOAT;
+  case DEV_F64: return C_DOUBLE;
+  default: return C_INT;
+  }
+}
+
+static size_t class_size(cclass c) { return c == C_FLOAT ? sizeof(float) : 8; }
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Two's-complement wrapping without relying on implementation-defined casts. */
+static inline int64_t wrap64(uint64_t u)
+{
+  return u <= INT64_MAX ? (int64_t)u : -(int64_t)~u - 1;
+}
+
+static inline int8_t wrap8(int64_t v)
+{
+  int r = (int)((uint64_t)v & 0xff);
+  return (int8_t)(r >= 128 ? r - 256 : r);
+}
+
+static inline int32_t wrap32(int64_t v)
+{
+  int64_t r = (int64_t)((uint64_t)v & 0xffffffffu);
+  return (int32_t)(r >= 0x80000000 ? r - 0x100000000 : r);
+}
+
+/* Float to integer: truncate toward zero, saturate, NaN to 0.  An out-of-range
+ * float-to-int cast is undefined in C, so the range is checked first. */
+static inline int64_t sat(double v, int64_t lo, int64_t hi)
+{
+  if (v != v) return 0;
+  if (v <= (double)lo) return lo;
+  if (v >= (double)hi) return hi;
+  return (int64_t)v;
+}
+
+/* double -> float rounded to odd.  Float keeps more than two extra bits over
+ * f16 and bf16, so rounding that result to nearest even again gives exactly
+ * the direct double -> f16/bf16 rounding (no double-rounding error). */
+static float round_odd(double x)
+{
+  float f = (float)x;
+  uint32_t b;
+  if ((double)f == x || x != x) return f;
+  memcpy(&b, &f, sizeof b);
+  if (fabs((double)f) > fabs(x)) b--;   /* truncate toward zero (inf -> FLT_MAX) */
+  b |= 1;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+static inline uint16_t double_to_half(double x) { return dev_float_to_half(round_odd(x)); }
+static inline uint16_t double_to_bf16(double x) { return dev_float_to_bf16(round_odd(x)); }
+
+/* Loads and stores of n elements at p, stride s elements, one switch each.
+ * load_f takes the float-compute dtypes and load_i the integer ones; load_d,
+ * store_d and store_i take every dtype. */
+static void load_d(dev_dtype t, const char *p, int64_t s, int64_t n, double *d)
+{
+  int64_t i;
+  switch (t) {
+  case DEV_F32: for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s]; break;
+  case DEV_F64: for (i = 0; i < n; i++) d[i] = ((const double *)p)[i * s]; break;
+  case DEV_F16: for (i = 0; i < n; i++) d[i] = dev_half_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) d[i] = dev_bf16_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_I8: for (i = 0; i < n; i++) d[i] = ((const int8_t *)p)[i * s]; break;
+  case DEV_U8: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s]; break;
+  case DEV_I32: for (i = 0; i < n; i++) d[i] = ((const int32_t *)p)[i * s]; break;
+  case DEV_I64: for (i = 0; i < n; i++) d[i] = (double)((const int64_t *)p)[i * s]; break;
+  case DEV_BOOL: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s] != 0; break;
+  default: for (i = 0; i < n; i++) d[i] = 0; break;
+  }
+}
+
+static void load_f(dev_dtype t, const char *p, int64_t s, int64_t n, float *d)
+{
+  int64_t i, esz = (int64_t)dev_dtype_size(t);
+  double v;
+  switch (t) {
+  case DEV_F32: for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s]; break;
+  case DEV_F16: for (i = 0; i < n; i++) d[i] = dev_half_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) d[i] = dev_bf16_to_float(((const uint16_t *)p)[i * s]); break;
+  default:
+    for (i = 0; i < n; i++) { load_d(t, p + i * s * esz, 1, 1, &v); d[i] = (float)v; }
+    break;
+  }
+}
+
+static void load_i(dev_dtype t, const char *p, int64_t s, int64_t n, int64_t *d)
+{
+  int64_t i, esz = (int64_t)dev_dtype_size(t);
+  double v;
+  switch (t) {
+  case DEV_I8: for (i = 0; i < n; i++) d[i] = ((const int8_t *)p)[i * s]; break;
+  case DEV_U8: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s]; break;
+  case DEV_I32: for (i = 0; i < n; i++) d[i] = ((const int32_t *)p)[i * s]; break;
+  case DEV_I64: for (i = 0; i < n; i++) d[i] = ((const int64_t *)p)[i * s]; break;
+  case DEV_BOOL: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s] != 0; break;
+  default:
+    for (i = 0; i < n; i++) { load_d(t, p + i * s * esz, 1, 1, &v); d[i] = sat(v, INT64_MIN, INT64_MAX); }
+    break;
+  }
+}
+
+static void store_d(dev_dtype t, char *p, int64_t s, int64_t n, const double *v)
+{
+  int64_t i;
+  switch (t) {
+  case DEV_F32: for (i = 0; i < n; i++) ((float *)p)[i * s] = (float)v[i]; break;
+  case DEV_F64: for (i = 0; i < n; i++) ((double *)p)[i * s] = v[i]; break;
+  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = double_to_half(v[i]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = double_to_bf16(v[i]); break;
+  case DEV_I8: for (i = 0; i < n; i++) ((int8_t *)p)[i * s] = (int8_t)sat(v[i], INT8_MIN, INT8_MAX); break;
+  case DEV_U8: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = (uint8_t)sat(v[i], 0, UINT8_MAX); break;
+  case DEV_I32: for (i = 0; i < n; i++) ((int32_t *)p)[i * s] = (int32_t)sat(v[i], INT32_MIN, INT32_MAX); break;
+  case DEV_I64: for (i = 0; i < n; i++) ((int64_t *)p)[i * s] = sat(v[i], INT64_MIN, INT64_MAX); break;
+  case DEV_BOOL: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = v[i] != 0; break;   /* NaN -> 1 */
+  default: break;
+  }
+}
+
+static void store_f(dev_dtype t, char *p, int64_t s, int64_t n, const float *v)
+{
+  int64_t i, esz = (int64_t)dev_dtype_size(t);
+  double d;
+  switch (t) {
+  case DEV_F32: for (i = 0; i < n; i++) ((float *)p)[i * s] = v[i]; break;
+  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = dev_float_to_half(v[i]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = dev_float_to_bf16(v[i]); break;
+  default:
+    for (i = 0; i < n; i++) { d = v[i]; store_d(t, p + i * s * esz, 1, 1, &d); }
+    break;
+  }
+}
+
+/* Integers wrap to the dtype's width.  int64 -> bf16 goes through double, so
+ * it is correctly rounded up to 2^53. */
+static void store_i(dev_dtype t, char *p, int64_t s, int64_t n, const int64_t *v)
+{
+  int64_t i;
+  switch (t) {
+  case DEV_F32: for (i = 0; i < n; i++) ((float *)p)[i * s] = (float)v[i]; break;
+  case DEV_F64: for (i = 0; i < n; i++) ((double *)p)[i * s] = (double)v[i]; break;
+  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = dev_float_to_half((float)v[i]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = double_to_bf16((double)v[i]); break;
+  case DEV_I8: for (i = 0; i < n; i++) ((int8_t *)p)[i * s] = wrap8(v[i]); break;
+  case DEV_U8: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = (uint8_t)((uint64_t)v[i] & 0xff); break;
+  case DEV_I32: for (i = 0; i < n; i++) ((int32_t *)p)[i * s] = wrap32(v[i]); break;
+  case DEV_I64: for (i = 0; i < n; i++) ((int64_t *)p)[i * s] = v[i]; break;
+  case DEV_BOOL: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = v[i] != 0; break;
+  default: break;
+  }
+}
+
+static void load_run(cclass c, dev_dtype t, const char *p, int64_t s, int64_t n, void *d)
+{
+  switch (c) {
+  case C_FLOAT: load_f(t, p, s, n, d); break;
+  case C_DOUBLE: load_d(t, p, s, n, d); break;
+  case C_INT: load_i(t, p, s, n, d); break;
+  }
+}
+
+static void store_run(cclass c, dev_dtype t, char *p, int64_t s, int64_t n, const void *v)
+{
+  switch (c) {
+  case C_FLOAT: store_f(t, p, s, n, v); break;
+  case C_DOUBLE: store_d(t, p, s, n, v); break;
+  case C_INT: store_i(t, p, s, n, v); break;
+  }
+}
+
+/* Walks a view in flat C order as a sequence of 1-D strided runs.  Size-1 dims
+ * are dropped and dims that nest exactly are merged, so a contiguous view (or
+ * a fully broadcast one) is a single run. */
+typedef struct walk {
+  char *p;
+  int64_t esz;
+  int nd;
+  int64_t shape[DEV_MAXDIM], stride[DEV_MAXDIM], idx[DEV_MAXDIM];
+  int64_t off;   /* element offset of the current position */
+} walk;
+
+static void walk_init(walk *w, const dev_view *v)
+{
+  w->p = v->buf != NULL ? dev_view_ptr(v) : NULL;   /* NULL only for empty views */
+  w->esz = (int64_t)dev_dtype_size(v->dtype);
+  w->nd = 0;
+  w->off = 0;
+  for (int d = 0; d < v->ndim; d++) {
+    if (v->shape[d] == 1) continue;
+    if (w->nd > 0 && w->stride[w->nd - 1] == v->stride[d] * v->shape[d]) {
+      w->shape[w->nd - 1] *= v->shape[d];
+      w->stride[w->nd - 1] = v->stride[d];
+    } else {
+      w->shape[w->nd] = v->shape[d];
+      w->stride[w->nd] = v->stride[d];
+      w->nd++;
+    }
+  }
+  if (w->nd == 0) { w->nd = 1; w->shape[0] = 1; w->stride[0] = 1; }
+  memset(w->idx, 0, sizeof w->idx);
+}
+
+static void walk_1d(walk *w, char *p, int64_t esz, int64_t n, int64_t stride)
+{
+  w->p = p;
+  w->esz = esz;
+  w->nd = 1;
+  w->shape[0] = n;
+  w->stride[0] = stride;
+  w->idx[0] = 0;
+  w->off = 0;
+}
+
+static int64_t walk_avail(const walk *w) { return w->shape[w->nd - 1] - w->idx[w->nd - 1]; }
+
+/* The next run of at most max elements: its start and stride.  Advances past it. */
+static int64_t walk_run(walk *w, int64_t max, char **p, int64_t *stride)
+{
+  int d = w->nd - 1;
+  int64_t n = min64(max, walk_avail(w));
+  *p = w->p + w->off * w->esz;
+  *stride = w->stride[d];
+  w->idx[d] += n;
+  w->off += n * w->stride[d];
+  for (; d > 0 && w->idx[d] == w->shape[d]; d--) {
+    w->off += w->stride[d - 1] - w->shape[d] * w->stride[d];
+    w->idx[d] = 0;
+    w->idx[d - 1]++;
+  }
+  return n;
+}
+
+static void walk_load(walk *w, dev_dtype t, cclass c, int64_t n, void *dst)
+{
+  char *d = dst, *p;
+  int64_t s, k, csz = (int64_t)class_size(c);
+  for (; n > 0; n -= k, d += k * csz) {
+    k = walk_run(w, n, &p, &s);
+    load_run(c, t, p, s, k, d);
+  }
+}
+
+static void walk_store(walk *w, dev_dtype t, cclass c, int64_t n, const void *src)
+{
+  const char *v = src;
+  char *p;
+  int64_t s, k, csz = (int64_t)class_size(c);
+  for (; n > 0; n -= k, v += k * csz) {
+    k = walk_run(w, n, &p, &s);
+    store_run(c, t, p, s, k, v);
+  }
+}
+
+/* Raw element moves by size: copies that need no conversion. */
+static void copy_run(int64_t esz, char *d, int64_t ds, const char *s, int64_t ss, int64_t n)
+{
+  int64_t i;
+  switch (esz) {
+  case 1: for (i = 0; i < n; i++) d[i * ds] = s[i * ss]; break;
+  case 2: for (i = 0; i < n; i++) memcpy(d + i * ds * 2, s + i * ss * 2, 2); break;
+  case 4: for (i = 0; i < n; i++) memcpy(d + i * ds * 4, s + i * ss * 4, 4); break;
+  default: for (i = 0; i < n; i++) memcpy(d + i * ds * 8, s + i * ss * 8, 8); break;
+  }
+}
+
+/* Views arrive validated by the device layer; this is cheap insurance that a
+ * bad one becomes an error rather than a wild write. */
+static int check_view(const dev_view *v, const char *what, char *err, size_t errlen)
+{
+  int64_t esz, numel = 1, lo = 0, hi = 0, room;
+  if ((unsigned)v->dtype >= DEV_NDTYPE) return fail(err, errlen, "%s: bad dtype %d", what, (int)v->dtype);
+  if (v->ndim < 0 || v->ndim > DEV_MAXDIM) return fail(err, errlen, "%s: bad ndim %d", what, v->ndim);
+  for (int d = 0; d < v->ndim; d++) {
+    if (v->shape[d] < 0) return fail(err, errlen, "%s: negative size in dim %d", what, d);
+    if (v->shape[d] == 0) return 0;
+    if (numel > INT64_MAX / v->shape[d]) return fail(err, errlen, "%s: too many elements", what);
+    numel *= v->shape[d];
+  }
+  esz = (int64_t)dev_dtype_size(v->dtype);
+  for (int d = 0; d < v->ndim; d++) {
+    uint64_t mag = v->stride[d] < 0 ? 0 - (uint64_t)v->stride[d] : (uint64_t)v->stride[d];
+    uint64_t span = (uint64_t)(v->shape[d] - 1);
+    /* each extent below INT64_MAX / 16 keeps the sums of up to 8 from overflowing */
+    if (mag != 0 && span > (uint64_t)(INT64_MAX / 16) / mag)
+      return fail(err, errlen, "%s: stride too large in dim %d", what, d);
+    if (v->stride[d] > 0) hi += (int64_t)(span * mag);
+    else lo -= (int64_t)(span * mag);
+  }
+  if (v->buf == NULL || v->buf->ptr == NULL) return fail(err, errlen, "%s: no memory", what);
+  if ((uintptr_t)dev_view_ptr(v) % (uintptr_t)esz != 0) return fail(err, errlen, "%s: misaligned", what);
+  room = v->offset <= v->buf->bytes ? (int64_t)((v->buf->bytes - v->offset) / (size_t)esz) : 0;
+  if (-lo > (int64_t)(v->offset / (size_t)esz) || hi >= room)
+    return fail(err, errlen, "%s: view exceeds its buffer", what);
+  return 0;
+}
+
+static double scalar_d(dev_scalar s) { return s.is_int ? (double)s.i : s.f; }
+
+/* A scalar operand in t's compute type.  Integer dtypes take an integer scalar
+ * exactly; a float one, and anything for bool, goes through t's store rule. */
+static void scalar_to(dev_scalar s, dev_dtype t, block *b)
+{
+  char elem[8];
+  int64_t v;
+  switch (class_of(t)) {
+  case C_FLOAT: for (int i = 0; i < BLK; i++) b->f[i] = (float)scalar_d(s); break;
+  case C_DOUBLE: for (int i = 0; i < BLK; i++) b->d[i] = scalar_d(s); break;
+  case C_INT:
+    v = s.i;
+    if (!s.is_int || t == DEV_BOOL) {
+      if (s.is_int) store_i(t, elem, 1, 1, &s.i);
+      else store_d(t, elem, 1, 1, &s.f);
+      load_i(t, elem, 1, 1, &v);
+    }
+    for (int i = 0; i < BLK; i++) b->i[i] = v;
+    break;
+  }
+}
+
+static int run_copy(const dev_view *out, const dev_view *in, char *err, size_t errlen)
+{
+  walk wo, wi;
+  char *po, *pi;
+  int64_t n = dev_view_numel(out), k, so, si;
+  if (check_view(out, "out", err, errlen) || check_view(in, "in[0]", err, errlen)) return -1;
+  if (in->dtype != out->dtype)
+    return fail(err, errlen, "copy: dtype %s does not match %s", dev_dtype_name(in->dtype), dev_dtype_name(out->dtype));
+  if (dev_view_numel(in) != n) return fail(err, errlen, "copy: element counts differ");
+  if (n == 0) return 0;
+  if (dev_view_contiguous(out) && dev_view_contiguous(in)) {
+    memmove(dev_view_ptr(out), dev_view_ptr(in), (size_t)n * dev_dtype_size(out->dtype));
+    return 0;
+  }
+  walk_init(&wo, out);
+  walk_init(&wi, in);
+  for (; n > 0; n -= k) {
+    k = min64(walk_avail(&wo), walk_avail(&wi));
+    walk_run(&wo, k, &po, &so);
+    walk_run(&wi, k, &pi, &si);
+    copy_run(wo.esz, po, so, pi, si, k);
+  }
+  return 0;
+}
+
+static int run_fill(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *out = &op->out;
+  char elem[8], *p;
+  double v = scalar_d(op->s0);
+  int64_t n = dev_view_numel(out), k, s;
+  walk w;
+  if (check_view(out, "out", err, errlen)) return -1;
+  if (op->s0.is_int && class_of(out->dtype) == C_INT) store_i(out->dtype, elem, 1, 1, &op->s0.i);
+  else store_d(out->dtype, elem, 1, 1, &v);
+  walk_init(&w, out);
+  for (; n > 0; n -= k) {
+    k = walk_run(&w, n, &p, &s);
+    copy_run(w.esz, p, s, elem, 0, k);
+  }
+  return 0;
+}
+
+static int run_arange(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *out = &op->out;
+  int exact = op->s0.is_int && op->s1.is_int && class_of(out->dtype) == C_INT;
+  double a = scalar_d(op->s0), step = scalar_d(op->s1);
+  int64_t n = dev_view_numel(out), done, k, j;
+  block b;
+  walk w;
+  if (check_view(out, "out", err, errlen)) return -1;
+  walk_init(&w, out);
+  for (done = 0; done < n; done += k) {
+    k = min64(BLK, n - done);
+    for (j = 0; j < k; j++) {
+      if (exact) b.i[j] = wrap64((uint64_t)op->s0.i + (uint64_t)(done + j) * (uint64_t)op->s1.i);
+      else b.d[j] = a + (double)(done + j) * step;
+    }
+    walk_store(&w, out->dtype, exact ? C_INT : C_DOUBLE, k, &b);
+  }
+  return 0;
+}
+
+/* 53 random bits from two words, as a double in (0, 1). */
+static double unit53(uint32_t hi, uint32_t lo)
+{
+  return ((double)((uint64_t)(hi >> 5) << 26 | lo >> 6) + 0.5) * 0x1p-53;
+}
+
+/* Uniform draws are in [low, high): a value that rounds up to high in a
+ * narrow dtype becomes the largest value of that dtype below high. */
+static uint16_t step_down16(uint16_t h)
+{
+  if ((h & 0x7fff) == 0) return 0x8001;          /* +-0 -> smallest negative */
+  return (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
+}
+
+static double below_high(double v, double high, dev_dtype t)
+{
+  float f;
+  uint16_t h;
+  switch (t) {
+  case DEV_F32:
+    for (f = (float)v; f >= high;) f = nextafterf(f, -INFINITY);
+    return f;
+  case DEV_F16:
+    for (h = dev_float_to_half((float)v); dev_half_to_float(h) >= high;) h = step_down16(h);
+    return dev_half_to_float(h);
+  case DEV_BF16:
+    for (h = dev_float_to_bf16((float)v); dev_bf16_to_float(h) >= high;) h = step_down16(h);
+    return dev_bf16_to_float(h);
+  default:
+    return v < high ? v : nextafter(high, -INFINITY);
+  }
+}
+
+static int run_rand(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *out = &op->out;
+  dev_dtype t = out->dtype;
+  int isint = class_of(t) == C_INT, normal = op->code == DEV_RAND_NORMAL;
+  double a = scalar_d(op->s0), b = scalar_d(op->s1), u;
+  int64_t low = op->s0.is_int ? op->s0.i : sat(op->s0.f, INT64_MIN, INT64_MAX);
+  int64_t high = op->s1.is_int ? op->s1.i : sat(op->s1.f, INT64_MIN, INT64_MAX);
+  uint64_t range = (uint64_t)high - (uint64_t)low, r;
+  int64_t n = dev_view_numel(out), done, k, j;
+  uint32_t x[4];
+  block v;
+  walk w;
+  if (check_view(out, "out", err, errlen)) return -1;
+  if (op->code != DEV_RAND_UNIFORM && !normal) return fail(err, errlen, "rand: bad kind %d", op->code);
+  if (normal && isint) return fail(err, errlen, "randn needs a float dtype, not %s", dev_dtype_name(t));
+  walk_init(&w, out);
+  for (done = 0; done < n; done += k) {
+    k = min64(BLK, n - done);
+    for (j = 0; j < k; j++) {
+      dev_philox(op->seed, op->offset + (uint64_t)(done + j), x);
+      if (t == DEV_BOOL) {
+        v.i[j] = x[0] & 1;
+      } else if (isint) {
+        r = range != 0 ? ((uint64_t)x[0] << 32 | x[1]) % range : 0;
+        v.i[j] = wrap64((uint64_t)low + r);
+      } else if (normal) {
+        double z = sqrt(-2.0 * log(unit53(x[0], x[1]))) * cos(TWO_PI * unit53(x[2], x[3]));
+        v.d[j] = a + b * z;
+      } else {
+        u = t == DEV_F64 ? unit53(x[0], x[1]) : ((x[0] >> 8) + 0.5) * 0x1p-24;
+        v.d[j] = below_high(a + u * (b - a), b, t);
+      }
+    }
+    walk_store(&w, t, isint ? C_INT : C_DOUBLE, k, &v);
+  }
+  return 0;
+}
+
+static void unop_f(int code, float *x, int64_t n)
+{
+  int64_t i;
+  switch (code) {
+  case DEV_UN_NEG: for (i = 0; i < n; i++) x[i] = -x[i]; break;
+  case DEV_UN_ABS: for (i = 0; i < n; i++) x[i] = fabsf(x[i]); break;
+  case DEV_UN_EXP: for (i = 0; i < n; i++) x[i] = expf(x[i]); break;
+  case DEV_UN_LOG: for (i = 0; i < n; i++) x[i] = logf(x[i]); break;
+  case DEV_UN_SQRT: for (i = 0; i < n; i++) x[i] = sqrtf(x[i]); break;
+  case DEV_UN_RELU: for (i = 0; i < n; i++) x[i] = x[i] > 0 || x[i] != x[i] ? x[i] : 0.0f; break;
+  case DEV_UN_SIGMOID: for (i = 0; i < n; i++) x[i] = 1.0f / (1.0f + expf(-x[i])); break;
+  case DEV_UN_TANH: for (i = 0; i < n; i++) x[i] = tanhf(x[i]); break;
+  default: break;
+  }
+}
+
+static void unop_d(int code, double *x, int64_t n)
+{
+  int64_t i;
+  switch (code) {
+  case DEV_UN_NEG: for (i = 0; i < n; i++) x[i] = -x[i]; break;
+  case DEV_UN_ABS: for (i = 0; i < n; i++) x[i] = fabs(x[i]); break;
+  case DEV_UN_EXP: for (i = 0; i < n; i++) x[i] = exp(x[i]); break;
+  case DEV_UN_LOG: for (i = 0; i < n; i++) x[i] = log(x[i]); break;
+  case DEV_UN_SQRT: for (i = 0; i < n; i++) x[i] = sqrt(x[i]); break;
+  case DEV_UN_RELU: for (i = 0; i < n; i++) x[i] = x[i] > 0 || x[i] != x[i] ? x[i] : 0.0; break;
+  case DEV_UN_SIGMOID: for (i = 0; i < n; i++) x[i] = 1.0 / (1.0 + exp(-x[i])); break;
+  case DEV_UN_TANH: for (i = 0; i < n; i++) x[i] = tanh(x[i]); break;
+  default: break;
+  }
+}
+
+/* Integers: negation wraps, so abs(INT_MIN) stays INT_MIN once stored. */
+static void unop_i(int code, int64_t *x, int64_t n)
+{
+  int64_t i;
+  switch (code) {
+  case DEV_UN_NEG: for (i = 0; i < n; i++) x[i] = wrap64(0 - (uint64_t)x[i]); break;
+  case DEV_UN_ABS: for (i = 0; i < n; i++) x[i] = x[i] < 0 ? wrap64(0 - (uint64_t)x[i]) : x[i]; break;
+  case DEV_UN_RELU: for (i = 0; i < n; i++) x[i] = x[i] < 0 ? 0 : x[i]; break;
+  default: break;
+  }
+}
+
+static int run_unary(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *out = &op->out, *in = &op->in[0];
+  dev_dtype t = out->dtype;
+  cclass c = class_of(t);
+  int64_t n = dev_view_numel(out), done, k;
+  block x;
+  walk wo, wi;
+  if ((unsigned)op->code >= DEV_NUNOP) return fail(err, errlen, "unary: bad op %d", op->code);
+  if (op->code == DEV_UN_COPY && in->dtype == t) return run_copy(out, in, err, errlen);
+  if (check_view(out, "out", err, errlen) || check_view(in, "in[0]", err, errlen)) return -1;
+  if (dev_view_numel(in) != n) return fail(err, errlen, "%s: element counts differ", dev_unop_name(op->code));
+  if (op->code == DEV_UN_COPY) {
+    /* a cast: integers stay exact as int64, every float is exact in double */
+    c = class_of(in->dtype) == C_INT ? C_INT : C_DOUBLE;
+  } else if (in->dtype != t) {
+    return fail(err, errlen, "%s: dtype %s does not match %s", dev_unop_name(op->code),
+                dev_dtype_name(in->dtype), dev_dtype_name(t));
+  } else if (c == C_INT && op->code != DEV_UN_NEG && op->code != DEV_UN_ABS && op->code != DEV_UN_RELU) {
+    return fail(err, errlen, "%s is not defined for %s", dev_unop_name(op->code), dev_dtype_name(t));
+  }
+  walk_init(&wo, out);
+  walk_init(&wi, in);
+  for (done = 0; done < n; done += k) {
+    k = min64(BLK, n - done);
+    walk_load(&wi, in->dtype, c, k, &x);
+    switch (c) {
+    case C_FLOAT: unop_f(op->code, x.f, k); break;
+    case C_DOUBLE: unop_d(op->code, x.d, k); break;
+    case C_INT: unop_i(op->code, x.i, k); break;
+    }
+    walk_store(&wo, t, c, k, &x);
+  }
+  return 0;
+}
+
+/* Max/min propagate NaN: a NaN on either side wins. */
+static void binop_f(int code, const float *a, const float *b, float *o, int64_t n)
+{
+  int64_t i;
+  switch (code) {
+  case DEV_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+  case DEV_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+  case DEV_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+  case DEV_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+  case DEV_BIN_POW: for (i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
+  case DEV_BIN_MAX: for (i = 0; i < n; i++) o[i] = a[i] > b[i] || a[i] != a[i] ? a[i] : b[i]; break;
+  case DEV_BIN_MIN: for (i = 0; i < n; i++) o[i] = a[i] < b[i] || a[i] != a[i] ? a[i] : b[i]; break;
+  default: break;
+  }
+}
+
+static void binop_d(int code, const double *a, const double *b, double *o, int64_t n)
+{
+  int64_t i;
+  switch (code) {
+  case DEV_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+  case DEV_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+  case DEV_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+  case DEV_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+  case DEV_BIN_POW: for (i = 0; i < n; i++) o[i] = pow(a[i], b[i]); break;
+  case DEV_BIN_MAX: for (i = 0; i < n; i++) o[i] = a[i] > b[i] || a[i] != a[i] ? a[i] : b[i]; break;
+  case DEV_BIN_MIN: for (i = 0; i < n; i++) o[i] = a[i] < b[i] || a[i] != a[i] ? a[i] : b[i]; break;
+  default: break;
+  }
+}
+
+/* Floor division (Lua's //); b == -1 negates so INT_MIN // -1 wraps. */
+static inline int64_t floordiv(int64_t a, int64_t b)
+{
+  int64_t q;
+  if (b == -1) return wrap64(0 - (uint64_t)a);
+  q = a / b;
+  if (a % b != 0 && (a < 0) != (b < 0)) q--;
+  return q;
+}
+
+static inline int64_t ipow(int64_t a, int64_t e)
+{
+  uint64_t r = 1, base = (uint64_t)a;
+  if (e < 0) return a == 1 ? 1 : a == -1 ? (e % 2 != 0 ? -1 : 1) : 0;
+  for (; e > 0; e >>= 1) {
+    if (e & 1) r *= base;
+    base *= base;
+  }
+  return wrap64(r);
+}
+
+/* Integer binary ops in uint64 so overflow wraps; returns how many divisions by zero. */
+static int64_t binop_i(int code, const int64_t *a, const int64_t *b, int64_t *o, int64_t n)
+{
+  int64_t i, zeros = 0;
+  switch (code) {
+  case DEV_BIN_ADD: for (i = 0; i < n; i++) o[i] = wrap64((uint64_t)a[i] + (uint64_t)b[i]); break;
+  case DEV_BIN_SUB: for (i = 0; i < n; i++) o[i] = wrap64((uint64_t)a[i] - (uint64_t)b[i]); break;
+  case DEV_BIN_MUL: for (i = 0; i < n; i++) o[i] = wrap64((uint64_t)a[i] * (uint64_t)b[i]); break;
+  case DEV_BIN_DIV:
+    for (i = 0; i < n; i++) {
+      if (b[i] == 0) { o[i] = 0; zeros++; }
+      else o[i] = floordiv(a[i], b[i]);
+    }
+    break;
+  case DEV_BIN_POW: for (i = 0; i < n; i++) o[i] = ipow(a[i], b[i]); break;
+  case DEV_BIN_MAX: for (i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
+  case DEV_BIN_MIN: for (i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
+  default: break;
+  }
+  return zeros;
+}
+
+static int run_binary(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *out = &op->out;
+  dev_dtype t = out->dtype;
+  cclass c = class_of(t);
+  int scalar = (op->flags & (DEV_F_SCALAR | DEV_F_SCALAR_LEFT)) != 0;
+  int left = (op->flags & DEV_F_SCALAR_LEFT) != 0;
+  int64_t n = dev_view_numel(out), done, k, zeros = 0;
+  block x, y, r;
+  walk wo, wa, wb;
+  if ((unsigned)op->code >= DEV_NBINOP) return fail(err, errlen, "binary: bad op %d", op->code);
+  if (check_view(out, "out", err, errlen) || check_view(&op->in[0], "in[0]", err, errlen) ||
+      (!scalar && check_view(&op->in[1], "in[1]", err, errlen)))
+    return -1;
+  for (int i = 0; i < (scalar ? 1 : 2); i++) {
+    if (op->in[i].dtype != t)
+      return fail(err, errlen, "%s: dtype %s does not match %s", dev_binop_name(op->code),
+                  dev_dtype_name(op->in[i].dtype), dev_dtype_name(t));
+    if (dev_view_numel(&op->in[i]) != n)
+      return fail(err, errlen, "%s: element counts differ", dev_binop_name(op->code));
+  }
+  walk_init(&wo, out);
+  walk_init(&wa, &op->in[0]);
+  if (scalar) scalar_to(op->s0, t, left ? &x : &y);
+  else walk_init(&wb, &op->in[1]);
+  for (done = 0; done < n; done += k) {
+    k = min64(BLK, n - done);
+    walk_load(&wa, t, c, k, left ? &y : &x);
+    if (!scalar) walk_load(&wb, t, c, k, &y);
+    switch (c) {
+    case C_FLOAT: binop_f(op->code, x.f, y.f, r.f, k); break;
+    case C_DOUBLE: binop_d(op->code, x.d, y.d, r.d, k); break;
+    case C_INT: zeros += binop_i(op->code, x.i, y.i, r.i, k); break;
+    }
+    walk_store(&wo, t, c, k, &r);
+  }
+  if (zeros > 0) return fail(err, errlen, "integer division by zero");
+  return 0;
+}
+
+/* Reduces the len elements w yields.  Float sources are read as double,
+ * integer and bool ones as int64.  The result goes to *d or *i (see
+ * red_class); argmax gives the 1-based position of the first maximum, or of
+ * the first NaN. */
+static void reduce_walk(walk *w, dev_dtype t, int code, int64_t len, double *d, int64_t *i)
+{
+  int isint = class_of(t) == C_INT;
+  double sum = 0, best = 0;
+  uint64_t isum = 0;
+  int64_t ibest = 0, at = 0, done, k, j;
+  block b;
+  for (done = 0; done < len; done += k) {
+    k = min64(BLK, len - done);
+    walk_load(w, t, isint ? C_INT : C_DOUBLE, k, &b);
+    if (done == 0) {
+      if (isint) ibest = b.i[0];
+      else best = b.d[0];
+    }
+    switch (code) {
+    case DEV_RED_SUM: case DEV_RED_MEAN:
+      if (!isint) for (j = 0; j < k; j++) sum += b.d[j];
+      else if (code == DEV_RED_SUM) for (j = 0; j < k; j++) isum += (uint64_t)b.i[j];
+      else for (j = 0; j < k; j++) sum += (double)b.i[j];
+      break;
+    case DEV_RED_MAX: case DEV_RED_ARGMAX:
+      if (!isint) {
+        for (j = 0; j < k && best == best; j++)
+          if (b.d[j] > best || b.d[j] != b.d[j]) { best = b.d[j]; at = done + j; }
+      } else {
+        for (j = 0; j < k; j++)
+          if (b.i[j] > ibest) { ibest = b.i[j]; at = done + j; }
+      }
+      break;
+    case DEV_RED_MIN:
+      if (!isint) {
+        for (j = 0; j < k && best == best; j++)
+          if (b.d[j] < best || b.d[j] != b.d[j]) best = b.d[j];
+      } else {
+        for (j = 0; j < k; j++)
+          if (b.i[j] < ibest) ibest = b.i[j];
+      }
+      break;
+    default: break;
+    }
+  }
+  switch (code) {
+  case DEV_RED_SUM: if (isint) *i = wrap64(isum); else *d = sum; break;
+  case DEV_RED_MEAN: *d = sum / (double)len; break;
+  case DEV_RED_ARGMAX: *i = at + 1; break;
+  default: if (isint) *i = ibest; else *d = best; break;
+  }
+}
+
+static cclass red_class(int code, dev_dtype src)
+{
+  if (code == DEV_RED_ARGMAX) return C_INT;
+  if (code == DEV_RED_MEAN) return C_DOUBLE;
+  return class_of(src) == C_INT ? C_INT : C_DOUBLE;
+}
+
+/* dim >= 0: out element j (C order) reduces src along dim at the j-th index
+ * of the other dims, so an outer walk over src without dim gives each run's
+ * start.  Results are buffered and stored a block at a time. */
+static int run_reduce(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *src = &op->in[0], *out = &op->out;
+  int dim = op->dim, code = op->code;
+  cclass rc = red_class(code, src->dtype);
+  int64_t nout = 1, len, rstride = 0, k, s, j, nbuf = 0;
+  dev_view outer;
+  walk wo, wouter, inner;
+  block res;
+  char *p;
+  if ((unsigned)code >= DEV_NREDOP) return fail(err, errlen, "reduce: bad op %d", code);
+  if (check_view(out, "out", err, errlen) || check_view(src, "in[0]", err, errlen)) return -1;
+  if (dim < -1 || dim >= src->ndim) return fail(err, errlen, "%s: bad dim %d", dev_redop_name(code), dim);
+  outer = *src;
+  if (dim >= 0) {
+    len = src->shape[dim];
+    rstride = src->stride[dim];
+    for (int d = dim; d + 1 < src->ndim; d++) {
+      outer.shape[d] = src->shape[d + 1];
+      outer.stride[d] = src->stride[d + 1];
+    }
+    outer.ndim--;
+    nout = dev_view_numel(&outer);
+  } else {
+    len = dev_view_numel(src);
+  }
+  if (dev_view_numel(out) != nout)
+    return fail(err, errlen, "%s: out has %lld elements, expected %lld", dev_redop_name(code),
+                (long long)dev_view_numel(out), (long long)nout);
+  if (nout == 0) return 0;
+  if (len == 0) {
+    dev_kop fill = {.kind = DEV_OP_FILL, .out = *out};
+    if (code != DEV_RED_SUM && code != DEV_RED_MEAN)
+      return fail(err, errlen, "%s of an empty tensor", dev_redop_name(code));
+    if (code == DEV_RED_SUM) fill.s0.is_int = 1;   /* 0 */
+    else fill.s0.f = NAN;                          /* 0/0 */
+    return run_fill(&fill, err, errlen);
+  }
+  walk_init(&wo, out);
+  if (dim < 0) {
+    walk_init(&inner, src);
+    reduce_walk(&inner, src->dtype, code, len, &res.d[0], &res.i[0]);
+    walk_store(&wo, out->dtype, rc, 1, &res);
+    return 0;
+  }
+  walk_init(&wouter, &outer);
+  for (int64_t left = nout; left > 0; left -= k) {
+    k = walk_run(&wouter, left, &p, &s);
+    for (j = 0; j < k; j++) {
+      walk_1d(&inner, p + j * s * wouter.esz, wouter.esz, len, rstride);
+      reduce_walk(&inner, src->dtype, code, len, &res.d[nbuf], &res.i[nbuf]);
+      if (++nbuf == BLK) { walk_store(&wo, out->dtype, rc, nbuf, &res); nbuf = 0; }
+    }
+  }
+  walk_store(&wo, out->dtype, rc, nbuf, &res);
+  return 0;
+}
+
+/* A 2-D matmul operand as BLAS takes it: row-major, or transposed, with a
+ * leading dimension.  It points into the view when dtype and layout allow,
+ * otherwise into a packed copy in the compute type. */
+typedef struct mat { char *p; int64_t ld; int trans; void *tmp; } mat;
+
+static int mat_in(mat *m, const dev_view *v, dev_dtype ct, cclass c)
+{
+  int64_t r = v->shape[0], cols = v->shape[1];
+  walk w;
+  m->tmp = NULL;
+  m->trans = 0;
+  if (v->dtype == ct) {
+    if ((cols == 1 || v->stride[1] == 1) && (r == 1 || v->stride[0] >= cols)) {
+      m->p = dev_view_ptr(v);
+      m->ld = r == 1 ? cols : v->stride[0];
+      if (m->ld <= INT_MAX) return 0;
+    }
+#ifdef GPULUA_HAVE_OPENBLAS
+    if ((r == 1 || v->stride[0] == 1) && (cols == 1 || v->stride[1] >= r)) {
+      m->p = dev_view_ptr(v);
+      m->ld = cols == 1 ? r : v->stride[1];
+      m->trans = 1;
+      if (m->ld <= INT_MAX) return 0;
+    }
+#endif
+  }
+  m->tmp = malloc((size_t)(r * cols) * class_size(c));
+  if (m->tmp == NULL) return -1;
+  walk_init(&w, v);
+  walk_load(&w, v->dtype, c, r * cols, m->tmp);
+  m->p = m->tmp;
+  m->ld = cols;
+  m->trans = 0;
+  return 0;
+}
+
+#ifndef GPULUA_HAVE_OPENBLAS
+/* i-k-j order: the inner loop runs along rows of b and c. */
+static void gemm_f(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, float *c, int64_t ldc)
+{
+  for (int64_t i = 0; i < m; i++) {
+    float *ci = c + i * ldc;
+    for (int64_t j = 0; j < n; j++) ci[j] = 0;
+    for (int64_t p = 0; p < k; p++) {
+      float aip = a[i * lda + p];
+      const float *bp = b + p * ldb;
+      for (int64_t j = 0; j < n; j++) ci[j] += aip * bp[j];
+    }
+  }
+}
+
+static void gemm_d(int64_t m, int64_t n, int64_t k, const double *a, int64_t lda,
+                   const double *b, int64_t ldb, double *c, int64_t ldc)
+{
+  for (int64_t i = 0; i < m; i++) {
+    double *ci = c + i * ldc;
+    for (int64_t j = 0; j < n; j++) ci[j] = 0;
+    for (int64_t p = 0; p < k; p++) {
+      double aip = a[i * lda + p];
+      const double *bp = b + p * ldb;
+      for (int64_t j = 0; j < n; j++) ci[j] += aip * bp[j];
+    }
+  }
+}
+#endif
+
+static int overlaps(const dev_buf *x, const dev_buf *y)
+{
+  const char *a = x->ptr, *b = y->ptr;
+  return x == y || (a < b + y->bytes && b < a + x->bytes);
+}
+
+/* f32 and f64 run in their own precision; f16/bf16 in f32; integers in f64,
+ * exact while every product and sum stays below 2^53. */
+static int run_matmul(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *av = &op->in[0], *bv = &op->in[1], *ov = &op->out;
+  dev_dtype t = ov->dtype;
+  int sp = class_of(t) == C_FLOAT;
+  dev_dtype ct = sp ? DEV_F32 : DEV_F64;
+  cclass c = sp ? C_FLOAT : C_DOUBLE;
+  mat a = {0}, b = {0};
+  char *cp;
+  void *ctmp = NULL;
+  int64_t m, n, k, ldc;
+  int rc = -1;
+  walk w;
+  if (check_view(ov, "out", err, errlen) || check_view(av, "in[0]", err, errlen) ||
+      check_view(bv, "in[1]", err, errlen))
+    return -1;
+  if (av->ndim != 2 || bv->ndim != 2 || ov->ndim != 2) return fail(err, errlen, "matmul needs 2-D tensors");
+  m = av->shape[0];
+  k = av->shape[1];
+  n = bv->shape[1];
+  if (bv->shape[0] != k || ov->shape[0] != m || ov->shape[1] != n)
+    return fail(err, errlen, "matmul: shapes {%lld,%lld} @ {%lld,%lld} -> {%lld,%lld} do not match",
+                (long long)m, (long long)k, (long long)bv->shape[0], (long long)n,
+                (long long)ov->shape[0], (long long)ov->shape[1]);
+  if (av->dtype != t || bv->dtype != t) return fail(err, errlen, "matmul: dtypes differ");
+  if (t == DEV_BOOL) return fail(err, errlen, "matmul does not support bool");
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail(err, errlen, "matmul: matrix too large");
+  if (m == 0 || n == 0) return 0;
+  if (k == 0) {
+    dev_kop zero = {.kind = DEV_OP_FILL, .out = *ov, .s0 = {.is_int = 1, .i = 0}};
+    return run_fill(&zero, err, errlen);
+  }
+  if (mat_in(&a, av, ct, c) || mat_in(&b, bv, ct, c)) { fail(err, errlen, "out of memory"); goto done; }
+  /* write straight into out unless it needs converting, is laid out otherwise
+   * or shares memory with an operand */
+  if (t == ct && (n == 1 || ov->stride[1] == 1) && (m == 1 || (ov->stride[0] >= n && ov->stride[0] <= INT_MAX)) &&
+      !overlaps(ov->buf, av->buf) && !overlaps(ov->buf, bv->buf)) {
+    cp = dev_view_ptr(ov);
+    ldc = m == 1 ? n : ov->stride[0];
+  } else {
+    if ((ctmp = malloc((size_t)(m * n) * class_size(c))) == NULL) { fail(err, errlen, "out of memory"); goto done; }
+    cp = ctmp;
+    ldc = n;
+  }
+#ifdef GPULUA_HAVE_OPENBLAS
+  if (sp)
+    cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0f, (const float *)a.p, (int)a.ld, (const float *)b.p, (int)b.ld,
+                0.0f, (float *)cp, (int)ldc);
+  else
+    cblas_dgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0, (const double *)a.p, (int)a.ld, (const double *)b.p, (int)b.ld,
+                0.0, (double *)cp, (int)ldc);
+#else
+  if (sp) gemm_f(m, n, k, (const float *)a.p, a.ld, (const float *)b.p, b.ld, (float *)cp, ldc);
+  else gemm_d(m, n, k, (const double *)a.p, a.ld, (const double *)b.p, b.ld, (double *)cp, ldc);
+#endif
+  if (ctmp != NULL) {
+    walk_init(&w, ov);
+    walk_store(&w, t, c, m * n, ctmp);
+  }
+  rc = 0;
+done:
+  free(a.tmp);
+  free(b.tmp);
+  free(ctmp);
+  return rc;
+}
+
+static int run_sleep(double ms)
+{
+  struct timespec ts;
+  if (!(ms > 0)) return 0;
+  if (ms > 1e12) ms = 1e12;   /* keeps the conversion to time_t defined */
+  ts.tv_sec = (time_t)(ms / 1000);
+  ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
+  if (ts.tv_nsec < 0) ts.tv_nsec = 0;
+  if (ts.tv_nsec > 999999999L) ts.tv_nsec = 999999999L;
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  return 0;
+}
+
+int dev_host_run(const dev_kop *op, char *err, size_t errlen)
+{
+  if (op == NULL) return fail(err, errlen, "no op");
+  switch (op->kind) {
+  case DEV_OP_FILL: return run_fill(op, err, errlen);
+  case DEV_OP_ARANGE: return run_arange(op, err, errlen);
+  case DEV_OP_RAND: return run_rand(op, err, errlen);
+  case DEV_OP_UNARY: return run_unary(op, err, errlen);
+  case DEV_OP_BINARY: return run_binary(op, err, errlen);
+  case DEV_OP_REDUCE: return run_reduce(op, err, errlen);
+  case DEV_OP_MATMUL: return run_matmul(op, err, errlen);
+  case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
+  case DEV_OP_SLEEP: return run_sleep(op->ms);
+  }
+  return fail(err, errlen, "unknown op kind %d", (int)op->kind);
+}
+
+/* Philox-4x32-10 (Salmon et al., SC'11), as in Random123 and cuRAND. */
+void dev_philox(uint64_t seed, uint64_t counter, uint32_t out[4])
+{
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}

@@ -1,0 +1,22 @@
+/* Internal to the gpulua program (main.c, repl.c): what the REPL shares with
+ * the lua.c-style driver.  Not part of the library. */
+#ifndef GPULUA_CLI_H
+#define GPULUA_CLI_H
+
+#include <lua.h>
+
+#include "gpulua.h"
+
+/* Print "pname: msg" (or just msg when pname is NULL) on stderr. */
+void cli_message(const char *pname, const char *msg);
+
+/* If status is an error, print the message on top of the stack and pop it. */
+int cli_report(lua_State *L, int status, const char *pname);
+
+/* gpulua_pcall with Ctrl-C turned into a Lua error ("interrupted!") while it runs. */
+int cli_docall(gpulua *g, int narg, int nres);
+
+/* The interactive read-eval-print loop; returns at end of input. */
+void cli_repl(gpulua *g);
+
+#endif

@@ -1,0 +1,370 @@
+/* main.c — the gpulua program: `gpulua [options] [script [args]]`.
+ *
+ * Modelled on Lua 5.4's lua.c (same options, `arg` table, LUA_INIT, exit
+ * status) with the state made through the embedding API (gpulua_open), so the
+ * program runs the same path as an embedding application.  Differences from
+ * lua.c: --device; an error in a chunk read from stdin also exits 1; queued
+ * device work is finished before exit and an asynchronous failure exits 1. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "cli.h"
+#include "gpulua.h"
+
+static const char *const progname = "gpulua";
+
+/* bits of `args` (as lua.c) */
+#define has_error 1   /* bad option */
+#define has_i 2       /* -i */
+#define has_v 4       /* -v */
+#define has_e 8       /* -e */
+#define has_E 16      /* -E */
+#define has_l 32      /* -l */
+
+#define LUA_INIT_VAR "LUA_INIT"
+#define LUA_INITVARVERSION LUA_INIT_VAR LUA_VERSUFFIX
+
+struct cli {
+  int argc;
+  char **argv;
+  int script;   /* index of the script in argv, 0 if none, -1 if no argv[0] */
+  int args;     /* has_* bits */
+  gpulua *g;
+};
+
+/* The state the SIGINT handler interrupts (a signal handler has no other
+ * way to find it; the program has one interpreter). */
+static lua_State *globalL = NULL;
+
+static void setsignal(int sig, void (*handler)(int)) {
+  struct sigaction sa;
+  sa.sa_handler = handler;
+  sa.sa_flags = 0;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, NULL);
+}
+
+static void lstop(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+/* Ctrl-C: a second one kills the program; the first sets a hook that raises
+ * at the next Lua instruction. */
+static void laction(int sig) {
+  int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
+  setsignal(sig, SIG_DFL);
+  lua_sethook(globalL, lstop, flag, 1);
+}
+
+static void print_usage(const char *badoption) {
+  fprintf(stderr, "%s: ", progname);
+  if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
+      strcmp(badoption, "--device=") == 0)
+    fprintf(stderr, "'%s' needs argument\n", badoption);
+  else
+    fprintf(stderr, "unrecognized option '%s'\n", badoption);
+  fprintf(stderr,
+          "usage: %s [options] [script [args]]\n"
+          "Available options are:\n"
+          "  -e stat        execute string 'stat'\n"
+          "  -i             enter interactive mode after executing 'script'\n"
+          "  -l mod         require library 'mod' into global 'mod'\n"
+          "  -l g=mod       require library 'mod' into global 'g'\n"
+          "  -v             show version information\n"
+          "  -E             ignore environment variables (LUA_INIT, LUA_PATH, LUA_CPATH)\n"
+          "  -W             turn warnings on\n"
+          "  --device DEV   run on DEV: host, cuda or cuda:N\n"
+          "                 (default: env GPULUA_DEVICE, else cuda if a GPU answers, else host)\n"
+          "  --             stop handling options\n"
+          "  -              stop handling options and execute stdin\n",
+          progname);
+}
+
+void cli_message(const char *pname, const char *msg) {
+  if (pname != NULL)
+    fprintf(stderr, "%s: ", pname);
+  fprintf(stderr, "%s\n", msg);
+  fflush(stderr);
+}
+
+int cli_report(lua_State *L, int status, const char *pname) {
+  if (status != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    cli_message(pname, msg != NULL ? msg : "(error object is not a string)");
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+int cli_docall(gpulua *g, int narg, int nres) {
+  globalL = gpulua_state(g);
+  setsignal(SIGINT, laction);
+  int status = gpulua_pcall(g, narg, nres);
+  setsignal(SIGINT, SIG_DFL);
+  return status;
+}
+
+static void print_version(void) {
+  printf("gpulua %s (%s)\n", GPULUA_VERSION_STRING, LUA_RELEASE);
+  fflush(stdout);
+}
+
+/* arg[0] is the script (or the interpreter when there is none); the
+ * interpreter and its options get negative indices, script arguments 1..n. */
+static void createargtable(lua_State *L, char **argv, int argc, int script) {
+  int narg = argc - (script + 1);
+  lua_createtable(L, narg > 0 ? narg : 0, script + 1);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static int dochunk(gpulua *g, int status) {
+  if (status == LUA_OK)
+    status = cli_docall(g, 0, 0);
+  return cli_report(gpulua_state(g), status, progname);
+}
+
+static int dofile(gpulua *g, const char *name) {
+  return dochunk(g, luaL_loadfile(gpulua_state(g), name));
+}
+
+static int dostring(gpulua *g, const char *s, const char *name) {
+  return dochunk(g, luaL_loadbuffer(gpulua_state(g), s, strlen(s), name));
+}
+
+/* 'globname[=modname]': globname = require(modname) */
+static int dolibrary(gpulua *g, char *globname) {
+  lua_State *L = gpulua_state(g);
+  char *modname = strchr(globname, '=');
+  if (modname == NULL) {
+    modname = globname;
+  } else {
+    *modname = '\0';
+    modname++;
+  }
+  lua_getglobal(L, "require");
+  lua_pushstring(L, modname);
+  int status = cli_docall(g, 1, 1);
+  if (status == LUA_OK)
+    lua_setglobal(L, globname);
+  return cli_report(L, status, progname);
+}
+
+/* Push arg[1..#arg] for the main chunk. */
+static int pushargs(lua_State *L) {
+  int i, n;
+  if (lua_getglobal(L, "arg") != LUA_TTABLE)
+    luaL_error(L, "'arg' is not a table");
+  n = (int)luaL_len(L, -1);
+  luaL_checkstack(L, n + 3, "too many arguments to script");
+  for (i = 1; i <= n; i++)
+    lua_rawgeti(L, -i, i);
+  lua_remove(L, -i);
+  return n;
+}
+
+static int handle_script(gpulua *g, char **argv) {
+  lua_State *L = gpulua_state(g);
+  const char *fname = argv[0];
+  if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0)
+    fname = NULL;  /* stdin */
+  int status = luaL_loadfile(L, fname);
+  if (status == LUA_OK) {
+    int n = pushargs(L);
+    status = cli_docall(g, n, LUA_MULTRET);
+  }
+  return cli_report(L, status, progname);
+}
+
+/* Checks all options before anything runs.  Returns the has_* mask, or
+ * has_error with *first the index of the bad option.  Otherwise *first is -1
+ * with no program name, 0 with no script, else the script's index. */
+static int collectargs(char **argv, int *first, const char **device) {
+  int args = 0;
+  int i;
+  if (argv[0] == NULL) {
+    *first = -1;
+    return 0;
+  }
+  for (i = 1; argv[i] != NULL; i++) {
+    *first = i;
+    if (argv[i][0] != '-')
+      return args;
+    switch (argv[i][1]) {
+      case '-':
+        if (argv[i][2] == '\0') {  /* '--' */
+          *first = argv[i + 1] != NULL ? i + 1 : 0;
+          return args;
+        }
+        if (strcmp(argv[i], "--device") == 0) {
+          i++;
+          if (argv[i] == NULL || argv[i][0] == '-' || argv[i][0] == '\0')
+            return has_error;
+          *device = argv[i];
+        } else if (strncmp(argv[i], "--device=", 9) == 0) {
+          if (argv[i][9] == '\0')
+            return has_error;
+          *device = argv[i] + 9;
+        } else {
+          return has_error;
+        }
+        break;
+      case '\0':  /* '-': the script "name" is stdin */
+        return args;
+      case 'E':
+        if (argv[i][2] != '\0')
+          return has_error;
+        args |= has_E;
+        break;
+      case 'W':
+        if (argv[i][2] != '\0')
+          return has_error;
+        break;
+      case 'i':
+        args |= has_i;  /* -i implies -v */
+        /* FALLTHROUGH */
+      case 'v':
+        if (argv[i][2] != '\0')
+          return has_error;
+        args |= has_v;
+        break;
+      case 'e':
+        args |= has_e;
+        /* FALLTHROUGH */
+      case 'l':
+        if (argv[i][1] == 'l')
+          args |= has_l;
+        if (argv[i][2] == '\0') {  /* argument in the next argv */
+          i++;
+          if (argv[i] == NULL || argv[i][0] == '-')
+            return has_error;
+        }
+        break;
+      default:
+        return has_error;
+    }
+  }
+  *first = 0;
+  return args;
+}
+
+/* Runs -e and -l (and -W) in order.  Returns 0 if some code failed. */
+static int runargs(gpulua *g, char **argv, int n) {
+  for (int i = 1; i < n; i++) {
+    int option = argv[i][1];
+    switch (option) {
+      case 'e':
+      case 'l': {
+        char *extra = argv[i] + 2;
+        if (*extra == '\0')
+          extra = argv[++i];
+        int status = option == 'e' ? dostring(g, extra, "=(command line)") : dolibrary(g, extra);
+        if (status != LUA_OK)
+          return 0;
+        break;
+      }
+      case 'W':
+        lua_warning(gpulua_state(g), "@on", 0);
+        break;
+      case '-':
+        if (strcmp(argv[i], "--device") == 0)
+          i++;  /* skip its value */
+        break;
+    }
+  }
+  return 1;
+}
+
+static int handle_luainit(gpulua *g) {
+  const char *name = "=" LUA_INITVARVERSION;
+  const char *init = getenv(name + 1);
+  if (init == NULL) {
+    name = "=" LUA_INIT_VAR;
+    init = getenv(name + 1);
+  }
+  if (init == NULL)
+    return LUA_OK;
+  if (init[0] == '@')
+    return dofile(g, init + 1);
+  return dostring(g, init, name);
+}
+
+/* The body of the program, run in protected mode (as lua.c's pmain). */
+static int pmain(lua_State *L) {
+  struct cli *c = (struct cli *)lua_touserdata(L, 1);
+  char **argv = c->argv;
+  int script = c->script;
+  int args = c->args;
+  int optlim = script > 0 ? script : c->argc;
+  luaL_checkversion(L);
+  createargtable(L, argv, c->argc, script);
+  if (!(args & has_E) && handle_luainit(c->g) != LUA_OK)
+    return 0;
+  if (!runargs(c->g, argv, optlim))
+    return 0;
+  if (script > 0 && handle_script(c->g, argv + script) != LUA_OK)
+    return 0;
+  if (args & has_i) {
+    cli_repl(c->g);
+  } else if (script < 1 && !(args & (has_e | has_v))) {
+    if (isatty(0)) {
+      print_version();
+      cli_repl(c->g);
+    } else if (dofile(c->g, NULL) != LUA_OK) {
+      return 0;
+    }
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  struct cli c = {argc, argv, 0, 0, NULL};
+  const char *device = NULL;
+  c.args = collectargs(argv, &c.script, &device);
+  if (c.args == has_error) {
+    print_usage(argv[c.script]);
+    return EXIT_FAILURE;
+  }
+  if (c.args & has_v)
+    print_version();
+  /* `gpulua -v` alone opens no device. */
+  if ((c.args & has_v) && !(c.args & (has_i | has_e | has_l)) && c.script < 1)
+    return EXIT_SUCCESS;
+
+  gpulua_options o = GPULUA_OPTIONS_INIT;
+  o.device = device;
+  o.ignore_env = (c.args & has_E) != 0;
+  c.g = gpulua_open(&o);
+  lua_State *L = gpulua_state(c.g);
+  if (L == NULL) {
+    cli_message(progname, gpulua_error(c.g));
+    gpulua_close(c.g);
+    return EXIT_FAILURE;
+  }
+  lua_pushcfunction(L, pmain);
+  lua_pushlightuserdata(L, &c);
+  int status = lua_pcall(L, 1, 1, 0);
+  int result = lua_toboolean(L, -1);
+  cli_report(L, status, progname);
+  /* The main chunk's queued work is part of the run: finish it and fail on
+   * an asynchronous error. */
+  if (status == LUA_OK && result && gpulua_synchronize(c.g) != LUA_OK) {
+    cli_message(progname, gpulua_error(c.g));
+    result = 0;
+  }
+  gpulua_close(c.g);
+  return (result && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
+}

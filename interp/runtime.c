@@ -1,0 +1,217 @@
+/* runtime.c — the embedding API (gpulua.h): one lua_State per instance with
+ * the standard libraries, the embedded stdlib modules and the `gpu` module.
+ * No static mutable state: everything an instance owns hangs off its handle
+ * or its Lua registry. */
+#include "gpulua.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "bindings.h"
+#include "stdlib_modules.h"
+
+struct gpulua {
+  lua_State *L;     /* NULL in the failed state */
+  char *err;        /* owned copy of the last error message, or NULL */
+  int err_nomem;    /* the last error could not be copied */
+};
+
+/* Fields of options version 1 end here; a caller's size must cover them. */
+#define OPTIONS_V1_END (offsetof(gpulua_options, ignore_env) + sizeof(int))
+
+static void set_error(gpulua *g, const char *msg) {
+  free(g->err);
+  g->err = strdup(msg ? msg : "(no error message)");
+  g->err_nomem = (g->err == NULL);
+}
+
+/* The error object on top of L as a message (it is always a string from our
+ * handler, except for objects raised before the handler ran). */
+static const char *top_message(lua_State *L) {
+  const char *msg = lua_tostring(L, -1);
+  return msg ? msg : "(error object is not a string)";
+}
+
+/* lua.c's message handler: turn the error object into a string and append a
+ * traceback. */
+static int msghandler(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* package.preload loader of one embedded module; upvalue 1 is its index in
+ * gpulua_stdlib.  Receives (name, extra) from require like a file loader. */
+static int stdlib_loader(lua_State *L) {
+  lua_Integer i = lua_tointeger(L, lua_upvalueindex(1));
+  const struct gpulua_stdlib_entry *e = &gpulua_stdlib[i];
+  if (luaL_loadbuffer(L, e->src, e->len, e->chunkname) != LUA_OK)
+    return lua_error(L);
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+/* Everything that builds the state runs here, in protected mode, so an error
+ * (a device that cannot be opened, out of memory) comes back as a status. */
+static int setup_state(lua_State *L) {
+  const gpulua_options *o = (const gpulua_options *)lua_touserdata(L, 1);
+  if (o->ignore_env) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
+  }
+  if (o->open_libs)
+    luaL_openlibs(L);
+  /* registry._PRELOAD is the table the package library exposes as
+   * package.preload, so this works whether or not `package` is open yet. */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  for (lua_Integer i = 0; gpulua_stdlib[i].name != NULL; i++) {
+    lua_pushinteger(L, i);
+    lua_pushcclosure(L, stdlib_loader, 1);
+    lua_setfield(L, -2, gpulua_stdlib[i].name);
+  }
+  lua_pushcfunction(L, luaopen_gpu);
+  lua_setfield(L, -2, "gpu");
+  lua_pop(L, 1);
+  if (o->device != NULL) {
+    lua_pushstring(L, o->device);
+    lua_setfield(L, LUA_REGISTRYINDEX, GPULUA_REG_DEVICE);
+  }
+  /* Eagerly, so a device that cannot be opened fails gpulua_open. */
+  luaL_requiref(L, "gpu", luaopen_gpu, 1);
+  return 0;
+}
+
+static const char *check_options(const gpulua_options *o) {
+  if (o->version < 1 || o->version > GPULUA_OPTIONS_VERSION)
+    return "unsupported options version";
+  if (o->size < OPTIONS_V1_END || o->size > sizeof(gpulua_options))
+    return "unsupported options size";
+  return NULL;
+}
+
+gpulua *gpulua_open(const gpulua_options *o) {
+  gpulua_options opt = GPULUA_OPTIONS_INIT;
+  gpulua *g = calloc(1, sizeof *g);
+  if (g == NULL)
+    return NULL;
+  if (o != NULL) {
+    const char *why = check_options(o);
+    if (why != NULL) {
+      char msg[256];
+      snprintf(msg, sizeof msg,
+               "gpulua_open: %s (size %zu, version %d; this library, gpulua "
+               GPULUA_VERSION_STRING ", takes version 1 to %d with size %zu to %zu): "
+               "initialise options with GPULUA_OPTIONS_INIT",
+               why, o->size, o->version, GPULUA_OPTIONS_VERSION,
+               (size_t)OPTIONS_V1_END, sizeof(gpulua_options));
+      set_error(g, msg);
+      return g;
+    }
+    /* Fields beyond the caller's size keep their defaults. */
+    memcpy(&opt, o, o->size);
+  }
+  g->L = luaL_newstate();
+  if (g->L == NULL) {
+    free(g);
+    return NULL;
+  }
+  lua_pushcfunction(g->L, setup_state);
+  lua_pushlightuserdata(g->L, &opt);
+  if (lua_pcall(g->L, 1, 0, 0) != LUA_OK) {
+    set_error(g, top_message(g->L));
+    lua_settop(g->L, 0);
+    gpulua_bind_finish(g->L);
+    lua_close(g->L);
+    g->L = NULL;
+  }
+  return g;
+}
+
+lua_State *gpulua_state(gpulua *g) {
+  return g != NULL ? g->L : NULL;
+}
+
+int gpulua_pcall(gpulua *g, int nargs, int nresults) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  lua_State *L = g->L;
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, msghandler);
+  lua_insert(L, base);
+  int status = lua_pcall(L, nargs, nresults, base);
+  lua_remove(L, base);
+  if (status != LUA_OK)
+    set_error(g, top_message(L));
+  return status;
+}
+
+/* Run the chunk that a load left on the stack (or record the load error). */
+static int run_loaded(gpulua *g, int status) {
+  if (status == LUA_OK)
+    status = gpulua_pcall(g, 0, 0);
+  else
+    set_error(g, top_message(g->L));
+  if (status != LUA_OK)
+    lua_pop(g->L, 1);
+  return status;
+}
+
+int gpulua_dofile(gpulua *g, const char *path) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  return run_loaded(g, luaL_loadfile(g->L, path));
+}
+
+int gpulua_dostring(gpulua *g, const char *chunk, const char *chunkname) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  if (chunk == NULL) {
+    set_error(g, "gpulua_dostring: chunk is NULL");
+    return LUA_ERRRUN;
+  }
+  size_t len = strlen(chunk);
+  return run_loaded(g, luaL_loadbuffer(g->L, chunk, len, chunkname ? chunkname : chunk));
+}
+
+int gpulua_synchronize(gpulua *g) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  int top = lua_gettop(g->L);
+  int status = gpulua_bind_finish(g->L);
+  if (status != LUA_OK)
+    set_error(g, top_message(g->L));
+  lua_settop(g->L, top);
+  return status;
+}
+
+const char *gpulua_error(gpulua *g) {
+  if (g == NULL)
+    return "gpulua: no instance (gpulua_open ran out of memory)";
+  if (g->err_nomem)
+    return "not enough memory (to copy the error message)";
+  return g->err != NULL ? g->err : "";
+}
+
+void gpulua_close(gpulua *g) {
+  if (g == NULL)
+    return;
+  if (g->L != NULL) {
+    /* Queued work must finish while the context and its objects still
+     * exist; an async error here has nobody left to report to. */
+    lua_settop(g->L, 0);
+    gpulua_bind_finish(g->L);
+    lua_close(g->L);
+  }
+  free(g->err);
+  free(g);
+}

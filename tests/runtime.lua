@@ -1,0 +1,170 @@
+-- The gpu module's runtime calls: backend, devices, synchronize, memory and
+-- stats counters.
+local gpu = require "gpu"
+local T = require "gpu.test"
+
+local function delta(before, after, key) return after[key] - before[key] end
+
+T.test("backend and devices", function()
+  T.ok(gpu.backend == "host" or gpu.backend == "cuda", "gpu.backend is host or cuda: " .. tostring(gpu.backend))
+  local n = gpu.device_count()
+  T.is(math.type(n), "integer", "device_count is an integer")
+  T.ok(n >= 1, "at least one device")
+  local info = gpu.device_info(0)
+  T.is(type(info), "table", "device_info(0) is a table")
+  T.is(type(info.name), "string", "device_info.name")
+  T.is(info.backend, gpu.backend, "device_info.backend matches gpu.backend")
+  T.is(info.index, 0, "device_info.index")
+  T.ok(math.type(info.total_memory) == "integer" and info.total_memory > 0, "device_info.total_memory > 0")
+  T.ok(math.type(info.multiprocessors) == "integer" and info.multiprocessors >= 1, "device_info.multiprocessors >= 1")
+  T.raises(function() gpu.device_info(n) end, { "device", "index", "range" }, "device_info(device_count()) raises")
+  T.raises(function() gpu.device_info(-1) end, { "device", "index", "range" }, "device_info(-1) raises")
+  gpu.set_device(0)
+  T.raises_at(function() gpu.set_device(n) end, { "device", "index", "range" }, "set_device(bad index) raises")
+  T.raises_at(function() gpu.set_device("x") end, "number expected", "set_device(string) raises")
+  local t = gpu.ones({4})
+  T.is(t:sum():item(), 4.0, "runtime usable after a bad set_device")
+  T.is(t.device_index, 0, "tensors land on device 0")
+end)
+
+T.test("synchronize is a counted sync", function()
+  local s0 = gpu.stats()
+  gpu.synchronize()
+  T.is(delta(s0, gpu.stats(), "syncs"), 1, "gpu.synchronize adds one sync")
+end)
+
+T.test("stats and memory have every documented field", function()
+  local m = gpu.memory()
+  for _, k in ipairs { "allocated", "reserved", "peak", "pinned", "pinned_peak", "host", "host_peak" } do
+    T.is(math.type(m[k]), "integer", "memory()." .. k .. " is an integer")
+  end
+  local s = gpu.stats()
+  for _, k in ipairs { "syncs", "launches", "copies", "h2d_bytes", "d2h_bytes", "d2d_bytes",
+                       "h2h_bytes", "streams", "events", "buffers", "max_concurrent" } do
+    T.is(math.type(s[k]), "integer", "stats()." .. k .. " is an integer")
+  end
+  T.ok(m.reserved >= m.allocated, "reserved >= allocated")
+end)
+
+T.test("device memory counters follow alloc and free", function()
+  collectgarbage(); collectgarbage(); gpu.synchronize()
+  local m0 = gpu.memory()
+  local b0 = gpu.stats().buffers
+  local t = gpu.empty({1000, 250}, { dtype = "f32" })       -- 1,000,000 bytes
+  local m1 = gpu.memory()
+  T.ok(m1.allocated - m0.allocated >= 1000000, "allocated grows by at least nbytes")
+  T.ok(m1.peak >= m1.allocated, "peak >= allocated")
+  T.ok(m1.reserved >= m1.allocated, "reserved >= allocated")
+  T.is(gpu.stats().buffers, b0 + 1, "one more live buffer")
+  local v = t:view({-1})                                    -- a view shares the buffer
+  T.is(gpu.stats().buffers, b0 + 1, "a view does not allocate")
+  T.is(gpu.memory().allocated, m1.allocated, "a view adds no memory")
+  t:close()
+  v:close()
+  gpu.synchronize()
+  T.is(gpu.memory().allocated, m0.allocated, "allocated back to baseline after close + sync")
+  T.is(gpu.stats().buffers, b0, "buffer count back to baseline")
+  T.ok(gpu.memory().peak >= m1.allocated, "peak remembers the high-water mark")
+
+  local u = gpu.zeros({1 << 18}, { dtype = "f64" })         -- 2 MiB
+  T.ok(gpu.memory().allocated - m0.allocated >= 1 << 21, "zeros allocates")
+  u = nil                                                   -- luacheck: ignore
+  collectgarbage(); collectgarbage(); gpu.synchronize()
+  T.is(gpu.memory().allocated, m0.allocated, "allocated back to baseline after collect + sync")
+end)
+
+T.test("pinned and host memory counters", function()
+  collectgarbage(); collectgarbage(); gpu.synchronize()
+  local m0 = gpu.memory()
+  local p = gpu.pinned({4096}, { dtype = "i32" })
+  local h = gpu.empty({4096}, { dtype = "f64", device = "host" })
+  local m1 = gpu.memory()
+  T.ok(m1.pinned - m0.pinned >= 16384, "pinned grows by at least nbytes")
+  T.ok(m1.host - m0.host >= 32768, "host grows by at least nbytes")
+  T.is(m1.allocated, m0.allocated, "device memory unchanged by pinned/host tensors")
+  T.ok(m1.pinned_peak >= m1.pinned and m1.host_peak >= m1.host, "pinned/host peaks")
+  p:close(); h:close()
+  gpu.synchronize()
+  local m2 = gpu.memory()
+  T.is(m2.pinned, m0.pinned, "pinned back to baseline")
+  T.is(m2.host, m0.host, "host back to baseline")
+end)
+
+T.test("copy byte counters are exact", function()
+  local n = 12345
+  local p = gpu.full({n}, 3, { dtype = "f32", device = "pinned" })
+  local d = gpu.empty({n}, { dtype = "f32" })
+  local d2 = gpu.empty({n}, { dtype = "f32" })
+  local h = gpu.empty({n}, { dtype = "f32", device = "host" })
+  gpu.synchronize()
+
+  local s0 = gpu.stats()
+  d:copy(p)
+  local s1 = gpu.stats()
+  T.is(delta(s0, s1, "h2d_bytes"), 4 * n, "pinned -> device adds nbytes to h2d_bytes")
+  T.is(delta(s0, s1, "d2h_bytes"), 0, "... and nothing to d2h_bytes")
+  T.is(delta(s0, s1, "copies"), 1, "... and one copy")
+
+  d2:copy(d)
+  local s2 = gpu.stats()
+  T.is(delta(s1, s2, "d2d_bytes"), 4 * n, "device -> device adds nbytes to d2d_bytes")
+
+  h:copy(d2)
+  local s3 = gpu.stats()
+  T.is(delta(s2, s3, "d2h_bytes"), 4 * n, "device -> host adds nbytes to d2h_bytes")
+  T.is(delta(s2, s3, "h2d_bytes"), 0, "... and nothing to h2d_bytes")
+
+  p:copy(h)
+  local s4 = gpu.stats()
+  T.is(delta(s3, s4, "h2h_bytes"), 4 * n, "host -> pinned adds nbytes to h2h_bytes")
+  T.is(p:get(n), 3.0, "data made the round trip")
+
+  -- an f64 tensor of 1000 elements copied from pageable memory: 8000 bytes
+  local hv = gpu.zeros({1000}, { dtype = "f64", device = "host" })
+  local dv = gpu.empty({1000}, { dtype = "f64" })
+  local s5 = gpu.stats()
+  dv:copy(hv)
+  T.is(delta(s5, gpu.stats(), "h2d_bytes"), 8000, "host -> device f64 adds 8 bytes per element")
+end)
+
+T.test("launches and syncs move with the work", function()
+  local t = gpu.ones({256})
+  gpu.synchronize()
+  local s0 = gpu.stats()
+  local u = t + 1
+  local s1 = gpu.stats()
+  T.ok(delta(s0, s1, "launches") >= 1, "an elementwise op counts a launch")
+  T.is(delta(s0, s1, "syncs"), 0, "an elementwise op does not sync")
+  local r = u:sum()
+  local s2 = gpu.stats()
+  T.ok(delta(s1, s2, "launches") >= 1, "a reduction counts a launch")
+  T.is(delta(s1, s2, "syncs"), 0, "a reduction does not sync")
+  T.is(r:item(), 512.0, "sum of ones + 1")
+  local s3 = gpu.stats()
+  T.ok(delta(s2, s3, "syncs") >= 1, "item() counts at least one sync")
+  T.ok(delta(s2, s3, "d2h_bytes") >= 4, "item() moves the value device -> host")
+  local _ = u:get(1)
+  T.ok(delta(s3, gpu.stats(), "syncs") >= 1, "get() counts a sync")
+  local s4 = gpu.stats()
+  local _ = u:totable()
+  T.ok(delta(s4, gpu.stats(), "syncs") >= 1, "totable() counts a sync")
+end)
+
+T.test("seed and sleep", function()
+  gpu.seed(1234)
+  local a = gpu.rand({16}):totable()
+  gpu.seed(1234)
+  local b = gpu.rand({16}):totable()
+  T.is(a, b, "gpu.seed(n) resets the generator")
+  T.isnt(gpu.rand({16}):totable(), b, "the offset advances between draws")
+  local s = gpu.stream()
+  gpu.sleep(1, { stream = s })
+  gpu.sleep(0)
+  s:synchronize()
+  T.ok(s:query(), "gpu.sleep on a stream completes")
+  T.raises_at(function() gpu.sleep(-5) end, "bad argument", "gpu.sleep(negative) raises")
+  T.raises_at(function() gpu.sleep("x") end, "bad argument", "gpu.sleep(string) raises")
+  s:close()
+end)
+
+T.done()

@@ -1,0 +1,39 @@
+-- The example scripts run unchanged in a child gpulua: scripts/overlap.lua
+-- passes its own check with and without host jitter, and its check catches
+-- a missing event wait.
+local gpu = require "gpu"
+local T = require "gpu.test"
+
+local BIN = arg and arg[-1] or "build/gpulua"
+
+-- run a gpulua command line; returns combined output, and whether it exited 0
+local function run(env, args)
+  local p = assert(io.popen(string.format("%s %s %s 2>&1", env, BIN, args)))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
+T.test("scripts/overlap.lua", function()
+  local out, ok = run("", "scripts/overlap.lua 6 65536")
+  T.ok(ok, "overlap.lua exits 0")
+  T.ok(out:find("overlap: 6 batches x [%d.]+ MiB, check ok"), "overlap.lua prints its check line")
+  T.ok(out:find("time:%s+total [%d.]+ ms%s+copy [%d.]+ ms"), "overlap.lua prints its timing line")
+  if not ok then T.diag(out) end
+  local out2, ok2 = run("GPULUA_HOST_JITTER=1", "scripts/overlap.lua 8 32768")
+  T.ok(ok2, "overlap.lua exits 0 under GPULUA_HOST_JITTER=1")
+  T.ok(out2:find("check ok", 1, true), "... with its check line")
+  if not ok2 then T.diag(out2) end
+  local out3, ok3 = run("", "scripts/overlap.lua 1 4096")
+  T.ok(ok3 and out3:find("overlap: 1 batches", 1, true), "a single batch works")
+end)
+
+T.test("overlap.lua's check fails without the event wait", function()
+  if gpu.backend ~= "host" then return T.skip("jitter", "host backend only") end
+  local out, ok = run("GPULUA_HOST_JITTER=1", "scripts/overlap.lua 16 65536 unsafe")
+  T.ok(not ok, "the unsafe variant exits non-zero under jitter")
+  T.ok(out:find("check FAILED", 1, true), "and says the check failed")
+  T.diag((out:gsub("\n$", "")))
+end)
+
+T.done()
