@@ -77,7 +77,9 @@ float dev_half_to_float(uint16_t h)
   if (e == 0x0f800000) {          /* inf or NaN: exponent all ones, NaN made quiet */
     b += 112u << 23;
     if (em & 0x7fffff) b |= 0x400000;
-  } else if (e == 0) {            /* zero or subnormal: 2^-14 * (1 + m/1024) - 2^-14 */
+  } else if (em == 0) {
+    b = 0;
+  } else if (e == 0) {            /* subnormal: 2^-14 * (1 + m/1024) - 2^-14 */
     b += 1u << 23;
     memcpy(&f, &b, sizeof f);
     f -= 0x1p-14f;

@@ -459,10 +459,10 @@ static double below_high(double v, double high, dev_dtype t)
     for (f = (float)v; f >= high;) f = nextafterf(f, -INFINITY);
     return f;
   case DEV_F16:
-    for (h = dev_float_to_half((float)v); dev_half_to_float(h) >= high;) h = step_down16(h);
+    for (h = double_to_half(v); dev_half_to_float(h) >= high;) h = step_down16(h);
     return dev_half_to_float(h);
   case DEV_BF16:
-    for (h = dev_float_to_bf16((float)v); dev_bf16_to_float(h) >= high;) h = step_down16(h);
+    for (h = double_to_bf16(v); dev_bf16_to_float(h) >= high;) h = step_down16(h);
     return dev_bf16_to_float(h);
   default:
     return v < high ? v : nextafter(high, -INFINITY);
