@@ -38,6 +38,11 @@ int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname);
 #define BIND_CHECK(L, ctx, call, fname) \
   do { if ((call) != DEV_OK) bind_raise((L), (ctx), (fname)); } while (0)
 
+/* Rule for bindings: Lua code (finalizers run by an allocation, metamethods)
+ * may close any object.  So raw dev_stream / dev_buf pointers are fetched from
+ * their handles after the last Lua allocation and just before the device call;
+ * tables are read with raw access. */
+
 /* streams */
 dev_stream *bind_check_stream(lua_State *L, int idx);
 dev_stream *bind_current_stream(lua_State *L);

@@ -25,7 +25,7 @@ static int event_new(lua_State *L) {
   int timing = 1;  /* as cudaEventCreate; {timing = false} for pure ordering */
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    if (lua_getfield(L, 1, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
+    if (bind_opt_field(L, 1, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
   gpu_event *p = lua_newuserdatauv(L, sizeof *p, 0);
@@ -46,6 +46,7 @@ static int event_release(lua_State *L) {
 }
 
 static int event_record(lua_State *L) {
+  bind_ctx(L);
   dev_event *e = bind_check_event(L, 1);
   dev_stream *s = lua_isnoneornil(L, 2) ? bind_current_stream(L) : bind_check_stream(L, 2);
   BIND_CHECK(L, bind_ctx(L), dev_event_record(e, s), "record");
@@ -54,20 +55,22 @@ static int event_record(lua_State *L) {
 }
 
 static int event_synchronize(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
   dev_event *e = bind_check_event(L, 1);
-  BIND_CHECK(L, bind_ctx(L), dev_event_synchronize(e), "synchronize");
+  BIND_CHECK(L, ctx, dev_event_synchronize(e), "synchronize");
   return 0;
 }
 
 static int event_query(lua_State *L) {
+  bind_ctx(L);
   lua_pushboolean(L, dev_event_query(bind_check_event(L, 1)) > 0);
   return 1;
 }
 
 static int elapsed(lua_State *L, int start, int end) {
+  dev_ctx *ctx = bind_ctx(L);
   dev_event *a = bind_check_event(L, start), *b = bind_check_event(L, end);
   double ms;
-  dev_ctx *ctx = bind_ctx(L);
   if (dev_event_elapsed(a, b, &ms)) return luaL_error(L, "elapsed: %s", dev_errmsg(ctx));
   lua_pushnumber(L, ms);
   return 1;

@@ -33,12 +33,16 @@ int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname) {
   return luaL_error(L, "%s: %s", fname, dev_errmsg(ctx));
 }
 
+/* Raw access: no metamethod of the caller's table runs in the middle of a
+ * binding (it could close the objects the binding is working on). */
 int bind_opt_field(lua_State *L, int idx, const char *field) {
   if (lua_type(L, idx) != LUA_TTABLE) {
     lua_pushnil(L);
     return LUA_TNIL;
   }
-  return lua_getfield(L, idx, field);
+  idx = lua_absindex(L, idx);
+  lua_pushstring(L, field);
+  return lua_rawget(L, idx);
 }
 
 static int state_gc(lua_State *L) {

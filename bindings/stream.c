@@ -45,6 +45,7 @@ dev_stream *bind_current_stream(lua_State *L) {
   dev_stream *s = NULL;
   if (push_current(L) != LUA_TNIL) {
     gpu_stream *p = lua_touserdata(L, -1);
+    if (!p->s) luaL_error(L, "the current stream (set by gpu.using) is closed");
     s = p->s;
   }
   lua_pop(L, 1);
@@ -54,7 +55,7 @@ dev_stream *bind_current_stream(lua_State *L) {
 
 dev_stream *bind_opt_stream(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TTABLE) {
-    if (lua_getfield(L, idx, "stream") != LUA_TNIL) {
+    if (bind_opt_field(L, idx, "stream") != LUA_TNIL) {
       gpu_stream *p = luaL_testudata(L, -1, GPULUA_STREAM);
       if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", luaL_typename(L, -1));
       if (!p->s) luaL_error(L, "bad option 'stream' (stream is closed)");
@@ -68,8 +69,10 @@ dev_stream *bind_opt_stream(lua_State *L, int idx) {
 
 static int parse_priority(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TNUMBER) {
-    lua_Integer p = luaL_checkinteger(L, idx);
-    if (p < -1 || p > 1) luaL_error(L, "bad option 'priority' (must be -1, 0 or 1)");
+    int isint;
+    lua_Integer p = lua_tointegerx(L, idx, &isint);
+    if (!isint || p < -1 || p > 1)
+      luaL_error(L, "bad option 'priority' (expected \"low\", \"normal\", \"high\" or -1, 0, 1)");
     return (int)p;
   }
   static const char *const names[] = {"low", "normal", "high", NULL};
@@ -85,9 +88,9 @@ static int stream_new(lua_State *L) {
   int prio = DEV_PRIO_NORMAL, nonblocking = 0;
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    if (lua_getfield(L, 1, "priority") != LUA_TNIL) prio = parse_priority(L, -1);
+    if (bind_opt_field(L, 1, "priority") != LUA_TNIL) prio = parse_priority(L, -1);
     lua_pop(L, 1);
-    lua_getfield(L, 1, "nonblocking");
+    bind_opt_field(L, 1, "nonblocking");
     nonblocking = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
@@ -117,8 +120,8 @@ static int stream_close(lua_State *L) {
 }
 
 static int stream_wait(lua_State *L) {
-  dev_stream *s = bind_check_stream(L, 1);
   dev_ctx *ctx = bind_ctx(L);
+  dev_stream *s = bind_check_stream(L, 1);
   int rc;
   if (luaL_testudata(L, 2, GPULUA_EVENT)) {
     rc = dev_stream_wait_event(s, bind_check_event(L, 2));
@@ -133,30 +136,33 @@ static int stream_wait(lua_State *L) {
 }
 
 static int stream_synchronize(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
   dev_stream *s = bind_check_stream(L, 1);
-  BIND_CHECK(L, bind_ctx(L), dev_stream_synchronize(s), "synchronize");
+  BIND_CHECK(L, ctx, dev_stream_synchronize(s), "synchronize");
   return 0;
 }
 
 static int stream_query(lua_State *L) {
+  bind_ctx(L);
   dev_stream *s = bind_check_stream(L, 1);
   lua_pushboolean(L, dev_stream_query(s) > 0);
   return 1;
 }
 
 static int stream_record(lua_State *L) {
-  dev_stream *s = bind_check_stream(L, 1);
   dev_ctx *ctx = bind_ctx(L);
+  bind_check_stream(L, 1);
   int timing = 1;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
-    if (lua_getfield(L, 2, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
+    if (bind_opt_field(L, 2, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
-  dev_event *e;
-  BIND_CHECK(L, ctx, dev_event_create(ctx, timing, &e), "record");
-  bind_push_event(L, e);
-  BIND_CHECK(L, ctx, dev_event_record(e, s), "record");
+  bind_push_event(L, NULL);  /* push, then acquire */
+  gpu_event *p = lua_touserdata(L, -1);
+  BIND_CHECK(L, ctx, dev_event_create(ctx, timing, &p->e), "record");
+  dev_stream *s = bind_check_stream(L, 1);
+  BIND_CHECK(L, ctx, dev_event_record(p->e, s), "record");
   return 1;
 }
 

@@ -72,21 +72,35 @@ static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int 
 
 static gpu_tensor *new_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, int ndim,
                             const int64_t *shape, const char *fname) {
+  if (!like->v.buf) luaL_error(L, "%s: tensor is closed", fname);
   return new_tensor(L, like->v.buf->kind, dt, ndim, shape, fname);
 }
 
-/* A new handle on the same storage (views). */
-static gpu_tensor *new_view(lua_State *L, const gpu_tensor *base) {
+/* A new handle on the same storage (views); base at stack index idx. */
+static gpu_tensor *new_view(lua_State *L, int idx) {
   gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
   luaL_setmetatable(L, GPULUA_TENSOR);
+  gpu_tensor *base = bind_check_tensor(L, idx);
   t->v = base->v;
   dev_buf_retain(t->v.buf);
   return t;
 }
 
-static void submit(lua_State *L, dev_stream *s, const dev_kop *op, const char *fname) {
+static dev_stream *opts_stream(lua_State *L, int opts) {
+  return opts ? bind_opt_stream(L, opts) : bind_current_stream(L);
+}
+
+/* Enqueue op.  The buffers of its views are taken from the tensors at stack
+ * indices out/in0/in1 (0: keep the view's buffer) and the stream from opts,
+ * here, after the binding's last Lua allocation (see common.h). */
+static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in1,
+                   const char *fname) {
   dev_ctx *ctx = bind_ctx(L);
+  dev_stream *s = opts_stream(L, opts);
+  if (out) op->out.buf = bind_check_tensor(L, out)->v.buf;
+  if (in0) op->in[0].buf = bind_check_tensor(L, in0)->v.buf;
+  if (in1) op->in[1].buf = bind_check_tensor(L, in1)->v.buf;
   bind_site(L, ctx);
   if (dev_submit(ctx, s, op) != DEV_OK) bind_raise(L, ctx, fname);
 }
@@ -98,7 +112,7 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) 
     ndim = 1;
     lua_pushvalue(L, idx);
   } else if (lua_type(L, idx) == LUA_TTABLE) {
-    lua_Integer n = luaL_len(L, idx);
+    size_t n = lua_rawlen(L, idx);
     if (n > DEV_MAXDIM) luaL_argerror(L, idx, lua_pushfstring(L, "%s has %d dims (at most %d)", what, (int)n, DEV_MAXDIM));
     ndim = (int)n;
   } else {
@@ -106,7 +120,7 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) 
   }
   int64_t total = 1;
   for (int d = 0; d < ndim; d++) {
-    if (lua_type(L, idx) == LUA_TTABLE) lua_geti(L, idx, d + 1);
+    if (lua_type(L, idx) == LUA_TTABLE) lua_rawgeti(L, idx, d + 1);
     else lua_pushvalue(L, -1);
     int isint;
     lua_Integer v = lua_tointegerx(L, -1, &isint);
@@ -235,9 +249,13 @@ static void push_elem(lua_State *L, dev_dtype t, const void *p) {
 
 /* Write packed f64/i64 values into dst: cast on the host first, so the device
  * side only ever sees a plain copy. */
-static void upload(lua_State *L, const dev_view *dst, int isint, const void *vals,
-                   dev_stream *s, const char *fname) {
+/* dst views the tensor at stack index tidx; the stream comes from opts. */
+static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void *vals,
+                   int opts, const char *fname) {
   dev_ctx *ctx = bind_ctx(L);
+  dev_stream *s = opts_stream(L, opts);
+  dst_.buf = bind_check_tensor(L, tidx)->v.buf;
+  const dev_view *dst = &dst_;
   int64_t n = dev_view_numel(dst);
   dev_dtype srct = isint ? DEV_I64 : DEV_F64;
   dev_buf *tmp = NULL, *cast = NULL;
@@ -278,18 +296,19 @@ static int fill_new(lua_State *L, const char *fname, int value_kind) {
   if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
   dev_dtype dt = opt_dtype(L, opts, DEV_F32);
   dev_memkind kind = opt_device(L, opts, DEV_MEM_DEVICE);
-  dev_stream *s = bind_opt_stream(L, opts);
+  opts_stream(L, opts);  /* a bad stream option raises before allocating */
   dev_scalar v = {1, 0, 0};
   if (value_kind == 1) { v.i = 1; v.f = 1; }
   if (value_kind == 2) v = check_scalar(L, 2, dt, 2, NULL);
   gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, fname);
   if (value_kind == 0) {
     dev_ctx *ctx = bind_ctx(L);
+    dev_stream *s = opts_stream(L, opts);
     bind_site(L, ctx);
     if (dev_memset(ctx, s, t->v.buf, 0, 0, t->v.buf->bytes) != DEV_OK) bind_raise(L, ctx, fname);
   } else if (value_kind > 0) {
     dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
-    submit(L, s, &op, fname);
+    submit(L, opts, &op, 0, 0, 0, fname);
   }
   return 1;
 }
@@ -318,7 +337,7 @@ static int tensor_arange(lua_State *L) {
   for (int i = 1; i <= nargs; i++) allint &= lua_isinteger(L, i);
   dev_dtype dt = opt_dtype(L, opts, allint ? DEV_I64 : DEV_F32);
   dev_memkind kind = opt_device(L, opts, DEV_MEM_DEVICE);
-  dev_stream *s = bind_opt_stream(L, opts);
+  opts_stream(L, opts);
   int64_t n;
   dev_scalar start = {0, 0, 0}, step = {1, 1, 1};
   if (allint) {
@@ -350,7 +369,7 @@ static int tensor_arange(lua_State *L) {
     return luaL_error(L, "bad option 'dtype' (arange with non-integer bounds needs a float dtype)");
   gpu_tensor *t = new_tensor(L, kind, dt, 1, &n, "arange");
   dev_kop op = {.kind = DEV_OP_ARANGE, .out = t->v, .s0 = start, .s1 = step};
-  submit(L, s, &op, "arange");
+  submit(L, opts, &op, 0, 0, 0, "arange");
   return 1;
 }
 
@@ -361,7 +380,7 @@ static int random_new(lua_State *L, int normal) {
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
   dev_dtype dt = opt_dtype(L, 2, DEV_F32);
   dev_memkind kind = opt_device(L, 2, DEV_MEM_DEVICE);
-  dev_stream *s = bind_opt_stream(L, 2);
+  opts_stream(L, 2);
   gpu_state *st = bind_state(L);
   if (normal && !dev_dtype_is_float(dt))
     return luaL_error(L, "bad option 'dtype' (randn needs a float dtype, got %s)", dev_dtype_name(dt));
@@ -370,9 +389,9 @@ static int random_new(lua_State *L, int normal) {
   if (dev_dtype_is_float(dt)) {
     a = (dev_scalar){0, 0, 0};
     b = (dev_scalar){0, 0, 1};
-    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a.f = luaL_checknumber(L, -1);
+    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = check_scalar(L, -1, DEV_F64, 0, normal ? "option 'mean'" : "option 'low'");
     lua_pop(L, 1);
-    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b.f = luaL_checknumber(L, -1);
+    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = check_scalar(L, -1, DEV_F64, 0, normal ? "option 'std'" : "option 'high'");
     lua_pop(L, 1);
     if (!normal && !(b.f > a.f)) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
     if (normal && !(b.f >= 0)) return luaL_error(L, "bad option 'std' (must be >= 0)");
@@ -381,16 +400,23 @@ static int random_new(lua_State *L, int normal) {
     b = (dev_scalar){1, dt == DEV_BOOL ? 2 : (int64_t)1 << 31, 0};
     if (dt == DEV_U8) b.i = 256;
     if (dt == DEV_I8) { a.i = -128; b.i = 128; }
-    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = check_scalar(L, -1, dt == DEV_BOOL ? DEV_I64 : dt, 0, "option 'low'");
+    /* [low, high) must lie in the dtype: low fits, high - 1 fits */
+    int64_t maxv = b.i - 1;
+    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = check_scalar(L, -1, dt == DEV_BOOL ? DEV_U8 : dt, 0, "option 'low'");
     lua_pop(L, 1);
     if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = check_scalar(L, -1, DEV_I64, 0, "option 'high'");
     lua_pop(L, 1);
     if (b.i <= a.i) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
+    if (dt == DEV_BOOL) maxv = 1;
+    else if (dt == DEV_I32) maxv = INT32_MAX;
+    else if (dt == DEV_I64) maxv = INT64_MAX;
+    if (b.i - 1 > maxv || (dt == DEV_BOOL && a.i > 1))
+      return luaL_error(L, "bad option 'high' (%I is beyond %s's range)", (lua_Integer)b.i, dev_dtype_name(dt));
   }
   uint64_t seed = st->seed, offset;
   int64_t n = numel_of(ndim, shape);
   if (bind_opt_field(L, 2, "seed") != LUA_TNIL) {
-    seed = (uint64_t)luaL_checkinteger(L, -1);
+    seed = (uint64_t)check_scalar(L, -1, DEV_I64, 0, "option 'seed'").i;
     offset = 0;
   } else {
     offset = st->offset;
@@ -400,7 +426,7 @@ static int random_new(lua_State *L, int normal) {
   gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, fname);
   dev_kop op = {.kind = DEV_OP_RAND, .code = normal ? DEV_RAND_NORMAL : DEV_RAND_UNIFORM,
                 .out = t->v, .s0 = a, .s1 = b, .seed = seed, .offset = offset};
-  submit(L, s, &op, fname);
+  submit(L, 2, &op, 0, 0, 0, fname);
   return 1;
 }
 
@@ -413,10 +439,10 @@ static void infer_shape(lua_State *L, int idx, int *ndim, int64_t *shape) {
   lua_pushvalue(L, idx);
   while (lua_type(L, -1) == LUA_TTABLE) {
     if (*ndim == DEV_MAXDIM) luaL_argerror(L, 1, "too many nested tables");
-    lua_Integer n = luaL_len(L, -1);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
     if (n <= 0) luaL_argerror(L, 1, "empty table (zero-sized dimensions are not supported)");
     shape[(*ndim)++] = n;
-    lua_geti(L, -1, 1);
+    lua_rawgeti(L, -1, 1);
     lua_remove(L, -2);
   }
   lua_pop(L, 1);
@@ -433,11 +459,11 @@ static void flatten(lua_State *L, int idx, int d, int ndim, const int64_t *shape
     else fl->p.f[fl->k++] = v.f;
     return;
   }
-  if (lua_type(L, idx) != LUA_TTABLE || luaL_len(L, idx) != shape[d])
+  if (lua_type(L, idx) != LUA_TTABLE || (int64_t)lua_rawlen(L, idx) != shape[d])
     luaL_argerror(L, 1, lua_pushfstring(L, "ragged nested table (dim %d should have %d entries)",
                                         d + 1, (int)shape[d]));
   for (int64_t i = 1; i <= shape[d]; i++) {
-    lua_geti(L, idx, i);
+    lua_rawgeti(L, idx, i);
     flatten(L, lua_gettop(L), d + 1, ndim, shape, fl);
     lua_pop(L, 1);
   }
@@ -452,17 +478,19 @@ static int tensor_from(lua_State *L) {
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
   dev_dtype dt = opt_dtype(L, 2, DEV_F32);
   dev_memkind kind = opt_device(L, 2, DEV_MEM_DEVICE);
-  dev_stream *s = bind_opt_stream(L, 2);
+  opts_stream(L, 2);
   infer_shape(L, 1, &ndim, shape);
-  int64_t n = numel_of(ndim, shape);
-  if (n > ((int64_t)1 << 31)) return luaL_argerror(L, 1, "table too large");
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++)
+    if (__builtin_mul_overflow(n, shape[d], &n) || n > ((int64_t)1 << 31))
+      return luaL_argerror(L, 1, "table too large");
   flat fl = {.isint = !dev_dtype_is_float(dt), .dt = dt, .k = 0};
   /* staging in a userdata: nothing leaks if a value is bad */
   void *stage = lua_newuserdatauv(L, (size_t)n * 8, 0);
   fl.p.f = stage;
   flatten(L, 1, 0, ndim, shape, &fl);
   gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, "tensor");
-  upload(L, &t->v, fl.isint, stage, s, "tensor");
+  upload(L, t->v, lua_gettop(L), fl.isint, stage, 2, "tensor");
   return 1;
 }
 
@@ -503,7 +531,7 @@ static int t_release(lua_State *L) {
 
 static int t_index(lua_State *L) {
   gpu_tensor *t = to_tensor(L, 1);
-  const char *k = lua_tostring(L, 2);
+  const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
   lua_getmetatable(L, 1);
   lua_getfield(L, -1, "__methods");
   if (k && lua_getfield(L, -1, k) != LUA_TNIL) return 1;
@@ -532,10 +560,13 @@ static int t_index(lua_State *L) {
 }
 
 /* Read all values (C order) into a userdata on the stack top; a counted sync. */
-static void *download(lua_State *L, gpu_tensor *t, dev_stream *s, const char *fname) {
+static void *download(lua_State *L, int tidx, int opts, const char *fname) {
   dev_ctx *ctx = bind_ctx(L);
+  gpu_tensor *t = bind_check_tensor(L, tidx);
   size_t bytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
   void *p = lua_newuserdatauv(L, bytes, 0);
+  dev_stream *s = opts_stream(L, opts);
+  t = bind_check_tensor(L, tidx);
   bind_site(L, ctx);
   if (dev_read(ctx, s, &t->v, p) != DEV_OK) bind_raise(L, ctx, fname);
   return p;
@@ -549,7 +580,7 @@ static int t_item(lua_State *L) {
     return luaL_error(L, "item: tensor has %I elements (shape %s), expected 1",
                       (lua_Integer)dev_view_numel(&t->v), sh);
   }
-  void *p = download(L, t, bind_opt_stream(L, 2), "item");
+  void *p = download(L, 1, lua_istable(L, 2) ? 2 : 0, "item");
   push_elem(L, t->v.dtype, p);
   return 1;
 }
@@ -592,7 +623,7 @@ static int t_set(lua_State *L) {
   dev_view v = element_view(L, t, 2, n, "set");
   dev_scalar s = check_scalar(L, n + 2, t->v.dtype, n + 2, NULL);
   int isint = !dev_dtype_is_float(t->v.dtype);
-  upload(L, &v, isint, isint ? (const void *)&s.i : (const void *)&s.f, bind_current_stream(L), "set");
+  upload(L, v, 1, isint, isint ? (const void *)&s.i : (const void *)&s.f, 0, "set");
   lua_settop(L, 1);
   return 1;
 }
@@ -614,7 +645,7 @@ static void build_table(lua_State *L, dev_dtype dt, const unsigned char **p, int
 
 static int t_totable(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  const unsigned char *p = download(L, t, bind_opt_stream(L, 2), "totable");
+  const unsigned char *p = download(L, 1, lua_istable(L, 2) ? 2 : 0, "totable");
   build_table(L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
   return 1;
 }
@@ -663,12 +694,14 @@ static int t_tostring(lua_State *L) {
     lua_pushfstring(L, "gpu.Tensor(%s, %s, %s) {...}", dev_dtype_name(t->v.dtype), sh, kind_name(t));
     return 1;
   }
-  const unsigned char *p = download(L, t, bind_current_stream(L), "tostring");
+  dev_view v = t->v;  /* t may be closed by Lua code from here on */
+  lua_pushfstring(L, "gpu.Tensor(%s, %s, %s) ", dev_dtype_name(v.dtype), sh, kind_name(t));
+  const unsigned char *p = download(L, 1, 0, "tostring");
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  lua_pushfstring(L, "gpu.Tensor(%s, %s, %s) ", dev_dtype_name(t->v.dtype), sh, kind_name(t));
+  lua_pushvalue(L, -3);
   luaL_addvalue(&b);
-  fmt_values(&b, L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
+  fmt_values(&b, L, v.dtype, &p, 0, v.ndim, v.shape);
   luaL_pushresult(&b);
   return 1;
 }
@@ -701,11 +734,11 @@ static int t_narrow(lua_State *L) {
                                         d + 1, (lua_Integer)t->v.shape[d]));
   if (len < 1)
     luaL_argerror(L, 4, lua_pushfstring(L, "length must be positive, got %I", len));
-  if (start - 1 + len > t->v.shape[d])
+  if (len > t->v.shape[d] - (start - 1))
     luaL_argerror(L, 4, lua_pushfstring(L, "narrow past the end: start %I with length %I exceeds size %I of dim %d",
                                         start, len, (lua_Integer)t->v.shape[d], d + 1));
-  gpu_tensor *r = new_view(L, t);
-  r->v.offset += (size_t)((start - 1) * t->v.stride[d]) * dev_dtype_size(t->v.dtype);
+  gpu_tensor *r = new_view(L, 1);
+  r->v.offset += (size_t)((start - 1) * r->v.stride[d]) * dev_dtype_size(r->v.dtype);
   r->v.shape[d] = len;
   return 1;
 }
@@ -715,8 +748,9 @@ static int t_view(lua_State *L) {
   int64_t shape[DEV_MAXDIM];
   int ndim, infer = -1;
   if (lua_type(L, 2) == LUA_TTABLE) {
-    ndim = (int)luaL_len(L, 2);
-    if (ndim > DEV_MAXDIM) luaL_argerror(L, 2, "too many dims");
+    size_t len = lua_rawlen(L, 2);
+    if (len < 1 || len > DEV_MAXDIM) luaL_argerror(L, 2, "shape must have 1 to 8 dims");
+    ndim = (int)len;
   } else {
     ndim = lua_gettop(L) - 1;
     if (ndim < 1 || ndim > DEV_MAXDIM) luaL_argerror(L, 2, "shape expected");
@@ -724,7 +758,7 @@ static int t_view(lua_State *L) {
   int64_t known = 1;
   for (int d = 0; d < ndim; d++) {
     int isint;
-    if (lua_type(L, 2) == LUA_TTABLE) lua_geti(L, 2, d + 1);
+    if (lua_type(L, 2) == LUA_TTABLE) lua_rawgeti(L, 2, d + 1);
     else lua_pushvalue(L, d + 2);
     lua_Integer v = lua_tointegerx(L, -1, &isint);
     lua_pop(L, 1);
@@ -753,7 +787,7 @@ static int t_view(lua_State *L) {
   }
   if (!dev_view_contiguous(&t->v))
     luaL_error(L, "view: tensor is not contiguous (use t:contiguous():view(...))");
-  gpu_tensor *r = new_view(L, t);
+  gpu_tensor *r = new_view(L, 1);
   set_contiguous(&r->v, ndim, shape);
   return 1;
 }
@@ -769,10 +803,12 @@ static void check_same_numel(lua_State *L, int arg, const gpu_tensor *dst, const
   }
 }
 
-static void copy_into(lua_State *L, gpu_tensor *dst, gpu_tensor *src, dev_stream *s) {
-  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = dst->v};
-  op.in[0] = src->v;
-  submit(L, s, &op, "copy");
+/* tensors at stack indices dst and src */
+static void copy_into(lua_State *L, int dst, int src, int opts) {
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
+  op.out = bind_check_tensor(L, dst)->v;
+  op.in[0] = bind_check_tensor(L, src)->v;
+  submit(L, opts, &op, dst, src, 0, "copy");
 }
 
 static int t_copy(lua_State *L) {
@@ -783,7 +819,7 @@ static int t_copy(lua_State *L) {
     luaL_argerror(L, 2, lua_pushfstring(L, "dtype %s does not match %s (cast with src:to(\"%s\"))",
                                         dev_dtype_name(src->v.dtype), dev_dtype_name(dst->v.dtype),
                                         dev_dtype_name(dst->v.dtype)));
-  copy_into(L, dst, src, bind_opt_stream(L, 3));
+  copy_into(L, 1, 2, lua_istable(L, 3) ? 3 : 0);
   lua_settop(L, 1);
   return 1;
 }
@@ -791,9 +827,8 @@ static int t_copy(lua_State *L) {
 static int t_clone(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
-  dev_stream *s = bind_opt_stream(L, 2);
-  gpu_tensor *r = new_like(L, t, t->v.dtype, t->v.ndim, t->v.shape, "clone");
-  copy_into(L, r, t, s);
+  new_like(L, t, t->v.dtype, t->v.ndim, t->v.shape, "clone");
+  copy_into(L, lua_gettop(L), 1, lua_istable(L, 2) ? 2 : 0);
   return 1;
 }
 
@@ -824,23 +859,26 @@ static int t_to(lua_State *L) {
     luaL_typeerror(L, 2, "device or dtype name, or table");
   }
   if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
-  dev_stream *s = bind_opt_stream(L, opts);
-  if (kind == t->v.buf->kind && dt == t->v.dtype) {
-    gpu_tensor *r = new_like(L, t, dt, t->v.ndim, t->v.shape, "to");
-    copy_into(L, r, t, s);
+  if (!lua_istable(L, opts)) opts = 0;
+  dev_view tv = t->v;
+  dev_memkind tkind = t->v.buf->kind;
+  if (kind == tkind && dt == tv.dtype) {
+    new_tensor(L, kind, dt, tv.ndim, tv.shape, "to");
+    copy_into(L, lua_gettop(L), 1, opts);
     return 1;
   }
   /* Cast where the data is, then move it. */
-  gpu_tensor *src = t;
-  if (dt != t->v.dtype) {
-    src = new_like(L, t, dt, t->v.ndim, t->v.shape, "to");
-    dev_kop op = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1, .out = src->v};
-    op.in[0] = t->v;
-    submit(L, s, &op, "to");
+  int src = 1;
+  if (dt != tv.dtype) {
+    gpu_tensor *c = new_tensor(L, tkind, dt, tv.ndim, tv.shape, "to");
+    dev_kop op = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1, .out = c->v};
+    op.in[0] = tv;
+    src = lua_gettop(L);
+    submit(L, opts, &op, 0, 1, 0, "to");
   }
-  if (kind != t->v.buf->kind) {
-    gpu_tensor *r = new_tensor(L, kind, dt, t->v.ndim, t->v.shape, "to");
-    copy_into(L, r, src, s);
+  if (kind != tkind) {
+    new_tensor(L, kind, dt, tv.ndim, tv.shape, "to");
+    copy_into(L, lua_gettop(L), src, opts);
   }
   return 1;
 }
@@ -850,7 +888,7 @@ static int t_fill(lua_State *L) {
   dev_scalar v = check_scalar(L, 2, t->v.dtype, 2, NULL);
   if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
   dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
-  submit(L, bind_opt_stream(L, 3), &op, "fill");
+  submit(L, lua_istable(L, 3) ? 3 : 0, &op, 1, 0, 0, "fill");
   lua_settop(L, 1);
   return 1;
 }
@@ -859,8 +897,9 @@ static int t_fill(lua_State *L) {
 static int t_zero_(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
-  dev_stream *s = bind_opt_stream(L, 2);
   dev_ctx *ctx = bind_ctx(L);
+  dev_stream *s = opts_stream(L, lua_istable(L, 2) ? 2 : 0);
+  t = bind_check_tensor(L, 1);
   bind_site(L, ctx);
   int rc;
   if (dev_view_contiguous(&t->v)) {
@@ -921,11 +960,11 @@ static int unary(lua_State *L, dev_unop code, int inplace) {
                code >= DEV_UN_EXP && code != DEV_UN_RELU ? "float" : "numeric");
   int opts = 2;
   if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
-  dev_stream *s = bind_opt_stream(L, opts);
-  gpu_tensor *o = inplace ? t : opt_out(L, opts, t, dt, t->v.ndim, t->v.shape, fname);
+  dev_view tv = t->v;
+  gpu_tensor *o = inplace ? t : opt_out(L, opts, t, dt, tv.ndim, tv.shape, fname);
   dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = o->v};
-  op.in[0] = t->v;
-  submit(L, s, &op, fname);
+  op.in[0] = tv;
+  submit(L, lua_istable(L, opts) ? opts : 0, &op, inplace ? 1 : lua_gettop(L), 1, 0, fname);
   if (inplace) lua_settop(L, 1);
   return 1;
 }
@@ -976,7 +1015,6 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
   if (dt == DEV_BOOL && code != DEV_BIN_MAX && code != DEV_BIN_MIN)
     luaL_error(L, "%s: not supported for bool", fname);
   if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
-  dev_stream *s = bind_opt_stream(L, opts);
   dev_kop op = {.kind = DEV_OP_BINARY, .code = code};
   gpu_tensor *x = bind_test_tensor(L, ib);
   int ndim = 0;
@@ -1021,7 +1059,7 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     o = opt_out(L, opts, t, dt, ndim, shape, fname);
   }
   op.out = o->v;
-  submit(L, s, &op, fname);
+  submit(L, lua_istable(L, opts) ? opts : 0, &op, inplace ? ia : lua_gettop(L), ia, x ? ib : 0, fname);
   if (inplace) lua_settop(L, ia);
   return 1;
 }
@@ -1057,7 +1095,6 @@ static int reduce(lua_State *L, dev_redop code) {
   const char *fname = redop_names[code];
   gpu_tensor *t = bind_check_tensor(L, 1);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
-  dev_stream *s = bind_opt_stream(L, 2);
   int dim = -1, keepdim = 0;
   if (bind_opt_field(L, 2, "dim") != LUA_TNIL) {
     if (t->v.ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
@@ -1081,10 +1118,11 @@ static int reduce(lua_State *L, dev_redop code) {
       shape[ndim++] = t->v.shape[d];
     }
   }
+  dev_view tv = t->v;
   gpu_tensor *o = new_like(L, t, out, ndim, shape, fname);
   dev_kop op = {.kind = DEV_OP_REDUCE, .code = code, .nin = 1, .dim = dim, .out = o->v};
-  op.in[0] = t->v;
-  submit(L, s, &op, fname);
+  op.in[0] = tv;
+  submit(L, lua_istable(L, 2) ? 2 : 0, &op, 0, 1, 0, fname);
   return 1;
 }
 
@@ -1127,13 +1165,13 @@ static int t_matmul(lua_State *L) {
                                         dev_dtype_name(a->v.dtype)));
   if (a->v.dtype == DEV_BOOL) luaL_argerror(L, 1, "matmul is not supported for bool");
   same_kind(L, 2, a, b);
-  dev_stream *s = bind_opt_stream(L, 3);
   int64_t shape[2] = {a->v.shape[0], b->v.shape[1]};
+  dev_view av = a->v, bv = b->v;
   gpu_tensor *o = opt_out(L, 3, a, a->v.dtype, 2, shape, "matmul");
   dev_kop op = {.kind = DEV_OP_MATMUL, .nin = 2, .out = o->v};
-  op.in[0] = a->v;
-  op.in[1] = b->v;
-  submit(L, s, &op, "matmul");
+  op.in[0] = av;
+  op.in[1] = bv;
+  submit(L, lua_istable(L, 3) ? 3 : 0, &op, lua_gettop(L), 1, 2, "matmul");
   return 1;
 }
 

@@ -158,6 +158,7 @@ void dev_ctx_release(dev_ctx *ctx) {
 }
 
 static void sweep(dev_ctx *ctx);
+static void stream_unref(dev_stream *s);
 
 void dev_close(dev_ctx *ctx) {
   if (!ctx || ctx->closing) return;
@@ -212,7 +213,7 @@ static void prune(bufx *x) {
     buf_use *u = &x->use[i];
     uint64_t last = u->rpos > u->wpos ? u->rpos : u->wpos;
     if (ctx->bk->pos_done(u->s, last)) {
-      dev_stream_release(u->s);
+      stream_unref(u->s);
     } else {
       x->use[j++] = *u;
     }
@@ -241,7 +242,7 @@ static void buf_free(bufx *x) {
   dev_ctx *ctx = x->b.ctx;
   if (x->prev) x->prev->next = x->next; else ctx->bufs = x->next;
   if (x->next) x->next->prev = x->prev;
-  for (int i = 0; i < x->nuse; i++) dev_stream_release(x->use[i].s);
+  for (int i = 0; i < x->nuse; i++) stream_unref(x->use[i].s);
   if (x->wrapped) {
     if (x->release) x->release(x->ud, x->b.ptr);
   } else {
@@ -345,7 +346,7 @@ static void note_use(bufx *x, dev_stream *s, int write) {
     x->use = nu;
     x->cap = cap;
   }
-  dev_stream_retain(s);
+  s->refs++;
   x->use[x->nuse++] = (buf_use){s, write ? 0 : pos, write ? pos : 0};
 }
 
@@ -387,8 +388,9 @@ int dev_stream_create(dev_ctx *ctx, int priority, int nonblocking, dev_stream **
 
 void dev_stream_retain(dev_stream *s) { s->refs++; }
 
-void dev_stream_release(dev_stream *s) {
-  if (!s || --s->refs > 0 || s->is_default) return;
+/* The last reference of a closed stream: free it once its queue drains. */
+static void stream_unref(dev_stream *s) {
+  if (--s->refs > 0 || s->is_default) return;
   dev_ctx *ctx = s->ctx;
   s->released = 1;
   ctx->st.streams--;
@@ -398,6 +400,17 @@ void dev_stream_release(dev_stream *s) {
   }
   /* else: freed by a later sweep once its queue is drained */
   dev_ctx_release(ctx);
+}
+
+void dev_stream_release(dev_stream *s) {
+  if (!s || s->is_default) return;
+  s->closed = 1;
+  stream_unref(s);
+}
+
+static int check_open(dev_stream *s) {
+  if (s->closed) return dev_fail(s->ctx, DEV_ERR_INVALID, "stream is closed");
+  return DEV_OK;
 }
 
 int dev_stream_synchronize(dev_stream *s) {
@@ -414,8 +427,10 @@ int dev_stream_query(dev_stream *s) {
 }
 
 int dev_stream_wait_stream(dev_stream *s, dev_stream *other) {
-  if (s == other) return DEV_OK;
-  int rc = dev_check_async(s->ctx);
+  int rc = check_open(s);
+  if (rc == DEV_OK) rc = check_open(other);
+  if (rc || s == other) return rc;
+  rc = dev_check_async(s->ctx);
   if (rc) return rc;
   return s->ctx->bk->stream_wait(s, other, other->ctx->bk->stream_pos(other));
 }
@@ -442,7 +457,7 @@ void dev_event_release(dev_event *e) {
   if (!e) return;
   dev_ctx *ctx = e->ctx;
   ctx->bk->event_fini(e);
-  if (e->stream) dev_stream_release(e->stream);
+  if (e->stream) stream_unref(e->stream);
   ctx->st.events--;
   free(e);
   dev_ctx_release(ctx);
@@ -453,13 +468,14 @@ int dev_event_record(dev_event *e, dev_stream *s) {
   int rc = dev_check_async(ctx);
   if (rc) return rc;
   if (!s) s = ctx->dflt;
+  if ((rc = check_open(s))) return rc;
   dev_stream *old = e->stream;
   rc = ctx->bk->event_record(e, s);
   if (rc) return rc;
-  dev_stream_retain(s);
+  s->refs++;
   e->stream = s;
   e->recorded = 1;
-  if (old) dev_stream_release(old);
+  if (old) stream_unref(old);
   return DEV_OK;
 }
 
@@ -483,8 +499,9 @@ int dev_event_recorded(dev_event *e) { return e->recorded; }
 int dev_event_timing(dev_event *e) { return e->timing; }
 
 int dev_stream_wait_event(dev_stream *s, dev_event *e) {
-  if (!e->recorded || e->stream == s) return DEV_OK;
-  int rc = dev_check_async(s->ctx);
+  int rc = check_open(s);
+  if (rc || !e->recorded || e->stream == s) return rc;
+  rc = dev_check_async(s->ctx);
   if (rc) return rc;
   return s->ctx->bk->stream_wait(s, e->stream, e->pos);
 }
@@ -657,6 +674,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   if (rc) return rc;
   if ((rc = validate(ctx, op))) return rc;
   if (!s) s = ctx->dflt;
+  if ((rc = check_open(s))) return rc;
   int nb = op->kind == DEV_OP_SLEEP ? 0 : 1 + op->nin;
   if (op->kind == DEV_OP_BINARY && (op->flags & DEV_F_SCALAR)) nb = 2;
   const dev_view *views[3] = {&op->out, &op->in[0], &op->in[1]};

@@ -38,7 +38,8 @@ extern const dev_backend dev_host_backend;
 struct dev_stream {
   dev_ctx *ctx;
   int refs;               /* handle, events recorded on it, buffer uses */
-  int released;           /* the handle is gone: free once idle */
+  int closed;             /* the handle is gone: no new work */
+  int released;           /* no references left: free once idle */
   int priority, nonblocking, is_default;
   uint64_t id;
   dev_stream *next;       /* all streams of the context */
