@@ -60,6 +60,9 @@ gpu_tensor *bind_test_tensor(lua_State *L, int idx); /* NULL if not a tensor; ra
 
 /* Table-field helpers for an opts table at idx (idx may be none/nil). */
 int bind_opt_field(lua_State *L, int idx, const char *field); /* pushes the field, returns its type */
+/* opts at idx is nil or a table whose keys are all in `allowed` (space-separated):
+ * a misspelt option raises instead of being ignored. */
+void bind_check_opts(lua_State *L, int idx, const char *allowed);
 
 int bind_open_stream(lua_State *L);   /* each adds its constructors to the table on top */
 int bind_open_event(lua_State *L);

@@ -24,7 +24,7 @@ static int event_new(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   int timing = 1;  /* as cudaEventCreate; {timing = false} for pure ordering */
   if (!lua_isnoneornil(L, 1)) {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    bind_check_opts(L, 1, "timing");
     if (bind_opt_field(L, 1, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }

@@ -45,6 +45,29 @@ int bind_opt_field(lua_State *L, int idx, const char *field) {
   return lua_rawget(L, idx);
 }
 
+void bind_check_opts(lua_State *L, int idx, const char *allowed) {
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    size_t n = k ? strlen(k) : 0;
+    const char *p = allowed;
+    int found = 0;
+    /* allowed is a space-separated list of names */
+    while (k && !found && (p = strstr(p, k)) != NULL) {
+      found = (p == allowed || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0);
+      p += n ? n : 1;
+    }
+    if (!found) {
+      if (!k) luaL_error(L, "bad option key (a %s; options are named: %s)", luaL_typename(L, -2), allowed);
+      luaL_error(L, "unknown option '%s' (expected: %s)", k, allowed);
+    }
+    lua_pop(L, 1);
+  }
+}
+
 static int state_gc(lua_State *L) {
   gpu_state *st = luaL_checkudata(L, 1, GPULUA_STATE);
   if (st->ctx) {
@@ -86,6 +109,9 @@ static int gpu_set_device(lua_State *L) {
 
 static int gpu_synchronize(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
+  if (!lua_isnone(L, 1))
+    return luaL_argerror(L, 1, "gpu.synchronize() waits for every stream and takes no argument "
+                               "(use s:synchronize() for one stream)");
   BIND_CHECK(L, ctx, dev_synchronize(ctx), "synchronize");
   return 0;
 }
@@ -138,6 +164,7 @@ static int gpu_sleep(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   double ms = luaL_checknumber(L, 1);
   luaL_argcheck(L, ms >= 0 && ms <= 1e7, 1, "milliseconds must be in [0, 1e7]");
+  bind_check_opts(L, 2, "stream");
   dev_stream *s = bind_opt_stream(L, 2);
   dev_kop op = {.kind = DEV_OP_SLEEP, .ms = ms};
   bind_site(L, ctx);

@@ -87,7 +87,7 @@ static int stream_new(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   int prio = DEV_PRIO_NORMAL, nonblocking = 0;
   if (!lua_isnoneornil(L, 1)) {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    bind_check_opts(L, 1, "priority nonblocking");
     if (bind_opt_field(L, 1, "priority") != LUA_TNIL) prio = parse_priority(L, -1);
     lua_pop(L, 1);
     bind_opt_field(L, 1, "nonblocking");
@@ -154,7 +154,7 @@ static int stream_record(lua_State *L) {
   bind_check_stream(L, 1);
   int timing = 1;
   if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
+    bind_check_opts(L, 2, "timing");
     if (bind_opt_field(L, 2, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }

@@ -145,8 +145,10 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) 
 static dev_dtype opt_dtype(lua_State *L, int opts, dev_dtype dflt) {
   dev_dtype dt = dflt;
   if (bind_opt_field(L, opts, "dtype") != LUA_TNIL) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "bad option 'dtype' (string expected, got %s)", luaL_typename(L, -1));
     const char *name = lua_tostring(L, -1);
-    if (!name || lua_type(L, -1) != LUA_TSTRING || dev_dtype_parse(name, &dt))
+    if (dev_dtype_parse(name, &dt))
       luaL_error(L, "bad option 'dtype' (unknown dtype '%s'; expected f32 f64 f16 bf16 i8 u8 i32 i64 bool)",
                  name ? name : luaL_typename(L, -1));
   }
@@ -173,6 +175,9 @@ static dev_memkind opt_device(lua_State *L, int opts, dev_memkind dflt) {
   dev_memkind k = dflt;
   if (bind_opt_field(L, opts, "device") != LUA_TNIL) {
     const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (name && strncmp(name, "cuda:", 5) == 0 && parse_device(L, name, &k))
+      luaL_error(L, "bad option 'device' ('%s': device index out of range, %d device%s)", name,
+                 dev_device_count(bind_ctx(L)), dev_device_count(bind_ctx(L)) == 1 ? "" : "s");
     if (!name || parse_device(L, name, &k))
       luaL_error(L, "bad option 'device' (unknown device '%s'; expected \"device\", \"cuda\", "
                  "\"cuda:N\", \"pinned\" or \"host\")", name ? name : luaL_typename(L, -1));
@@ -293,7 +298,7 @@ static int fill_new(lua_State *L, const char *fname, int value_kind) {
   int64_t shape[DEV_MAXDIM];
   int ndim = check_shape(L, 1, shape, "shape");
   int opts = value_kind == 2 ? 3 : 2;
-  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  bind_check_opts(L, opts, "dtype device stream");
   dev_dtype dt = opt_dtype(L, opts, DEV_F32);
   dev_memkind kind = opt_device(L, opts, DEV_MEM_DEVICE);
   opts_stream(L, opts);  /* a bad stream option raises before allocating */
@@ -321,7 +326,7 @@ static int tensor_full(lua_State *L) { return fill_new(L, "full", 2); }
 static int tensor_pinned(lua_State *L) {
   int64_t shape[DEV_MAXDIM];
   int ndim = check_shape(L, 1, shape, "shape");
-  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  bind_check_opts(L, 2, "dtype");
   dev_dtype dt = opt_dtype(L, 2, DEV_F32);
   new_tensor(L, DEV_MEM_PINNED, dt, ndim, shape, "pinned");
   return 1;
@@ -332,7 +337,7 @@ static int tensor_arange(lua_State *L) {
   while (lua_type(L, nargs + 1) == LUA_TNUMBER) nargs++;
   if (nargs < 1 || nargs > 3) return luaL_argerror(L, nargs + 1, "number expected");
   int opts = nargs + 1;
-  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  bind_check_opts(L, opts, "dtype device stream");
   int allint = 1;
   for (int i = 1; i <= nargs; i++) allint &= lua_isinteger(L, i);
   dev_dtype dt = opt_dtype(L, opts, allint ? DEV_I64 : DEV_F32);
@@ -377,7 +382,7 @@ static int random_new(lua_State *L, int normal) {
   const char *fname = normal ? "randn" : "rand";
   int64_t shape[DEV_MAXDIM];
   int ndim = check_shape(L, 1, shape, "shape");
-  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  bind_check_opts(L, 2, normal ? "dtype device stream mean std seed" : "dtype device stream low high seed");
   dev_dtype dt = opt_dtype(L, 2, DEV_F32);
   dev_memkind kind = opt_device(L, 2, DEV_MEM_DEVICE);
   opts_stream(L, 2);
@@ -475,7 +480,7 @@ static int tensor_from(lua_State *L) {
   int ty = lua_type(L, 1);
   if (ty != LUA_TTABLE && ty != LUA_TNUMBER && ty != LUA_TBOOLEAN)
     return luaL_typeerror(L, 1, "table or number");
-  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  bind_check_opts(L, 2, "dtype device stream");
   dev_dtype dt = opt_dtype(L, 2, DEV_F32);
   dev_memkind kind = opt_device(L, 2, DEV_MEM_DEVICE);
   opts_stream(L, 2);
@@ -580,6 +585,7 @@ static int t_item(lua_State *L) {
     return luaL_error(L, "item: tensor has %I elements (shape %s), expected 1",
                       (lua_Integer)dev_view_numel(&t->v), sh);
   }
+  bind_check_opts(L, 2, "stream");
   void *p = download(L, 1, lua_istable(L, 2) ? 2 : 0, "item");
   push_elem(L, t->v.dtype, p);
   return 1;
@@ -645,6 +651,7 @@ static void build_table(lua_State *L, dev_dtype dt, const unsigned char **p, int
 
 static int t_totable(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
+  bind_check_opts(L, 2, "stream");
   const unsigned char *p = download(L, 1, lua_istable(L, 2) ? 2 : 0, "totable");
   build_table(L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
   return 1;
@@ -656,7 +663,9 @@ static void fmt_elem(luaL_Buffer *b, lua_State *L, dev_dtype dt, const void *p) 
   push_elem(L, dt, p);
   if (lua_type(L, -1) == LUA_TNUMBER && !lua_isinteger(L, -1)) {
     char s[32];
-    snprintf(s, sizeof s, "%.6g", lua_tonumber(L, -1));
+    double x = lua_tonumber(L, -1);
+    if (x != x) snprintf(s, sizeof s, "nan");
+    else snprintf(s, sizeof s, "%.6g", x);
     lua_pop(L, 1);
     lua_pushstring(L, s);
   } else {
@@ -679,6 +688,10 @@ static void fmt_values(luaL_Buffer *b, lua_State *L, dev_dtype dt, const unsigne
     fmt_values(b, L, dt, p, d + 1, ndim, shape);
   }
   luaL_addchar(b, '}');
+}
+
+static int t_newindex(lua_State *L) {
+  return luaL_error(L, "gpu.Tensor fields are read-only (use t:set(i, ..., v), t:fill(v) or t:to(...))");
 }
 
 static int t_tostring(lua_State *L) {
@@ -813,7 +826,7 @@ static void copy_into(lua_State *L, int dst, int src, int opts) {
 
 static int t_copy(lua_State *L) {
   gpu_tensor *dst = bind_check_tensor(L, 1), *src = bind_check_tensor(L, 2);
-  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  bind_check_opts(L, 3, "stream");
   check_same_numel(L, 2, dst, src);
   if (dst->v.dtype != src->v.dtype)
     luaL_argerror(L, 2, lua_pushfstring(L, "dtype %s does not match %s (cast with src:to(\"%s\"))",
@@ -826,7 +839,7 @@ static int t_copy(lua_State *L) {
 
 static int t_clone(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  bind_check_opts(L, 2, "stream");
   new_like(L, t, t->v.dtype, t->v.ndim, t->v.shape, "clone");
   copy_into(L, lua_gettop(L), 1, lua_istable(L, 2) ? 2 : 0);
   return 1;
@@ -852,13 +865,14 @@ static int t_to(lua_State *L) {
     if (dev_dtype_parse(x, &dt) != 0 && parse_device(L, x, &kind) != 0)
       luaL_argerror(L, 2, lua_pushfstring(L, "unknown device or dtype '%s'", x));
   } else if (lua_type(L, 2) == LUA_TTABLE) {
+    bind_check_opts(L, 2, "device dtype stream");
     dt = opt_dtype(L, 2, dt);
     kind = opt_device(L, 2, kind);
     opts = 2;
   } else {
     luaL_typeerror(L, 2, "device or dtype name, or table");
   }
-  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  if (opts == 3) bind_check_opts(L, opts, "stream");
   if (!lua_istable(L, opts)) opts = 0;
   dev_view tv = t->v;
   dev_memkind tkind = t->v.buf->kind;
@@ -886,7 +900,7 @@ static int t_to(lua_State *L) {
 static int t_fill(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   dev_scalar v = check_scalar(L, 2, t->v.dtype, 2, NULL);
-  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  bind_check_opts(L, 3, "stream");
   dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
   submit(L, lua_istable(L, 3) ? 3 : 0, &op, 1, 0, 0, "fill");
   lua_settop(L, 1);
@@ -896,7 +910,7 @@ static int t_fill(lua_State *L) {
 /* all bits zero is 0 in every dtype */
 static int t_zero_(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  bind_check_opts(L, 2, "stream");
   dev_ctx *ctx = bind_ctx(L);
   dev_stream *s = opts_stream(L, lua_istable(L, 2) ? 2 : 0);
   t = bind_check_tensor(L, 1);
@@ -916,8 +930,14 @@ static int t_zero_(lua_State *L) {
 
 /* ---- elementwise ----------------------------------------------------- */
 
+/* Kernels take operands from one memory: the device, or host memory (pinned
+ * and pageable mix: such ops run on the calling thread). */
+static int compatible(dev_memkind a, dev_memkind b) {
+  return a == b || (a != DEV_MEM_DEVICE && b != DEV_MEM_DEVICE);
+}
+
 static void same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu_tensor *b) {
-  if (a->v.buf->kind != b->v.buf->kind)
+  if (!compatible(a->v.buf->kind, b->v.buf->kind))
     luaL_argerror(L, arg, lua_pushfstring(L, "tensor is in %s memory, expected %s (move it with :to(\"%s\"))",
                                           kind_name(b), kind_name(a), kind_name(a)));
 }
@@ -941,7 +961,7 @@ static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_d
     luaL_error(L, "bad option 'out' to '%s' (%s %s does not match the result %s %s)", fname,
                dev_dtype_name(o->v.dtype), a, dev_dtype_name(dt), b);
   }
-  if (o->v.buf->kind != like->v.buf->kind)
+  if (!compatible(o->v.buf->kind, like->v.buf->kind))
     luaL_error(L, "bad option 'out' to '%s' (tensor is in %s memory, expected %s)", fname,
                kind_name(o), kind_name(like));
   return o;
@@ -959,7 +979,7 @@ static int unary(lua_State *L, dev_unop code, int inplace) {
     luaL_error(L, "%s: not supported for %s (needs a %s dtype)", fname, dev_dtype_name(dt),
                code >= DEV_UN_EXP && code != DEV_UN_RELU ? "float" : "numeric");
   int opts = 2;
-  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  bind_check_opts(L, opts, "out stream");
   dev_view tv = t->v;
   gpu_tensor *o = inplace ? t : opt_out(L, opts, t, dt, tv.ndim, tv.shape, fname);
   dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = o->v};
@@ -1014,7 +1034,7 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
   dev_dtype dt = t->v.dtype;
   if (dt == DEV_BOOL && code != DEV_BIN_MAX && code != DEV_BIN_MIN)
     luaL_error(L, "%s: not supported for bool", fname);
-  if (!lua_isnoneornil(L, opts)) luaL_checktype(L, opts, LUA_TTABLE);
+  bind_check_opts(L, opts, "out stream");
   dev_kop op = {.kind = DEV_OP_BINARY, .code = code};
   gpu_tensor *x = bind_test_tensor(L, ib);
   int ndim = 0;
@@ -1094,7 +1114,7 @@ static const char *const redop_names[] = {"sum", "mean", "max", "min", "argmax"}
 static int reduce(lua_State *L, dev_redop code) {
   const char *fname = redop_names[code];
   gpu_tensor *t = bind_check_tensor(L, 1);
-  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  bind_check_opts(L, 2, "dim keepdim stream");
   int dim = -1, keepdim = 0;
   if (bind_opt_field(L, 2, "dim") != LUA_TNIL) {
     if (t->v.ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
@@ -1150,15 +1170,15 @@ static int t_min_(lua_State *L) { return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 1, 0
 
 static int t_matmul(lua_State *L) {
   gpu_tensor *a = bind_check_tensor(L, 1), *b = bind_check_tensor(L, 2);
-  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  bind_check_opts(L, 3, "out stream");
   if (a->v.ndim != 2) luaL_argerror(L, 1, lua_pushfstring(L, "matmul needs a 2-D tensor, got %d-D", a->v.ndim));
   if (b->v.ndim != 2) luaL_argerror(L, 2, lua_pushfstring(L, "matmul needs a 2-D tensor, got %d-D", b->v.ndim));
   if (a->v.shape[1] != b->v.shape[0]) {
     char sa[MAXSHAPESTR], sb[MAXSHAPESTR];
     shape_str(sa, sizeof sa, 2, a->v.shape);
     shape_str(sb, sizeof sb, 2, b->v.shape);
-    luaL_argerror(L, 2, lua_pushfstring(L, "shape %s cannot multiply %s (inner dims %I and %I differ)",
-                                        sb, sa, (lua_Integer)b->v.shape[0], (lua_Integer)a->v.shape[1]));
+    luaL_argerror(L, 2, lua_pushfstring(L, "a %s @ b %s: a's dim 2 (%I) differs from b's dim 1 (%I)",
+                                        sa, sb, (lua_Integer)a->v.shape[1], (lua_Integer)b->v.shape[0]));
   }
   if (a->v.dtype != b->v.dtype)
     luaL_argerror(L, 2, lua_pushfstring(L, "dtype %s does not match %s", dev_dtype_name(b->v.dtype),
@@ -1198,6 +1218,7 @@ static const luaL_Reg methods[] = {
 
 static const luaL_Reg metamethods[] = {
   {"__index", t_index},
+  {"__newindex", t_newindex},
   {"__add", t_meta_add}, {"__sub", t_meta_sub}, {"__mul", t_meta_mul},
   {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__unm", t_unm},
   {"__len", t_len},

@@ -719,8 +719,20 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
   contiguous_view(&op.out, tmp, src->dtype, src->ndim, src->shape);
   op.in[0] = *src;
   /* A host source is copied here after its fence; a device source is a
-   * queued copy and then a wait, always counted as a sync. */
-  rc = dev_submit(ctx, s, &op);
+   * queued copy and then a wait, always counted as a sync.  The copy first
+   * waits for the source's last writers on other streams: the host never
+   * reads a value that queued work has yet to write. */
+  if (!s) s = ctx->dflt;
+  if (!host_visible(src->buf) && !s->closed) {
+    bufx *sx = BX(src->buf);
+    prune(sx);
+    for (int i = 0; i < sx->nuse && rc == DEV_OK; i++) {
+      buf_use *u = &sx->use[i];
+      if (u->s != s && u->wpos && !ctx->bk->pos_done(u->s, u->wpos))
+        rc = ctx->bk->stream_wait(s, u->s, u->wpos);
+    }
+  }
+  if (rc == DEV_OK) rc = dev_submit(ctx, s, &op);
   if (rc == DEV_OK && !host_visible(src->buf)) {
     ctx->st.syncs++;
     bufx *x = BX(tmp);

@@ -180,4 +180,22 @@ T.test("a pinned source dropped during its H2D copy keeps its memory", function(
   T.is(gpu.memory().pinned, base, "pinned memory back to baseline after sync")
 end)
 
+T.test("host reads see the last write on any stream", function()
+  local s, other = gpu.stream(), gpu.stream()
+  local nb = gpu.stream { nonblocking = true }
+  local _ <close> = gpu.using(other)
+  local y = gpu.zeros({ 4 })
+  gpu.synchronize()
+  gpu.sleep(100, { stream = s })
+  y:fill(7, { stream = s })
+  T.is(y:get(1), 7.0, "get() through another current stream waits for the writer")
+  gpu.sleep(100, { stream = nb })
+  y:fill(3, { stream = nb })
+  T.is(y:totable(), { 3.0, 3.0, 3.0, 3.0 }, "totable() waits for a nonblocking writer")
+  gpu.sleep(100, { stream = s })
+  local r = y:sum({ stream = s })
+  T.is(r:item(), 12.0, "item() of a result made on another stream")
+  s:close(); other:close(); nb:close()
+end)
+
 T.done()

@@ -205,4 +205,23 @@ T.test("integer division by zero", function()
   T.raises_at(function() return i:add(0.5) end, "bad argument", "non-integer number with an integer tensor")
 end)
 
+T.test("misspelt options, read-only fields, stray arguments", function()
+  local t = gpu.ones({2})
+  run_cases {
+    { "zeros{dtyp=}", "unknown option 'dtyp' %(expected: dtype device stream%)",
+      function() gpu.zeros({2}, { dtyp = "f64" }) end },
+    { "add{strem=}", "unknown option 'strem'", function() t:add(1, { strem = 1 }) end },
+    { "sum{dims=}", "unknown option 'dims'", function() t:sum { dims = 1 } end },
+    { "stream{prio=}", "unknown option 'prio'", function() gpu.stream { prio = "high" } end },
+    { "event{timeing=}", "unknown option 'timeing'", function() gpu.event { timeing = true } end },
+    { "positional key in opts", "bad option key", function() gpu.ones({2}, { "f64" }) end },
+    { "dtype not a string", "dtype' %(string expected, got number", function() gpu.zeros({2}, { dtype = 5 }) end },
+    { "device index out of range", "device index out of range", function() gpu.zeros({2}, { device = "cuda:7" }) end },
+    { "assigning a field", "read%-only", function() t.dtype = "f64" end },
+    { "assigning an element", "read%-only", function() t[1] = 3 end },
+    { "reading t[1]", "not indexable", function() return t[1] end },
+    { "synchronize(s)", "takes no argument", function() gpu.synchronize(gpu.default_stream()) end },
+  }
+end)
+
 T.done()

@@ -155,4 +155,17 @@ T.test("item, get, set, totable", function()
   T.raises_at(function() return t:item() end, { "one element", "numel", "item" }, "item() of a multi-element tensor raises")
 end)
 
+T.test("ops mixing kinds of memory", function()
+  local d = gpu.ones({3})
+  local p = gpu.pinned({3}):fill(2)
+  local h = gpu.tensor({ 1, 2, 3 }, { device = "host" })
+  T.raises_at(function() return d + p end, "pinned memory, expected device", "device + pinned raises, naming both")
+  T.raises_at(function() return gpu.matmul(d:view { 1, 3 }, h:view { 3, 1 }) end, "host memory",
+              "matmul of device and host raises")
+  local r = p + h
+  T.is({ r.device, r:totable() }, { "pinned", { 3.0, 4.0, 5.0 } }, "pinned + host runs on the host, result pinned")
+  T.is((h * p):totable(), { 2.0, 4.0, 6.0 }, "host * pinned")
+  T.is(gpu.matmul(p:view { 1, 3 }, h:view { 3, 1 }):item(), 12.0, "matmul of pinned and host")
+end)
+
 T.done()

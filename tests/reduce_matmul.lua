@@ -153,7 +153,7 @@ end)
 
 T.test("matmul errors", function()
   local a, b = gpu.ones({2, 3}), gpu.ones({2, 3})
-  T.raises_at(function() return gpu.matmul(a, b) end, "shape", "inner dims mismatch raises")
+  T.raises_at(function() return gpu.matmul(a, b) end, "a {2,3} @ b {2,3}: a.s dim 2 %(3%) differs from b.s dim 1 %(2%)", "inner dims mismatch raises, naming both shapes")
   T.raises_at(function() return gpu.matmul(a, gpu.ones({3, 2}, { dtype = "f64" })) end, "dtype", "dtype mismatch raises")
   T.raises_at(function() return gpu.matmul(gpu.ones({3}), gpu.ones({3})) end, { "2%-D", "dim" }, "1-D operands raise")
   T.raises_at(function() return gpu.matmul(a, gpu.ones({3, 2}), { out = gpu.empty({3, 3}) }) end, "out",
