@@ -26,16 +26,6 @@ static int64_t numel_of(int ndim, const int64_t *shape) {
   return n;
 }
 
-static void set_contiguous(dev_view *v, int ndim, const int64_t *shape) {
-  v->ndim = ndim;
-  int64_t st = 1;
-  for (int d = ndim - 1; d >= 0; d--) {
-    v->shape[d] = shape[d];
-    v->stride[d] = st;
-    st *= shape[d];
-  }
-}
-
 static gpu_tensor *to_tensor(lua_State *L, int idx) {
   return luaL_checkudata(L, idx, GPULUA_TENSOR);
 }
@@ -65,7 +55,7 @@ static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int 
   dev_buf *b;
   if (dev_buf_alloc(ctx, kind, bytes, &b) != DEV_OK) bind_raise(L, ctx, fname);
   t->v.dtype = dt;
-  set_contiguous(&t->v, ndim, shape);
+  dev_view_set_contiguous(&t->v, ndim, shape);
   t->v.buf = b;
   return t;
 }
@@ -270,7 +260,7 @@ static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void 
     dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
     op.in[0].buf = tmp;
     op.in[0].dtype = srct;
-    set_contiguous(&op.in[0], dst->ndim, dst->shape);
+    dev_view_set_contiguous(&op.in[0], dst->ndim, dst->shape);
     if (dst->dtype != srct) {
       rc = dev_buf_alloc(ctx, DEV_MEM_HOST, (size_t)n * dev_dtype_size(dst->dtype), &cast);
       if (rc == DEV_OK) {
@@ -278,7 +268,7 @@ static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void 
         c.in[0] = op.in[0];
         c.out.buf = cast;
         c.out.dtype = dst->dtype;
-        set_contiguous(&c.out, dst->ndim, dst->shape);
+        dev_view_set_contiguous(&c.out, dst->ndim, dst->shape);
         rc = dev_submit(ctx, NULL, &c);
         op.in[0] = c.out;
       }
@@ -801,7 +791,7 @@ static int t_view(lua_State *L) {
   if (!dev_view_contiguous(&t->v))
     luaL_error(L, "view: tensor is not contiguous (use t:contiguous():view(...))");
   gpu_tensor *r = new_view(L, 1);
-  set_contiguous(&r->v, ndim, shape);
+  dev_view_set_contiguous(&r->v, ndim, shape);
   return 1;
 }
 

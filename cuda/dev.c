@@ -697,10 +697,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   return DEV_OK;
 }
 
-static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, const int64_t *shape) {
-  memset(v, 0, sizeof *v);
-  v->buf = b;
-  v->dtype = t;
+void dev_view_set_contiguous(dev_view *v, int ndim, const int64_t *shape) {
   v->ndim = ndim;
   int64_t st = 1;
   for (int d = ndim - 1; d >= 0; d--) {
@@ -708,6 +705,13 @@ static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, cons
     v->stride[d] = st;
     st *= shape[d];
   }
+}
+
+static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, const int64_t *shape) {
+  memset(v, 0, sizeof *v);
+  v->buf = b;
+  v->dtype = t;
+  dev_view_set_contiguous(v, ndim, shape);
 }
 
 int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {

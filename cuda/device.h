@@ -175,6 +175,8 @@ typedef struct dev_view {
 } dev_view;
 
 int64_t dev_view_numel(const dev_view *v);
+/* Set shape and C-order strides (buf, offset and dtype untouched). */
+void dev_view_set_contiguous(dev_view *v, int ndim, const int64_t *shape);
 int dev_view_contiguous(const dev_view *v);
 static inline void *dev_view_ptr(const dev_view *v) {
   return (char *)v->buf->ptr + v->offset;
