@@ -5,6 +5,7 @@
 #                    tests), then the same suite under ASan+UBSan (test-asan)
 #   make suite       the suite of one build only, no sanitizer run
 #   make test-asan   the suite in a separate ASan+UBSan build, build-asan/
+#   make test-gpu    on a GPU machine: the suite and tests/gpu on the cuda backend
 #   make run         build, then run scripts/overlap.lua  (alias: make example)
 #   make deps        install the missing Debian packages (as root), otherwise
 #                    print the sudo command; `make deps run` works in one go
@@ -35,6 +36,16 @@ pkgconf_has = $(if $(PKGCONF),$(shell $(PKGCONF) --exists $(1) 2>/dev/null && ec
 ifeq ($(origin NVCC),undefined)
 NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 endif
+
+# The CUDA backend: nvcc plus the static cudart beside it.
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(realpath $(NVCC)))))
+CUDART_A := $(if $(CUDA_HOME),$(wildcard $(CUDA_HOME)/lib64/libcudart_static.a))
+ifeq ($(NOCUDA),1)
+CUDA_FOUND :=
+else
+CUDA_FOUND := $(if $(and $(NVCC),$(CUDART_A),$(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard cuda/k_launch.cu)),yes)
+endif
+CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 
 # Lua 5.4 is linked statically: the GPU machines have no liblua.
 ifeq ($(origin LUA_A),undefined)
@@ -67,7 +78,7 @@ endif
 PRINT_GOALS := $(filter-out clean,$(or $(MAKECMDGOALS),all))
 ifneq ($(GPULUA_QUIET),1)
 ifneq ($(PRINT_GOALS),)
-$(info gpulua: nvcc      $(if $(NVCC),found ($(NVCC)); the CUDA backend arrives with the CUDA issue: building the host backend only,not found: building the host backend only))
+$(info gpulua: nvcc      $(if $(CUDA_FOUND),found ($(NVCC)): building the CUDA and host backends (cudart static; cuBLAS loaded at run time),$(if $(NVCC),found, but no static cudart, no cuda/k_launch.cu or NOCUDA=1: building the host backend only,not found: building the host backend only)))
 $(info gpulua: liblua5.4 $(if $(LUA_FOUND),found ($(LUA_A) linked statically; headers $(LUA_INC)),not found (need $(LUA_A) and $(LUA_INC)/lua.h)))
 $(info gpulua: libedit   $(if $(EDIT_FOUND),found (REPL line editing),not found (REPL reads plain lines)))
 $(info gpulua: OpenBLAS  $(if $(BLAS_FOUND),found (matmul f32/f64 through cblas),not found (matmul through the built-in loops)))
@@ -76,8 +87,8 @@ endif
 
 # ---- flags -----------------------------------------------------------------
 
-DEFS := -D_GNU_SOURCE $(if $(EDIT_FOUND),-DGPULUA_HAVE_LIBEDIT) $(if $(BLAS_FOUND),-DGPULUA_HAVE_OPENBLAS)
-INCLUDES := -iquote . -iquote interp -iquote bindings -iquote cuda -I$(LUA_INC) $(EDIT_CFLAGS) $(BLAS_CFLAGS)
+DEFS := -D_GNU_SOURCE $(if $(EDIT_FOUND),-DGPULUA_HAVE_LIBEDIT) $(if $(BLAS_FOUND),-DGPULUA_HAVE_OPENBLAS) $(if $(CUDA_FOUND),-DGPULUA_HAVE_CUDA)
+INCLUDES := -iquote . -iquote interp -iquote bindings -iquote cuda -I$(LUA_INC) $(EDIT_CFLAGS) $(BLAS_CFLAGS) $(if $(CUDA_FOUND),-isystem $(CUDA_HOME)/include)
 OPT := -O2 -g
 SAN :=
 ifeq ($(SANITIZE),1)
@@ -88,21 +99,23 @@ SUITE_ENV := ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
 endif
 ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -pthread -MMD -MP $(DEFS) $(INCLUDES) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
-SYSLIBS := $(BLAS_LIBS) -lm -ldl -lpthread
+NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -iquote cuda $(NVCC_EXTRA)
+SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------
 
-# cuda/cuda_*.c is the CUDA backend (DESIGN.md), not built until it exists.
-LIB_SRC := $(sort $(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c)) $(wildcard bindings/*.c) interp/runtime.c)
+# cuda/cuda_*.c and cuda/k_*.cu are the CUDA backend, built when nvcc is found.
+LIB_SRC := $(sort $(if $(CUDA_FOUND),$(wildcard cuda/*.c),$(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c))) $(wildcard bindings/*.c) interp/runtime.c)
+CU_SRC := $(if $(CUDA_FOUND),$(sort $(wildcard cuda/k_*.cu)))
 CLI_SRC := $(sort $(filter-out interp/runtime.c interp/embed.c,$(wildcard interp/*.c)))
 CTEST_SRC := $(sort $(wildcard tests/embed/*.c))
 STDLIB_LUA := $(sort $(shell find stdlib -name '*.lua' 2>/dev/null))
 # Directories too, so adding or removing a module regenerates the table.
 STDLIB_DIRS := $(sort $(shell find stdlib -type d 2>/dev/null))
-LUA_TESTS := $(sort $(wildcard tests/*.lua))
+LUA_TESTS := $(sort $(wildcard tests/*.lua) $(wildcard tests/gpu/*.lua))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
-LIB_OBJ := $(call obj,$(LIB_SRC)) $(BUILD)/obj/gen/stdlib.o
+LIB_OBJ := $(call obj,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC)) $(BUILD)/obj/gen/stdlib.o
 CLI_OBJ := $(call obj,$(CLI_SRC))
 CTESTS := $(patsubst tests/embed/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 LIB := $(BUILD)/libgpulua.a
@@ -120,7 +133,7 @@ endif
 endif
 endif
 
-.PHONY: all lib tests suite test test-asan run example deps clean
+.PHONY: all lib tests suite test test-asan test-gpu run example deps clean
 
 ifneq ($(and $(filter deps,$(MAKECMDGOALS)),$(filter-out deps,$(MAKECMDGOALS))),)
 # `make deps run`: what was detected above predates the install, so the other
@@ -136,6 +149,10 @@ tests: $(CTESTS)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 $(BUILD)/obj/gen/stdlib.o: $(BUILD)/gen/stdlib.c
 	@mkdir -p $(@D)
@@ -183,6 +200,11 @@ test: $(SUITE_DEPS)
 
 test-asan:
 	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(ASAN_BUILD) SANITIZE=1 suite
+
+# On the GPU machine, from a carried build: make test-gpu NOBUILD=1
+test-gpu: $(SUITE_DEPS)
+	@command -v nvidia-smi >/dev/null && nvidia-smi -L || true
+	GPULUA_DEVICE=cuda GPULUA=$(BIN) $(PROVE) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
 
 run example: $(RUN_DEPS)
 	$(BIN) scripts/overlap.lua

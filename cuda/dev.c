@@ -106,15 +106,19 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
     snprintf(err, errlen, "unknown device '%s' (expected host, cuda or cuda:N)", spec);
     return NULL;
   }
+  const dev_backend *bk = &dev_host_backend;
+#ifdef GPULUA_HAVE_CUDA
+  /* Automatic: cuda when a GPU answers, else host. */
+  if (cuda || (!spec && dev_cuda_available())) bk = &dev_cuda_backend;
+#else
   if (cuda) {
-    /* The CUDA backend is not part of this build: scripts written for cuda
-     * run unchanged on the host backend only when asked for "host". */
     snprintf(err, errlen, "device '%s': this gpulua was built without the CUDA backend", spec);
     return NULL;
   }
+#endif
   dev_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) { snprintf(err, errlen, "out of memory"); return NULL; }
-  ctx->bk = &dev_host_backend;
+  ctx->bk = bk;
   ctx->refs = 1;
   ctx->device = index;
   const char *j = getenv("GPULUA_HOST_JITTER");
@@ -186,6 +190,11 @@ int dev_set_device(dev_ctx *ctx, int index) {
   if (index < 0 || index >= n)
     return dev_fail(ctx, DEV_ERR_INVALID, "device index %d out of range (%d device%s)",
                     index, n, n == 1 ? "" : "s");
+  /* One interpreter drives one GPU (one process per GPU, as ranks do). */
+  if (index != ctx->device)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED,
+                    "this interpreter drives device %d; start gpulua with --device cuda:%d",
+                    ctx->device, index);
   ctx->device = index;
   return DEV_OK;
 }
@@ -481,6 +490,7 @@ int dev_event_record(dev_event *e, dev_stream *s) {
 
 int dev_event_query(dev_event *e) {
   if (!e->recorded) return 1;
+  if (e->ctx->bk->event_query) return e->ctx->bk->event_query(e);
   return e->ctx->bk->pos_done(e->stream, e->pos);
 }
 
@@ -488,7 +498,7 @@ int dev_event_synchronize(dev_event *e) {
   dev_ctx *ctx = e->ctx;
   ctx->st.syncs++;
   if (e->recorded) {
-    int rc = ctx->bk->pos_wait(e->stream, e->pos);
+    int rc = ctx->bk->event_sync ? ctx->bk->event_sync(e) : ctx->bk->pos_wait(e->stream, e->pos);
     if (rc) return rc;
   }
   sweep(ctx);

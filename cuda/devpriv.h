@@ -26,6 +26,8 @@ typedef struct dev_backend {
   int (*event_init)(dev_event *e);
   void (*event_fini)(dev_event *e);
   int (*event_record)(dev_event *e, dev_stream *s);   /* sets e->stream, e->pos */
+  int (*event_query)(dev_event *e);   /* optional: 1 done, 0 pending, <0 error */
+  int (*event_sync)(dev_event *e);    /* optional */
   int (*event_elapsed)(dev_event *a, dev_event *b, double *ms);
 
   int (*alloc)(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out);
@@ -34,6 +36,10 @@ typedef struct dev_backend {
 } dev_backend;
 
 extern const dev_backend dev_host_backend;
+#ifdef GPULUA_HAVE_CUDA
+extern const dev_backend dev_cuda_backend;
+int dev_cuda_available(void);
+#endif
 
 struct dev_stream {
   dev_ctx *ctx;

@@ -1,0 +1,642 @@
+/* CUDA backend: the device layer on the CUDA runtime (cudart linked
+ * statically; cuBLAS loaded with dlopen on first use).
+ *
+ * Positions: a stream's position is the number of ops enqueued on it.  To
+ * learn when a position is reached the backend records "markers" (events
+ * without timing) at the stream's end: lazily when someone asks (a fence, a
+ * buffer release, a wait), and eagerly after ops that touch host memory, so
+ * that host-access fences wait for exactly the copy that fills a buffer. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <library_types.h>
+
+#include "cuda_kernels.h"
+#include "devpriv.h"
+
+#define MAXMARK 64
+#define PINNED_CACHE_MAX ((size_t)1 << 30)
+
+typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
+
+typedef struct cstream {
+  cudaStream_t st;
+  uint64_t enq, known_done;
+  marker mk[MAXMARK];          /* ring, oldest first, covered increasing */
+  int head, n;
+} cstream;
+
+typedef struct pblock { void *p; size_t n; struct pblock *next; } pblock;
+
+/* cuBLAS, resolved at run time */
+typedef int (*cublas_create_t)(void **);
+typedef int (*cublas_destroy_t)(void *);
+typedef int (*cublas_setstream_t)(void *, cudaStream_t);
+typedef int (*cublas_gemmex_t)(void *, int, int, int, int, int, const void *, const void *,
+                               int, int, const void *, int, int, const void *, void *, int,
+                               int, int, int);
+
+typedef struct cstate {
+  int device;
+  cudaStream_t side;           /* allocations and frees (nonblocking, no kernels) */
+  int *flag_host, *flag_dev;   /* mapped pinned: set by kernels on integer division by zero */
+  int sm_count;
+  int launch_blocking;
+  cudaEvent_t *evpool;         /* spare marker events */
+  int nev, capev;
+  pblock *pinned_free;         /* pinned blocks whose uses are over, for reuse */
+  size_t pinned_cached;
+  void *cublas_lib, *cublas;
+  cublas_setstream_t cublas_setstream;
+  cublas_gemmex_t cublas_gemmex;
+  cublas_destroy_t cublas_destroy;
+} cstate;
+
+static int cuda_fail(dev_ctx *ctx, cudaError_t e, const char *what) {
+  /* A sticky error stays; later calls report it too. */
+  cudaGetLastError();
+  return dev_fail(ctx, e == cudaErrorMemoryAllocation ? DEV_ERR_NOMEM : DEV_ERR_DEVICE,
+                  "%s: CUDA error %s: %s%s%s", what, cudaGetErrorName(e), cudaGetErrorString(e),
+                  *ctx->site ? " (last op enqueued at " : "", *ctx->site ? ctx->site : "");
+}
+
+#define CK(ctx, call, what) \
+  do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cuda_fail((ctx), e_, (what)); } while (0)
+
+static cstate *CS(dev_ctx *ctx) { return ctx->bk_state; }
+static cstream *CST(dev_stream *s) { return s->impl; }
+
+/* Kernels flag integer division by zero in mapped memory; report it once the
+ * work that set it has been waited for. */
+static void check_flag(dev_ctx *ctx) {
+  cstate *cs = CS(ctx);
+  if (cs->flag_host && *(volatile int *)cs->flag_host) {
+    *(volatile int *)cs->flag_host = 0;
+    dev_async_fail(ctx, "integer division by zero in a queued op");
+  }
+}
+
+/* ---- markers ---------------------------------------------------------- */
+
+static int ev_get(dev_ctx *ctx, cudaEvent_t *out) {
+  cstate *cs = CS(ctx);
+  if (cs->nev > 0) { *out = cs->evpool[--cs->nev]; return DEV_OK; }
+  CK(ctx, cudaEventCreateWithFlags(out, cudaEventDisableTiming), "event");
+  return DEV_OK;
+}
+
+static void ev_put(dev_ctx *ctx, cudaEvent_t ev) {
+  cstate *cs = CS(ctx);
+  if (cs->nev == cs->capev) {
+    int cap = cs->capev ? 2 * cs->capev : 32;
+    cudaEvent_t *p = realloc(cs->evpool, (size_t)cap * sizeof *p);
+    if (!p) { cudaEventDestroy(ev); return; }
+    cs->evpool = p;
+    cs->capev = cap;
+  }
+  cs->evpool[cs->nev++] = ev;
+}
+
+/* Retire completed markers; the known-done position moves forward. */
+static void retire(dev_stream *s) {
+  cstream *c = CST(s);
+  while (c->n > 0) {
+    marker *m = &c->mk[c->head];
+    if (cudaEventQuery(m->ev) != cudaSuccess) { cudaGetLastError(); break; }
+    if (m->covered > c->known_done) c->known_done = m->covered;
+    ev_put(s->ctx, m->ev);
+    c->head = (c->head + 1) % MAXMARK;
+    c->n--;
+  }
+}
+
+/* A marker at the stream's current end (or the newest one if it covers it). */
+static int mark(dev_stream *s, marker **out) {
+  cstream *c = CST(s);
+  if (c->n > 0) {
+    marker *last = &c->mk[(c->head + c->n - 1) % MAXMARK];
+    if (last->covered == c->enq) { *out = last; return DEV_OK; }
+  }
+  if (c->n == MAXMARK) {
+    /* Full: wait for the oldest rather than lose track. */
+    marker *m = &c->mk[c->head];
+    cudaEventSynchronize(m->ev);
+    retire(s);
+    if (c->n == MAXMARK) {
+      if (m->covered > c->known_done) c->known_done = m->covered;
+      ev_put(s->ctx, m->ev);
+      c->head = (c->head + 1) % MAXMARK;
+      c->n--;
+    }
+  }
+  cudaEvent_t ev;
+  int rc = ev_get(s->ctx, &ev);
+  if (rc) return rc;
+  cudaError_t e = cudaEventRecord(ev, c->st);
+  if (e != cudaSuccess) { ev_put(s->ctx, ev); return cuda_fail(s->ctx, e, "record"); }
+  marker *m = &c->mk[(c->head + c->n) % MAXMARK];
+  m->ev = ev;
+  m->covered = c->enq;
+  c->n++;
+  *out = m;
+  return DEV_OK;
+}
+
+/* The oldest marker that covers pos, or a new one at the end. */
+static int marker_for(dev_stream *s, uint64_t pos, marker **out) {
+  cstream *c = CST(s);
+  for (int i = 0; i < c->n; i++) {
+    marker *m = &c->mk[(c->head + i) % MAXMARK];
+    if (m->covered >= pos) { *out = m; return DEV_OK; }
+  }
+  return mark(s, out);
+}
+
+/* ---- backend interface ----------------------------------------------- */
+
+static int c_device_count(dev_ctx *ctx) {
+  (void)ctx;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
+  return n;
+}
+
+static int c_open(dev_ctx *ctx, int device) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return cuda_fail(ctx, e, "no CUDA device");
+  if (device < 0 || device >= n)
+    return dev_fail(ctx, DEV_ERR_INVALID, "CUDA device %d out of range (%d device%s)", device, n,
+                    n == 1 ? "" : "s");
+  cstate *cs = calloc(1, sizeof *cs);
+  if (!cs) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  ctx->bk_state = cs;
+  cs->device = device;
+  const char *lb = getenv("GPULUA_LAUNCH_BLOCKING");
+  cs->launch_blocking = lb && *lb && strcmp(lb, "0") != 0;
+  CK(ctx, cudaSetDevice(device), "set device");
+  CK(ctx, cudaDeviceGetAttribute(&cs->sm_count, cudaDevAttrMultiProcessorCount, device), "device attribute");
+  CK(ctx, cudaStreamCreateWithFlags(&cs->side, cudaStreamNonBlocking), "stream");
+  /* Keep freed device memory in the pool: no release back to the driver. */
+  cudaMemPool_t pool;
+  CK(ctx, cudaDeviceGetDefaultMemPool(&pool, device), "memory pool");
+  uint64_t thresh = UINT64_MAX;
+  CK(ctx, cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thresh), "memory pool");
+  CK(ctx, cudaHostAlloc((void **)&cs->flag_host, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), "pinned flag");
+  *cs->flag_host = 0;
+  CK(ctx, cudaHostGetDevicePointer((void **)&cs->flag_dev, cs->flag_host, 0), "pinned flag");
+  return DEV_OK;
+}
+
+static void c_close(dev_ctx *ctx) {
+  cstate *cs = CS(ctx);
+  if (!cs) return;
+  cudaDeviceSynchronize();
+  for (pblock *b = cs->pinned_free, *nb; b; b = nb) {
+    nb = b->next;
+    cudaFreeHost(b->p);
+    free(b);
+  }
+  for (int i = 0; i < cs->nev; i++) cudaEventDestroy(cs->evpool[i]);
+  free(cs->evpool);
+  if (cs->cublas) cs->cublas_destroy(cs->cublas);
+  if (cs->cublas_lib) dlclose(cs->cublas_lib);
+  if (cs->flag_host) cudaFreeHost(cs->flag_host);
+  if (cs->side) cudaStreamDestroy(cs->side);
+  cudaGetLastError();
+  free(cs);
+  ctx->bk_state = NULL;
+}
+
+static int c_device_info(dev_ctx *ctx, int index, dev_info *out) {
+  struct cudaDeviceProp p;
+  CK(ctx, cudaGetDeviceProperties(&p, index), "device info");
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%.127s", p.name);
+  out->backend = "cuda";
+  out->index = index;
+  out->total_memory = p.totalGlobalMem;
+  out->multiprocessors = p.multiProcessorCount;
+  out->cc_major = p.major;
+  out->cc_minor = p.minor;
+  return DEV_OK;
+}
+
+static int c_stream_init(dev_stream *s) {
+  cstream *c = calloc(1, sizeof *c);
+  if (!c) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory creating a stream");
+  s->impl = c;
+  if (s->is_default) {
+    c->st = cudaStreamLegacy;
+    return DEV_OK;
+  }
+  int least = 0, greatest = 0;
+  cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  int prio = s->priority > 0 ? greatest : least;
+  cudaError_t e = cudaStreamCreateWithPriority(
+      &c->st, s->nonblocking ? cudaStreamNonBlocking : cudaStreamDefault, prio);
+  if (e != cudaSuccess) {
+    free(c);
+    s->impl = NULL;
+    return cuda_fail(s->ctx, e, "stream");
+  }
+  return DEV_OK;
+}
+
+static void c_stream_fini(dev_stream *s) {
+  cstream *c = CST(s);
+  if (!c) return;
+  for (int i = 0; i < c->n; i++) ev_put(s->ctx, c->mk[(c->head + i) % MAXMARK].ev);
+  if (!s->is_default) cudaStreamDestroy(c->st);
+  free(c);
+}
+
+static int c_stream_idle(dev_stream *s) {
+  cstream *c = CST(s);
+  cudaError_t e = cudaStreamQuery(c->st);
+  if (e == cudaSuccess) { c->known_done = c->enq; return 1; }
+  cudaGetLastError();
+  return 0;
+}
+
+static uint64_t c_stream_pos(dev_stream *s) { return CST(s)->enq; }
+
+static int c_pos_done(dev_stream *s, uint64_t pos) {
+  cstream *c = CST(s);
+  if (pos <= c->known_done) return 1;
+  retire(s);
+  if (pos <= c->known_done) return 1;
+  return c_stream_idle(s);
+}
+
+static int c_pos_wait(dev_stream *s, uint64_t pos) {
+  cstream *c = CST(s);
+  if (pos <= c->known_done) return DEV_OK;
+  marker *m;
+  int rc = marker_for(s, pos, &m);
+  if (rc) return rc;
+  uint64_t covered = m->covered;
+  CK(s->ctx, cudaEventSynchronize(m->ev), "synchronize");
+  if (covered > c->known_done) c->known_done = covered;
+  retire(s);
+  check_flag(s->ctx);
+  return DEV_OK;
+}
+
+static int c_stream_wait(dev_stream *s, dev_stream *other, uint64_t pos) {
+  if (c_pos_done(other, pos)) return DEV_OK;
+  marker *m;
+  int rc = marker_for(other, pos, &m);
+  if (rc) return rc;
+  CK(s->ctx, cudaStreamWaitEvent(CST(s)->st, m->ev, 0), "wait");
+  return DEV_OK;
+}
+
+static int c_event_init(dev_event *e) {
+  cudaEvent_t ev;
+  CK(e->ctx, cudaEventCreateWithFlags(&ev, e->timing ? cudaEventDefault : cudaEventDisableTiming), "event");
+  e->impl = ev;
+  return DEV_OK;
+}
+
+static void c_event_fini(dev_event *e) {
+  if (e->impl) cudaEventDestroy((cudaEvent_t)e->impl);
+}
+
+static int c_event_record(dev_event *e, dev_stream *s) {
+  CK(e->ctx, cudaEventRecord((cudaEvent_t)e->impl, CST(s)->st), "record");
+  e->pos = CST(s)->enq;
+  return DEV_OK;
+}
+
+static int c_event_query(dev_event *e) {
+  cudaError_t r = cudaEventQuery((cudaEvent_t)e->impl);
+  if (r == cudaSuccess) return 1;
+  if (r == cudaErrorNotReady) { cudaGetLastError(); return 0; }
+  cuda_fail(e->ctx, r, "query");
+  return -1;
+}
+
+static int c_event_sync(dev_event *e) {
+  CK(e->ctx, cudaEventSynchronize((cudaEvent_t)e->impl), "synchronize");
+  check_flag(e->ctx);
+  return DEV_OK;
+}
+
+static int c_event_elapsed(dev_event *a, dev_event *b, double *ms) {
+  float f = 0;
+  CK(a->ctx, cudaEventElapsedTime(&f, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl), "elapsed");
+  *ms = f;
+  return DEV_OK;
+}
+
+static int c_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
+  cstate *cs = CS(ctx);
+  cudaError_t e;
+  switch (kind) {
+  case DEV_MEM_DEVICE:
+    e = cudaMallocAsync(out, bytes, cs->side);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t fr = 0, tot = 0;
+      cudaMemGetInfo(&fr, &tot);
+      cudaGetLastError();
+      return dev_fail(ctx, DEV_ERR_NOMEM,
+                      "out of memory: cannot allocate %.1f MiB of device memory "
+                      "(%.1f MiB allocated by this interpreter, %.1f MiB free of %.1f MiB)",
+                      bytes / 1048576.0, ctx->mem.allocated / 1048576.0, fr / 1048576.0,
+                      tot / 1048576.0);
+    }
+    return DEV_OK;
+  case DEV_MEM_PINNED: {
+    /* Reuse a cached block of exactly this size: its uses are over. */
+    for (pblock **pb = &cs->pinned_free; *pb; pb = &(*pb)->next) {
+      if ((*pb)->n != bytes) continue;
+      pblock *b = *pb;
+      *pb = b->next;
+      *out = b->p;
+      cs->pinned_cached -= b->n;
+      free(b);
+      return DEV_OK;
+    }
+    e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of pinned memory",
+                      bytes / 1048576.0);
+    }
+    return DEV_OK;
+  }
+  default: {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded);
+    if (!p)
+      return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of host memory",
+                      bytes / 1048576.0);
+    *out = p;
+    return DEV_OK;
+  }
+  }
+}
+
+static void c_free(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes) {
+  cstate *cs = CS(ctx);
+  switch (kind) {
+  case DEV_MEM_DEVICE:
+    /* dev.c frees only once every use is over, so the side stream may free now. */
+    if (cudaFreeAsync(p, cs->side) != cudaSuccess) cudaGetLastError();
+    break;
+  case DEV_MEM_PINNED: {
+    pblock *b = cs->pinned_cached + bytes <= PINNED_CACHE_MAX ? malloc(sizeof *b) : NULL;
+    if (!b) {
+      if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+      break;
+    }
+    b->p = p;
+    b->n = bytes;
+    b->next = cs->pinned_free;
+    cs->pinned_free = b;
+    cs->pinned_cached += bytes;
+    break;
+  }
+  default:
+    free(p);
+  }
+}
+
+/* ---- ops -------------------------------------------------------------- */
+
+static int load_cublas(dev_ctx *ctx) {
+  cstate *cs = CS(ctx);
+  if (cs->cublas) return DEV_OK;
+  if (!cs->cublas_lib) {
+    const char *names[] = {"libcublas.so.13", "libcublas.so", NULL};
+    for (int i = 0; names[i] && !cs->cublas_lib; i++) cs->cublas_lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!cs->cublas_lib)
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul needs cuBLAS: cannot load libcublas.so.13 (%s)", dlerror());
+  }
+  cublas_create_t create = (cublas_create_t)dlsym(cs->cublas_lib, "cublasCreate_v2");
+  cs->cublas_destroy = (cublas_destroy_t)dlsym(cs->cublas_lib, "cublasDestroy_v2");
+  cs->cublas_setstream = (cublas_setstream_t)dlsym(cs->cublas_lib, "cublasSetStream_v2");
+  cs->cublas_gemmex = (cublas_gemmex_t)dlsym(cs->cublas_lib, "cublasGemmEx");
+  if (!create || !cs->cublas_destroy || !cs->cublas_setstream || !cs->cublas_gemmex)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "cuBLAS lacks cublasGemmEx");
+  int st = create(&cs->cublas);
+  if (st != 0) {
+    cs->cublas = NULL;
+    return dev_fail(ctx, DEV_ERR_DEVICE, "cublasCreate failed (status %d)", st);
+  }
+  return DEV_OK;
+}
+
+/* Row-major view usable as a cuBLAS operand: unit column stride. */
+static int gemm_ready(const dev_view *v) {
+  return v->stride[1] == 1 || v->shape[1] == 1;
+}
+
+static int ld_of(const dev_view *v) {
+  return (int)(v->shape[0] == 1 ? v->shape[1] : v->stride[0]);
+}
+
+/* Pack a strided 2-D view into fresh contiguous device memory on stream st. */
+static int pack(dev_ctx *ctx, cstream *c, const dev_view *v, dev_view *packed, void **mem) {
+  size_t bytes = (size_t)dev_view_numel(v) * dev_dtype_size(v->dtype);
+  CK(ctx, cudaMallocAsync(mem, bytes, c->st), "matmul scratch");
+  dev_buf *b = calloc(1, sizeof *b);
+  if (!b) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  b->ptr = *mem;
+  b->bytes = bytes;
+  b->kind = DEV_MEM_DEVICE;
+  memset(packed, 0, sizeof *packed);
+  packed->buf = b;
+  packed->dtype = v->dtype;
+  dev_view_set_contiguous(packed, 2, v->shape);
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = *packed};
+  op.in[0] = *v;
+  cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count};
+  char msg[256];
+  if (cuk_launch(&op, &env, msg, sizeof msg)) {
+    free(b);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s", msg);
+  }
+  return DEV_OK;
+}
+
+static int c_matmul(dev_stream *s, const dev_kop *op) {
+  dev_ctx *ctx = s->ctx;
+  cstate *cs = CS(ctx);
+  cstream *c = CST(s);
+  int rc = load_cublas(ctx);
+  if (rc) return rc;
+  int type, compute;
+  switch (op->out.dtype) {
+  case DEV_F32: type = CUDA_R_32F; compute = 68 /* CUBLAS_COMPUTE_32F */; break;
+  case DEV_F64: type = CUDA_R_64F; compute = 70 /* CUBLAS_COMPUTE_64F */; break;
+  case DEV_F16: type = CUDA_R_16F; compute = 68; break;
+  case DEV_BF16: type = CUDA_R_16BF; compute = 68; break;
+  default: return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul: no cuBLAS path for this dtype");
+  }
+  dev_view a = op->in[0], b = op->in[1], out = op->out;
+  void *ma = NULL, *mb = NULL, *mc = NULL;
+  dev_view pc;
+  if (!gemm_ready(&a) && (rc = pack(ctx, c, &op->in[0], &a, &ma))) return rc;
+  if (!gemm_ready(&b) && (rc = pack(ctx, c, &op->in[1], &b, &mb))) goto done;
+  if (!gemm_ready(&out)) {
+    size_t bytes = (size_t)dev_view_numel(&out) * dev_dtype_size(out.dtype);
+    cudaError_t e = cudaMallocAsync(&mc, bytes, c->st);
+    if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "matmul scratch"); goto done; }
+    memset(&pc, 0, sizeof pc);
+    pc.dtype = out.dtype;
+    dev_view_set_contiguous(&pc, 2, out.shape);
+  }
+  {
+    int m = (int)a.shape[0], k = (int)a.shape[1], n = (int)b.shape[1];
+    double one64 = 1, zero64 = 0;
+    float one32 = 1, zero32 = 0;
+    const void *alpha = type == CUDA_R_64F ? (const void *)&one64 : (const void *)&one32;
+    const void *beta = type == CUDA_R_64F ? (const void *)&zero64 : (const void *)&zero32;
+    void *cptr = mc ? mc : dev_view_ptr(&out);
+    int ldc = mc ? n : ld_of(&out);
+    cs->cublas_setstream(cs->cublas, c->st);
+    /* Row-major C = A B is column-major C^T = B^T A^T. */
+    int st = cs->cublas_gemmex(cs->cublas, 0, 0, n, m, k, alpha,
+                               mb ? mb : dev_view_ptr(&b), type, mb ? n : ld_of(&b),
+                               ma ? ma : dev_view_ptr(&a), type, ma ? k : ld_of(&a),
+                               beta, cptr, type, ldc, compute, -1 /* CUBLAS_GEMM_DEFAULT */);
+    if (st != 0) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "matmul: cublasGemmEx failed (status %d)", st); goto done; }
+    if (mc) {
+      dev_buf tb = {.ptr = mc, .bytes = (size_t)dev_view_numel(&out) * dev_dtype_size(out.dtype), .kind = DEV_MEM_DEVICE};
+      pc.buf = &tb;
+      dev_kop cp = {.kind = DEV_OP_COPY, .nin = 1, .out = out};
+      cp.in[0] = pc;
+      cuk_env env = {c->st, cs->flag_dev, cs->sm_count};
+      char msg[256];
+      if (cuk_launch(&cp, &env, msg, sizeof msg)) rc = dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s", msg);
+    }
+  }
+done:
+  if (ma) { free(a.buf); cudaFreeAsync(ma, c->st); }
+  if (mb) { free(b.buf); cudaFreeAsync(mb, c->st); }
+  if (mc) cudaFreeAsync(mc, c->st);
+  return rc;
+}
+
+static int host_visible(const dev_buf *b) { return b->kind != DEV_MEM_DEVICE; }
+
+static int c_copy(dev_stream *s, const dev_kop *op) {
+  dev_ctx *ctx = s->ctx;
+  cstream *c = CST(s);
+  const dev_view *dst = &op->out, *src = &op->in[0];
+  size_t bytes = (size_t)dev_view_numel(dst) * dev_dtype_size(dst->dtype);
+  if (dev_view_contiguous(dst) && dev_view_contiguous(src)) {
+    CK(ctx, cudaMemcpyAsync(dev_view_ptr(dst), dev_view_ptr(src), bytes, cudaMemcpyDefault, c->st), "copy");
+    return DEV_OK;
+  }
+  if (dst->buf->kind != DEV_MEM_HOST && src->buf->kind != DEV_MEM_HOST) {
+    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count};
+    char msg[256];
+    if (cuk_launch(op, &env, msg, sizeof msg)) return dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg);
+    return DEV_OK;
+  }
+  /* A strided view of pageable memory: the GPU cannot reach it.  Rare, so
+   * done synchronously through a pinned staging buffer. */
+  void *stage = NULL;
+  CK(ctx, cudaHostAlloc(&stage, bytes, cudaHostAllocDefault), "copy staging");
+  dev_buf sb = {.ptr = stage, .bytes = bytes, .kind = DEV_MEM_PINNED};
+  dev_view sv;
+  memset(&sv, 0, sizeof sv);
+  sv.buf = &sb;
+  sv.dtype = dst->dtype;
+  dev_view_set_contiguous(&sv, src->ndim, src->shape);
+  dev_kop a = {.kind = DEV_OP_COPY, .nin = 1, .out = sv}, b = {.kind = DEV_OP_COPY, .nin = 1, .out = *dst};
+  a.in[0] = *src;
+  b.in[0] = sv;
+  char msg[256];
+  int rc = DEV_OK;
+  cudaError_t e = cudaStreamSynchronize(c->st);
+  if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "copy"); goto out; }
+  if (src->buf->kind == DEV_MEM_HOST) {
+    if (dev_host_run(&a, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
+    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count};
+    if (cuk_launch(&b, &env, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
+  } else {
+    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count};
+    if (cuk_launch(&a, &env, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
+    e = cudaStreamSynchronize(c->st);
+    if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "copy"); goto out; }
+    if (dev_host_run(&b, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
+  }
+  e = cudaStreamSynchronize(c->st);
+  if (e != cudaSuccess) rc = cuda_fail(ctx, e, "copy");
+out:
+  cudaFreeHost(stage);
+  return rc;
+}
+
+static int c_submit(dev_stream *s, const dev_kop *op) {
+  dev_ctx *ctx = s->ctx;
+  cstate *cs = CS(ctx);
+  cstream *c = CST(s);
+  int rc;
+  if (op->kind == DEV_OP_COPY) {
+    rc = c_copy(s, op);
+  } else if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) {
+    rc = c_matmul(s, op);
+  } else {
+    cuk_env env = {c->st, cs->flag_dev, cs->sm_count};
+    char msg[256];
+    rc = cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
+                                                : DEV_OK;
+  }
+  if (rc) return rc;
+  c->enq++;
+  int touches_host = op->kind != DEV_OP_SLEEP &&
+                     (host_visible(op->out.buf) || (op->nin > 0 && host_visible(op->in[0].buf)));
+  if (touches_host) {
+    marker *m;
+    if ((rc = mark(s, &m))) return rc;
+  }
+  if (cs->launch_blocking) {
+    cudaError_t e = cudaStreamSynchronize(c->st);
+    if (e != cudaSuccess)
+      return dev_fail(ctx, DEV_ERR_DEVICE, "'%s' failed%s%s: CUDA error %s: %s", dev_op_name(op),
+                      *ctx->site ? " at " : "", ctx->site, cudaGetErrorName(e), cudaGetErrorString(e));
+    c->known_done = c->enq;
+    check_flag(ctx);
+  }
+  return DEV_OK;
+}
+
+const dev_backend dev_cuda_backend = {
+  .name = "cuda",
+  .open = c_open,
+  .close = c_close,
+  .device_count = c_device_count,
+  .device_info = c_device_info,
+  .stream_init = c_stream_init,
+  .stream_fini = c_stream_fini,
+  .stream_idle = c_stream_idle,
+  .stream_pos = c_stream_pos,
+  .pos_done = c_pos_done,
+  .pos_wait = c_pos_wait,
+  .stream_wait = c_stream_wait,
+  .event_init = c_event_init,
+  .event_fini = c_event_fini,
+  .event_record = c_event_record,
+  .event_query = c_event_query,
+  .event_sync = c_event_sync,
+  .event_elapsed = c_event_elapsed,
+  .alloc = c_alloc,
+  .free = c_free,
+  .submit = c_submit,
+};
+
+/* Whether a usable GPU answers (for automatic selection). */
+int dev_cuda_available(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
+  return n > 0;
+}

@@ -1,0 +1,32 @@
+/* Launchers of the built-in CUDA kernels (cuda/k_*.cu), called by the CUDA
+ * backend.  Plain C interface; each launcher takes an explicit stream, checks
+ * cudaGetLastError() and returns 0 or -1 with a message.  Semantics are those
+ * of dev_host_run() in host_kernels.c, bit for bit where the host is exact
+ * (integers, casts, fill, arange, rand), within float tolerance otherwise. */
+#ifndef GPULUA_CUDA_KERNELS_H
+#define GPULUA_CUDA_KERNELS_H
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cuk_env {
+  void *stream;          /* cudaStream_t */
+  int *err_flag;         /* device-visible (mapped pinned) int: set to 1 by a
+                            kernel that divides an integer by zero */
+  int sm_count;          /* multiprocessors, for grid sizing */
+} cuk_env;
+
+/* Every dev_kop kind except MATMUL on float dtypes (cuBLAS, in the backend):
+ * FILL ARANGE RAND UNARY (incl. cast) BINARY REDUCE COPY (strided, same dtype)
+ * SLEEP, and MATMUL for integer dtypes.  Views point to device memory or to
+ * pinned host memory (reachable through unified addressing). */
+int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,158 @@
+-- Every built-in op on the device against the same op on pinned memory (run
+-- by the host kernels on the calling thread), on the same inputs: exact for
+-- integers and bool, a tolerance per dtype for floats.  Meaningful on the
+-- cuda backend (make test-gpu); on the host backend both sides are the host.
+local gpu = require "gpu"
+local T = require "gpu.test"
+
+local FLOATS = { "f32", "f64", "f16", "bf16" }
+local INTS = { "i8", "u8", "i32", "i64" }
+local ALL = { "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64", "bool" }
+local RTOL = { f32 = 1e-5, f64 = 1e-12, f16 = 2e-3, bf16 = 1.6e-2 }
+
+local function isfloat(dt) return RTOL[dt] ~= nil end
+
+-- compare two tensors element by element; one TAP line
+local function same(dev, ref, name, rtol)
+  local a, b = T.flatten(dev:totable()), T.flatten(ref:totable())
+  if #a ~= #b then return T.ok(false, name .. ": sizes differ") end
+  local tol = rtol or RTOL[ref.dtype]
+  for i = 1, #a do
+    local x, y = a[i], b[i]
+    local ok
+    if tol and type(x) == "number" then
+      ok = (x ~= x and y ~= y) or x == y or math.abs(x - y) <= tol * math.max(1, math.abs(y))
+    else
+      ok = x == y
+    end
+    if not ok then
+      return T.ok(false, string.format("%s: element %d: device %s, host %s", name, i, tostring(x), tostring(y)))
+    end
+  end
+  T.ok(true, name)
+end
+
+-- inputs: made on the device, copied to pinned memory
+local function inputs(dt, shape, seed, lo, hi)
+  local opts = { dtype = dt, seed = seed }
+  if not isfloat(dt) and dt ~= "bool" then
+    local r = ({ i8 = { -128, 128 }, u8 = { 0, 256 } })[dt] or { math.mininteger, math.maxinteger }
+    opts.low = math.max(lo or -50, r[1])
+    opts.high = math.min(hi or 50, r[2])
+  end
+  if isfloat(dt) then opts.low, opts.high = lo or -4, hi or 4 end
+  local d = gpu.rand(shape, opts)
+  return d, d:to("pinned")
+end
+
+T.test("constructors and fill", function()
+  for _, dt in ipairs(ALL) do
+    local v = dt == "bool" and true or 3
+    same(gpu.full({ 7, 5 }, v, { dtype = dt }), gpu.full({ 7, 5 }, v, { dtype = dt, device = "pinned" }), "full " .. dt)
+    if dt ~= "bool" then
+      same(gpu.arange(0, 100, 3, { dtype = dt == "u8" and "u8" or dt }),
+           gpu.arange(0, 100, 3, { dtype = dt, device = "pinned" }), "arange " .. dt)
+    end
+    local ropts = { dtype = dt, seed = 42 }
+    same(gpu.rand({ 4099 }, ropts), gpu.rand({ 4099 }, { dtype = dt, seed = 42, device = "pinned" }),
+         "rand " .. dt .. " same numbers for the same seed", isfloat(dt) and 0 or nil)
+    if isfloat(dt) then
+      same(gpu.randn({ 4099 }, { dtype = dt, seed = 7 }), gpu.randn({ 4099 }, { dtype = dt, seed = 7, device = "pinned" }),
+           "randn " .. dt)
+    end
+  end
+end)
+
+T.test("casts between every pair of dtypes", function()
+  for _, from in ipairs(ALL) do
+    local d, h = inputs(from, { 333 }, 11, -300, 300)
+    if isfloat(from) then
+      d = (d * 80):to(from); h = (h * 80):to(from)   -- exercise saturation
+    end
+    for _, to in ipairs(ALL) do
+      same(d:to(to), h:to(to), "cast " .. from .. " -> " .. to, 0)
+    end
+  end
+end)
+
+T.test("unary ops", function()
+  for _, dt in ipairs(FLOATS) do
+    local d, h = inputs(dt, { 64, 33 }, 3, 0.05, 3)
+    for _, op in ipairs { "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh" } do
+      same(d[op](d), h[op](h), op .. " " .. dt)
+    end
+  end
+  for _, dt in ipairs(INTS) do
+    local d, h = inputs(dt, { 1000 }, 5)
+    for _, op in ipairs { "neg", "abs", "relu" } do same(d[op](d), h[op](h), op .. " " .. dt) end
+  end
+end)
+
+T.test("binary ops: tensor, scalar, scalar on the left, broadcast, strided", function()
+  for _, dt in ipairs(ALL) do
+    local ops = dt == "bool" and { "max", "min" } or { "add", "sub", "mul", "div", "pow", "max", "min" }
+    local a, ah = inputs(dt, { 40, 30 }, 21, 1, 9)
+    local b, bh = inputs(dt, { 40, 30 }, 22, 1, 9)
+    local r, rh = inputs(dt, { 30 }, 23, 1, 9)
+    for _, op in ipairs(ops) do
+      same(a[op](a, b), ah[op](ah, bh), op .. " " .. dt)
+      same(a[op](a, r), ah[op](ah, rh), op .. " " .. dt .. " broadcast")
+      same(a:narrow(2, 3, 20)[op](a:narrow(2, 3, 20), b:narrow(2, 5, 20)),
+           ah:narrow(2, 3, 20)[op](ah:narrow(2, 3, 20), bh:narrow(2, 5, 20)), op .. " " .. dt .. " strided")
+      if dt ~= "bool" then
+        same(a[op](a, 3), ah[op](ah, 3), op .. " " .. dt .. " scalar")
+      end
+    end
+    if dt ~= "bool" then
+      same(7 - a, 7 - ah, "scalar - " .. dt)
+      same(7 / a, 7 / ah, "scalar / " .. dt)
+    end
+  end
+  for _, dt in ipairs(INTS) do
+    local a, ah = inputs(dt, { 500 }, 31, -100, 100)
+    local b, bh = inputs(dt, { 500 }, 32, 1, 9)
+    same(a / b, ah / bh, "floor division " .. dt)
+    same(-a / b, -ah / bh, "floor division of negatives " .. dt)
+  end
+end)
+
+T.test("reductions, whole and along every dim", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 17, 9, 13 }, 41)
+    for _, op in ipairs { "sum", "mean", "max", "min", "argmax" } do
+      same(d[op](d), h[op](h), op .. " " .. dt)
+      for dim = 1, 3 do
+        same(d[op](d, { dim = dim }), h[op](h, { dim = dim }), op .. " " .. dt .. " dim " .. dim)
+      end
+    end
+  end
+  local big, bigh = inputs("f32", { 1 << 22 }, 43)
+  same(big:sum(), bigh:sum(), "sum of 4M f32", 1e-4)
+  same(big:argmax(), bigh:argmax(), "argmax of 4M f32")
+end)
+
+T.test("matmul", function()
+  for _, dt in ipairs { "f32", "f64", "f16", "bf16", "i32", "i64", "i8" } do
+    local a, ah = inputs(dt, { 67, 45 }, 51, -3, 3)
+    local b, bh = inputs(dt, { 45, 29 }, 52, -3, 3)
+    local tol = ({ f32 = 1e-4, f64 = 1e-10, f16 = 1e-2, bf16 = 3e-2 })[dt]
+    same(gpu.matmul(a, b), gpu.matmul(ah, bh), "matmul " .. dt, tol)
+    same(gpu.matmul(a:narrow(2, 2, 40), b:narrow(1, 3, 40)), gpu.matmul(ah:narrow(2, 2, 40), bh:narrow(1, 3, 40)),
+         "matmul " .. dt .. " strided operands", tol)
+  end
+end)
+
+T.test("copies: strided, between memories", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 31, 17 }, 61)
+    same(d:narrow(2, 4, 9):contiguous(), h:narrow(2, 4, 9):contiguous(), "strided copy " .. dt)
+    local hostt = gpu.empty({ 31, 9 }, { dtype = dt, device = "host" })
+    hostt:copy(d:narrow(2, 4, 9))
+    same(hostt, h:narrow(2, 4, 9):contiguous(), "device strided -> pageable " .. dt)
+    local back = gpu.empty({ 31, 17 }, { dtype = dt })
+    back:copy(h)
+    same(back, h, "pinned -> device " .. dt)
+  end
+end)
+
+T.done()
