@@ -99,7 +99,7 @@ SUITE_ENV := ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
 endif
 ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -pthread -MMD -MP $(DEFS) $(INCLUDES) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
-NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -iquote cuda $(NVCC_EXTRA)
+NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -Icuda $(NVCC_EXTRA)
 SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------

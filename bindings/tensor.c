@@ -254,7 +254,8 @@ static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void 
   int64_t n = dev_view_numel(dst);
   dev_dtype srct = isint ? DEV_I64 : DEV_F64;
   dev_buf *tmp = NULL, *cast = NULL;
-  int rc = dev_buf_alloc(ctx, DEV_MEM_HOST, (size_t)n * 8, &tmp);
+  /* staged in pinned memory: an upload from pageable memory would block */
+  int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
   if (rc == DEV_OK) {
     memcpy(tmp->ptr, vals, (size_t)n * 8);
     dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
@@ -262,7 +263,7 @@ static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void 
     op.in[0].dtype = srct;
     dev_view_set_contiguous(&op.in[0], dst->ndim, dst->shape);
     if (dst->dtype != srct) {
-      rc = dev_buf_alloc(ctx, DEV_MEM_HOST, (size_t)n * dev_dtype_size(dst->dtype), &cast);
+      rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * dev_dtype_size(dst->dtype), &cast);
       if (rc == DEV_OK) {
         dev_kop c = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1};
         c.in[0] = op.in[0];

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 #include <library_types.h>
@@ -336,6 +337,12 @@ static int c_event_elapsed(dev_event *a, dev_event *b, double *ms) {
 static int c_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
   cstate *cs = CS(ctx);
   cudaError_t e;
+  /* Host memory beyond RAM would only fail later, page by page. */
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  if (kind != DEV_MEM_DEVICE && pages > 0 && psize > 0 && bytes > (size_t)pages * (size_t)psize)
+    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of %s memory "
+                    "(more than the machine's %.1f MiB)", bytes / 1048576.0,
+                    dev_memkind_name(kind), (double)pages * psize / 1048576.0);
   switch (kind) {
   case DEV_MEM_DEVICE:
     e = cudaMallocAsync(out, bytes, cs->side);
@@ -634,8 +641,13 @@ const dev_backend dev_cuda_backend = {
   .submit = c_submit,
 };
 
-/* Whether a usable GPU answers (for automatic selection). */
+/* Whether a usable GPU answers (for automatic selection).  Called before any
+ * other CUDA call. */
 int dev_cuda_available(void) {
+  /* Lazy module loading makes a kernel's first launch wait for the work
+   * already queued on the device: a silent sync.  Load kernels eagerly
+   * unless the user chose otherwise. */
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
   return n > 0;

@@ -109,7 +109,9 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   const dev_backend *bk = &dev_host_backend;
 #ifdef GPULUA_HAVE_CUDA
   /* Automatic: cuda when a GPU answers, else host. */
-  if (cuda || (!spec && dev_cuda_available())) bk = &dev_cuda_backend;
+  /* the first CUDA call: it also sets up module loading */
+  int have = (cuda || !spec) ? dev_cuda_available() : 0;
+  if (cuda || (!spec && have)) bk = &dev_cuda_backend;
 #else
   if (cuda) {
     snprintf(err, errlen, "device '%s': this gpulua was built without the CUDA backend", spec);
@@ -727,7 +729,7 @@ static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, cons
 int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
   size_t bytes = (size_t)dev_view_numel(src) * dev_dtype_size(src->dtype);
   dev_buf *tmp;
-  int rc = dev_buf_alloc(ctx, DEV_MEM_HOST, bytes, &tmp);
+  int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, bytes, &tmp);
   if (rc) return rc;
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
   contiguous_view(&op.out, tmp, src->dtype, src->ndim, src->shape);
@@ -774,7 +776,7 @@ int dev_memset(dev_ctx *ctx, dev_stream *s, dev_buf *b, size_t offset, int value
 int dev_write(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const void *src) {
   size_t bytes = (size_t)dev_view_numel(dst) * dev_dtype_size(dst->dtype);
   dev_buf *tmp;
-  int rc = dev_buf_alloc(ctx, DEV_MEM_HOST, bytes, &tmp);
+  int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, bytes, &tmp);
   if (rc) return rc;
   memcpy(tmp->ptr, src, bytes);
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};

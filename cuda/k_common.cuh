@@ -1,0 +1,773 @@
+/* Shared helpers of the built-in CUDA kernels (cuda/k_*.cu).
+ *
+ * The per-element math is __host__ __device__ so that it can be checked on a
+ * CPU against dev_host_run(): strided-view offsets, loads into the compute
+ * type and stores from it with host_kernels.c's conversion rules, Philox, the
+ * random mappings, and the unary/binary operators.  Compute types are float
+ * for f32/f16/bf16, double for f64 and int64 for the integers and bool.
+ *
+ * nvcc contracts a*b+c into an FMA by default; the host rounds twice.  Where
+ * the host's result is exact (arange, rand, integer matmul) products and sums
+ * go through k_dmul/k_dadd, which are never contracted.
+ */
+#ifndef GPULUA_K_COMMON_CUH
+#define GPULUA_K_COMMON_CUH
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+/* device.h is C and has no extern "C" of its own (cuda_kernels.h includes it
+ * outside its block): included here first, its functions link as C. */
+extern "C" {
+#include "device.h"
+}
+#include "cuda_kernels.h"
+
+#define KH __host__ __device__ __forceinline__
+#define K_THREADS 256
+
+/* gcc sees the host side of __host__ __device__ code and warns on the pragma */
+#ifdef __CUDA_ARCH__
+#define K_UNROLL _Pragma("unroll")
+#else
+#define K_UNROLL
+#endif
+
+/* ---- bits ------------------------------------------------------------- */
+
+KH uint32_t k_f2u(float f)
+{
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+KH float k_u2f(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+KH uint64_t k_d2u(double d)
+{
+#ifdef __CUDA_ARCH__
+  return (uint64_t)__double_as_longlong(d);
+#else
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+#endif
+}
+
+KH double k_u2d(uint64_t u)
+{
+#ifdef __CUDA_ARCH__
+  return __longlong_as_double((long long)u);
+#else
+  double d;
+  memcpy(&d, &u, sizeof d);
+  return d;
+#endif
+}
+
+KH double k_dmul(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+KH double k_dadd(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+/* Two's-complement wrap of a uint64 (the host's wrap64). */
+KH int64_t k_wrap(uint64_t u) { return (int64_t)u; }
+
+/* ---- float <-> float conversions, NaNs as on x86 ------------------------ */
+/* The GPU's cvt makes canonical NaNs; the host keeps the top payload bits and
+ * sets the quiet bit.  NaNs take the host's path so casts match bit for bit. */
+
+KH double k_f2d(float f)
+{
+  if (f != f) {
+    uint32_t u = k_f2u(f);
+    return k_u2d((uint64_t)(u & 0x80000000u) << 32 | 0x7ff8000000000000ull | (uint64_t)(u & 0x7fffff) << 29);
+  }
+  return (double)f;
+}
+
+KH float k_d2f(double d)
+{
+  if (d != d) {
+    uint64_t u = k_d2u(d);
+    return k_u2f(((uint32_t)(u >> 32) & 0x80000000u) | 0x7fc00000u | ((uint32_t)(u >> 29) & 0x7fffff));
+  }
+  return (float)d;
+}
+
+/* dev_half_to_float: exact; a NaN comes back quiet with its payload. */
+KH float k_half_to_float(uint16_t h)
+{
+  if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+    return k_u2f((uint32_t)(h & 0x8000) << 16 | 0x7fc00000u | (uint32_t)(h & 0x3ff) << 13);
+  __half_raw r;
+  r.x = h;
+  return __half2float(__half(r));
+}
+
+KH float k_bf16_to_float(uint16_t h)
+{
+  uint32_t b = (uint32_t)h << 16;
+  if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) b |= 0x400000;
+  return k_u2f(b);
+}
+
+/* dev_float_to_half: round to nearest even; NaN quiet with its top payload. */
+KH uint16_t k_float_to_half(float f)
+{
+  if (f != f) {
+    uint32_t a = k_f2u(f);
+    return (uint16_t)((a >> 16 & 0x8000) | 0x7e00 | (a >> 13 & 0x3ff));
+  }
+  __half_raw r = __float2half_rn(f);
+  return r.x;
+}
+
+KH uint16_t k_float_to_bf16(float f)
+{
+  if (f != f) return (uint16_t)(k_f2u(f) >> 16 | 0x40);
+  __nv_bfloat16_raw r = __float2bfloat16_rn(f);
+  return r.x;
+}
+
+/* Direct double -> f16/bf16 rounding (the host rounds to odd in float first,
+ * which gives the same result). */
+KH uint16_t k_double_to_half(double d)
+{
+  if (d != d) return k_float_to_half(k_d2f(d));
+  __half_raw r = __double2half(d);
+  return r.x;
+}
+
+KH uint16_t k_double_to_bf16(double d)
+{
+  if (d != d) return k_float_to_bf16(k_d2f(d));
+  __nv_bfloat16_raw r = __double2bfloat16(d);
+  return r.x;
+}
+
+/* Float to integer: truncate toward zero, saturate, NaN to 0. */
+KH int64_t k_sat(double v, int64_t lo, int64_t hi)
+{
+  if (v != v) return 0;
+  if (v <= (double)lo) return lo;
+  if (v >= (double)hi) return hi;
+  return (int64_t)v;
+}
+
+/* nextafter(x, -inf) by bits, the same on both sides. */
+KH float k_float_down(float f)
+{
+  uint32_t u = k_f2u(f);
+  if (f != f || u == 0xff800000u) return f;
+  if ((u & 0x7fffffffu) == 0) return k_u2f(0x80000001u);
+  return k_u2f(u & 0x80000000u ? u + 1 : u - 1);
+}
+
+KH double k_double_down(double d)
+{
+  uint64_t u = k_d2u(d);
+  if (d != d || u == 0xfff0000000000000ull) return d;
+  if ((u & 0x7fffffffffffffffull) == 0) return k_u2d(0x8000000000000001ull);
+  return k_u2d(u & 0x8000000000000000ull ? u + 1 : u - 1);
+}
+
+/* ---- dtypes ------------------------------------------------------------ */
+
+enum { KC_FLOAT, KC_DOUBLE, KC_INT };
+
+template <int T> struct kt;
+template <> struct kt<DEV_F32> { typedef float S; typedef float C; static constexpr int cls = KC_FLOAT; };
+template <> struct kt<DEV_F64> { typedef double S; typedef double C; static constexpr int cls = KC_DOUBLE; };
+template <> struct kt<DEV_F16> { typedef uint16_t S; typedef float C; static constexpr int cls = KC_FLOAT; };
+template <> struct kt<DEV_BF16> { typedef uint16_t S; typedef float C; static constexpr int cls = KC_FLOAT; };
+template <> struct kt<DEV_I8> { typedef int8_t S; typedef int64_t C; static constexpr int cls = KC_INT; };
+template <> struct kt<DEV_U8> { typedef uint8_t S; typedef int64_t C; static constexpr int cls = KC_INT; };
+template <> struct kt<DEV_I32> { typedef int32_t S; typedef int64_t C; static constexpr int cls = KC_INT; };
+template <> struct kt<DEV_I64> { typedef int64_t S; typedef int64_t C; static constexpr int cls = KC_INT; };
+template <> struct kt<DEV_BOOL> { typedef uint8_t S; typedef int64_t C; static constexpr int cls = KC_INT; };
+
+/* host_kernels.c's load_d: every dtype, exactly, as double */
+template <int T> KH double k_load_d(typename kt<T>::S s)
+{
+  if constexpr (T == DEV_F32) return k_f2d(s);
+  else if constexpr (T == DEV_F64) return s;
+  else if constexpr (T == DEV_F16) return k_f2d(k_half_to_float(s));
+  else if constexpr (T == DEV_BF16) return k_f2d(k_bf16_to_float(s));
+  else if constexpr (T == DEV_BOOL) return s != 0;
+  else return (double)s;
+}
+
+/* load_f: float-compute dtypes exactly, the others through double */
+template <int T> KH float k_load_f(typename kt<T>::S s)
+{
+  if constexpr (T == DEV_F32) return s;
+  else if constexpr (T == DEV_F16) return k_half_to_float(s);
+  else if constexpr (T == DEV_BF16) return k_bf16_to_float(s);
+  else return k_d2f(k_load_d<T>(s));
+}
+
+/* load_i: integers exactly, bool as 0/1, floats saturated */
+template <int T> KH int64_t k_load_i(typename kt<T>::S s)
+{
+  if constexpr (T == DEV_BOOL) return s != 0;
+  else if constexpr (kt<T>::cls == KC_INT) return (int64_t)s;
+  else return k_sat(k_load_d<T>(s), INT64_MIN, INT64_MAX);
+}
+
+/* store_d: every dtype; integers saturate, bool is v != 0 (NaN -> 1) */
+template <int T> KH typename kt<T>::S k_store_d(double v)
+{
+  if constexpr (T == DEV_F32) return k_d2f(v);
+  else if constexpr (T == DEV_F64) return v;
+  else if constexpr (T == DEV_F16) return k_double_to_half(v);
+  else if constexpr (T == DEV_BF16) return k_double_to_bf16(v);
+  else if constexpr (T == DEV_I8) return (int8_t)k_sat(v, INT8_MIN, INT8_MAX);
+  else if constexpr (T == DEV_U8) return (uint8_t)k_sat(v, 0, UINT8_MAX);
+  else if constexpr (T == DEV_I32) return (int32_t)k_sat(v, INT32_MIN, INT32_MAX);
+  else if constexpr (T == DEV_I64) return k_sat(v, INT64_MIN, INT64_MAX);
+  else return (uint8_t)(v != 0);
+}
+
+template <int T> KH typename kt<T>::S k_store_f(float v)
+{
+  if constexpr (T == DEV_F32) return v;
+  else if constexpr (T == DEV_F16) return k_float_to_half(v);
+  else if constexpr (T == DEV_BF16) return k_float_to_bf16(v);
+  else return k_store_d<T>(k_f2d(v));
+}
+
+/* store_i: integers wrap to the width; int64 -> bf16 goes through double */
+template <int T> KH typename kt<T>::S k_store_i(int64_t v)
+{
+  if constexpr (T == DEV_F32) return (float)v;
+  else if constexpr (T == DEV_F64) return (double)v;
+  else if constexpr (T == DEV_F16) return k_float_to_half((float)v);
+  else if constexpr (T == DEV_BF16) return k_double_to_bf16((double)v);
+  else if constexpr (T == DEV_BOOL) return (uint8_t)(v != 0);
+  else return (typename kt<T>::S)(uint64_t)v;
+}
+
+/* In and out of T's own compute type. */
+template <int T> KH typename kt<T>::C k_load(typename kt<T>::S s)
+{
+  if constexpr (kt<T>::cls == KC_FLOAT) return k_load_f<T>(s);
+  else if constexpr (kt<T>::cls == KC_DOUBLE) return s;
+  else return k_load_i<T>(s);
+}
+
+template <int T> KH typename kt<T>::S k_store(typename kt<T>::C c)
+{
+  if constexpr (kt<T>::cls == KC_FLOAT) return k_store_f<T>(c);
+  else if constexpr (kt<T>::cls == KC_DOUBLE) return c;
+  else return k_store_i<T>(c);
+}
+
+KH int k_esize(int t)
+{
+  switch (t) {
+  case DEV_F64: case DEV_I64: return 8;
+  case DEV_F32: case DEV_I32: return 4;
+  case DEV_F16: case DEV_BF16: return 2;
+  default: return 1;
+  }
+}
+
+/* Stores into a dtype known only at run time (reduction results). */
+KH void k_store_d_rt(int t, char *p, double v)
+{
+  switch (t) {
+  case DEV_F32: *(float *)p = k_store_d<DEV_F32>(v); break;
+  case DEV_F64: *(double *)p = v; break;
+  case DEV_F16: *(uint16_t *)p = k_store_d<DEV_F16>(v); break;
+  case DEV_BF16: *(uint16_t *)p = k_store_d<DEV_BF16>(v); break;
+  case DEV_I8: *(int8_t *)p = k_store_d<DEV_I8>(v); break;
+  case DEV_U8: *(uint8_t *)p = k_store_d<DEV_U8>(v); break;
+  case DEV_I32: *(int32_t *)p = k_store_d<DEV_I32>(v); break;
+  case DEV_I64: *(int64_t *)p = k_store_d<DEV_I64>(v); break;
+  case DEV_BOOL: *(uint8_t *)p = k_store_d<DEV_BOOL>(v); break;
+  default: break;
+  }
+}
+
+KH void k_store_i_rt(int t, char *p, int64_t v)
+{
+  switch (t) {
+  case DEV_F32: *(float *)p = k_store_i<DEV_F32>(v); break;
+  case DEV_F64: *(double *)p = k_store_i<DEV_F64>(v); break;
+  case DEV_F16: *(uint16_t *)p = k_store_i<DEV_F16>(v); break;
+  case DEV_BF16: *(uint16_t *)p = k_store_i<DEV_BF16>(v); break;
+  case DEV_I8: *(int8_t *)p = k_store_i<DEV_I8>(v); break;
+  case DEV_U8: *(uint8_t *)p = k_store_i<DEV_U8>(v); break;
+  case DEV_I32: *(int32_t *)p = k_store_i<DEV_I32>(v); break;
+  case DEV_I64: *(int64_t *)p = v; break;
+  case DEV_BOOL: *(uint8_t *)p = k_store_i<DEV_BOOL>(v); break;
+  default: break;
+  }
+}
+
+KH double k_scalar_d(dev_scalar s) { return s.is_int ? (double)s.i : s.f; }
+
+/* A scalar operand in T's compute type (the host's scalar_to): integer dtypes
+ * take an integer scalar exactly; a float one, and anything for bool, goes
+ * through T's store rule. */
+template <int T> KH typename kt<T>::C k_scalar(dev_scalar s)
+{
+  if constexpr (kt<T>::cls == KC_FLOAT) return k_d2f(k_scalar_d(s));
+  else if constexpr (kt<T>::cls == KC_DOUBLE) return k_scalar_d(s);
+  else {
+    if (s.is_int && T != DEV_BOOL) return s.i;
+    return k_load_i<T>(s.is_int ? k_store_i<T>(s.i) : k_store_d<T>(s.f));
+  }
+}
+
+/* Runs f(kdtag<T>()) for the run-time dtype t; -2 for a bad dtype. */
+template <int T> struct kdtag { static constexpr int value = T; };
+
+template <class F> static inline int k_dispatch(int t, F &&f)
+{
+  switch (t) {
+  case DEV_F32: return f(kdtag<DEV_F32>());
+  case DEV_F64: return f(kdtag<DEV_F64>());
+  case DEV_F16: return f(kdtag<DEV_F16>());
+  case DEV_BF16: return f(kdtag<DEV_BF16>());
+  case DEV_I8: return f(kdtag<DEV_I8>());
+  case DEV_U8: return f(kdtag<DEV_U8>());
+  case DEV_I32: return f(kdtag<DEV_I32>());
+  case DEV_I64: return f(kdtag<DEV_I64>());
+  case DEV_BOOL: return f(kdtag<DEV_BOOL>());
+  default: return -2;
+  }
+}
+
+/* Element i of a DEV_OP_ARANGE: exact in int64 when both scalars and the
+ * dtype are integers, otherwise s0 + i*s1 in double, rounded once each. */
+template <int T> KH typename kt<T>::S k_arange_elem(int exact, dev_scalar s0, dev_scalar s1, int64_t i)
+{
+  if (exact) return k_store_i<T>(k_wrap((uint64_t)s0.i + (uint64_t)i * (uint64_t)s1.i));
+  return k_store_d<T>(k_dadd(k_scalar_d(s0), k_dmul((double)i, k_scalar_d(s1))));
+}
+
+/* The element DEV_OP_FILL writes: the host's store_i for an integer scalar
+ * into an integer dtype, store_d otherwise. */
+template <int T> KH typename kt<T>::S k_fill_elem(dev_scalar s)
+{
+  if (s.is_int && kt<T>::cls == KC_INT) return k_store_i<T>(s.i);
+  return k_store_d<T>(k_scalar_d(s));
+}
+
+/* ---- Philox-4x32-10 and the random mappings (dev_philox, run_rand) ------ */
+
+KH void k_philox(uint64_t seed, uint64_t counter, uint32_t out[4])
+{
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+K_UNROLL
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+/* 53 random bits from two words, as a double in (0, 1). */
+KH double k_unit53(uint32_t hi, uint32_t lo)
+{
+  return ((double)((uint64_t)(hi >> 5) << 26 | lo >> 6) + 0.5) * 0x1p-53;
+}
+
+KH uint16_t k_step_down16(uint16_t h)
+{
+  if ((h & 0x7fff) == 0) return 0x8001;
+  return (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
+}
+
+/* A uniform draw that rounds up to high in T becomes T's largest value below
+ * high.  (The host loops forever on f32 with high = -inf; this stops there.) */
+template <int T> KH double k_below_high(double v, double high)
+{
+  if constexpr (T == DEV_F32) {
+    float f = k_d2f(v);
+    while (f >= high && k_f2u(f) != 0xff800000u) f = k_float_down(f);
+    return k_f2d(f);
+  } else if constexpr (T == DEV_F16) {
+    uint16_t h = k_double_to_half(v);
+    while (k_half_to_float(h) >= high) h = k_step_down16(h);
+    return k_f2d(k_half_to_float(h));
+  } else if constexpr (T == DEV_BF16) {
+    uint16_t h = k_double_to_bf16(v);
+    while (k_bf16_to_float(h) >= high) h = k_step_down16(h);
+    return k_f2d(k_bf16_to_float(h));
+  } else {
+    return v < high ? v : k_double_down(high);
+  }
+}
+
+/* Parameters of one DEV_OP_RAND, prepared on the host. */
+typedef struct krand {
+  uint64_t seed, offset;
+  int normal;
+  double a, b;          /* low/high or mean/std */
+  int64_t low;          /* integer dtypes: [low, low + range) */
+  uint64_t range;
+} krand;
+
+static inline krand k_rand_params(const dev_kop *op)
+{
+  krand r;
+  int64_t high;
+  r.seed = op->seed;
+  r.offset = op->offset;
+  r.normal = op->code == DEV_RAND_NORMAL;
+  r.a = k_scalar_d(op->s0);
+  r.b = k_scalar_d(op->s1);
+  r.low = op->s0.is_int ? op->s0.i : k_sat(op->s0.f, INT64_MIN, INT64_MAX);
+  high = op->s1.is_int ? op->s1.i : k_sat(op->s1.f, INT64_MIN, INT64_MAX);
+  r.range = (uint64_t)high - (uint64_t)r.low;
+  return r;
+}
+
+#define K_TWO_PI 6.283185307179586476925286766559
+
+/* Element idx (flat C order) of a DEV_OP_RAND into T. */
+template <int T> KH typename kt<T>::S k_rand_elem(const krand &r, uint64_t idx)
+{
+  uint32_t x[4];
+  k_philox(r.seed, r.offset + idx, x);
+  if constexpr (T == DEV_BOOL) {
+    return k_store_i<T>(x[0] & 1);
+  } else if constexpr (kt<T>::cls == KC_INT) {
+    uint64_t v = r.range != 0 ? ((uint64_t)x[0] << 32 | x[1]) % r.range : 0;
+    return k_store_i<T>(k_wrap((uint64_t)r.low + v));
+  } else {
+    if (r.normal) {
+      double z = sqrt(-2.0 * log(k_unit53(x[0], x[1]))) * cos(K_TWO_PI * k_unit53(x[2], x[3]));
+      return k_store_d<T>(k_dadd(r.a, k_dmul(r.b, z)));
+    }
+    double u = T == DEV_F64 ? k_unit53(x[0], x[1]) : ((x[0] >> 8) + 0.5) * 0x1p-24;
+    return k_store_d<T>(k_below_high<T>(k_dadd(r.a, k_dmul(u, r.b - r.a)), r.b));
+  }
+}
+
+/* ---- operators ----------------------------------------------------------- */
+
+/* Floor division (Lua's //); b == -1 negates so INT_MIN // -1 wraps. */
+KH int64_t k_floordiv(int64_t a, int64_t b)
+{
+  int64_t q;
+  if (b == -1) return k_wrap(0 - (uint64_t)a);
+  q = a / b;
+  if (a % b != 0 && (a < 0) != (b < 0)) q--;
+  return q;
+}
+
+KH int64_t k_ipow(int64_t a, int64_t e)
+{
+  uint64_t r = 1, base = (uint64_t)a;
+  if (e < 0) return a == 1 ? 1 : a == -1 ? (e % 2 != 0 ? -1 : 1) : 0;
+  for (; e > 0; e >>= 1) {
+    if (e & 1) r *= base;
+    base *= base;
+  }
+  return k_wrap(r);
+}
+
+KH float k_powf(float a, float b) { return powf(a, b); }
+KH double k_powd(double a, double b) { return pow(a, b); }
+
+/* One binary op in compute type C.  Max/min propagate NaN; integer division
+ * by zero gives 0 and sets *zero. */
+template <int OP, typename C> KH C k_binop(C a, C b, int *zero)
+{
+  if constexpr (std::is_integral<C>::value) {
+    if constexpr (OP == DEV_BIN_ADD) return k_wrap((uint64_t)a + (uint64_t)b);
+    else if constexpr (OP == DEV_BIN_SUB) return k_wrap((uint64_t)a - (uint64_t)b);
+    else if constexpr (OP == DEV_BIN_MUL) return k_wrap((uint64_t)a * (uint64_t)b);
+    else if constexpr (OP == DEV_BIN_DIV) {
+      if (b == 0) { *zero = 1; return 0; }
+      return k_floordiv(a, b);
+    }
+    else if constexpr (OP == DEV_BIN_POW) return k_ipow(a, b);
+    else if constexpr (OP == DEV_BIN_MAX) return a > b ? a : b;
+    else return a < b ? a : b;
+  } else {
+    (void)zero;
+    if constexpr (OP == DEV_BIN_ADD) return a + b;
+    else if constexpr (OP == DEV_BIN_SUB) return a - b;
+    else if constexpr (OP == DEV_BIN_MUL) return a * b;
+    else if constexpr (OP == DEV_BIN_DIV) return a / b;
+    else if constexpr (OP == DEV_BIN_POW) {
+      if constexpr (sizeof(C) == 4) return k_powf(a, b);
+      else return k_powd(a, b);
+    }
+    else if constexpr (OP == DEV_BIN_MAX) return a > b || a != a ? a : b;
+    else return a < b || a != a ? a : b;
+  }
+}
+
+/* One unary op (not the cast) in compute type C; integers: neg, abs, relu. */
+template <int OP, typename C> KH C k_unop(C x)
+{
+  if constexpr (std::is_integral<C>::value) {   /* negation wraps */
+    if constexpr (OP == DEV_UN_NEG) return k_wrap(0 - (uint64_t)x);
+    else if constexpr (OP == DEV_UN_ABS) return x < 0 ? k_wrap(0 - (uint64_t)x) : x;
+    else return x < 0 ? 0 : x;
+  } else if constexpr (sizeof(C) == 4) {
+    if constexpr (OP == DEV_UN_NEG) return -x;
+    else if constexpr (OP == DEV_UN_ABS) return fabsf(x);
+    else if constexpr (OP == DEV_UN_EXP) return expf(x);
+    else if constexpr (OP == DEV_UN_LOG) return logf(x);
+    else if constexpr (OP == DEV_UN_SQRT) return sqrtf(x);
+    else if constexpr (OP == DEV_UN_RELU) return x > 0 || x != x ? x : 0.0f;
+    else if constexpr (OP == DEV_UN_SIGMOID) return 1.0f / (1.0f + expf(-x));
+    else return tanhf(x);
+  } else {
+    if constexpr (OP == DEV_UN_NEG) return -x;
+    else if constexpr (OP == DEV_UN_ABS) return fabs(x);
+    else if constexpr (OP == DEV_UN_EXP) return exp(x);
+    else if constexpr (OP == DEV_UN_LOG) return log(x);
+    else if constexpr (OP == DEV_UN_SQRT) return sqrt(x);
+    else if constexpr (OP == DEV_UN_RELU) return x > 0 || x != x ? x : 0.0;
+    else if constexpr (OP == DEV_UN_SIGMOID) return 1.0 / (1.0 + exp(-x));
+    else return tanh(x);
+  }
+}
+
+/* The cast of UNARY/COPY between different dtypes: integer sources stay
+ * exact as int64, every float is exact in double. */
+template <int TI, int TO> KH typename kt<TO>::S k_cast(typename kt<TI>::S s)
+{
+  if constexpr (kt<TI>::cls == KC_INT) return k_store_i<TO>(k_load_i<TI>(s));
+  else return k_store_d<TO>(k_load_d<TI>(s));
+}
+
+/* ---- strided views ------------------------------------------------------- */
+
+/* A dev_view as kernels take it, by value: dims of size 1 dropped and dims
+ * that nest exactly merged (as the host's walk), so a contiguous view is one
+ * run and its element offset is the flat index. */
+typedef struct kview {
+  char *p;                     /* element 0 */
+  int64_t shape[DEV_MAXDIM];
+  int64_t stride[DEV_MAXDIM];  /* in elements */
+  int ndim;                    /* >= 1 */
+  int dtype;
+  int contig;                  /* offset == flat index */
+  int small;                   /* numel < 2^32: 32-bit index arithmetic */
+} kview;
+
+static inline kview k_view(const dev_view *v)
+{
+  kview k;
+  int64_t numel = 1;
+  memset(&k, 0, sizeof k);
+  k.p = v->buf != NULL ? (char *)dev_view_ptr(v) : NULL;
+  k.dtype = v->dtype;
+  for (int d = 0; d < v->ndim; d++) {
+    numel *= v->shape[d];
+    if (v->shape[d] == 1) continue;
+    if (k.ndim > 0 && k.stride[k.ndim - 1] == v->stride[d] * v->shape[d]) {
+      k.shape[k.ndim - 1] *= v->shape[d];
+      k.stride[k.ndim - 1] = v->stride[d];
+    } else {
+      k.shape[k.ndim] = v->shape[d];
+      k.stride[k.ndim] = v->stride[d];
+      k.ndim++;
+    }
+  }
+  if (k.ndim == 0) { k.ndim = 1; k.shape[0] = 1; k.stride[0] = 1; }
+  k.contig = numel <= 1 || (k.ndim == 1 && k.stride[0] == 1);
+  k.small = numel < ((int64_t)1 << 32);
+  return k;
+}
+
+/* Element offset of flat (C order) index i. */
+KH int64_t k_off(const kview &v, int64_t i)
+{
+  int64_t off = 0;
+  if (v.contig) return i;
+  if (v.small) {
+    uint32_t j = (uint32_t)i;
+K_UNROLL
+    for (int d = DEV_MAXDIM - 1; d > 0; d--) {
+      if (d < v.ndim) {
+        uint32_t s = (uint32_t)v.shape[d], q = j / s;
+        off += (int64_t)(j - q * s) * v.stride[d];
+        j = q;
+      }
+    }
+    return off + (int64_t)j * v.stride[0];
+  }
+K_UNROLL
+  for (int d = DEV_MAXDIM - 1; d > 0; d--) {
+    if (d < v.ndim) {
+      int64_t s = v.shape[d], q = i / s;
+      off += (i - q * s) * v.stride[d];
+      i = q;
+    }
+  }
+  return off + i * v.stride[0];
+}
+
+template <typename S> KH S *k_at(const kview &v, int64_t i) { return (S *)v.p + k_off(v, i); }
+
+/* 16 bytes of S, for vector loads and stores of contiguous runs. */
+template <typename S> union kvec {
+  uint4 u;
+  S x[16 / sizeof(S)];
+};
+
+static inline int k_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* ---- launching ------------------------------------------------------------- */
+
+static inline cudaStream_t k_stream(const cuk_env *env) { return (cudaStream_t)env->stream; }
+
+/* Grid of a grid-stride loop over n items: enough blocks to fill the GPU a few
+ * times over, no more. */
+static inline unsigned k_blocks(int64_t n, const cuk_env *env)
+{
+  int64_t b = (n + K_THREADS - 1) / K_THREADS, cap = (int64_t)(env->sm_count > 0 ? env->sm_count : 132) * 32;
+  if (b > cap) b = cap;
+  return b > 0 ? (unsigned)b : 1u;
+}
+
+static inline int k_sm(const cuk_env *env) { return env->sm_count > 0 ? env->sm_count : 132; }
+
+__attribute__((format(printf, 3, 4)))
+static inline int k_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* A failed CUDA call: its text with file:line, in err; -1. */
+#define K_CUDA(call)                                                                   \
+  do {                                                                                 \
+    cudaError_t k_e_ = (call);                                                         \
+    if (k_e_ != cudaSuccess)                                                           \
+      return k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(k_e_)); \
+  } while (0)
+
+/* After a launch. */
+#define K_LAUNCHED() K_CUDA(cudaGetLastError())
+
+/* Views arrive validated by the device layer; as on the host this is cheap
+ * insurance that a bad one becomes an error rather than a wild write. */
+static inline int k_check_view(const dev_view *v, const char *what, char *err, size_t errlen)
+{
+  int64_t esz, numel = 1, lo = 0, hi = 0, room;
+  if ((unsigned)v->dtype >= DEV_NDTYPE) return k_fail(err, errlen, "%s: bad dtype %d", what, (int)v->dtype);
+  if (v->ndim < 0 || v->ndim > DEV_MAXDIM) return k_fail(err, errlen, "%s: bad ndim %d", what, v->ndim);
+  for (int d = 0; d < v->ndim; d++) {
+    if (v->shape[d] < 0) return k_fail(err, errlen, "%s: negative size in dim %d", what, d);
+    if (v->shape[d] == 0) return 0;
+    if (numel > INT64_MAX / v->shape[d]) return k_fail(err, errlen, "%s: too many elements", what);
+    numel *= v->shape[d];
+  }
+  esz = (int64_t)dev_dtype_size(v->dtype);
+  for (int d = 0; d < v->ndim; d++) {
+    uint64_t mag = v->stride[d] < 0 ? 0 - (uint64_t)v->stride[d] : (uint64_t)v->stride[d];
+    uint64_t span = (uint64_t)(v->shape[d] - 1);
+    if (mag != 0 && span > (uint64_t)(INT64_MAX / 16) / mag)
+      return k_fail(err, errlen, "%s: stride too large in dim %d", what, d);
+    if (v->stride[d] > 0) hi += (int64_t)(span * mag);
+    else lo -= (int64_t)(span * mag);
+  }
+  if (v->buf == NULL || v->buf->ptr == NULL) return k_fail(err, errlen, "%s: no memory", what);
+  if ((uintptr_t)dev_view_ptr(v) % (uintptr_t)esz != 0) return k_fail(err, errlen, "%s: misaligned", what);
+  room = v->offset <= v->buf->bytes ? (int64_t)((v->buf->bytes - v->offset) / (size_t)esz) : 0;
+  if (-lo > (int64_t)(v->offset / (size_t)esz) || hi >= room)
+    return k_fail(err, errlen, "%s: view exceeds its buffer", what);
+  return 0;
+}
+
+/* Byte range [*lo, *hi) that a non-empty view touches. */
+static inline void k_extent(const dev_view *v, uintptr_t *lo, uintptr_t *hi)
+{
+  int64_t esz = (int64_t)dev_dtype_size(v->dtype), a = 0, b = 0;
+  for (int d = 0; d < v->ndim; d++) {
+    if (v->stride[d] > 0) b += (v->shape[d] - 1) * v->stride[d];
+    else a += (v->shape[d] - 1) * v->stride[d];
+  }
+  *lo = (uintptr_t)dev_view_ptr(v) + (uintptr_t)(a * esz);
+  *hi = (uintptr_t)dev_view_ptr(v) + (uintptr_t)((b + 1) * esz);
+}
+
+static inline int k_views_overlap(const dev_view *x, const dev_view *y)
+{
+  uintptr_t xl, xh, yl, yh;
+  k_extent(x, &xl, &xh);
+  k_extent(y, &yl, &yh);
+  return xl < yh && yl < xh;
+}
+
+/* ---- launchers, one per file ------------------------------------------------ */
+
+int k_fill(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_fill.cu */
+int k_arange(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_fill.cu */
+int k_rand(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_rand.cu */
+int k_unary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);    /* k_unary.cu */
+int k_binary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_binary.cu */
+int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_reduce.cu */
+int k_copy(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_copy.cu */
+int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen); /* k_matmul_int.cu */
+int k_sleep(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);    /* k_sleep.cu */
+
+/* Shared by the files: out = in (same dtype and numel) and out = s. */
+int k_copy_views(const dev_view *out, const dev_view *in, const cuk_env *env, char *err, size_t errlen);
+int k_fill_view(const dev_view *out, dev_scalar s, const cuk_env *env, char *err, size_t errlen);
+
+#endif

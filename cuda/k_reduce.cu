@@ -1,0 +1,399 @@
+/* DEV_OP_REDUCE: sum mean max min argmax over the whole tensor (dim -1) or
+ * along one dim.  Float sources accumulate in double and integer sums in
+ * wrapping int64, as on the host; max/min/argmax carry (value, index) so the
+ * first maximum, or the first NaN, wins whatever the tree.
+ *
+ * Each output is one run of len elements at stride rstride (or, for dim -1
+ * over a view that does not merge into one run, the flat order of the view).
+ * Rows: a group of G threads per (output, split), for runs along memory.
+ * Columns: a block's 32 lanes take 32 neighbouring outputs, its 8 warps split
+ * the run, for reductions across the innermost dim.  When there are too few
+ * outputs to fill the GPU, each is split over several groups/blocks whose
+ * partial results a last kernel combines (a warp per output). */
+#include "k_common.cuh"
+
+/* ---- accumulators ----------------------------------------------------------- */
+
+template <typename V> struct kpair {
+  V v;
+  int64_t i;   /* position in the run; < 0: nothing yet */
+};
+
+template <int T, int CODE> struct red {
+  typedef typename kt<T>::S S;
+  static constexpr bool isint = kt<T>::cls == KC_INT;
+  static constexpr bool pair = CODE == DEV_RED_MAX || CODE == DEV_RED_MIN || CODE == DEV_RED_ARGMAX;
+  typedef typename std::conditional<isint, int64_t, double>::type V;
+  typedef typename std::conditional<pair, kpair<V>,
+          typename std::conditional<CODE == DEV_RED_SUM && isint, uint64_t, double>::type>::type A;
+  /* the result goes through store_i (else store_d) */
+  static constexpr bool res_int = CODE == DEV_RED_ARGMAX || (CODE != DEV_RED_MEAN && isint);
+
+  static KH A init()
+  {
+    A a;
+    if constexpr (pair) { a.v = 0; a.i = -1; }
+    else a = 0;
+    return a;
+  }
+
+  static KH A elem(S s, int64_t k)
+  {
+    A a;
+    if constexpr (pair) {
+      if constexpr (isint) a.v = k_load_i<T>(s);
+      else a.v = k_load_d<T>(s);
+      a.i = k;
+    } else if constexpr (CODE == DEV_RED_SUM && isint) {
+      (void)k;
+      a = (uint64_t)k_load_i<T>(s);
+    } else if constexpr (isint) {
+      (void)k;
+      a = (double)k_load_i<T>(s);
+    } else {
+      (void)k;
+      a = k_load_d<T>(s);
+    }
+    return a;
+  }
+
+  /* x better than y: a NaN first, then the larger (smaller for min), then
+   * the earlier position */
+  static KH bool wins(const A &x, const A &y)
+  {
+    if constexpr (pair) {
+      if constexpr (!isint) {
+        bool xn = x.v != x.v, yn = y.v != y.v;
+        if (xn || yn) return xn && yn ? x.i < y.i : xn;
+      }
+      if constexpr (CODE == DEV_RED_MIN) {
+        if (x.v < y.v) return true;
+        if (y.v < x.v) return false;
+      } else {
+        if (x.v > y.v) return true;
+        if (y.v > x.v) return false;
+      }
+      return x.i < y.i;
+    } else {
+      (void)x;
+      (void)y;
+      return false;
+    }
+  }
+
+  static KH A comb(const A &x, const A &y)
+  {
+    if constexpr (pair) {
+      if (x.i < 0) return y;
+      if (y.i < 0) return x;
+      return wins(x, y) ? x : y;
+    } else {
+      return x + y;
+    }
+  }
+
+  static KH double res_d(const A &a, int64_t len)
+  {
+    if constexpr (pair) { (void)len; return (double)a.v; }
+    else if constexpr (CODE == DEV_RED_MEAN) return (double)a / (double)len;
+    else { (void)len; return (double)a; }
+  }
+
+  static KH int64_t res_i(const A &a)
+  {
+    if constexpr (CODE == DEV_RED_ARGMAX) return a.i + 1;
+    else if constexpr (pair) return (int64_t)a.v;
+    else return k_wrap((uint64_t)a);
+  }
+};
+
+__device__ __forceinline__ double shfl_down(double v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ uint64_t shfl_down(uint64_t v, int o)
+{
+  return (uint64_t)__shfl_down_sync(0xffffffffu, (unsigned long long)v, o);
+}
+__device__ __forceinline__ int64_t shfl_down(int64_t v, int o)
+{
+  return (int64_t)__shfl_down_sync(0xffffffffu, (long long)v, o);
+}
+template <typename V> __device__ __forceinline__ kpair<V> shfl_down(const kpair<V> &p, int o)
+{
+  kpair<V> r;
+  r.v = shfl_down(p.v, o);
+  r.i = shfl_down(p.i, o);
+  return r;
+}
+
+/* Lane 0 gets the warp's result; every lane must take part. */
+template <class R> __device__ __forceinline__ typename R::A warp_reduce(typename R::A a)
+{
+  K_UNROLL
+  for (int o = 16; o > 0; o >>= 1) a = R::comb(a, shfl_down(a, o));
+  return a;
+}
+
+/* Output o's result, or partial number gid when outputs are split. */
+template <class R>
+__device__ __forceinline__ void emit(typename R::A a, int64_t gid, int64_t nsplit, typename R::A *part,
+                                     const kview &out, int64_t len)
+{
+  if (nsplit > 1) {
+    part[gid] = a;
+    return;
+  }
+  char *p = out.p + k_off(out, gid) * k_esize(out.dtype);
+  if constexpr (R::res_int) k_store_i_rt(out.dtype, p, R::res_i(a));
+  else k_store_d_rt(out.dtype, p, R::res_d(a, len));
+}
+
+/* ---- kernels ------------------------------------------------------------- */
+
+/* A group of G threads (32..256) per (output, split).  full: dim -1 over a
+ * view that is not one run; element k is at k_off(in, k).  Otherwise output
+ * o's run starts at k_off(outer, o) and steps by rstride. */
+template <int T, int CODE>
+__global__ void __launch_bounds__(K_THREADS)
+reduce_rows(kview in, int full, kview outer, int64_t rstride, int64_t len, int64_t nout, int G,
+            int64_t nsplit, int64_t chunk, typename red<T, CODE>::A *part, kview out)
+{
+  typedef red<T, CODE> R;
+  typedef typename R::A A;
+  typedef typename kt<T>::S S;
+  __shared__ A sm[K_THREADS / 32];
+  int groups = K_THREADS / G, g = threadIdx.x / G, t = threadIdx.x % G;
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t total = nout * nsplit;
+  /* the bound is the same for the whole block, so every thread reaches the barriers */
+  for (int64_t base = (int64_t)blockIdx.x * groups; base < total; base += (int64_t)gridDim.x * groups) {
+    int64_t gid = base + g;
+    A acc = R::init();
+    if (gid < total) {
+      int64_t o = gid / nsplit, sp = gid - o * nsplit;
+      int64_t k0 = sp * chunk, k1 = min(len, k0 + chunk), k = k0 + t;
+      if (full) {
+        const S *p = (const S *)in.p;
+        for (; k < k1; k += G) acc = R::comb(acc, R::elem(p[k_off(in, k)], k));
+      } else {
+        const S *p = (const S *)outer.p + k_off(outer, o);
+        /* four loads in flight before they are combined, in order */
+        for (; k + 3 * (int64_t)G < k1; k += 4 * (int64_t)G) {
+          S v0 = p[k * rstride], v1 = p[(k + G) * rstride], v2 = p[(k + 2 * G) * rstride], v3 = p[(k + 3 * G) * rstride];
+          acc = R::comb(acc, R::elem(v0, k));
+          acc = R::comb(acc, R::elem(v1, k + G));
+          acc = R::comb(acc, R::elem(v2, k + 2 * G));
+          acc = R::comb(acc, R::elem(v3, k + 3 * G));
+        }
+        for (; k < k1; k += G) acc = R::comb(acc, R::elem(p[k * rstride], k));
+      }
+    }
+    acc = warp_reduce<R>(acc);
+    if (G == 32) {
+      if (lane == 0 && gid < total) emit<R>(acc, gid, nsplit, part, out, len);
+    } else {
+      if (lane == 0) sm[warp] = acc;
+      __syncthreads();
+      if (t == 0 && gid < total) {
+        int w0 = g * (G / 32);
+        A r = sm[w0];
+        for (int j = 1; j < G / 32; j++) r = R::comb(r, sm[w0 + j]);
+        emit<R>(r, gid, nsplit, part, out, len);
+      }
+      __syncthreads();
+    }
+  }
+}
+
+/* 32 neighbouring outputs per block (lanes), their runs split over the 8
+ * warps; blockIdx.y is the split. */
+template <int T, int CODE>
+__global__ void __launch_bounds__(K_THREADS)
+reduce_cols(kview outer, int64_t rstride, int64_t len, int64_t nout, int64_t nsplit, int64_t chunk,
+            typename red<T, CODE>::A *part, kview out)
+{
+  typedef red<T, CODE> R;
+  typedef typename R::A A;
+  typedef typename kt<T>::S S;
+  constexpr int W = K_THREADS / 32;
+  __shared__ A sm[W][32];
+  int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  int64_t ntiles = (nout + 31) / 32, sp = blockIdx.y;
+  for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    int64_t o = tile * 32 + tx;
+    A acc = R::init();
+    if (o < nout) {
+      const S *p = (const S *)outer.p + k_off(outer, o);
+      int64_t k0 = sp * chunk, k1 = min(len, k0 + chunk), k = k0 + ty;
+      for (; k + 3 * W < k1; k += 4 * W) {
+        S v0 = p[k * rstride], v1 = p[(k + W) * rstride], v2 = p[(k + 2 * W) * rstride], v3 = p[(k + 3 * W) * rstride];
+        acc = R::comb(acc, R::elem(v0, k));
+        acc = R::comb(acc, R::elem(v1, k + W));
+        acc = R::comb(acc, R::elem(v2, k + 2 * W));
+        acc = R::comb(acc, R::elem(v3, k + 3 * W));
+      }
+      for (; k < k1; k += W) acc = R::comb(acc, R::elem(p[k * rstride], k));
+    }
+    sm[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && o < nout) {
+      for (int j = 1; j < W; j++) acc = R::comb(acc, sm[j][tx]);
+      emit<R>(acc, o * nsplit + sp, nsplit, part, out, len);
+    }
+    __syncthreads();
+  }
+}
+
+/* The nsplit partials of each output (part[o * nsplit + j]): a warp each. */
+template <int T, int CODE>
+__global__ void __launch_bounds__(K_THREADS)
+reduce_final(const typename red<T, CODE>::A *part, int64_t nsplit, int64_t nout, int64_t len, kview out)
+{
+  typedef red<T, CODE> R;
+  typedef typename R::A A;
+  int lane = threadIdx.x & 31;
+  int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  for (int64_t o = w; o < nout; o += nw) {
+    A acc = R::init();
+    for (int64_t j = lane; j < nsplit; j += 32) acc = R::comb(acc, part[o * nsplit + j]);
+    acc = warp_reduce<R>(acc);
+    if (lane == 0) emit<R>(acc, o, 1, NULL, out, len);
+  }
+}
+
+/* ---- launchers ----------------------------------------------------------- */
+
+/* How one reduction is laid out on the GPU. */
+typedef struct rplan {
+  int cols;              /* reduce_cols, else reduce_rows */
+  int full;              /* rows over k_off(in, k) */
+  kview in, outer, out;
+  int64_t rstride, len, nout;
+} rplan;
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+template <int T, int CODE>
+static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t errlen)
+{
+  typedef typename red<T, CODE>::A A;
+  cudaStream_t st = k_stream(env);
+  int sm = k_sm(env), G = 32, rc = -1;
+  int64_t nsplit = 1, chunk, len = pl->len, nout = pl->nout;
+  A *part = NULL;
+  cudaError_t e;
+  if (pl->cols) {
+    int64_t ntiles = cdiv(nout, 32), want = (int64_t)sm * 8;
+    if (ntiles < want) nsplit = min64(min64(cdiv(want, ntiles), max64(1, len / 64)), 1024);
+  } else {
+    int64_t want = (int64_t)sm * 2048;
+    G = len >= 8192 ? 256 : len >= 2048 ? 128 : len >= 512 ? 64 : 32;
+    if (nout * G < want) nsplit = min64(min64(cdiv(want, nout * G), max64(1, len / (G * 16))), 1024);
+  }
+  chunk = cdiv(len, nsplit);
+  nsplit = cdiv(len, chunk);
+  if (nsplit > 1) {
+    e = cudaMallocAsync((void **)&part, (size_t)(nout * nsplit) * sizeof(A), st);
+    if (e != cudaSuccess) {
+      k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+      part = NULL;
+      goto done;
+    }
+  }
+  if (pl->cols) {
+    dim3 grid((unsigned)min64(cdiv(nout, 32), (int64_t)sm * 32), (unsigned)nsplit);
+    reduce_cols<T, CODE><<<grid, K_THREADS, 0, st>>>(pl->outer, pl->rstride, len, nout, nsplit, chunk, part, pl->out);
+  } else {
+    unsigned grid = (unsigned)min64(cdiv(nout * nsplit, K_THREADS / G), (int64_t)sm * 32);
+    reduce_rows<T, CODE><<<grid, K_THREADS, 0, st>>>(pl->in, pl->full, pl->outer, pl->rstride, len, nout, G,
+                                                      nsplit, chunk, part, pl->out);
+  }
+  if ((e = cudaGetLastError()) != cudaSuccess) {
+    k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    goto done;
+  }
+  if (nsplit > 1) {
+    reduce_final<T, CODE><<<(unsigned)min64(cdiv(nout * 32, K_THREADS), (int64_t)sm * 32), K_THREADS, 0, st>>>(
+        part, nsplit, nout, len, pl->out);
+    if ((e = cudaGetLastError()) != cudaSuccess) {
+      k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+      goto done;
+    }
+  }
+  rc = 0;
+done:
+  /* stream-ordered: freed once the kernels above are done with it */
+  if (part != NULL && (e = cudaFreeAsync(part, st)) != cudaSuccess && rc == 0)
+    rc = k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  return rc;
+}
+
+int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
+{
+  const dev_view *src = &op->in[0], *out = &op->out;
+  int dim = op->dim, code = op->code;
+  int64_t nout = 1;
+  dev_view outer;
+  rplan pl;
+  memset(&pl, 0, sizeof pl);
+  if ((unsigned)code >= DEV_NREDOP) return k_fail(err, errlen, "reduce: bad op %d", code);
+  if (k_check_view(out, "out", err, errlen) || k_check_view(src, "in[0]", err, errlen)) return -1;
+  if (dim < -1 || dim >= src->ndim) return k_fail(err, errlen, "%s: bad dim %d", dev_redop_name((dev_redop)code), dim);
+  outer = *src;
+  if (dim >= 0) {
+    pl.len = src->shape[dim];
+    pl.rstride = src->stride[dim];
+    for (int d = dim; d + 1 < src->ndim; d++) {
+      outer.shape[d] = src->shape[d + 1];
+      outer.stride[d] = src->stride[d + 1];
+    }
+    outer.ndim--;
+    nout = dev_view_numel(&outer);
+  } else {
+    pl.len = dev_view_numel(src);
+  }
+  if (dev_view_numel(out) != nout)
+    return k_fail(err, errlen, "%s: out has %lld elements, expected %lld", dev_redop_name((dev_redop)code),
+                  (long long)dev_view_numel(out), (long long)nout);
+  if (nout == 0) return 0;
+  if (pl.len == 0) {
+    dev_scalar s = {0, 0, 0.0};
+    if (code != DEV_RED_SUM && code != DEV_RED_MEAN)
+      return k_fail(err, errlen, "%s of an empty tensor", dev_redop_name((dev_redop)code));
+    if (code == DEV_RED_SUM) s.is_int = 1;   /* 0 */
+    else s.f = NAN;                          /* 0/0 */
+    return k_fill_view(out, s, env, err, errlen);
+  }
+  pl.nout = nout;
+  pl.out = k_view(out);
+  if (dim < 0) {
+    pl.in = k_view(src);
+    if (pl.in.ndim == 1) {
+      /* one run: the same as a dim reduction with one output */
+      pl.outer = pl.in;
+      pl.outer.contig = 1;
+      pl.rstride = pl.in.stride[0];
+    } else {
+      pl.full = 1;
+      pl.outer = pl.in;
+    }
+  } else {
+    pl.in = k_view(src);
+    pl.outer = k_view(&outer);
+    int64_t inner = pl.outer.stride[pl.outer.ndim - 1];
+    /* neighbouring outputs are neighbours in memory, or the runs are short */
+    pl.cols = nout > 1 && (pl.len <= 32 || ((inner == 1 || inner == -1) && pl.rstride != 1 && pl.rstride != -1));
+  }
+  int rc = k_dispatch(src->dtype, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    switch (code) {
+    case DEV_RED_SUM: return launch_reduce<T, DEV_RED_SUM>(&pl, env, err, errlen);
+    case DEV_RED_MEAN: return launch_reduce<T, DEV_RED_MEAN>(&pl, env, err, errlen);
+    case DEV_RED_MAX: return launch_reduce<T, DEV_RED_MAX>(&pl, env, err, errlen);
+    case DEV_RED_MIN: return launch_reduce<T, DEV_RED_MIN>(&pl, env, err, errlen);
+    default: return launch_reduce<T, DEV_RED_ARGMAX>(&pl, env, err, errlen);
+    }
+  });
+  if (rc == -2) return k_fail(err, errlen, "reduce: bad dtype %d", (int)src->dtype);
+  return rc;
+}
