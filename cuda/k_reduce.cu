@@ -173,6 +173,34 @@ reduce_rows(kview in, int full, kview outer, int64_t rstride, int64_t len, int64
       if (full) {
         const S *p = (const S *)in.p;
         for (; k < k1; k += G) acc = R::comb(acc, R::elem(p[k_off(in, k)], k));
+      } else if (rstride == 1) {
+        /* a contiguous run: 16-byte loads, two in flight, between a scalar
+         * head (up to alignment) and tail */
+        constexpr int N = 16 / sizeof(S);
+        const S *q = (const S *)outer.p + k_off(outer, o) + k0;
+        int64_t cnt = k1 - k0, head = (int64_t)(((16 - ((uintptr_t)q & 15)) & 15) / sizeof(S));
+        if (head > cnt) head = cnt;
+        if (t < head) acc = R::comb(acc, R::elem(q[t], k0 + t));
+        const uint4 *vq = (const uint4 *)(q + head);
+        int64_t nv = (cnt - head) / N, v = t;
+        for (; v + G < nv; v += 2 * (int64_t)G) {
+          kvec<S> x0, x1;
+          x0.u = vq[v];
+          x1.u = vq[v + G];
+          int64_t b0 = k0 + head + v * N, b1 = b0 + (int64_t)G * N;
+          K_UNROLL
+          for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(x0.x[j], b0 + j));
+          K_UNROLL
+          for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(x1.x[j], b1 + j));
+        }
+        for (; v < nv; v += G) {
+          kvec<S> x0;
+          x0.u = vq[v];
+          int64_t b0 = k0 + head + v * N;
+          K_UNROLL
+          for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(x0.x[j], b0 + j));
+        }
+        for (int64_t kk = head + nv * N + t; kk < cnt; kk += G) acc = R::comb(acc, R::elem(q[kk], k0 + kk));
       } else {
         const S *p = (const S *)outer.p + k_off(outer, o);
         /* four loads in flight before they are combined, in order */
@@ -223,12 +251,13 @@ reduce_cols(kview outer, int64_t rstride, int64_t len, int64_t nout, int64_t nsp
     if (o < nout) {
       const S *p = (const S *)outer.p + k_off(outer, o);
       int64_t k0 = sp * chunk, k1 = min(len, k0 + chunk), k = k0 + ty;
-      for (; k + 3 * W < k1; k += 4 * W) {
-        S v0 = p[k * rstride], v1 = p[(k + W) * rstride], v2 = p[(k + 2 * W) * rstride], v3 = p[(k + 3 * W) * rstride];
-        acc = R::comb(acc, R::elem(v0, k));
-        acc = R::comb(acc, R::elem(v1, k + W));
-        acc = R::comb(acc, R::elem(v2, k + 2 * W));
-        acc = R::comb(acc, R::elem(v3, k + 3 * W));
+      /* eight loads in flight, then combined in order */
+      for (; k + 7 * W < k1; k += 8 * W) {
+        S v[8];
+        K_UNROLL
+        for (int j = 0; j < 8; j++) v[j] = p[(k + j * W) * rstride];
+        K_UNROLL
+        for (int j = 0; j < 8; j++) acc = R::comb(acc, R::elem(v[j], k + j * W));
       }
       for (; k < k1; k += W) acc = R::comb(acc, R::elem(p[k * rstride], k));
     }

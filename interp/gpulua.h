@@ -14,7 +14,8 @@
  *
  * Build:  cc -I<gpulua>/interp $(pkg-config --cflags lua5.4) app.c \
  *           <gpulua>/build/libgpulua.a /usr/lib/x86_64-linux-gnu/liblua5.4.a \
- *           -lopenblas -lm -ldl -pthread        (-lopenblas only if make found OpenBLAS)
+ *           -lopenblas -lm -ldl -pthread        (-lopenblas only if make found OpenBLAS;
+ *           a CUDA build adds /usr/local/cuda/lib64/libcudart_static.a -lrt -lstdc++)
  *
  * Instances: each gpulua_open() makes an independent interpreter (its own
  * lua_State and device context); several may live in one process and share no
