@@ -6,11 +6,11 @@
 #ifndef GPULUA_CUDA_KERNELS_H
 #define GPULUA_CUDA_KERNELS_H
 
-#include "device.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "device.h"
 
 typedef struct cuk_env {
   void *stream;          /* cudaStream_t */

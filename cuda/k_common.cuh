@@ -585,6 +585,8 @@ template <int OP, typename C> KH C k_unop(C x)
 template <int TI, int TO> KH typename kt<TO>::S k_cast(typename kt<TI>::S s)
 {
   if constexpr (kt<TI>::cls == KC_INT) return k_store_i<TO>(k_load_i<TI>(s));
+  /* a float is exact in double, so rounding it once from float is the same */
+  else if constexpr (kt<TI>::cls == KC_FLOAT && kt<TO>::cls == KC_FLOAT) return k_store_f<TO>(k_load_f<TI>(s));
   else return k_store_d<TO>(k_load_d<TI>(s));
 }
 
@@ -662,6 +664,11 @@ template <typename S> KH S *k_at(const kview &v, int64_t i) { return (S *)v.p + 
 template <typename S> union kvec {
   uint4 u;
   S x[16 / sizeof(S)];
+};
+
+/* n elements of S as one aligned load or store (n * sizeof(S) of 2..16). */
+template <typename S, int N> struct alignas(sizeof(S) * N) kpack {
+  S x[N];
 };
 
 static inline int k_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }

@@ -23,7 +23,8 @@ template <int T, int CODE> struct red {
   typedef typename kt<T>::S S;
   static constexpr bool isint = kt<T>::cls == KC_INT;
   static constexpr bool pair = CODE == DEV_RED_MAX || CODE == DEV_RED_MIN || CODE == DEV_RED_ARGMAX;
-  typedef typename std::conditional<isint, int64_t, double>::type V;
+  /* max/min compare in the compute type (exact, and no conversion per element) */
+  typedef typename kt<T>::C V;
   typedef typename std::conditional<pair, kpair<V>,
           typename std::conditional<CODE == DEV_RED_SUM && isint, uint64_t, double>::type>::type A;
   /* the result goes through store_i (else store_d) */
@@ -41,8 +42,7 @@ template <int T, int CODE> struct red {
   {
     A a;
     if constexpr (pair) {
-      if constexpr (isint) a.v = k_load_i<T>(s);
-      else a.v = k_load_d<T>(s);
+      a.v = k_load<T>(s);
       a.i = k;
     } else if constexpr (CODE == DEV_RED_SUM && isint) {
       (void)k;
@@ -51,8 +51,11 @@ template <int T, int CODE> struct red {
       (void)k;
       a = (double)k_load_i<T>(s);
     } else {
+      /* a sum keeps NaN a NaN whatever its payload: the plain conversions do */
       (void)k;
-      a = k_load_d<T>(s);
+      if constexpr (T == DEV_F16) a = (double)__half2float(__half(__half_raw{s}));
+      else if constexpr (T == DEV_BF16) a = (double)k_u2f((uint32_t)s << 16);
+      else a = (double)s;
     }
     return a;
   }
@@ -94,7 +97,8 @@ template <int T, int CODE> struct red {
 
   static KH double res_d(const A &a, int64_t len)
   {
-    if constexpr (pair) { (void)len; return (double)a.v; }
+    if constexpr (pair && sizeof(V) == 4) { (void)len; return k_f2d(a.v); }
+    else if constexpr (pair) { (void)len; return (double)a.v; }
     else if constexpr (CODE == DEV_RED_MEAN) return (double)a / (double)len;
     else { (void)len; return (double)a; }
   }
@@ -174,7 +178,7 @@ reduce_rows(kview in, int full, kview outer, int64_t rstride, int64_t len, int64
         const S *p = (const S *)in.p;
         for (; k < k1; k += G) acc = R::comb(acc, R::elem(p[k_off(in, k)], k));
       } else if (rstride == 1) {
-        /* a contiguous run: 16-byte loads, two in flight, between a scalar
+        /* a contiguous run: 16-byte loads, four in flight, between a scalar
          * head (up to alignment) and tail */
         constexpr int N = 16 / sizeof(S);
         const S *q = (const S *)outer.p + k_off(outer, o) + k0;
@@ -183,15 +187,16 @@ reduce_rows(kview in, int full, kview outer, int64_t rstride, int64_t len, int64
         if (t < head) acc = R::comb(acc, R::elem(q[t], k0 + t));
         const uint4 *vq = (const uint4 *)(q + head);
         int64_t nv = (cnt - head) / N, v = t;
-        for (; v + G < nv; v += 2 * (int64_t)G) {
-          kvec<S> x0, x1;
-          x0.u = vq[v];
-          x1.u = vq[v + G];
-          int64_t b0 = k0 + head + v * N, b1 = b0 + (int64_t)G * N;
+        for (; v + 3 * (int64_t)G < nv; v += 4 * (int64_t)G) {
+          kvec<S> x[4];
           K_UNROLL
-          for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(x0.x[j], b0 + j));
+          for (int u = 0; u < 4; u++) x[u].u = vq[v + u * (int64_t)G];
           K_UNROLL
-          for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(x1.x[j], b1 + j));
+          for (int u = 0; u < 4; u++) {
+            int64_t b = k0 + head + (v + u * (int64_t)G) * N;
+            K_UNROLL
+            for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(x[u].x[j], b + j));
+          }
         }
         for (; v < nv; v += G) {
           kvec<S> x0;
@@ -302,6 +307,18 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* Resident blocks per SM of a kernel; 4 if the query fails (it then leaves
+ * its error behind, which is cleared: nothing was launched). */
+template <typename K> static int occupancy(K kernel)
+{
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, K_THREADS, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 4;
+  }
+  return n > 0 ? n : 4;
+}
+
 template <int T, int CODE>
 static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t errlen)
 {
@@ -311,14 +328,23 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
   int64_t nsplit = 1, chunk, len = pl->len, nout = pl->nout;
   A *part = NULL;
   cudaError_t e;
+  /* Split outputs until the GPU holds one full wave of blocks: a fixed count
+   * leaves a part-empty last wave, as the blocks per SM vary with the
+   * kernel's registers. */
+  int per_sm = 0;
   if (pl->cols) {
-    int64_t ntiles = cdiv(nout, 32), want = (int64_t)sm * 8;
-    if (ntiles < want) nsplit = min64(min64(cdiv(want, ntiles), max64(1, len / 64)), 1024);
+    int64_t ntiles = cdiv(nout, 32), want;
+    per_sm = occupancy(reduce_cols<T, CODE>);
+    want = (int64_t)sm * per_sm;
+    if (ntiles < want) nsplit = min64(min64(want / ntiles, max64(1, len / 64)), 4096);
   } else {
-    int64_t want = (int64_t)sm * 2048;
+    int64_t want;
+    per_sm = occupancy(reduce_rows<T, CODE>);
     G = len >= 8192 ? 256 : len >= 2048 ? 128 : len >= 512 ? 64 : 32;
-    if (nout * G < want) nsplit = min64(min64(cdiv(want, nout * G), max64(1, len / (G * 16))), 1024);
+    want = (int64_t)sm * per_sm * (K_THREADS / G);   /* groups */
+    if (nout < want) nsplit = min64(min64(want / nout, max64(1, len / (G * 16))), 4096);
   }
+  if (nsplit < 1) nsplit = 1;
   chunk = cdiv(len, nsplit);
   nsplit = cdiv(len, chunk);
   if (nsplit > 1) {
@@ -330,10 +356,10 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
     }
   }
   if (pl->cols) {
-    dim3 grid((unsigned)min64(cdiv(nout, 32), (int64_t)sm * 32), (unsigned)nsplit);
+    dim3 grid((unsigned)min64(cdiv(nout, 32), (int64_t)sm * per_sm * 8), (unsigned)nsplit);
     reduce_cols<T, CODE><<<grid, K_THREADS, 0, st>>>(pl->outer, pl->rstride, len, nout, nsplit, chunk, part, pl->out);
   } else {
-    unsigned grid = (unsigned)min64(cdiv(nout * nsplit, K_THREADS / G), (int64_t)sm * 32);
+    unsigned grid = (unsigned)min64(cdiv(nout * nsplit, K_THREADS / G), (int64_t)sm * per_sm * 8);
     reduce_rows<T, CODE><<<grid, K_THREADS, 0, st>>>(pl->in, pl->full, pl->outer, pl->rstride, len, nout, G,
                                                       nsplit, chunk, part, pl->out);
   }

@@ -32,6 +32,27 @@ __global__ void __launch_bounds__(K_THREADS) unary_strided(kview out, kview in, 
     *k_at<S>(out, i) = k_store<T>(k_unop<OP>(k_load<T>(*k_at<S>(in, i))));
 }
 
+/* Both sides contiguous: V elements per step, V set by the wider dtype so
+ * that its side moves 16 bytes. */
+template <int TI, int TO>
+__global__ void __launch_bounds__(K_THREADS)
+cast_contig(typename kt<TO>::S *o, const typename kt<TI>::S *a, int64_t n)
+{
+  typedef typename kt<TI>::S SI;
+  typedef typename kt<TO>::S SO;
+  constexpr int V = 16 / (sizeof(SI) > sizeof(SO) ? sizeof(SI) : sizeof(SO));
+  int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x, i;
+  int64_t nv = (uintptr_t)o % (V * sizeof(SO)) == 0 && (uintptr_t)a % (V * sizeof(SI)) == 0 ? n / V : 0;
+  for (i = tid; i < nv; i += nth) {
+    kpack<SI, V> x = ((const kpack<SI, V> *)a)[i];
+    kpack<SO, V> y;
+    K_UNROLL
+    for (int j = 0; j < V; j++) y.x[j] = k_cast<TI, TO>(x.x[j]);
+    ((kpack<SO, V> *)o)[i] = y;
+  }
+  for (i = nv * V + tid; i < n; i += nth) o[i] = k_cast<TI, TO>(a[i]);
+}
+
 template <int TI, int TO>
 __global__ void __launch_bounds__(K_THREADS) cast_kernel(kview out, kview in, int64_t n)
 {
@@ -83,7 +104,13 @@ int k_unary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
         constexpr int TO = decltype(to)::value;
         if constexpr (TI == TO) return -2;
         else {
-          cast_kernel<TI, TO><<<k_blocks(n, env), K_THREADS, 0, k_stream(env)>>>(ko, ki, n);
+          typedef typename kt<TI>::S SI;
+          typedef typename kt<TO>::S SO;
+          constexpr int64_t V = 16 / (sizeof(SI) > sizeof(SO) ? sizeof(SI) : sizeof(SO));
+          if (ko.contig && ki.contig)
+            cast_contig<TI, TO><<<k_blocks((n + V - 1) / V, env), K_THREADS, 0, k_stream(env)>>>((SO *)ko.p, (const SI *)ki.p, n);
+          else
+            cast_kernel<TI, TO><<<k_blocks(n, env), K_THREADS, 0, k_stream(env)>>>(ko, ki, n);
           return 0;
         }
       });
