@@ -554,18 +554,11 @@ static int check_view(dev_ctx *ctx, const dev_view *v, const char *what) {
   if (!v->buf) return dev_fail(ctx, DEV_ERR_INVALID, "%s: no buffer", what);
   if (v->buf->ctx != ctx)
     return dev_fail(ctx, DEV_ERR_INVALID, "%s belongs to another gpulua instance", what);
-  if ((unsigned)v->dtype >= DEV_NDTYPE || v->ndim < 0 || v->ndim > DEV_MAXDIM)
-    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dtype or rank", what);
-  size_t es = dev_dtype_size(v->dtype);
-  /* The last byte the view can touch must lie inside its buffer. */
-  unsigned __int128 last = v->offset;
-  for (int d = 0; d < v->ndim; d++) {
+  for (int d = 0; d < v->ndim && d < DEV_MAXDIM; d++)
     if (v->shape[d] <= 0 || v->stride[d] < 0)
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad shape or stride", what);
-    last += (unsigned __int128)(v->shape[d] - 1) * (uint64_t)v->stride[d] * es;
-  }
-  if (last + es > v->buf->bytes)
-    return dev_fail(ctx, DEV_ERR_INVALID, "%s: view exceeds its buffer", what);
+  char msg[200];
+  if (dev_view_check(v, what, msg, sizeof msg)) return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
   return DEV_OK;
 }
 

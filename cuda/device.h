@@ -178,6 +178,9 @@ int64_t dev_view_numel(const dev_view *v);
 /* Set shape and C-order strides (buf, offset and dtype untouched). */
 void dev_view_set_contiguous(dev_view *v, int ndim, const int64_t *shape);
 int dev_view_contiguous(const dev_view *v);
+/* 0 if the view is well formed, aligned and inside its buffer; else -1 with
+ * a message naming `what`.  Used by every backend's kernels. */
+int dev_view_check(const dev_view *v, const char *what, char *err, size_t errlen);
 static inline void *dev_view_ptr(const dev_view *v) {
   return (char *)v->buf->ptr + v->offset;
 }

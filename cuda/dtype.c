@@ -1,5 +1,7 @@
 /* gpulua device layer: dtype, op and memory-kind names; f16/bf16 conversions;
  * view helpers.  Pure functions, no state. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "device.h"
@@ -149,4 +151,46 @@ int dev_view_contiguous(const dev_view *v)
     expect *= v->shape[d];
   }
   return 1;
+}
+
+static int view_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* Shared by the host and CUDA kernels: a bad view becomes an error, never a
+ * wild access.  0 when the view lies inside its buffer, aligned. */
+int dev_view_check(const dev_view *v, const char *what, char *err, size_t errlen)
+{
+  int64_t esz, numel = 1, lo = 0, hi = 0, room;
+  if ((unsigned)v->dtype >= DEV_NDTYPE) return view_fail(err, errlen, "%s: bad dtype %d", what, (int)v->dtype);
+  if (v->ndim < 0 || v->ndim > DEV_MAXDIM) return view_fail(err, errlen, "%s: bad ndim %d", what, v->ndim);
+  for (int d = 0; d < v->ndim; d++) {
+    if (v->shape[d] < 0) return view_fail(err, errlen, "%s: negative size in dim %d", what, d);
+    if (v->shape[d] == 0) return 0;
+    if (numel > INT64_MAX / v->shape[d]) return view_fail(err, errlen, "%s: too many elements", what);
+    numel *= v->shape[d];
+  }
+  esz = (int64_t)dev_dtype_size(v->dtype);
+  for (int d = 0; d < v->ndim; d++) {
+    uint64_t mag = v->stride[d] < 0 ? 0 - (uint64_t)v->stride[d] : (uint64_t)v->stride[d];
+    uint64_t span = (uint64_t)(v->shape[d] - 1);
+    /* each extent below INT64_MAX / 16 keeps the sums of up to 8 from overflowing */
+    if (mag != 0 && span > (uint64_t)(INT64_MAX / 16) / mag)
+      return view_fail(err, errlen, "%s: stride too large in dim %d", what, d);
+    if (v->stride[d] > 0) hi += (int64_t)(span * mag);
+    else lo -= (int64_t)(span * mag);
+  }
+  if (v->buf == NULL || v->buf->ptr == NULL) return view_fail(err, errlen, "%s: no memory", what);
+  if ((uintptr_t)dev_view_ptr(v) % (uintptr_t)esz != 0) return view_fail(err, errlen, "%s: misaligned", what);
+  room = v->offset <= v->buf->bytes ? (int64_t)((v->buf->bytes - v->offset) / (size_t)esz) : 0;
+  if (-lo > (int64_t)(v->offset / (size_t)esz) || hi >= room)
+    return view_fail(err, errlen, "%s: view exceeds its buffer", what);
+  return 0;
 }

@@ -322,31 +322,7 @@ static void copy_run(int64_t esz, char *d, int64_t ds, const char *s, int64_t ss
  * bad one becomes an error rather than a wild write. */
 static int check_view(const dev_view *v, const char *what, char *err, size_t errlen)
 {
-  int64_t esz, numel = 1, lo = 0, hi = 0, room;
-  if ((unsigned)v->dtype >= DEV_NDTYPE) return fail(err, errlen, "%s: bad dtype %d", what, (int)v->dtype);
-  if (v->ndim < 0 || v->ndim > DEV_MAXDIM) return fail(err, errlen, "%s: bad ndim %d", what, v->ndim);
-  for (int d = 0; d < v->ndim; d++) {
-    if (v->shape[d] < 0) return fail(err, errlen, "%s: negative size in dim %d", what, d);
-    if (v->shape[d] == 0) return 0;
-    if (numel > INT64_MAX / v->shape[d]) return fail(err, errlen, "%s: too many elements", what);
-    numel *= v->shape[d];
-  }
-  esz = (int64_t)dev_dtype_size(v->dtype);
-  for (int d = 0; d < v->ndim; d++) {
-    uint64_t mag = v->stride[d] < 0 ? 0 - (uint64_t)v->stride[d] : (uint64_t)v->stride[d];
-    uint64_t span = (uint64_t)(v->shape[d] - 1);
-    /* each extent below INT64_MAX / 16 keeps the sums of up to 8 from overflowing */
-    if (mag != 0 && span > (uint64_t)(INT64_MAX / 16) / mag)
-      return fail(err, errlen, "%s: stride too large in dim %d", what, d);
-    if (v->stride[d] > 0) hi += (int64_t)(span * mag);
-    else lo -= (int64_t)(span * mag);
-  }
-  if (v->buf == NULL || v->buf->ptr == NULL) return fail(err, errlen, "%s: no memory", what);
-  if ((uintptr_t)dev_view_ptr(v) % (uintptr_t)esz != 0) return fail(err, errlen, "%s: misaligned", what);
-  room = v->offset <= v->buf->bytes ? (int64_t)((v->buf->bytes - v->offset) / (size_t)esz) : 0;
-  if (-lo > (int64_t)(v->offset / (size_t)esz) || hi >= room)
-    return fail(err, errlen, "%s: view exceeds its buffer", what);
-  return 0;
+  return dev_view_check(v, what, err, errlen);
 }
 
 static double scalar_d(dev_scalar s) { return s.is_int ? (double)s.i : s.f; }

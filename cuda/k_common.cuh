@@ -711,34 +711,11 @@ static inline int k_fail(char *err, size_t errlen, const char *fmt, ...)
 /* After a launch. */
 #define K_LAUNCHED() K_CUDA(cudaGetLastError())
 
-/* Views arrive validated by the device layer; as on the host this is cheap
+/* Views arrive validated by the device layer; the shared checker is cheap
  * insurance that a bad one becomes an error rather than a wild write. */
 static inline int k_check_view(const dev_view *v, const char *what, char *err, size_t errlen)
 {
-  int64_t esz, numel = 1, lo = 0, hi = 0, room;
-  if ((unsigned)v->dtype >= DEV_NDTYPE) return k_fail(err, errlen, "%s: bad dtype %d", what, (int)v->dtype);
-  if (v->ndim < 0 || v->ndim > DEV_MAXDIM) return k_fail(err, errlen, "%s: bad ndim %d", what, v->ndim);
-  for (int d = 0; d < v->ndim; d++) {
-    if (v->shape[d] < 0) return k_fail(err, errlen, "%s: negative size in dim %d", what, d);
-    if (v->shape[d] == 0) return 0;
-    if (numel > INT64_MAX / v->shape[d]) return k_fail(err, errlen, "%s: too many elements", what);
-    numel *= v->shape[d];
-  }
-  esz = (int64_t)dev_dtype_size(v->dtype);
-  for (int d = 0; d < v->ndim; d++) {
-    uint64_t mag = v->stride[d] < 0 ? 0 - (uint64_t)v->stride[d] : (uint64_t)v->stride[d];
-    uint64_t span = (uint64_t)(v->shape[d] - 1);
-    if (mag != 0 && span > (uint64_t)(INT64_MAX / 16) / mag)
-      return k_fail(err, errlen, "%s: stride too large in dim %d", what, d);
-    if (v->stride[d] > 0) hi += (int64_t)(span * mag);
-    else lo -= (int64_t)(span * mag);
-  }
-  if (v->buf == NULL || v->buf->ptr == NULL) return k_fail(err, errlen, "%s: no memory", what);
-  if ((uintptr_t)dev_view_ptr(v) % (uintptr_t)esz != 0) return k_fail(err, errlen, "%s: misaligned", what);
-  room = v->offset <= v->buf->bytes ? (int64_t)((v->buf->bytes - v->offset) / (size_t)esz) : 0;
-  if (-lo > (int64_t)(v->offset / (size_t)esz) || hi >= room)
-    return k_fail(err, errlen, "%s: view exceeds its buffer", what);
-  return 0;
+  return dev_view_check(v, what, err, errlen);
 }
 
 /* Byte range [*lo, *hi) that a non-empty view touches. */
