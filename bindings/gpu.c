@@ -2,6 +2,7 @@
  * per-interpreter state that every other binding reaches through the registry. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "bindings.h"
 #include "common.h"
@@ -172,7 +173,16 @@ static int gpu_sleep(lua_State *L) {
   return 0;
 }
 
+/* Seconds on the monotonic clock, for timing host-side work from a script. */
+static int gpu_clock(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+  return 1;
+}
+
 static const luaL_Reg gpu_funcs[] = {
+  {"clock", gpu_clock},
   {"device_count", gpu_device_count},
   {"device_info", gpu_device_info},
   {"set_device", gpu_set_device},

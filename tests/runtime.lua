@@ -167,4 +167,15 @@ T.test("seed and sleep", function()
   s:close()
 end)
 
+T.test("gpu.clock", function()
+  local t0 = gpu.clock()
+  T.is(math.type(t0), "float", "gpu.clock() returns a float number of seconds")
+  local s = gpu.stream()
+  gpu.sleep(20, { stream = s })
+  s:synchronize()
+  local dt = gpu.clock() - t0
+  T.ok(dt >= 0.019, string.format("a 20 ms sleep, waited for, advances gpu.clock() by at least 19 ms (%.4f s)", dt))
+  s:close()
+end)
+
 T.done()
