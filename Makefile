@@ -6,12 +6,18 @@
 #   make suite       the suite of one build only, no sanitizer run
 #   make test-asan   the suite in a separate ASan+UBSan build, build-asan/
 #   make test-gpu    on a GPU machine: the suite and tests/gpu on the cuda backend
+#   make test-gpu-sanitize  the same under compute-sanitizer (memcheck on every
+#                    file; racecheck and synccheck on the kernel tests)
 #   make run         build, then run scripts/overlap.lua  (alias: make example)
+#   make bench       on a GPU machine: bench/*.lua through gpulua beside the raw
+#                    CUDA C reference (build/bench/ref) and PyTorch where it
+#                    imports; prints a table and appends it to bench/RESULTS.md.
+#                    BENCH_QUICK=1: small sizes (a smoke test, also on the host)
 #   make deps        install the missing Debian packages (as root), otherwise
 #                    print the sudo command; `make deps run` works in one go
 #   make clean
 #
-# Variables: NOBUILD=1 runs suite/test/run on the existing build without
+# Variables: NOBUILD=1 runs suite/test/run/bench on the existing build without
 # building anything (a build copied to a machine without the toolchain);
 # BUILD (build dir), LUA_A, LUA_INC, NVCC, PROVE, PROVE_FLAGS; CFLAGS and
 # LDFLAGS are appended to ours.
@@ -108,7 +114,7 @@ SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -
 LIB_SRC := $(sort $(if $(CUDA_FOUND),$(wildcard cuda/*.c),$(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c))) $(wildcard bindings/*.c) interp/runtime.c)
 CU_SRC := $(if $(CUDA_FOUND),$(sort $(wildcard cuda/k_*.cu)))
 CLI_SRC := $(sort $(filter-out interp/runtime.c interp/embed.c,$(wildcard interp/*.c)))
-CTEST_SRC := $(sort $(wildcard tests/embed/*.c))
+CTEST_SRC := $(sort $(wildcard tests/embed/*.c tests/unit/*.c))
 STDLIB_LUA := $(sort $(shell find stdlib -name '*.lua' 2>/dev/null))
 # Directories too, so adding or removing a module regenerates the table.
 STDLIB_DIRS := $(sort $(shell find stdlib -type d 2>/dev/null))
@@ -117,10 +123,14 @@ LUA_TESTS := $(sort $(wildcard tests/*.lua) $(wildcard tests/gpu/*.lua))
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_OBJ := $(call obj,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC)) $(BUILD)/obj/gen/stdlib.o
 CLI_OBJ := $(call obj,$(CLI_SRC))
-CTESTS := $(patsubst tests/embed/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
+CTESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 LIB := $(BUILD)/libgpulua.a
 BIN := $(BUILD)/gpulua
 EMBED := $(BUILD)/embed
+# The raw CUDA C reference of `make bench`; built with the CUDA backend (not
+# in the sanitizer build), so that it travels with build/ to a GPU machine.
+BENCH_REF := $(BUILD)/bench/ref
+BENCH_BUILT := $(if $(CUDA_FOUND),$(if $(filter 1,$(SANITIZE)),,$(BENCH_REF)))
 
 # Building needs liblua; `deps` and `clean` do not, nor anything under NOBUILD=1.
 ifneq ($(NOBUILD),1)
@@ -133,7 +143,7 @@ endif
 endif
 endif
 
-.PHONY: all lib tests suite test test-asan test-gpu run example deps clean
+.PHONY: all lib tests suite test test-asan test-gpu test-gpu-sanitize run example bench deps clean
 
 ifneq ($(and $(filter deps,$(MAKECMDGOALS)),$(filter-out deps,$(MAKECMDGOALS))),)
 # `make deps run`: what was detected above predates the install, so the other
@@ -142,7 +152,7 @@ $(filter-out deps,$(MAKECMDGOALS)): deps
 	@$(MAKE) --no-print-directory $@
 else
 
-all: $(LIB) $(BIN)
+all: $(LIB) $(BIN) $(BENCH_BUILT)
 lib: $(LIB)
 tests: $(CTESTS)
 
@@ -173,7 +183,12 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(ALL_LDFLAGS) -Wl,-E -o $@ $(CLI_OBJ) $(LIB) $(LUA_A) $(EDIT_LIBS) $(SYSLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/embed/%.o $(LIB)
+# cudart static (nvcc's default); cuBLAS is loaded with dlopen, as gpulua does.
+$(BENCH_REF): bench/ref.cu
+	@mkdir -p $(@D)
+	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -cudart static -o $@ $< -ldl
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(LUA_A) $(SYSLIBS)
 
@@ -206,8 +221,33 @@ test-gpu: $(SUITE_DEPS)
 	@command -v nvidia-smi >/dev/null && nvidia-smi -L || true
 	GPULUA_DEVICE=cuda GPULUA=$(BIN) $(PROVE) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
 
+# compute-sanitizer over every test file on the cuda backend: memcheck on all,
+# racecheck and synccheck on the kernel tests.  Children a test starts on
+# purpose (tests/gpu/kernels.lua's illegal-address run) are not followed; API
+# errors are not reported (every call's status is checked by the code, and one
+# test makes a failing call on purpose to find a signature mismatch).
+SANITIZER ?= $(or $(shell command -v compute-sanitizer 2>/dev/null),/usr/local/cuda/bin/compute-sanitizer)
+SANITIZE_RACE := tests/gpu/compare.lua tests/gpu/kernels.lua
+test-gpu-sanitize: $(SUITE_DEPS)
+	@st=0; \
+	run() { tool=$$1; f=$$2; \
+	  out=$$(GPULUA_DEVICE=cuda $(SANITIZER) --tool $$tool --target-processes application-only \
+	         --error-exitcode 97 --print-limit 20 --report-api-errors no $(BIN) $$f 2>&1); rc=$$?; \
+	  summary=$$(printf '%s\n' "$$out" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' | tail -n 1); \
+	  fails=$$(printf '%s\n' "$$out" | grep -c '^not ok'); \
+	  printf '%-10s %-28s rc=%-3s %s; %s failed tests\n' $$tool $$f $$rc "$$summary" $$fails; \
+	  if [ $$rc -ne 0 ]; then st=1; printf '%s\n' "$$out" | grep -vE '^ok ' | tail -n 40; fi; }; \
+	for f in $(LUA_TESTS); do run memcheck $$f; done; \
+	for f in $(SANITIZE_RACE); do run racecheck $$f; run synccheck $$f; done; \
+	exit $$st
+
 run example: $(RUN_DEPS)
 	$(BIN) scripts/overlap.lua
+
+# The driver is Lua run by gpulua itself (the GPU machines have no other Lua);
+# it stays on the host backend and starts the measured programs as children.
+bench: $(RUN_DEPS)
+	BENCH_QUICK=$(BENCH_QUICK) GPULUA=$(BIN) BENCH_REF=$(BENCH_REF) $(BIN) --device host bench/run.lua
 
 endif
 

@@ -67,5 +67,6 @@ void bind_check_opts(lua_State *L, int idx, const char *allowed);
 int bind_open_stream(lua_State *L);   /* each adds its constructors to the table on top */
 int bind_open_event(lua_State *L);
 int bind_open_tensor(lua_State *L);
+int bind_open_kernel(lua_State *L);
 
 #endif

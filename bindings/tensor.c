@@ -525,12 +525,14 @@ static int t_release(lua_State *L) {
   return 0;
 }
 
+/* __index, with the methods table as upvalue 1: a method is one raw get. */
 static int t_index(lua_State *L) {
-  gpu_tensor *t = to_tensor(L, 1);
   const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
-  lua_getmetatable(L, 1);
-  lua_getfield(L, -1, "__methods");
-  if (k && lua_getfield(L, -1, k) != LUA_TNIL) return 1;
+  if (k) {
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+  }
+  gpu_tensor *t = to_tensor(L, 1);
   lua_settop(L, 2);
   if (!k) return luaL_error(L, "tensors are not indexable with %s (use t:get(i))", luaL_typename(L, 2));
   if (strcmp(k, "closed") == 0) { lua_pushboolean(L, t->v.buf == NULL); return 1; }
@@ -1208,7 +1210,6 @@ static const luaL_Reg methods[] = {
 };
 
 static const luaL_Reg metamethods[] = {
-  {"__index", t_index},
   {"__newindex", t_newindex},
   {"__add", t_meta_add}, {"__sub", t_meta_sub}, {"__mul", t_meta_mul},
   {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__unm", t_unm},
@@ -1231,7 +1232,10 @@ int bind_open_tensor(lua_State *L) {
   if (luaL_newmetatable(L, GPULUA_TENSOR)) {
     luaL_setfuncs(L, metamethods, 0);
     luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__methods");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "__methods");
+    lua_pushcclosure(L, t_index, 1);
+    lua_setfield(L, -2, "__index");
   }
   lua_pop(L, 1);
   luaL_setfuncs(L, funcs, 0);

@@ -19,15 +19,20 @@
 #include "devpriv.h"
 
 #define MAXMARK 64
+#define NREC 64                /* ops remembered per stream, to name a failed one */
 #define PINNED_CACHE_MAX ((size_t)1 << 30)
 
 typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
+
+/* What enqueued the op at a position: its name and script line. */
+typedef struct oprec { const char *name; char site[DEV_SITE_LEN]; } oprec;
 
 typedef struct cstream {
   cudaStream_t st;
   uint64_t enq, known_done;
   marker mk[MAXMARK];          /* ring, oldest first, covered increasing */
   int head, n;
+  oprec rec[NREC];             /* op at position p is rec[p % NREC] */
 } cstream;
 
 typedef struct pblock { void *p; size_t n; struct pblock *next; } pblock;
@@ -54,11 +59,58 @@ typedef struct cstate {
   cublas_setstream_t cublas_setstream;
   cublas_gemmex_t cublas_gemmex;
   cublas_destroy_t cublas_destroy;
+  int optin_shared;            /* dynamic + static shared memory a block may opt in to */
+  char lost[768];              /* the error that made the context unusable */
 } cstate;
 
+static cstream *CST(dev_stream *s) { return s->impl; }
+
+/* Errors a kernel leaves behind: the context cannot be used any more. */
+static int is_sticky(cudaError_t e) {
+  switch (e) {
+  case cudaErrorIllegalAddress: case cudaErrorAssert: case cudaErrorLaunchFailure:
+  case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
+  case cudaErrorLaunchTimeout: case cudaErrorTensorMemoryLeak:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* The op that failed: the first unfinished op of each stream with work
+ * queued.  With one candidate it is exact; otherwise all are named. */
+static void describe_failed(dev_ctx *ctx, char *buf, size_t n) {
+  int found = 0;
+  size_t k = 0;
+  buf[0] = 0;
+  for (dev_stream *s = ctx->streams; s && k < n; s = s->next) {
+    cstream *c = CST(s);
+    if (!c || c->enq <= c->known_done) continue;
+    uint64_t pos = c->known_done + 1;
+    const oprec *r = c->enq - pos < NREC ? &c->rec[pos % NREC] : NULL;
+    k += (size_t)snprintf(buf + k, n - k, "%s'%s'%s%s", found ? " or " : "",
+                          r && r->name ? r->name : "an op",
+                          r && *r->site ? " enqueued at " : "", r ? r->site : "");
+    found++;
+  }
+  if (!found) snprintf(buf, n, "queued work");
+}
+
 static int cuda_fail(dev_ctx *ctx, cudaError_t e, const char *what) {
-  /* A sticky error stays; later calls report it too. */
+  cstate *cs = ctx->bk_state;
   cudaGetLastError();
+  if (cs && *cs->lost)
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s: the CUDA context is unusable after an earlier error "
+                    "(%s); restart the process to use the GPU", what, cs->lost);
+  if (cs && is_sticky(e)) {
+    /* reported at the wait that saw it, naming the op that most likely caused it */
+    char who[600];
+    describe_failed(ctx, who, sizeof who);
+    snprintf(cs->lost, sizeof cs->lost, "%s failed: CUDA error %s: %s", who, cudaGetErrorName(e),
+             cudaGetErrorString(e));
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", what, cs->lost);
+  }
   return dev_fail(ctx, e == cudaErrorMemoryAllocation ? DEV_ERR_NOMEM : DEV_ERR_DEVICE,
                   "%s: CUDA error %s: %s%s%s", what, cudaGetErrorName(e), cudaGetErrorString(e),
                   *ctx->site ? " (last op enqueued at " : "", *ctx->site ? ctx->site : "");
@@ -68,7 +120,6 @@ static int cuda_fail(dev_ctx *ctx, cudaError_t e, const char *what) {
   do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cuda_fail((ctx), e_, (what)); } while (0)
 
 static cstate *CS(dev_ctx *ctx) { return ctx->bk_state; }
-static cstream *CST(dev_stream *s) { return s->impl; }
 
 /* Kernels flag integer division by zero in mapped memory; report it once the
  * work that set it has been waited for. */
@@ -180,6 +231,8 @@ static int c_open(dev_ctx *ctx, int device) {
   cs->launch_blocking = lb && *lb && strcmp(lb, "0") != 0;
   CK(ctx, cudaSetDevice(device), "set device");
   CK(ctx, cudaDeviceGetAttribute(&cs->sm_count, cudaDevAttrMultiProcessorCount, device), "device attribute");
+  CK(ctx, cudaDeviceGetAttribute(&cs->optin_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+     "device attribute");
   CK(ctx, cudaStreamCreateWithFlags(&cs->side, cudaStreamNonBlocking), "stream");
   /* Keep freed device memory in the pool: no release back to the driver. */
   cudaMemPool_t pool;
@@ -276,6 +329,18 @@ static int c_pos_done(dev_stream *s, uint64_t pos) {
 static int c_pos_wait(dev_stream *s, uint64_t pos) {
   cstream *c = CST(s);
   if (pos <= c->known_done) return DEV_OK;
+  if (pos >= c->enq) {
+    /* everything queued: one call, no marker to record (the round trip) */
+    CK(s->ctx, cudaStreamSynchronize(c->st), "synchronize");
+    c->known_done = c->enq;
+    while (c->n > 0) {
+      ev_put(s->ctx, c->mk[c->head].ev);
+      c->head = (c->head + 1) % MAXMARK;
+      c->n--;
+    }
+    check_flag(s->ctx);
+    return DEV_OK;
+  }
   marker *m;
   int rc = marker_for(s, pos, &m);
   if (rc) return rc;
@@ -293,6 +358,11 @@ static int c_stream_wait(dev_stream *s, dev_stream *other, uint64_t pos) {
   int rc = marker_for(other, pos, &m);
   if (rc) return rc;
   CK(s->ctx, cudaStreamWaitEvent(CST(s)->st, m->ev, 0), "wait");
+  return DEV_OK;
+}
+
+static int c_event_wait(dev_stream *s, dev_event *e) {
+  CK(s->ctx, cudaStreamWaitEvent(CST(s)->st, (cudaEvent_t)e->impl, 0), "wait");
   return DEV_OK;
 }
 
@@ -346,6 +416,7 @@ static int c_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
   switch (kind) {
   case DEV_MEM_DEVICE:
     e = cudaMallocAsync(out, bytes, cs->side);
+    if (e != cudaSuccess && e != cudaErrorMemoryAllocation) return cuda_fail(ctx, e, "allocate");
     if (e != cudaSuccess) {
       cudaGetLastError();
       size_t fr = 0, tot = 0;
@@ -370,6 +441,7 @@ static int c_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
       return DEV_OK;
     }
     e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess && e != cudaErrorMemoryAllocation) return cuda_fail(ctx, e, "allocate pinned");
     if (e != cudaSuccess) {
       cudaGetLastError();
       return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of pinned memory",
@@ -583,12 +655,42 @@ out:
   return rc;
 }
 
+static int c_launch(dev_stream *s, const dev_launch *l) {
+  dev_ctx *ctx = s->ctx;
+  dev_kernel *k = l->k;
+  if (l->shared > k->shared_set) {
+    CK(ctx, cudaFuncSetAttribute(k->handle, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l->shared),
+       "kernel shared memory");
+    k->shared_set = l->shared;
+  }
+  dim3 g = {l->grid[0], l->grid[1], l->grid[2]}, b = {l->block[0], l->block[1], l->block[2]};
+  cudaError_t e = cudaLaunchKernel(k->handle, g, b, l->args, l->shared, CST(s)->st);
+  if (e != cudaSuccess) {
+    char what[200];
+    snprintf(what, sizeof what, "kernel '%s'", k->sig.name);
+    return cuda_fail(ctx, e, what);
+  }
+  return DEV_OK;
+}
+
+static int touches_host(const dev_kop *op) {
+  if (op->kind == DEV_OP_SLEEP) return 0;
+  if (op->kind == DEV_OP_LAUNCH) {
+    for (int i = 0; i < op->launch->nbufs; i++)
+      if (host_visible(op->launch->bufs[i])) return 1;
+    return 0;
+  }
+  return host_visible(op->out.buf) || (op->nin > 0 && host_visible(op->in[0].buf));
+}
+
 static int c_submit(dev_stream *s, const dev_kop *op) {
   dev_ctx *ctx = s->ctx;
   cstate *cs = CS(ctx);
   cstream *c = CST(s);
   int rc;
-  if (op->kind == DEV_OP_COPY) {
+  if (op->kind == DEV_OP_LAUNCH) {
+    rc = c_launch(s, op->launch);
+  } else if (op->kind == DEV_OP_COPY) {
     rc = c_copy(s, op);
   } else if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) {
     rc = c_matmul(s, op);
@@ -600,20 +702,91 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
   }
   if (rc) return rc;
   c->enq++;
-  int touches_host = op->kind != DEV_OP_SLEEP &&
-                     (host_visible(op->out.buf) || (op->nin > 0 && host_visible(op->in[0].buf)));
-  if (touches_host) {
+  oprec *r = &c->rec[c->enq % NREC];
+  r->name = dev_op_name(op);
+  memcpy(r->site, ctx->site, sizeof r->site);
+  if (touches_host(op)) {
     marker *m;
     if ((rc = mark(s, &m))) return rc;
   }
   if (cs->launch_blocking) {
     cudaError_t e = cudaStreamSynchronize(c->st);
-    if (e != cudaSuccess)
-      return dev_fail(ctx, DEV_ERR_DEVICE, "'%s' failed%s%s: CUDA error %s: %s", dev_op_name(op),
-                      *ctx->site ? " at " : "", ctx->site, cudaGetErrorName(e), cudaGetErrorString(e));
+    if (e != cudaSuccess) return cuda_fail(ctx, e, "GPULUA_LAUNCH_BLOCKING");
     c->known_done = c->enq;
     check_flag(ctx);
   }
+  return DEV_OK;
+}
+
+/* ---- run-time kernels --------------------------------------------------- */
+
+static int c_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl) {
+  (void)len;
+  cudaLibrary_t lib;
+  CK(ctx, cudaLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0), "load module");
+  *impl = lib;
+  return DEV_OK;
+}
+
+static void c_module_unload(dev_ctx *ctx, void *impl) {
+  (void)ctx;
+  if (cudaLibraryUnload((cudaLibrary_t)impl) != cudaSuccess) cudaGetLastError();
+}
+
+static int c_kernel_get(dev_ctx *ctx, void *impl, const char *symbol, dev_kernel *k,
+                        size_t *sizes, int max, int *nparams) {
+  cstate *cs = CS(ctx);
+  cudaKernel_t kr;
+  cudaError_t e = cudaLibraryGetKernel(&kr, (cudaLibrary_t)impl, symbol);
+  if (e != cudaSuccess) {
+    char what[300];
+    snprintf(what, sizeof what, "kernel '%.200s' not found in the module", symbol);
+    return cuda_fail(ctx, e, what);
+  }
+  struct cudaFuncAttributes a;
+  CK(ctx, cudaFuncGetAttributes(&a, (const void *)kr), "kernel attributes");
+  k->handle = (void *)kr;
+  k->max_threads = a.maxThreadsPerBlock;
+  k->static_shared = a.sharedSizeBytes;
+  k->max_dynamic_shared = (size_t)cs->optin_shared > a.sharedSizeBytes ? (size_t)cs->optin_shared - a.sharedSizeBytes : 0;
+  k->shared_set = (size_t)a.maxDynamicSharedSizeBytes;
+  /* Up to max parameters: asking past the last one is an API error that
+   * compute-sanitizer reports, so the caller passes the count it expects. */
+  int n = 0;
+  for (; n < max; n++) {
+    size_t off = 0, size = 0;
+    if (cudaFuncGetParamInfo((const void *)kr, (size_t)n, &off, &size) != cudaSuccess) {
+      cudaGetLastError();
+      break;
+    }
+    sizes[n] = size;
+  }
+  *nparams = n;
+  return DEV_OK;
+}
+
+static int c_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n) {
+  unsigned count = 0;
+  *names = NULL;
+  *n = 0;
+  CK(ctx, cudaLibraryGetKernelCount(&count, (cudaLibrary_t)impl), "module kernels");
+  cudaKernel_t *ks = calloc(count ? count : 1, sizeof *ks);
+  char **out = calloc(count ? count : 1, sizeof *out);
+  if (!ks || !out) { free(ks); free(out); return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory"); }
+  cudaError_t e = cudaLibraryEnumerateKernels(ks, count, (cudaLibrary_t)impl);
+  for (unsigned i = 0; e == cudaSuccess && i < count; i++) {
+    const char *name = NULL;
+    e = cudaFuncGetName(&name, (const void *)ks[i]);
+    if (e == cudaSuccess && !(out[i] = strdup(name ? name : "?"))) e = cudaErrorMemoryAllocation;
+  }
+  free(ks);
+  if (e != cudaSuccess) {
+    for (unsigned i = 0; i < count; i++) free(out[i]);
+    free(out);
+    return cuda_fail(ctx, e, "module kernels");
+  }
+  *names = out;
+  *n = (int)count;
   return DEV_OK;
 }
 
@@ -635,10 +808,15 @@ const dev_backend dev_cuda_backend = {
   .event_record = c_event_record,
   .event_query = c_event_query,
   .event_sync = c_event_sync,
+  .event_wait = c_event_wait,
   .event_elapsed = c_event_elapsed,
   .alloc = c_alloc,
   .free = c_free,
   .submit = c_submit,
+  .module_load = c_module_load,
+  .module_unload = c_module_unload,
+  .kernel_get = c_kernel_get,
+  .kernel_names = c_kernel_names,
 };
 
 /* Whether a usable GPU answers (for automatic selection).  Called before any

@@ -18,6 +18,7 @@ typedef struct bufx {
   int nuse, cap;
   int dead;                         /* refs hit 0, waiting for its uses */
   int wrapped;                      /* memory owned by someone else */
+  int internal;                     /* the device layer's own: not in the stats */
   struct bufx *prev, *next;         /* ctx->bufs */
   void (*release)(void *ud, void *ptr);
   void *ud;
@@ -201,8 +202,11 @@ int dev_set_device(dev_ctx *ctx, int index) {
   return DEV_OK;
 }
 
+/* Called for every op: a plain bounded copy, no printf. */
 void dev_set_site(dev_ctx *ctx, const char *site) {
-  snprintf(ctx->site, sizeof ctx->site, "%s", site ? site : "");
+  size_t n = site ? strnlen(site, sizeof ctx->site - 1) : 0;
+  memcpy(ctx->site, site ? site : "", n);
+  ctx->site[n] = 0;
 }
 
 void dev_count_sync(dev_ctx *ctx) { ctx->st.syncs++; }
@@ -260,7 +264,7 @@ static void buf_free(bufx *x) {
     ctx->bk->free(ctx, x->b.kind, x->b.ptr, x->b.bytes);
     account(ctx, x->b.kind, x->b.bytes, -1);
   }
-  ctx->st.buffers--;
+  if (!x->internal) ctx->st.buffers--;
   free(x->use);
   free(x);
   dev_ctx_release(ctx);
@@ -321,6 +325,15 @@ int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
   BX(*out)->wrapped = 1;
   BX(*out)->release = release;
   BX(*out)->ud = ud;
+  return DEV_OK;
+}
+
+int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, void *ptr),
+                          void *ud, dev_buf **out) {
+  int rc = dev_buf_wrap(ctx, DEV_MEM_DEVICE, ptr, 0, release, ud, out);
+  if (rc) return rc;
+  BX(*out)->internal = 1;
+  ctx->st.buffers--;
   return DEV_OK;
 }
 
@@ -515,6 +528,10 @@ int dev_stream_wait_event(dev_stream *s, dev_event *e) {
   if (rc || !e->recorded || e->stream == s) return rc;
   rc = dev_check_async(s->ctx);
   if (rc) return rc;
+  /* The event marks its position exactly; a backend marker may lie past it
+   * and would make s wait for later work too. */
+  if (s->ctx->bk->event_wait && !s->ctx->bk->pos_done(e->stream, e->pos))
+    return s->ctx->bk->event_wait(s, e);
   return s->ctx->bk->stream_wait(s, e->stream, e->pos);
 }
 
@@ -569,8 +586,27 @@ static int same_shape(const dev_view *a, const dev_view *b) {
   return 1;
 }
 
+static int validate_launch(dev_ctx *ctx, const dev_launch *l) {
+  if (!l || !l->k || (l->k->sig.nparams > 0 && !l->args))
+    return dev_fail(ctx, DEV_ERR_INVALID, "launch: no kernel or arguments");
+  if (dev_module_ctx(l->k->mod) != ctx)
+    return dev_fail(ctx, DEV_ERR_INVALID, "kernel '%s' belongs to another gpulua instance", l->k->sig.name);
+  char msg[256];
+  if (dev_launch_check(ctx, l->k, l->grid, l->block, l->shared, msg, sizeof msg))
+    return dev_fail(ctx, DEV_ERR_INVALID, "kernel '%s': %s", l->k->sig.name, msg);
+  for (int i = 0; i < l->nbufs; i++) {
+    if (!l->bufs[i] || l->bufs[i]->ctx != ctx)
+      return dev_fail(ctx, DEV_ERR_INVALID, "kernel '%s': a tensor of another gpulua instance", l->k->sig.name);
+    if (l->bufs[i]->kind == DEV_MEM_HOST)
+      return dev_fail(ctx, DEV_ERR_INVALID, "kernel '%s': a kernel cannot reach pageable host memory",
+                      l->k->sig.name);
+  }
+  return DEV_OK;
+}
+
 static int validate(dev_ctx *ctx, const dev_kop *op) {
   int rc;
+  if (op->kind == DEV_OP_LAUNCH) return validate_launch(ctx, op->launch);
   if (op->kind == DEV_OP_SLEEP) {
     if (!(op->ms >= 0 && op->ms <= 1e7))
       return dev_fail(ctx, DEV_ERR_INVALID, "sleep: bad duration");
@@ -657,6 +693,7 @@ static const char *op_name(const dev_kop *op) {
   case DEV_OP_MATMUL: return "matmul";
   case DEV_OP_COPY: return "copy";
   case DEV_OP_SLEEP: return "sleep";
+  case DEV_OP_LAUNCH: return op->launch && op->launch->k ? op->launch->k->sig.name : "kernel";
   }
   return "op";
 }
@@ -680,6 +717,15 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   if ((rc = validate(ctx, op))) return rc;
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
+  if (op->kind == DEV_OP_LAUNCH) {
+    /* Always on the device, even when every tensor is pinned. */
+    const dev_launch *l = op->launch;
+    if ((rc = ctx->bk->submit(s, op))) return rc;
+    for (int i = 0; i < l->nbufs; i++) note_use(BX(l->bufs[i]), s, l->writes[i]);
+    note_use(BX(dev_module_life(l->k->mod)), s, 0);
+    ctx->st.launches++;
+    return DEV_OK;
+  }
   int nb = op->kind == DEV_OP_SLEEP ? 0 : 1 + op->nin;
   if (op->kind == DEV_OP_BINARY && (op->flags & DEV_F_SCALAR)) nb = 2;
   const dev_view *views[3] = {&op->out, &op->in[0], &op->in[1]};

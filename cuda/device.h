@@ -223,7 +223,8 @@ typedef enum {
   DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0] */
   DEV_OP_MATMUL,    /* out = in[0] @ in[1], 2-D */
   DEV_OP_COPY,      /* out = in[0], same dtype, same numel; flat element order */
-  DEV_OP_SLEEP      /* hold the stream for ms milliseconds */
+  DEV_OP_SLEEP,     /* hold the stream for ms milliseconds */
+  DEV_OP_LAUNCH     /* a run-time kernel: see dev_launch */
 } dev_opkind;
 
 enum {
@@ -242,6 +243,7 @@ typedef struct dev_kop {
   dev_scalar s0, s1;
   uint64_t seed, offset;   /* DEV_OP_RAND: counter-based generator key and start */
   double ms;               /* DEV_OP_SLEEP */
+  const struct dev_launch *launch;   /* DEV_OP_LAUNCH */
 } dev_kop;
 
 /* Validate and enqueue on stream s (NULL: default stream).  If every buffer
@@ -266,5 +268,97 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst);
 /* Write packed host values into a view, asynchronously (the values are copied
  * first, so src may be reused at once). */
 int dev_write(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const void *src);
+
+/* ---- run-time kernels --------------------------------------------------- */
+/* How an argument reaches a kernel parameter. */
+typedef enum {
+  DEV_KP_POINTER,   /* T * / const T *: a tensor's data */
+  DEV_KP_INT,       /* signed integer of `size` bytes */
+  DEV_KP_UINT,      /* unsigned integer */
+  DEV_KP_FLOAT,     /* float (4) or double (8) */
+  DEV_KP_HALF,      /* __half */
+  DEV_KP_BF16,      /* __nv_bfloat16 */
+  DEV_KP_BOOL,
+  DEV_KP_RAW,       /* only the size is known (PTX, cubin): the argument decides */
+  DEV_KP_OTHER      /* a struct, reference or unknown type: cannot be passed */
+} dev_kparam_kind;
+
+typedef struct dev_kparam {
+  char name[64];          /* "" when the declaration has none */
+  char type[96];          /* as written, for messages: "const float *" */
+  dev_kparam_kind kind;
+  int size;               /* bytes passed (8 for a pointer) */
+  int is_const;           /* pointer to const: the kernel only reads the tensor */
+  int pointee;            /* pointers: the dtype a tensor must have, -1 any */
+  int elsize;             /* pointers: element size when pointee is -1 (0 any) */
+} dev_kparam;
+
+typedef struct dev_ksig {
+  char name[128];         /* as written: the field of the module */
+  char qualified[192];    /* with namespaces: the name expression for NVRTC */
+  int extern_c, is_template, overloaded, from_ptx;
+  int nparams;
+  dev_kparam *params;
+} dev_ksig;
+
+/* Every __global__ function of CUDA C source, with its parameters (read as
+ * written, without preprocessing).  0, or -1 with a message. */
+int dev_kernels_parse(const char *src, dev_ksig **out, int *n, char *err, size_t errlen);
+/* Every .entry of PTX text. */
+int dev_kernels_parse_ptx(const char *ptx, dev_ksig **out, int *n, char *err, size_t errlen);
+void dev_kernels_free(dev_ksig *k, int n);
+
+typedef struct dev_module dev_module;
+
+/* A kernel of a loaded module; lives as long as its module. */
+typedef struct dev_kernel {
+  dev_module *mod;
+  dev_ksig sig;
+  void *handle;           /* backend function handle */
+  int max_threads;        /* per block, for this kernel */
+  size_t static_shared;   /* bytes of __shared__ the kernel declares */
+  size_t max_dynamic_shared;
+  size_t shared_set;      /* dynamic shared memory the kernel is allowed so far */
+} dev_kernel;
+
+typedef struct dev_compile_opts {
+  const char *name;             /* program name in NVRTC's messages */
+  const char *const *options;   /* extra NVRTC options */
+  int noptions;
+  int cache;                    /* use the on-disk cache (if not disabled by env) */
+} dev_compile_opts;
+
+/* Compile CUDA C for the current device with NVRTC and load it.  On a compile
+ * error returns DEV_ERR_INVALID and, if log is not NULL, sets *log to NVRTC's
+ * full log (free() it).  The host backend returns DEV_ERR_UNSUPPORTED. */
+int dev_module_compile(dev_ctx *ctx, const char *src, const dev_compile_opts *o,
+                       dev_module **out, char **log);
+/* Load a cubin, fatbin or PTX image.  `declare` (CUDA C prototypes, may be
+ * NULL) gives parameter types; without it PTX entries give sizes and kinds,
+ * and a cubin's kernels take arguments by size. */
+int dev_module_load(dev_ctx *ctx, const void *image, size_t len, const char *declare,
+                    dev_module **out);
+int dev_module_count(const dev_module *m);
+dev_kernel *dev_module_kernel(dev_module *m, int i);
+int dev_module_from_cache(const dev_module *m);   /* compiled code came from the disk cache */
+void dev_module_retain(dev_module *m);
+/* Unloaded once the launches queued from it have finished. */
+void dev_module_release(dev_module *m);
+
+/* One launch of a run-time kernel. */
+typedef struct dev_launch {
+  dev_kernel *k;
+  unsigned grid[3], block[3];
+  size_t shared;
+  void **args;            /* one pointer per parameter, to its value */
+  dev_buf **bufs;         /* tensors the kernel may touch ... */
+  const unsigned char *writes;   /* ... and whether it may write them */
+  int nbufs;
+} dev_launch;
+
+/* Grid, block and shared memory valid for this kernel on this device? 0, or
+ * -1 with a message. */
+int dev_launch_check(dev_ctx *ctx, const dev_kernel *k, const unsigned grid[3],
+                     const unsigned block[3], size_t shared, char *err, size_t errlen);
 
 #endif

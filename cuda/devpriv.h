@@ -28,12 +28,39 @@ typedef struct dev_backend {
   int (*event_record)(dev_event *e, dev_stream *s);   /* sets e->stream, e->pos */
   int (*event_query)(dev_event *e);   /* optional: 1 done, 0 pending, <0 error */
   int (*event_sync)(dev_event *e);    /* optional */
+  int (*event_wait)(dev_stream *s, dev_event *e);   /* optional: s waits for e's last record */
   int (*event_elapsed)(dev_event *a, dev_event *b, double *ms);
 
   int (*alloc)(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out);
   void (*free)(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes);
   int (*submit)(dev_stream *s, const dev_kop *op);
+
+  /* Run-time kernels; NULL on a backend without them. */
+  int (*module_load)(dev_ctx *ctx, const void *image, size_t len, void **impl);
+  void (*module_unload)(dev_ctx *ctx, void *impl);
+  /* Handle and limits of the kernel named `symbol`, and the sizes of its
+   * first parameters, at most max (*nparams: how many it has, up to max). */
+  int (*kernel_get)(dev_ctx *ctx, void *impl, const char *symbol, dev_kernel *k,
+                    size_t *sizes, int max, int *nparams);
+  /* Names of every kernel in the image (malloc'd array of malloc'd names). */
+  int (*kernel_names)(dev_ctx *ctx, void *impl, char ***names, int *n);
 } dev_backend;
+
+/* Compiled code and the lowered (mangled) names of the name expressions. */
+typedef struct dev_kimage {
+  void *data;
+  size_t size;
+  char **lowered;
+  int n;
+  int from_cache;
+} dev_kimage;
+
+/* cuda/nvrtc.c: compile src for arch ("sm_90").  On failure returns -1 with a
+ * message in err and, for a compile error, NVRTC's log in *log (free()). */
+int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
+                      const char *const *opts, int nopts, const char *const *exprs, int nexprs,
+                      int use_cache, dev_kimage *img, char **log, char *err, size_t errlen);
+void dev_kimage_free(dev_kimage *img);
 
 extern const dev_backend dev_host_backend;
 #ifdef GPULUA_HAVE_CUDA
@@ -91,6 +118,12 @@ int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...)
 void dev_async_fail(dev_ctx *ctx, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
 void dev_note_running(dev_ctx *ctx, int delta);
+/* A buffer that only tracks uses (e.g. a module's launches): not counted in
+ * the stats; release(ud, ptr) runs once its last use is over. */
+int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, void *ptr),
+                          void *ud, dev_buf **out);
+dev_buf *dev_module_life(dev_module *m);
+dev_ctx *dev_module_ctx(const dev_module *m);
 const char *dev_op_name(const dev_kop *op);
 
 #endif

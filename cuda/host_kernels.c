@@ -969,6 +969,7 @@ int dev_host_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_MATMUL: return run_matmul(op, err, errlen);
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
   case DEV_OP_SLEEP: return run_sleep(op->ms);
+  case DEV_OP_LAUNCH: return fail(err, errlen, "run-time kernels need the cuda backend");
   }
   return fail(err, errlen, "unknown op kind %d", (int)op->kind);
 }

@@ -22,6 +22,25 @@ K_UNROLL
   }
 }
 
+/* The contiguous case with a small argument list: a fill is often a tiny
+ * op whose cost is its launch, and a whole kview is ~150 bytes to pass. */
+template <typename E>
+__global__ void __launch_bounds__(K_THREADS) fill_contig_kernel(E *p, int64_t n, E v)
+{
+  int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x, i;
+  if (((uintptr_t)p & 15) == 0) {
+    constexpr int N = 16 / sizeof(E);
+    kvec<E> w;
+K_UNROLL
+    for (int j = 0; j < N; j++) w.x[j] = v;
+    int64_t nv = n / N;
+    for (i = tid; i < nv; i += nth) ((uint4 *)p)[i] = w.u;
+    for (i = nv * N + tid; i < n; i += nth) p[i] = v;
+  } else {
+    for (i = tid; i < n; i += nth) p[i] = v;
+  }
+}
+
 template <int T>
 __global__ void __launch_bounds__(K_THREADS) arange_kernel(kview out, int64_t n, int exact, dev_scalar s0, dev_scalar s1)
 {
@@ -33,11 +52,14 @@ __global__ void __launch_bounds__(K_THREADS) arange_kernel(kview out, int64_t n,
 /* ---- launchers ----------------------------------------------------------- */
 
 template <typename E>
-static int launch_fill(const kview &kv, int64_t n, uint64_t bits, const cuk_env *env, char *err, size_t errlen)
+static int launch_fill(const dev_view *out, int64_t n, uint64_t bits, const cuk_env *env, char *err, size_t errlen)
 {
   E v;
   memcpy(&v, &bits, sizeof v);
-  fill_kernel<E><<<k_blocks(n, env), K_THREADS, 0, k_stream(env)>>>(kv, n, v);
+  if (dev_view_contiguous(out))
+    fill_contig_kernel<E><<<k_blocks(n, env), K_THREADS, 0, k_stream(env)>>>((E *)dev_view_ptr(out), n, v);
+  else
+    fill_kernel<E><<<k_blocks(n, env), K_THREADS, 0, k_stream(env)>>>(k_view(out), n, v);
   K_LAUNCHED();
   return 0;
 }
@@ -46,7 +68,6 @@ int k_fill_view(const dev_view *out, dev_scalar s, const cuk_env *env, char *err
 {
   int64_t n = dev_view_numel(out);
   uint64_t bits = 0;
-  kview kv;
   if (k_check_view(out, "out", err, errlen)) return -1;
   if (n == 0) return 0;
   k_dispatch(out->dtype, [&](auto tag) {
@@ -55,12 +76,11 @@ int k_fill_view(const dev_view *out, dev_scalar s, const cuk_env *env, char *err
     memcpy(&bits, &e, sizeof e);
     return 0;
   });
-  kv = k_view(out);
   switch (dev_dtype_size(out->dtype)) {
-  case 1: return launch_fill<uint8_t>(kv, n, bits, env, err, errlen);
-  case 2: return launch_fill<uint16_t>(kv, n, bits, env, err, errlen);
-  case 4: return launch_fill<uint32_t>(kv, n, bits, env, err, errlen);
-  default: return launch_fill<uint64_t>(kv, n, bits, env, err, errlen);
+  case 1: return launch_fill<uint8_t>(out, n, bits, env, err, errlen);
+  case 2: return launch_fill<uint16_t>(out, n, bits, env, err, errlen);
+  case 4: return launch_fill<uint32_t>(out, n, bits, env, err, errlen);
+  default: return launch_fill<uint64_t>(out, n, bits, env, err, errlen);
   }
 }
 

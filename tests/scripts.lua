@@ -1,6 +1,6 @@
 -- The example scripts run unchanged in a child gpulua: scripts/overlap.lua
--- passes its own check with and without host jitter, and its check catches
--- a missing event wait.
+-- passes its own check with and without host jitter, prints its calibration
+-- and efficiency, and its check catches a missing event wait.
 local gpu = require "gpu"
 local T = require "gpu.test"
 
@@ -18,19 +18,25 @@ T.test("scripts/overlap.lua", function()
   local out, ok = run("", "scripts/overlap.lua 6 65536")
   T.ok(ok, "overlap.lua exits 0")
   T.ok(out:find("overlap: 6 batches x [%d.]+ MiB, check ok"), "overlap.lua prints its check line")
-  T.ok(out:find("time:%s+total [%d.]+ ms%s+copy [%d.]+ ms"), "overlap.lua prints its timing line")
+  T.ok(out:find("compute: %d+ passes per batch %(calibrated: copy [%d.]+ ms"), "... its calibration")
+  T.ok(out:find("time:%s+total [%d.]+ ms%s+copy [%d.]+ ms"), "... its timing line")
+  local eff = tonumber(out:match("efficiency: ([%d.]+) %(ideal [%d.]+ ms"))
+  T.ok(eff and eff > 0, "... and a positive efficiency")
   if not ok then T.diag(out) end
-  local out2, ok2 = run("GPULUA_HOST_JITTER=1", "scripts/overlap.lua 8 32768")
+  local out2, ok2 = run("GPULUA_HOST_JITTER=1", "scripts/overlap.lua 8 32768 passes=2")
   T.ok(ok2, "overlap.lua exits 0 under GPULUA_HOST_JITTER=1")
   T.ok(out2:find("check ok", 1, true), "... with its check line")
+  T.ok(out2:find("compute: 2 passes per batch (fixed)", 1, true), "... with the passes given")
   if not ok2 then T.diag(out2) end
   local out3, ok3 = run("", "scripts/overlap.lua 1 4096")
   T.ok(ok3 and out3:find("overlap: 1 batches", 1, true), "a single batch works")
+  local out4, ok4 = run("", "scripts/overlap.lua 2 4096 passes=3")
+  T.ok(not ok4 and out4:find("passes must be auto or an even integer", 1, true), "an odd passes= is refused")
 end)
 
 T.test("overlap.lua's check fails without the event wait", function()
   if gpu.backend ~= "host" then return T.skip("jitter", "host backend only") end
-  local out, ok = run("GPULUA_HOST_JITTER=1", "scripts/overlap.lua 16 65536 unsafe")
+  local out, ok = run("GPULUA_HOST_JITTER=1", "scripts/overlap.lua 16 65536 unsafe passes=2")
   T.ok(not ok, "the unsafe variant exits non-zero under jitter")
   T.ok(out:find("check FAILED", 1, true), "and says the check failed")
   T.diag((out:gsub("\n$", "")))

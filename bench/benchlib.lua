@@ -1,0 +1,72 @@
+-- Shared by the bench scripts: sizes (kept in step with sizes_init in
+-- bench/ref.cu), the median, and the lines the driver (bench/run.lua) reads:
+--
+--   row KEY VALUE UNIT LABEL...     VALUE "n/a" when the row cannot be measured
+--   check KEY ok | check KEY FAILED why
+--   note KEY text
+local B = {}
+
+local q = os.getenv("BENCH_QUICK")
+B.quick = q ~= nil and q ~= "" and q ~= "0"
+
+B.sizes = {
+  launches = B.quick and 200 or 2000,      -- back-to-back enqueues per repeat
+  launch_reps = B.quick and 5 or 21,
+  roundtrips = B.quick and 50 or 500,      -- launch + sync per repeat
+  copy_bytes = B.quick and 8 << 20 or 256 << 20,
+  copy_warm = 2,
+  copy_reps = B.quick and 3 or 10,
+  mm_n = B.quick and 512 or 8192,
+  mm = {
+    f32 = { warm = B.quick and 1 or 2, reps = B.quick and 3 or 5 },
+    bf16 = { warm = B.quick and 1 or 3, reps = B.quick and 3 or 10 },
+  },
+  ov_batches = B.quick and 8 or 32,
+  ov_big = B.quick and 1 << 16 or 1 << 24,   -- elements per batch (f32)
+  ov_small = B.quick and 1 << 12 or 1 << 18,
+  ov_runs = 3,
+}
+
+function B.median(t)
+  local c = {}
+  for i = 1, #t do c[i] = t[i] end
+  table.sort(c)
+  local n = #c
+  if n == 0 then return nil end
+  if n % 2 == 1 then return c[(n + 1) // 2] end
+  return (c[n // 2] + c[n // 2 + 1]) / 2
+end
+
+function B.size_label(what, bytes)
+  if bytes >= 1 << 20 then return string.format("%s %d MiB", what, bytes >> 20) end
+  return string.format("%s %d KiB", what, bytes >> 10)
+end
+
+local function flat(s) return (tostring(s):gsub("%s+", " ")) end
+
+function B.row(key, value, unit, label)
+  print(string.format("row %s %s %s %s", key, value and string.format("%.6g", value) or "n/a", unit, label))
+  io.stdout:flush()
+end
+
+function B.note(key, text) print("note " .. key .. " " .. flat(text)) end
+
+B.failed = false
+function B.check(key, ok, why)
+  print(string.format("check %s %s%s", key, ok and "ok" or "FAILED", (not ok and why) and (" " .. flat(why)) or ""))
+  io.stdout:flush()
+  if not ok then B.failed = true end
+end
+
+-- Run fn(); an error becomes a failed check for key rather than ending the script.
+function B.guard(key, fn)
+  local ok, err = xpcall(fn, debug.traceback)
+  if not ok then B.check(key, false, err) end
+end
+
+-- The exit status: 1 when a check failed.
+function B.finish()
+  os.exit(B.failed and 1 or 0, true)
+end
+
+return B

@@ -1,0 +1,339 @@
+-- make bench: runs the raw CUDA C reference (build/bench/ref), the Lua bench
+-- scripts through gpulua, scripts/overlap.lua, and the PyTorch peer where it
+-- imports; prints one table of every row with its ratio to the raw C figure
+-- of the same run and its target, and appends it, with the device, driver
+-- and date, to bench/RESULTS.md.
+--
+--   GPULUA=build/gpulua BENCH_REF=build/bench/ref build/gpulua --device host bench/run.lua
+--
+-- Environment: BENCH_QUICK=1 small sizes (a smoke test; also runs the Lua
+-- scripts on the host backend where no GPU answers); BENCH_RESULTS=FILE
+-- where to append the table (default: bench/RESULTS.md for a full run on a
+-- GPU, nowhere otherwise); BENCH_TORCH=0 skips the PyTorch peer.
+--
+-- The exit status is 1 when a result check failed (or a measured program
+-- died); a missed target shows as MISS and does not change it.  This
+-- process stays on the host backend: the measured programs are children.
+local gpu = require "gpu"
+local HERE = arg[0]:match("^(.*)/") or "."
+package.path = HERE .. "/?.lua;" .. package.path
+local B = require "benchlib"
+local Z = B.sizes
+
+-- the interpreter: the lowest index of arg (options such as --device come between)
+local function interpreter()
+  local i = -1
+  while arg[i - 1] do i = i - 1 end
+  return arg[i]
+end
+local GPULUA = os.getenv("GPULUA") or interpreter() or "build/gpulua"
+local REF = os.getenv("BENCH_REF") or "build/bench/ref"
+local OVERLAP = HERE .. "/../scripts/overlap.lua"
+
+local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- run a shell command; its combined output and whether it exited 0
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
+local TIMEOUT = select(2, sh("command -v timeout >/dev/null")) and "timeout 900 " or ""
+
+local function show(who, out)
+  for line in out:gmatch("[^\n]+") do io.write("  ", who, ": ", line, "\n") end
+  io.stdout:flush()
+end
+
+-- ---- results --------------------------------------------------------------
+
+local rows = {}          -- key -> {label, unit, gpulua, raw, torch}
+local NAMES = { gpulua = "gpulua", raw = "raw C", torch = "torch" }
+local notes, failures = {}, {}
+
+local function put(key, who, value, unit, label)
+  local r = rows[key] or {}
+  rows[key] = r
+  r.unit = r.unit or unit
+  if label and label ~= "" and (not r.label or who == "gpulua") then r.label = label end
+  r[who] = value
+end
+
+local function fail(msg)
+  failures[#failures + 1] = msg
+end
+
+-- the PyTorch peer is a comparison only: its trouble is noted, not a failure
+local function trouble(who, msg)
+  if who == "torch" then notes[#notes + 1] = "PyTorch peer: " .. msg else fail(msg) end
+end
+
+-- read the row/check/note lines of a bench program
+local function parse(who, out)
+  for line in out:gmatch("[^\n]+") do
+    local key, val, unit, label = line:match("^row (%S+) (%S+) (%S+) ?(.*)$")
+    if key then put(key, who, tonumber(val), unit, label) end
+    local ck, st, why = line:match("^check (%S+) (%S+) ?(.*)$")
+    if ck and st ~= "ok" then trouble(who, string.format("%s: %s %s %s", NAMES[who], ck, st, why)) end
+    local nk, text = line:match("^note (%S+) (.*)$")
+    if nk then notes[#notes + 1] = text end
+  end
+end
+
+-- who: the column, "gpulua", "raw" or "torch"
+local function run_program(who, cmd)
+  io.write("== ", NAMES[who], ": ", cmd, "\n")
+  io.stdout:flush()
+  local out, ok = sh(TIMEOUT .. cmd)
+  show(NAMES[who], out)
+  parse(who, out)
+  if not ok and not out:find("check %S+ FAILED") then
+    trouble(who, string.format("%s: `%s` exited non-zero", NAMES[who], cmd))
+  end
+  return out, ok
+end
+
+-- ---- what answers here ----------------------------------------------------
+
+local backend = (sh(GPULUA .. " -e 'io.write(gpu.backend)'"))
+local have_gpu = backend == "cuda"
+local device, driver = "host backend (no GPU)", ""
+if have_gpu then
+  local smi, ok = sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader")
+  local name, drv = smi:match("^([^,\n]+),%s*([^\n]+)")
+  if ok and name then
+    device, driver = name, drv
+  else
+    device = (sh(GPULUA .. " --device cuda -e 'io.write(gpu.device_info(0).name)'"))
+  end
+end
+local have_ref = have_gpu and select(2, sh("test -x " .. quote(REF)))
+local function count_cores()
+  local out = sh("nproc")
+  return tonumber(out:match("%d+")) or 0
+end
+
+print(string.format("make bench%s: %s%s; gpulua %s (%s backend)", B.quick and " (BENCH_QUICK)" or "", device,
+                    driver ~= "" and (", driver " .. driver) or "", GPULUA, backend ~= "" and backend or "?"))
+if not have_gpu then
+  print("make bench: no GPU answers here, so gpulua runs on the host backend. The CUDA rows and the raw C")
+  print("reference need a GPU: on the GPU machine run `make bench NOBUILD=1` from a build carried there.")
+  if B.quick then
+    print("BENCH_QUICK=1: running the Lua bench scripts on the host backend as a smoke test; their figures")
+    print("are the host backend's and have no raw C reference here.")
+  else
+    print("Reporting the host start-up row only (BENCH_QUICK=1 also smoke-tests the Lua scripts here).")
+  end
+elseif not have_ref then
+  print("make bench: " .. REF .. " is missing (built by `make` where nvcc is found): no raw C column.")
+end
+
+local DEV = have_gpu and "--device cuda" or "--device host"
+local run_scripts = have_gpu or B.quick
+
+-- ---- the measured programs --------------------------------------------------
+
+if have_ref then run_program("raw", REF .. (B.quick and " quick" or "") .. " all") end
+
+if run_scripts then
+  for _, script in ipairs { "launch.lua", "copy.lua", "matmul.lua" } do
+    run_program("gpulua", string.format("%s %s %s/%s", GPULUA, DEV, HERE, script))
+  end
+  -- scripts/overlap.lua as a user runs it: median efficiency of a few runs
+  for _, ov in ipairs { { "overlap_big", Z.ov_big }, { "overlap_small", Z.ov_small } } do
+    local key, nel = ov[1], ov[2]
+    local effs, passes = {}, {}
+    for _ = 1, Z.ov_runs do
+      local out, ok = run_program("gpulua", string.format("%s %s %s %d %d", GPULUA, DEV, OVERLAP, Z.ov_batches, nel))
+      local e = tonumber(out:match("efficiency: ([%d.]+)"))
+      if ok and e then
+        effs[#effs + 1] = e
+        passes[#passes + 1] = out:match("compute: (%d+) passes") or "?"
+      elseif ok then
+        fail("gpulua: " .. key .. ": scripts/overlap.lua printed no efficiency")
+      end
+    end
+    put(key, "gpulua", B.median(effs), "eff",
+        string.format("%s %d x %s, efficiency", "overlap", Z.ov_batches, B.size_label("", nel * 4):sub(2)))
+    notes[#notes + 1] = string.format("%s gpulua: scripts/overlap.lua %d %d, compute passes per batch %s; median of %d runs",
+                                      key, Z.ov_batches, nel, table.concat(passes, "/"), #effs)
+  end
+end
+
+-- process start -> first finished kernel: the clock before starting the
+-- child, against the clock the child prints once its kernel is done
+local function first_kernel(who, cmd)
+  local t = {}
+  for r = 0, 5 do                    -- r = 0 warms the file cache
+    local t0 = gpu.clock()
+    local out, ok = sh("exec " .. cmd)
+    local t1 = tonumber(out:match("first_kernel (%d+%.?%d*)"))
+    if not (ok and t1) then
+      show(who, out)
+      fail(who .. ": first_kernel: " .. cmd .. " failed")
+      return nil
+    end
+    if r > 0 then t[r] = (t1 - t0) * 1e3 end
+  end
+  return B.median(t)
+end
+
+if have_gpu then
+  io.write("== first kernel\n")
+  put("first_kernel", "gpulua", first_kernel("gpulua", GPULUA .. " --device cuda " .. HERE .. "/first_kernel.lua"),
+      "ms", "process start -> first finished kernel")
+  if have_ref then put("first_kernel", "raw", first_kernel("raw C", REF .. " first-kernel"), "ms") end
+end
+
+-- host start-up: wall time of `gpulua -e ""` on the host backend
+do
+  io.write("== start-up\n")
+  local function wall(cmd, runs)
+    local t = {}
+    for r = 0, runs do
+      local t0 = gpu.clock()
+      local out, ok = sh("exec " .. cmd)
+      local t1 = gpu.clock()
+      if not ok or out ~= "" then
+        fail("start-up: `" .. cmd .. "` failed: " .. out)
+        return nil
+      end
+      if r > 0 then t[r] = (t1 - t0) * 1e3 end
+    end
+    return B.median(t)
+  end
+  put("startup_host", "gpulua", wall(GPULUA .. " --device host -e ''", 21), "ms", "start-up, `gpulua -e \"\"` on the host backend")
+  local base = wall("true", 21)
+  if base then
+    notes[#notes + 1] = string.format("startup_host includes starting a process through sh: `true` takes %.2f ms the same way (%d cores)",
+                                      base, count_cores())
+  end
+end
+
+if have_gpu and os.getenv("BENCH_TORCH") ~= "0" then
+  local _, ok = sh("python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'")
+  if ok then
+    run_program("torch", "env PYTHONUNBUFFERED=1 python3 " .. HERE .. "/torch_peer.py")
+  else
+    notes[#notes + 1] = "PyTorch peer skipped: `python3 -c 'import torch'` fails or sees no GPU"
+  end
+end
+
+-- ---- the table ----------------------------------------------------------------
+
+-- targets, from the issue; kind: "le_ratio" gpulua <= x * raw, "le_plus"
+-- gpulua <= raw + x, "ge_ratio" gpulua >= x * raw, "ge_abs" gpulua >= x,
+-- "le_abs" gpulua <= x
+local ORDER = {
+  { "enqueue_empty", "le_ratio", 1.10 },
+  { "enqueue_fill", "le_ratio", 1.10 },
+  { "roundtrip_empty", "le_plus", 0.5 },
+  { "roundtrip_fill", "le_plus", 0.5 },
+  { "h2d", "ge_ratio", 0.98 },
+  { "d2h", "ge_ratio", 0.98 },
+  { "bidir", "ge_ratio", 0.98 },
+  { "overlap_big", "ge_abs", 0.98 },
+  { "overlap_small" },
+  { "d2d" },
+  { "add", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "add_kernel", gpulua_from = "add", label = "%s (gpulua: its add)", raw_only = true },
+  { "matmul_f32", "ge_ratio", 0.95 },
+  { "matmul_bf16", "ge_ratio", 0.95 },
+  { "first_kernel" },
+  { "startup_host", "le_abs", 20 },
+}
+
+local FMT = { us = "%.2f", ["GB/s"] = "%.1f", eff = "%.3f", ["TFLOP/s"] = "%.1f", ms = "%.1f" }
+
+local function num(v, unit)
+  if v == nil then return "n/a" end
+  return string.format(FMT[unit] or "%.4g", v)
+end
+
+local function target_text(kind, x, unit)
+  if kind == "le_ratio" then return string.format("<= %.2fx raw C", x) end
+  if kind == "le_plus" then return string.format("<= raw C + %.1f %s", x, unit) end
+  if kind == "ge_ratio" then return string.format(">= %d%% of raw C", math.floor(x * 100 + 0.5)) end
+  if kind == "ge_abs" then return string.format(">= %s", x) end
+  if kind == "le_abs" then return string.format("<= %s %s", x, unit) end
+  return ""
+end
+
+local function verdict(kind, x, g, raw)
+  if not kind then return "" end
+  if g == nil then return "n/a" end
+  local ok
+  if kind == "le_abs" then ok = g <= x
+  elseif kind == "ge_abs" then ok = g >= x
+  elseif raw == nil then return "n/a"
+  elseif kind == "le_ratio" then ok = g <= x * raw
+  elseif kind == "le_plus" then ok = g <= raw + x
+  else ok = g >= x * raw end
+  return ok and "pass" or "MISS"
+end
+
+local have_torch = false
+for _, r in pairs(rows) do if r.torch then have_torch = true end end
+
+local lines = {}
+local head = { "row", "unit", "gpulua", "raw C", "gpulua / raw C", "target", "result" }
+if have_torch then head[#head + 1] = "PyTorch" end
+lines[1] = "| " .. table.concat(head, " | ") .. " |"
+lines[2] = "|" .. string.rep("---|", #head)
+local missed = {}
+for _, spec in ipairs(ORDER) do
+  local key, kind, x = spec[1], spec[2], spec[3]
+  local r = rows[key]
+  local g = r and r.gpulua
+  local raw = r and r.raw
+  if spec.raw_from then raw = rows[spec.raw_from] and rows[spec.raw_from].raw end
+  if spec.gpulua_from then g = rows[spec.gpulua_from] and rows[spec.gpulua_from].gpulua end
+  if (r or g or raw) and not (spec.raw_only and not (r and r.raw)) then
+    local unit = (r and r.unit) or (rows[spec.raw_from or spec.gpulua_from or key] or {}).unit or ""
+    local label = (r and r.label) or key
+    if spec.label then label = string.format(spec.label, label) end
+    local ratio = (g and raw and raw ~= 0) and string.format("%.3f", g / raw) or ""
+    local v = verdict(kind, x, g, raw)
+    if v == "MISS" then missed[#missed + 1] = label end
+    local cells = { label, unit, num(g, unit), num(raw, unit), ratio, target_text(kind, x, unit), v }
+    if have_torch then cells[#cells + 1] = r and r.torch and num(r.torch, unit) or "" end
+    lines[#lines + 1] = "| " .. table.concat(cells, " | ") .. " |"
+  end
+end
+
+local stamp = os.date("!%Y-%m-%d %H:%M UTC")
+local heading = string.format("## %s: %s%s%s", stamp, device, driver ~= "" and (", driver " .. driver) or "",
+                              B.quick and " (BENCH_QUICK: small sizes)" or "")
+local report = { heading, "" }
+report[#report + 1] = string.format("gpulua %s (%s backend); %s", GPULUA, backend,
+                                    have_ref and "every ratio is to the raw CUDA C reference (bench/ref.cu) of this run."
+                                    or "no raw C reference in this run (it needs a GPU).")
+report[#report + 1] = ""
+for _, l in ipairs(lines) do report[#report + 1] = l end
+report[#report + 1] = ""
+for _, n in ipairs(notes) do report[#report + 1] = "- " .. n end
+if #missed > 0 then report[#report + 1] = "- targets missed: " .. table.concat(missed, "; ") end
+if #failures > 0 then
+  for _, f in ipairs(failures) do report[#report + 1] = "- FAILED " .. f end
+else
+  report[#report + 1] = "- every result check passed"
+end
+local text = table.concat(report, "\n") .. "\n"
+
+io.write("\n", text)
+
+local dest = os.getenv("BENCH_RESULTS")
+if (dest == nil or dest == "") and have_gpu and not B.quick then dest = HERE .. "/RESULTS.md" end
+if dest and dest ~= "" then
+  local f = assert(io.open(dest, "a"))
+  f:write("\n", text)
+  f:close()
+  print("make bench: appended to " .. dest)
+end
+
+if #failures > 0 then
+  print(string.format("make bench: %d result check%s FAILED", #failures, #failures == 1 and "" or "s"))
+  os.exit(1, true)
+end

@@ -1,0 +1,255 @@
+"""PyTorch peer for `make bench`: the rows of bench/*.lua measured through
+PyTorch with the same sizes, repeats and timing (sizes as bench/benchlib.lua),
+printed as `row KEY VALUE UNIT LABEL` / `check KEY ok|FAILED why` lines for
+bench/run.lua.  Needs a CUDA build of torch; BENCH_QUICK=1 for small sizes."""
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+LAUNCHES, LAUNCH_REPS, ROUNDTRIPS = (200, 5, 50) if QUICK else (2000, 21, 500)
+COPY_BYTES, COPY_WARM, COPY_REPS = ((8 << 20) if QUICK else (256 << 20)), 2, (3 if QUICK else 10)
+MM_N = 512 if QUICK else 8192
+MM = {"f32": (1, 3) if QUICK else (2, 5), "bf16": (1, 3) if QUICK else (3, 10)}
+OV_BATCHES, OV_BIG, OV_SMALL, OV_RUNS = (8, 1 << 16, 1 << 12, 3) if QUICK else (32, 1 << 24, 1 << 18, 3)
+
+failed = False
+
+
+def row(key, value, unit, label):
+    print(f"row {key} {value:.6g} {unit} {label}", flush=True)
+
+
+def check(key, ok, why=""):
+    global failed
+    print(f"check {key} {'ok' if ok else 'FAILED ' + why}", flush=True)
+    failed = failed or not ok
+
+
+def size_label(what, nbytes):
+    return f"{what} {nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{what} {nbytes >> 10} KiB"
+
+
+def event():
+    return torch.cuda.Event(enable_timing=True)
+
+
+def timed_ms(stream, fn, warm, reps):
+    """median ms of what fn enqueues on stream, between two events"""
+    t = []
+    for r in range(-warm, reps):
+        e0, e1 = event(), event()
+        e0.record(stream)
+        fn()
+        e1.record(stream)
+        e1.synchronize()
+        if r >= 0:
+            t.append(e0.elapsed_time(e1))
+    return statistics.median(t)
+
+
+def bench_launch(s):
+    t = torch.empty(1, device="cuda")
+
+    def per_call(n, body):
+        v = []
+        for r in range(LAUNCH_REPS + 1):
+            t0 = time.perf_counter()
+            body(n)
+            t1 = time.perf_counter()
+            s.synchronize()
+            if r > 0:
+                v.append((t1 - t0) / n * 1e6)
+        return statistics.median(v)
+
+    with torch.cuda.stream(s):
+        def fills(n):
+            for i in range(n):
+                t.fill_(i + 1)
+        row("enqueue_fill", per_call(LAUNCHES, fills), "us", "enqueue, fill of 1 element")
+        check("enqueue_fill", t.item() == LAUNCHES, f"element is {t.item()}")
+
+        def trips(n):
+            for i in range(n):
+                t.fill_(i + 1)
+                s.synchronize()
+        row("roundtrip_fill", per_call(ROUNDTRIPS, trips), "us", "launch + stream sync, fill of 1 element")
+        check("roundtrip_fill", t.item() == ROUNDTRIPS, f"element is {t.item()}")
+
+
+def bench_copy(s, s2):
+    n = COPY_BYTES // 4
+    h = torch.arange(n, dtype=torch.int32).pin_memory()
+    h2 = torch.empty(n, dtype=torch.int32).pin_memory()
+    d = torch.empty(n, dtype=torch.int32, device="cuda")
+    d2 = torch.empty_like(d)
+    gb = lambda moved, ms: moved / (ms * 1e6)
+
+    with torch.cuda.stream(s):
+        ms = timed_ms(s, lambda: d.copy_(h, non_blocking=True), COPY_WARM, COPY_REPS)
+        row("h2d", gb(COPY_BYTES, ms), "GB/s", size_label("H2D pinned", COPY_BYTES))
+        check("h2d", torch.equal(d.cpu(), h), "device data differs")
+
+        h2.fill_(-1)
+        ms = timed_ms(s, lambda: h2.copy_(d, non_blocking=True), COPY_WARM, COPY_REPS)
+        row("d2h", gb(COPY_BYTES, ms), "GB/s", size_label("D2H pinned", COPY_BYTES))
+        check("d2h", torch.equal(h2, h), "host data differs")
+
+        d2.copy_(d)
+        h2.fill_(-1)
+
+        def both():
+            start = torch.cuda.Event()
+            start.record(s)
+            s2.wait_event(start)
+            d.copy_(h, non_blocking=True)
+            with torch.cuda.stream(s2):
+                h2.copy_(d2, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(s2)
+            s.wait_event(done)
+        ms = timed_ms(s, both, COPY_WARM, COPY_REPS)
+        torch.cuda.synchronize()
+        row("bidir", gb(2 * COPY_BYTES, ms), "GB/s", size_label("H2D + D2H at once, pinned", COPY_BYTES))
+        check("bidir", torch.equal(h2, h), "D2H data differs")
+
+        d2.fill_(-1)
+        ms = timed_ms(s, lambda: d2.copy_(d), COPY_WARM, COPY_REPS)
+        row("d2d", gb(2 * COPY_BYTES, ms), "GB/s", size_label("D2D copy (read + write)", COPY_BYTES))
+        check("d2d", torch.equal(d2, d), "copy differs")
+        del h, h2, d, d2
+
+        g1 = torch.Generator(device="cuda").manual_seed(1)
+        g2 = torch.Generator(device="cuda").manual_seed(2)
+        a = torch.rand(n, device="cuda", generator=g1)
+        b = torch.rand(n, device="cuda", generator=g2)
+        c = torch.full((n,), float("nan"), device="cuda")
+        ms = timed_ms(s, lambda: torch.add(a, b, out=c), COPY_WARM, COPY_REPS)
+        row("add", gb(3 * COPY_BYTES, ms), "GB/s", size_label("add f32 a+b->c", COPY_BYTES))
+        err = (c.double() - a.double() - b.double()).abs().max().item()
+        check("add", err <= 2 ** -24, f"max |c - (a + b)| = {err}")
+        torch.cuda.synchronize()
+
+
+def bench_matmul(s):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    n = MM_N
+    for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        key = "matmul_" + name
+        warm, reps = MM[name]
+        with torch.cuda.stream(s):
+            a = torch.rand(n, n, device="cuda").to(dt)
+            b = torch.rand(n, n, device="cuda").to(dt)
+            c = torch.full((n, n), float("nan"), device="cuda", dtype=dt)
+            ms = timed_ms(s, lambda: torch.matmul(a, b, out=c), warm, reps)
+            row(key, 2 * n ** 3 / (ms * 1e9), "TFLOP/s", f"matmul {n}^3 {name}")
+            worst = 0.0
+            for i, j in ((0, 0), (n - 1, n - 1), (n // 3, 2 * n // 3), (n // 2 + 1, 7)):
+                p = a[i, :].double() * b[:, j].double()
+                err = abs(c[i, j].double().item() - p.sum().item()) / max(p.abs().sum().item(), 1e-300)
+                worst = err if not err <= worst else worst
+            check(key, worst <= (1e-2 if name == "bf16" else 1e-4), f"relative error {worst:.3g}")
+            del a, b, c
+            torch.cuda.synchronize()
+
+
+def bench_overlap(key, nb, n):
+    """the schedule of scripts/overlap.lua: pinned batches ready before the
+    timed region, H2D on a copy stream, in-place compute on a compute stream
+    with a calibrated number of passes, events between them"""
+    cs, ks = torch.cuda.Stream(), torch.cuda.Stream()
+    ramp = torch.arange(n, dtype=torch.float32) / n
+    src = [(ramp + b).pin_memory() for b in range(1, nb + 1)]
+    dev = [torch.empty(n, device="cuda") for _ in range(2)]
+    copy_done = [torch.cuda.Event() for _ in range(2)]
+    comp_done = [torch.cuda.Event() for _ in range(2)]
+
+    def compute(x, passes):
+        x.mul_(2).sub_(1).relu_()
+        for p in range(1, passes + 1):
+            x.mul_(2 if p % 2 else 0.5)
+        return x.sum(), x.min(), x.max()
+
+    def time_on(stream, fn):
+        t = []
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                e0, e1 = event(), event()
+                e0.record(stream)
+                fn()
+                e1.record(stream)
+                e1.synchronize()
+                t.append(e0.elapsed_time(e1))
+        return statistics.median(t)
+
+    copy_ms = time_on(cs, lambda: dev[0].copy_(src[0], non_blocking=True))
+    fixed_ms = time_on(ks, lambda: compute(dev[0], 0))
+    pair_ms = time_on(ks, lambda: dev[0].mul_(2).mul_(0.5))
+    passes = min(4096, 2 * max(0, int((copy_ms - fixed_ms) / (2 * pair_ms) + 0.5)))
+
+    effs, bad = [], 0
+    for _ in range(OV_RUNS):
+        torch.cuda.synchronize()
+        results, tm = [], []
+        start, stop = event(), event()
+        start.record(cs)
+        ks.wait_event(start)
+        for b in range(nb):
+            k = b % 2
+            e = [event() for _ in range(4)]
+            if b >= 2:
+                cs.wait_event(comp_done[k])
+            with torch.cuda.stream(cs):
+                e[0].record(cs)
+                dev[k].copy_(src[b], non_blocking=True)
+                e[1].record(cs)
+                copy_done[k].record(cs)
+            ks.wait_event(copy_done[k])
+            with torch.cuda.stream(ks):
+                e[2].record(ks)
+                results.append(compute(dev[k], passes))
+                e[3].record(ks)
+                comp_done[k].record(ks)
+            tm.append(e)
+        stop.record(ks)
+        torch.cuda.synchronize()
+        for b, (sm, lo, hi) in enumerate(results, start=1):
+            want_sum, want_hi = 2.0 * n * b - 1, 2 * b - 1 + 2 * (n - 1) / n
+            ok = (lo.item() == 2 * b - 1 and abs(hi.item() - want_hi) <= 4 * 2 ** -23 * want_hi
+                  and abs(sm.item() - want_sum) <= 1e-4 * want_sum)
+            bad += not ok
+        copy_t = sum(e[0].elapsed_time(e[1]) for e in tm)
+        comp_t = sum(e[2].elapsed_time(e[3]) for e in tm)
+        ideal = max(copy_t, comp_t) + min(copy_t, comp_t) / nb
+        effs.append(ideal / start.elapsed_time(stop))
+    nbytes = n * 4
+    row(key, statistics.median(effs), "eff", f"overlap {nb} x {size_label('', nbytes)[1:]}, efficiency")
+    print(f"note {key} torch: {passes} compute passes per batch; median of {OV_RUNS} runs", flush=True)
+    check(key, bad == 0, f"closed-form check failed for {bad} batches")
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("check torch FAILED no CUDA device", flush=True)
+        return 1
+    print(f"info torch {torch.__version__} on {torch.cuda.get_device_name(0)}", flush=True)
+    s, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    for name, fn in (("launch", lambda: bench_launch(s)), ("copy", lambda: bench_copy(s, s2)),
+                     ("matmul", lambda: bench_matmul(s)),
+                     ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
+                     ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL))):
+        try:
+            fn()
+        except Exception as e:  # one section's failure should not hide the others
+            check(name, False, f"{type(e).__name__}: {e}".replace("\n", " "))
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

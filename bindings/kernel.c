@@ -1,0 +1,558 @@
+/* gpu.Kernel and gpu.Launcher: run-time kernels.  gpu.compile(src, opts)
+ * compiles CUDA C with NVRTC, gpu.load_module(image or path, opts) loads
+ * PTX/cubin; both return a module table whose fields are the kernels.
+ * k{grid =, block =, shared =, stream =} checks a launch configuration and
+ * returns a launcher; calling it with the kernel's arguments enqueues it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define GPULUA_KERNEL "gpu.Kernel"
+#define GPULUA_LAUNCHER "gpu.Launcher"
+#define GPULUA_MODULE "gpu.Module"
+#define GPULUA_MODREF "gpu.ModuleRef"
+#define MAXPARAMS 128
+
+/* Each handle holds a reference on its module; NULL once closed. */
+typedef struct gpu_kernel { dev_module *m; dev_kernel *k; } gpu_kernel;
+typedef struct gpu_launcher {
+  dev_module *m;
+  dev_kernel *k;
+  unsigned grid[3], block[3];
+  size_t shared;
+  int has_stream;               /* the stream is uservalue 1 */
+} gpu_launcher;
+typedef struct gpu_modref { dev_module *m; } gpu_modref;
+
+static int modref_release(lua_State *L) {
+  gpu_modref *r = luaL_checkudata(L, 1, GPULUA_MODREF);
+  if (r->m) { dev_module *m = r->m; r->m = NULL; dev_module_release(m); }
+  return 0;
+}
+
+static gpu_kernel *check_kernel(lua_State *L, int idx) {
+  gpu_kernel *g = luaL_checkudata(L, idx, GPULUA_KERNEL);
+  if (!g->m) luaL_argerror(L, idx, "kernel is closed");
+  return g;
+}
+
+static int kernel_release(lua_State *L) {
+  gpu_kernel *g = luaL_checkudata(L, 1, GPULUA_KERNEL);
+  if (g->m) { dev_module *m = g->m; g->m = NULL; g->k = NULL; dev_module_release(m); }
+  return 0;
+}
+
+static int launcher_release(lua_State *L) {
+  gpu_launcher *ln = luaL_checkudata(L, 1, GPULUA_LAUNCHER);
+  if (ln->m) { dev_module *m = ln->m; ln->m = NULL; ln->k = NULL; dev_module_release(m); }
+  return 0;
+}
+
+/* "__global__ void saxpy(float a, const float *x)" */
+static void push_signature(lua_State *L, const dev_kernel *k) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addstring(&b, k->sig.from_ptx ? ".entry " : "__global__ void ");
+  luaL_addstring(&b, k->sig.name);
+  luaL_addchar(&b, '(');
+  for (int i = 0; i < k->sig.nparams; i++) {
+    const dev_kparam *p = &k->sig.params[i];
+    if (i) luaL_addstring(&b, ", ");
+    luaL_addstring(&b, p->type);
+    if (*p->name) {
+      if (p->type[strlen(p->type) - 1] != '*') luaL_addchar(&b, ' ');
+      luaL_addstring(&b, p->name);
+    }
+  }
+  luaL_addchar(&b, ')');
+  luaL_pushresult(&b);
+}
+
+/* ---- launch configuration -------------------------------------------- */
+
+static void check_dim3(lua_State *L, int opts, const char *field, unsigned out[3], int required) {
+  int t = bind_opt_field(L, opts, field);
+  out[0] = out[1] = out[2] = 1;
+  if (t == LUA_TNIL) {
+    if (required) luaL_error(L, "launch configuration: '%s' is missing (a number or {x, y, z})", field);
+  } else if (t == LUA_TNUMBER || t == LUA_TTABLE) {
+    int n = t == LUA_TNUMBER ? 1 : (int)lua_rawlen(L, -1);
+    if (n < 1 || n > 3) luaL_error(L, "launch configuration: '%s' must have 1 to 3 dimensions, got %d", field, n);
+    for (int d = 0; d < n; d++) {
+      if (t == LUA_TTABLE) lua_rawgeti(L, -1 - 0, d + 1);
+      else lua_pushvalue(L, -1);
+      int isint;
+      lua_Integer v = lua_tointegerx(L, -1, &isint);
+      if (!isint || v < 1 || v > 0xFFFFFFFFLL)
+        luaL_error(L, "launch configuration: %s.%c must be a positive integer, got %s", field, "xyz"[d],
+                   lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+      out[d] = (unsigned)v;
+      lua_pop(L, 1);
+    }
+  } else {
+    luaL_error(L, "launch configuration: '%s' must be a number or {x, y, z}, got %s", field,
+               luaL_typename(L, -1));
+  }
+  lua_pop(L, 1);
+}
+
+/* k{grid =, block =, shared =, stream =} */
+static int kernel_call(lua_State *L) {
+  gpu_kernel *g = check_kernel(L, 1);
+  if (lua_type(L, 2) != LUA_TTABLE)
+    return luaL_error(L, "kernel '%s': call it with a launch configuration first: "
+                      "k{grid = ..., block = ...}(args...)", g->k->sig.name);
+  bind_check_opts(L, 2, "grid block shared stream");
+  gpu_launcher *ln = lua_newuserdatauv(L, sizeof *ln, 1);
+  memset(ln, 0, sizeof *ln);
+  luaL_setmetatable(L, GPULUA_LAUNCHER);
+  check_dim3(L, 2, "grid", ln->grid, 1);
+  check_dim3(L, 2, "block", ln->block, 1);
+  if (bind_opt_field(L, 2, "shared") != LUA_TNIL) {
+    int isint;
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    if (!isint || v < 0)
+      luaL_error(L, "launch configuration: 'shared' must be a number of bytes >= 0");
+    ln->shared = (size_t)v;
+  }
+  lua_pop(L, 1);
+  if (bind_opt_field(L, 2, "stream") != LUA_TNIL) {
+    gpu_stream *p = luaL_testudata(L, -1, GPULUA_STREAM);
+    if (!p) luaL_error(L, "launch configuration: 'stream' must be a gpu.Stream, got %s", luaL_typename(L, -1));
+    if (!p->s) luaL_error(L, "launch configuration: 'stream' is closed");
+    lua_setiuservalue(L, -2, 1);
+    ln->has_stream = 1;
+  } else {
+    lua_pop(L, 1);
+  }
+  g = check_kernel(L, 1);
+  char msg[300];
+  if (dev_launch_check(bind_ctx(L), g->k, ln->grid, ln->block, ln->shared, msg, sizeof msg))
+    return luaL_error(L, "kernel '%s': %s", g->k->sig.name, msg);
+  dev_module_retain(g->m);
+  ln->m = g->m;
+  ln->k = g->k;
+  return 1;
+}
+
+/* ---- arguments ----------------------------------------------------------- */
+
+static const char *pname(const dev_kparam *p) { return *p->name ? p->name : "?"; }
+
+static int arg_error(lua_State *L, const dev_kernel *k, int i, const char *fmt, const char *a,
+                     const char *b) {
+  const dev_kparam *p = &k->sig.params[i];
+  char what[200];
+  snprintf(what, sizeof what, fmt, a, b);
+  return luaL_error(L, "kernel '%s': argument %d (%s %s): %s", k->sig.name, i + 1, p->type,
+                    pname(p), what);
+}
+
+static lua_Integer int_arg(lua_State *L, const dev_kernel *k, int i, int idx, int size, int is_signed) {
+  int isint;
+  lua_Integer v = lua_tointegerx(L, idx, &isint);
+  if (!isint) {
+    if (lua_type(L, idx) == LUA_TNUMBER) arg_error(L, k, i, "expected an integer, got %s%s", lua_tostring(L, idx), "");
+    arg_error(L, k, i, "expected an integer, got %s%s", luaL_typename(L, idx), "");
+  }
+  int bits = size * 8;
+  int ok;
+  if (is_signed) {
+    ok = bits >= 64 || (v >= -((lua_Integer)1 << (bits - 1)) && v < ((lua_Integer)1 << (bits - 1)));
+  } else {
+    ok = v >= 0 && (bits >= 64 || v < ((lua_Integer)1 << bits));
+  }
+  if (!ok) {
+    char range[80];
+    if (bits >= 64) snprintf(range, sizeof range, is_signed ? "a 64-bit integer" : "[0, 2^63)");
+    else if (is_signed) snprintf(range, sizeof range, "[-2^%d, 2^%d)", bits - 1, bits - 1);
+    else snprintf(range, sizeof range, "[0, 2^%d)", bits);
+    lua_pushfstring(L, "%I", v);
+    arg_error(L, k, i, "%s is outside %s", lua_tostring(L, -1), range);
+  }
+  return v;
+}
+
+static double num_arg(lua_State *L, const dev_kernel *k, int i, int idx) {
+  if (lua_type(L, idx) != LUA_TNUMBER) arg_error(L, k, i, "expected a number, got %s%s", luaL_typename(L, idx), "");
+  return lua_tonumber(L, idx);
+}
+
+static void store(uint64_t *slot, const void *v, int size) {
+  *slot = 0;
+  memcpy(slot, v, (size_t)size);
+}
+
+/* A tensor argument: its data pointer, checked against the parameter. */
+static void *tensor_arg(lua_State *L, const dev_kernel *k, int i, int idx, dev_buf **buf) {
+  const dev_kparam *p = &k->sig.params[i];
+  gpu_tensor *t = luaL_testudata(L, idx, GPULUA_TENSOR);
+  if (!t) arg_error(L, k, i, "expected a tensor, got %s%s", luaL_typename(L, idx), "");
+  if (!t->v.buf) arg_error(L, k, i, "%s%s", "tensor is closed", "");
+  const dev_view *v = &t->v;
+  if (v->buf->kind == DEV_MEM_HOST)
+    arg_error(L, k, i, "%s%s", "a host tensor: kernels read device (or pinned) memory; "
+              "move it with t:to(\"device\")", "");
+  if (p->pointee >= 0 && v->dtype != (dev_dtype)p->pointee)
+    arg_error(L, k, i, "expected a %s tensor, got %s", dev_dtype_name((dev_dtype)p->pointee),
+              dev_dtype_name(v->dtype));
+  if (p->pointee < 0 && p->elsize && (size_t)p->elsize != dev_dtype_size(v->dtype))
+    arg_error(L, k, i, "expected a tensor of %d-byte elements, got %s", p->elsize == 2 ? "2" :
+              p->elsize == 4 ? "4" : p->elsize == 8 ? "8" : "1", dev_dtype_name(v->dtype));
+  if (!dev_view_contiguous(v))
+    arg_error(L, k, i, "%s%s", "the tensor is not contiguous (pass t:contiguous())", "");
+  void *ptr = dev_view_ptr(v);
+  size_t align = p->pointee >= 0 ? dev_dtype_size((dev_dtype)p->pointee) : 1;
+  if (p->elsize > 0 && (size_t)p->elsize > align) align = (size_t)p->elsize;
+  if ((uintptr_t)ptr % align)
+    arg_error(L, k, i, "the tensor's data is not aligned to %s bytes (a view at an odd offset)%s",
+              align == 16 ? "16" : align == 8 ? "8" : align == 4 ? "4" : "2", "");
+  *buf = v->buf;
+  return ptr;
+}
+
+/* launcher(args...) */
+static int launcher_call(lua_State *L) {
+  gpu_launcher *ln = luaL_checkudata(L, 1, GPULUA_LAUNCHER);
+  if (!ln->m) return luaL_argerror(L, 1, "launcher is closed");
+  dev_kernel *k = ln->k;
+  int np = k->sig.nparams, nargs = lua_gettop(L) - 1;
+  if (nargs != np) {
+    push_signature(L, k);
+    return luaL_error(L, "kernel '%s' takes %d argument%s, got %d: %s", k->sig.name, np,
+                      np == 1 ? "" : "s", nargs, lua_tostring(L, -1));
+  }
+  if (np > MAXPARAMS) return luaL_error(L, "kernel '%s': more than %d parameters", k->sig.name, MAXPARAMS);
+  dev_ctx *ctx = bind_ctx(L);
+  bind_site(L, ctx);
+  dev_stream *s;
+  if (ln->has_stream) {
+    lua_getiuservalue(L, 1, 1);
+    gpu_stream *p = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (!p || !p->s) return luaL_error(L, "kernel '%s': the launch configuration's stream is closed", k->sig.name);
+    s = p->s;
+  } else {
+    s = bind_current_stream(L);
+  }
+  uint64_t vals[MAXPARAMS];
+  void *args[MAXPARAMS];
+  dev_buf *bufs[MAXPARAMS];
+  unsigned char writes[MAXPARAMS];
+  int nb = 0;
+  for (int i = 0; i < np; i++) {
+    const dev_kparam *p = &k->sig.params[i];
+    int idx = i + 2, t = lua_type(L, idx);
+    args[i] = &vals[i];
+    switch (p->kind) {
+    case DEV_KP_POINTER: {
+      void *ptr = NULL;
+      if (t != LUA_TNIL) {
+        ptr = tensor_arg(L, k, i, idx, &bufs[nb]);
+        writes[nb++] = !p->is_const;
+      }
+      store(&vals[i], &ptr, 8);
+      break;
+    }
+    case DEV_KP_INT: case DEV_KP_UINT: {
+      lua_Integer v = int_arg(L, k, i, idx, p->size, p->kind == DEV_KP_INT);
+      store(&vals[i], &v, p->size);   /* little-endian: the low bytes */
+      break;
+    }
+    case DEV_KP_FLOAT: {
+      double d = num_arg(L, k, i, idx);
+      if (p->size == 4) { float f = (float)d; store(&vals[i], &f, 4); }
+      else store(&vals[i], &d, 8);
+      break;
+    }
+    case DEV_KP_HALF: case DEV_KP_BF16: {
+      float f = (float)num_arg(L, k, i, idx);
+      uint16_t h = p->kind == DEV_KP_HALF ? dev_float_to_half(f) : dev_float_to_bf16(f);
+      store(&vals[i], &h, 2);
+      break;
+    }
+    case DEV_KP_BOOL: {
+      if (t != LUA_TBOOLEAN) arg_error(L, k, i, "expected a boolean, got %s%s", luaL_typename(L, idx), "");
+      unsigned char b = (unsigned char)lua_toboolean(L, idx);
+      store(&vals[i], &b, 1);
+      break;
+    }
+    case DEV_KP_RAW: {
+      /* only the size is known: the Lua value says what it is */
+      if (luaL_testudata(L, idx, GPULUA_TENSOR) && p->size == 8) {
+        void *ptr = tensor_arg(L, k, i, idx, &bufs[nb]);
+        writes[nb++] = 1;
+        store(&vals[i], &ptr, 8);
+      } else if (t == LUA_TNIL && p->size == 8) {
+        vals[i] = 0;
+      } else if (t == LUA_TNUMBER && lua_isinteger(L, idx)) {
+        lua_Integer v = lua_tointeger(L, idx);
+        int bits = p->size * 8;
+        if (bits < 64 && (v < -((lua_Integer)1 << (bits - 1)) || v >= ((lua_Integer)1 << bits)))
+          arg_error(L, k, i, "%s does not fit in %s", lua_tostring(L, idx), p->type);
+        store(&vals[i], &v, p->size);
+      } else if (t == LUA_TNUMBER && (p->size == 4 || p->size == 8 || p->size == 2)) {
+        double d = lua_tonumber(L, idx);
+        if (p->size == 8) store(&vals[i], &d, 8);
+        else if (p->size == 4) { float f = (float)d; store(&vals[i], &f, 4); }
+        else { uint16_t h = dev_float_to_half((float)d); store(&vals[i], &h, 2); }
+      } else if (t == LUA_TBOOLEAN && p->size == 1) {
+        unsigned char b = (unsigned char)lua_toboolean(L, idx);
+        store(&vals[i], &b, 1);
+      } else {
+        arg_error(L, k, i, "cannot pass a %s as %s", luaL_typename(L, idx), p->type);
+      }
+      break;
+    }
+    case DEV_KP_OTHER:
+      arg_error(L, k, i, "gpulua cannot pass this type from Lua (use pointers, integers, "
+                "float, double, __half, __nv_bfloat16 or bool)%s%s", "", "");
+      break;
+    }
+  }
+  dev_launch l = {.k = k, .shared = ln->shared, .args = args, .bufs = bufs, .writes = writes, .nbufs = nb};
+  memcpy(l.grid, ln->grid, sizeof l.grid);
+  memcpy(l.block, ln->block, sizeof l.block);
+  dev_kop op = {.kind = DEV_OP_LAUNCH, .launch = &l};
+  if (dev_submit(ctx, s, &op) != DEV_OK) {
+    char what[160];
+    snprintf(what, sizeof what, "kernel '%s'", k->sig.name);
+    bind_raise(L, ctx, what);
+  }
+  return 0;
+}
+
+/* ---- kernel fields ------------------------------------------------------- */
+
+static int kernel_index(lua_State *L) {
+  gpu_kernel *g = check_kernel(L, 1);
+  const char *key = luaL_checkstring(L, 2);
+  const dev_kernel *k = g->k;
+  if (strcmp(key, "name") == 0) lua_pushstring(L, k->sig.name);
+  else if (strcmp(key, "signature") == 0) push_signature(L, k);
+  else if (strcmp(key, "max_threads") == 0) lua_pushinteger(L, k->max_threads);
+  else if (strcmp(key, "static_shared") == 0) lua_pushinteger(L, (lua_Integer)k->static_shared);
+  else if (strcmp(key, "max_shared") == 0) lua_pushinteger(L, (lua_Integer)k->max_dynamic_shared);
+  else if (strcmp(key, "params") == 0) {
+    lua_createtable(L, k->sig.nparams, 0);
+    for (int i = 0; i < k->sig.nparams; i++) {
+      lua_createtable(L, 0, 2);
+      lua_pushstring(L, k->sig.params[i].name);
+      lua_setfield(L, -2, "name");
+      lua_pushstring(L, k->sig.params[i].type);
+      lua_setfield(L, -2, "type");
+      lua_rawseti(L, -2, i + 1);
+    }
+  } else if (strcmp(key, "close") == 0) {
+    lua_pushcfunction(L, kernel_release);
+  } else {
+    return luaL_error(L, "gpu.Kernel has no field '%s' (fields: name, signature, params, "
+                      "max_threads, static_shared, max_shared; call k{grid =, block =}(args...))", key);
+  }
+  return 1;
+}
+
+static int kernel_tostring(lua_State *L) {
+  gpu_kernel *g = luaL_checkudata(L, 1, GPULUA_KERNEL);
+  if (!g->m) { lua_pushliteral(L, "gpu.Kernel (closed)"); return 1; }
+  push_signature(L, g->k);
+  lua_pushfstring(L, "gpu.Kernel: %s", lua_tostring(L, -1));
+  return 1;
+}
+
+static int launcher_tostring(lua_State *L) {
+  gpu_launcher *ln = luaL_checkudata(L, 1, GPULUA_LAUNCHER);
+  if (!ln->m) { lua_pushliteral(L, "gpu.Launcher (closed)"); return 1; }
+  lua_pushfstring(L, "gpu.Launcher: %s grid {%d, %d, %d} block {%d, %d, %d} shared %d", ln->k->sig.name,
+                  (int)ln->grid[0], (int)ln->grid[1], (int)ln->grid[2], (int)ln->block[0],
+                  (int)ln->block[1], (int)ln->block[2], (int)ln->shared);
+  return 1;
+}
+
+/* ---- modules ------------------------------------------------------------- */
+
+static int module_index(lua_State *L) {
+  const char *key = lua_tostring(L, 2);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  lua_pushnil(L);
+  int n = 0;
+  while (lua_next(L, 1)) {
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      if (n++) luaL_addstring(&b, ", ");
+      luaL_addstring(&b, lua_tostring(L, -2));
+    }
+    lua_pop(L, 1);
+  }
+  luaL_pushresult(&b);
+  return luaL_error(L, "the module has no kernel '%s' (kernels: %s)", key ? key : luaL_typename(L, 2),
+                    n ? lua_tostring(L, -1) : "none");
+}
+
+/* The module table for m, whose reference the modref at ref holds. */
+static void push_module(lua_State *L, int ref) {
+  dev_module *m = ((gpu_modref *)lua_touserdata(L, ref))->m;
+  int n = dev_module_count(m);
+  lua_createtable(L, 0, n);
+  for (int i = 0; i < n; i++) {
+    dev_kernel *k = dev_module_kernel(m, i);
+    gpu_kernel *g = lua_newuserdatauv(L, sizeof *g, 0);
+    g->m = NULL;
+    luaL_setmetatable(L, GPULUA_KERNEL);
+    dev_module_retain(m);
+    g->m = m;
+    g->k = k;
+    lua_setfield(L, -2, k->sig.name);
+  }
+  luaL_setmetatable(L, GPULUA_MODULE);
+}
+
+static gpu_modref *new_modref(lua_State *L) {
+  gpu_modref *r = lua_newuserdatauv(L, sizeof *r, 0);
+  r->m = NULL;
+  luaL_setmetatable(L, GPULUA_MODREF);
+  return r;
+}
+
+/* gpu.compile(src, {options = {...}, name =, cache =}) */
+static int gpu_compile(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  size_t len;
+  if (lua_type(L, 1) != LUA_TSTRING) luaL_typeerror(L, 1, "string (CUDA C source)");
+  const char *src = lua_tolstring(L, 1, &len);
+  if (strlen(src) != len) return luaL_argerror(L, 1, "source contains a zero byte");
+  bind_check_opts(L, 2, "options name cache");
+  lua_settop(L, 2);
+  dev_compile_opts o = {.cache = 1};
+  if (bind_opt_field(L, 2, "name") != LUA_TNIL) {   /* slot 3 keeps it alive */
+    if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "bad option 'name' (string expected, got %s)", luaL_typename(L, -1));
+    o.name = lua_tostring(L, -1);
+  }
+  if (bind_opt_field(L, 2, "cache") != LUA_TNIL) o.cache = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  int t = bind_opt_field(L, 2, "options");   /* slot 4 */
+  if (t != LUA_TNIL && t != LUA_TTABLE)
+    luaL_error(L, "bad option 'options' (a table of strings expected, got %s)", luaL_typename(L, -1));
+  int n = t == LUA_TTABLE ? (int)lua_rawlen(L, 4) : 0;
+  const char **opts = n ? lua_newuserdatauv(L, (size_t)n * sizeof *opts, 0) : NULL;
+  for (int i = 0; i < n; i++) {
+    if (lua_rawgeti(L, 4, i + 1) != LUA_TSTRING)
+      luaL_error(L, "bad option 'options' (item %d: string expected, got %s)", i + 1, luaL_typename(L, -1));
+    opts[i] = lua_tostring(L, -1);   /* anchored in the options table */
+    lua_pop(L, 1);
+  }
+  o.options = opts;
+  o.noptions = n;
+  gpu_modref *r = new_modref(L);
+  int ref = lua_gettop(L);
+  char *log = NULL;
+  bind_site(L, ctx);
+  int rc = dev_module_compile(ctx, src, &o, &r->m, &log);
+  if (rc != DEV_OK) {
+    if (log && *log) {
+      lua_pushfstring(L, "gpu.compile: %s\n%s", dev_errmsg(ctx), log);
+      free(log);
+      luaL_where(L, 1);
+      lua_insert(L, -2);
+      lua_concat(L, 2);
+      return lua_error(L);
+    }
+    free(log);
+    return bind_raise(L, ctx, "gpu.compile");
+  }
+  free(log);
+  push_module(L, ref);
+  return 1;
+}
+
+static int is_image(const char *s, size_t len) {
+  static const unsigned char fatbin[4] = {0x50, 0xed, 0x55, 0xba};
+  if (len >= 4 && memcmp(s, "\x7f" "ELF", 4) == 0) return 1;
+  if (len >= 4 && memcmp(s, fatbin, 4) == 0) return 1;
+  return strstr(s, ".entry") != NULL && (strstr(s, ".version") != NULL || strstr(s, ".target") != NULL);
+}
+
+/* gpu.load_module(image_or_path, {declare =}) */
+static int gpu_load_module(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  size_t len;
+  if (lua_type(L, 1) != LUA_TSTRING) luaL_typeerror(L, 1, "string (PTX, cubin or a path)");
+  const char *data = lua_tolstring(L, 1, &len);
+  bind_check_opts(L, 2, "declare");
+  lua_settop(L, 2);
+  const char *declare = NULL;
+  if (bind_opt_field(L, 2, "declare") != LUA_TNIL) {   /* slot 3 keeps it alive */
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "bad option 'declare' (CUDA C prototypes as a string expected, got %s)", luaL_typename(L, -1));
+    declare = lua_tostring(L, -1);
+  }
+  if (!is_image(data, len)) {
+    /* a path: read the file into a Lua string */
+    FILE *f = fopen(data, "rb");
+    if (!f) return luaL_error(L, "gpu.load_module: cannot open '%s': %s", data, strerror(errno));
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    size_t got;
+    char chunk[8192];
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) luaL_addlstring(&b, chunk, got);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return luaL_error(L, "gpu.load_module: cannot read '%s'", data);
+    luaL_pushresult(&b);
+    data = lua_tolstring(L, -1, &len);
+    if (!is_image(data, len))
+      return luaL_error(L, "gpu.load_module: '%s' is not PTX, a cubin or a fatbin", lua_tostring(L, 1));
+  }
+  gpu_modref *r = new_modref(L);
+  int ref = lua_gettop(L);
+  bind_site(L, ctx);
+  /* the terminating zero goes too: PTX is read as a C string */
+  BIND_CHECK(L, ctx, dev_module_load(ctx, data, len + 1, declare, &r->m), "gpu.load_module");
+  push_module(L, ref);
+  return 1;
+}
+
+static const luaL_Reg kernel_meta[] = {
+  {"__index", kernel_index},
+  {"__call", kernel_call},
+  {"__tostring", kernel_tostring},
+  {"__gc", kernel_release},
+  {"__close", kernel_release},
+  {NULL, NULL}
+};
+
+static const luaL_Reg launcher_meta[] = {
+  {"__call", launcher_call},
+  {"__tostring", launcher_tostring},
+  {"__gc", launcher_release},
+  {"__close", launcher_release},
+  {NULL, NULL}
+};
+
+static const luaL_Reg kernel_funcs[] = {
+  {"compile", gpu_compile},
+  {"load_module", gpu_load_module},
+  {NULL, NULL}
+};
+
+int bind_open_kernel(lua_State *L) {
+  luaL_newmetatable(L, GPULUA_KERNEL);
+  luaL_setfuncs(L, kernel_meta, 0);
+  lua_pop(L, 1);
+  luaL_newmetatable(L, GPULUA_LAUNCHER);
+  luaL_setfuncs(L, launcher_meta, 0);
+  lua_pop(L, 1);
+  luaL_newmetatable(L, GPULUA_MODREF);
+  lua_pushcfunction(L, modref_release);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, GPULUA_MODULE);
+  lua_pushcfunction(L, module_index);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_setfuncs(L, kernel_funcs, 0);
+  return 0;
+}

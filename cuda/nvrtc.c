@@ -1,0 +1,322 @@
+/* Run-time compilation: NVRTC loaded with dlopen on first use, and an on-disk
+ * cache of compiled code keyed by everything that goes into a compilation.
+ * No CUDA runtime calls here (NVRTC needs no GPU), so this also runs in the
+ * unit tests of a machine without one. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "devpriv.h"
+
+/* NVRTC's own run-time keeps a process-lifetime allocation (the C++
+ * exception pool of a library it loads); LeakSanitizer is told to ignore
+ * what is allocated inside NVRTC calls, not ours. */
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#define NV_CALL(x) (__lsan_disable(), nv_r_ = (x), __lsan_enable(), nv_r_)
+#else
+#define NV_CALL(x) (x)
+#endif
+
+/* The NVRTC entry points we use (types as in nvrtc.h). */
+typedef int nvrtc_result;
+typedef struct nvrtc_prog *nvrtc_program;
+static struct {
+  void *lib;
+  char why[256];
+  const char *(*error_string)(nvrtc_result);
+  nvrtc_result (*version)(int *, int *);
+  nvrtc_result (*create)(nvrtc_program *, const char *, const char *, int, const char *const *,
+                         const char *const *);
+  nvrtc_result (*destroy)(nvrtc_program *);
+  nvrtc_result (*compile)(nvrtc_program, int, const char *const *);
+  nvrtc_result (*log_size)(nvrtc_program, size_t *);
+  nvrtc_result (*log)(nvrtc_program, char *);
+  nvrtc_result (*cubin_size)(nvrtc_program, size_t *);
+  nvrtc_result (*cubin)(nvrtc_program, char *);
+  nvrtc_result (*add_name)(nvrtc_program, const char *);
+  nvrtc_result (*lowered)(nvrtc_program, const char *, const char **);
+  int major, minor;
+} nv;
+static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
+
+static void nv_load(void)
+{
+  const char *names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", NULL};
+  for (int i = 0; names[i] && !nv.lib; i++) nv.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!nv.lib) {
+    snprintf(nv.why, sizeof nv.why, "cannot load libnvrtc.so.13 (%s)", dlerror());
+    return;
+  }
+#define SYM(field, name) \
+  if (!(*(void **)&nv.field = dlsym(nv.lib, name))) { \
+    snprintf(nv.why, sizeof nv.why, "libnvrtc lacks %s", name); dlclose(nv.lib); nv.lib = NULL; return; }
+  SYM(error_string, "nvrtcGetErrorString");
+  SYM(version, "nvrtcVersion");
+  SYM(create, "nvrtcCreateProgram");
+  SYM(destroy, "nvrtcDestroyProgram");
+  SYM(compile, "nvrtcCompileProgram");
+  SYM(log_size, "nvrtcGetProgramLogSize");
+  SYM(log, "nvrtcGetProgramLog");
+  SYM(cubin_size, "nvrtcGetCUBINSize");
+  SYM(cubin, "nvrtcGetCUBIN");
+  SYM(add_name, "nvrtcAddNameExpression");
+  SYM(lowered, "nvrtcGetLoweredName");
+#undef SYM
+  nv.version(&nv.major, &nv.minor);
+}
+
+static int kfail(char *err, size_t errlen, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+void dev_kimage_free(dev_kimage *img)
+{
+  if (!img) return;
+  for (int i = 0; i < img->n; i++) free(img->lowered[i]);
+  free(img->lowered);
+  free(img->data);
+  memset(img, 0, sizeof *img);
+}
+
+/* ---- the key and the cache ----------------------------------------------- */
+
+typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
+
+static void sb_add(sbuf *b, const void *s, size_t n)
+{
+  if (b->oom) return;
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->n + n + 1) cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) { b->oom = 1; return; }
+    b->p = np;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s) + 1); }
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+  const unsigned char *s = p;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 0x100000001b3ULL; }
+  return h;
+}
+
+/* The cache directory, or NULL when caching is off. */
+static const char *cache_dir(char *buf, size_t n)
+{
+  const char *env = getenv("GPULUA_KERNEL_CACHE");
+  if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "") == 0)) return NULL;
+  if (env && *env) {
+    snprintf(buf, n, "%s", env);
+  } else {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(buf, n, "%s/gpulua", xdg);
+    else if (home && *home) snprintf(buf, n, "%s/.cache/gpulua", home);
+    else return NULL;
+  }
+  return buf;
+}
+
+static int mkdirs(char *path)
+{
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    int rc = mkdir(path, 0755);
+    *p = '/';
+    if (rc && errno != EEXIST) return -1;
+  }
+  return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static const char MAGIC[] = "GPULUA-KCACHE-1\n";
+
+static int read_all(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n ? 0 : -1; }
+
+/* A cached image whose stored key equals key; 0 on a hit. */
+static int cache_read(const char *path, const sbuf *key, int nexpr, dev_kimage *img)
+{
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  char magic[sizeof MAGIC - 1];
+  uint64_t klen = 0, isize = 0;
+  uint32_t n = 0;
+  char *kbuf = NULL;
+  memset(img, 0, sizeof *img);
+  if (read_all(f, magic, sizeof magic) || memcmp(magic, MAGIC, sizeof magic)) goto miss;
+  if (read_all(f, &klen, sizeof klen) || klen != key->n) goto miss;
+  if (!(kbuf = malloc(klen ? klen : 1)) || read_all(f, kbuf, klen) || memcmp(kbuf, key->p, klen)) goto miss;
+  if (read_all(f, &n, sizeof n) || (int)n != nexpr) goto miss;
+  img->lowered = calloc(n ? n : 1, sizeof *img->lowered);
+  if (!img->lowered) goto miss;
+  img->n = (int)n;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t len = 0;
+    if (read_all(f, &len, sizeof len) || len > 4096 || !(img->lowered[i] = malloc(len + 1)) ||
+        read_all(f, img->lowered[i], len))
+      goto miss;
+    img->lowered[i][len] = 0;
+  }
+  if (read_all(f, &isize, sizeof isize) || isize == 0 || isize > ((uint64_t)1 << 31)) goto miss;
+  if (!(img->data = malloc(isize)) || read_all(f, img->data, isize)) goto miss;
+  img->size = isize;
+  img->from_cache = 1;
+  free(kbuf);
+  fclose(f);
+  return 0;
+miss:
+  free(kbuf);
+  fclose(f);
+  dev_kimage_free(img);
+  return -1;
+}
+
+/* Written to a temporary name and renamed: readers see a whole file or none.
+ * A cache that cannot be written is not an error. */
+static void cache_write(const char *dir, const char *path, const sbuf *key, const dev_kimage *img)
+{
+  char d[1024], tmp[1300];
+  snprintf(d, sizeof d, "%s", dir);
+  if (mkdirs(d)) return;
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return;
+  uint64_t klen = key->n, isize = img->size;
+  uint32_t n = (uint32_t)img->n;
+  int bad = fwrite(MAGIC, 1, sizeof MAGIC - 1, f) != sizeof MAGIC - 1 ||
+            fwrite(&klen, sizeof klen, 1, f) != 1 || fwrite(key->p, 1, key->n, f) != key->n ||
+            fwrite(&n, sizeof n, 1, f) != 1;
+  for (int i = 0; !bad && i < img->n; i++) {
+    uint32_t len = (uint32_t)strlen(img->lowered[i]);
+    bad = fwrite(&len, sizeof len, 1, f) != 1 || fwrite(img->lowered[i], 1, len, f) != len;
+  }
+  bad = bad || fwrite(&isize, sizeof isize, 1, f) != 1 || fwrite(img->data, 1, img->size, f) != img->size;
+  if (fclose(f) || bad || rename(tmp, path)) unlink(tmp);
+}
+
+/* ---- compile ------------------------------------------------------------ */
+
+int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
+                      const char *const *opts, int nopts, const char *const *exprs, int nexprs,
+                      int use_cache, dev_kimage *img, char **log, char *err, size_t errlen)
+{
+  memset(img, 0, sizeof *img);
+  if (log) *log = NULL;
+  if (nexprs < 0 || nopts < 0) return kfail(err, errlen, "bad arguments");
+#ifdef __SANITIZE_ADDRESS__
+  __lsan_disable();
+#endif
+  pthread_once(&nv_once, nv_load);
+#ifdef __SANITIZE_ADDRESS__
+  __lsan_enable();
+#endif
+  if (!nv.lib) return kfail(err, errlen, "run-time compilation needs NVRTC: %s", nv.why);
+
+  /* options: ours first, then the caller's (later ones win in NVRTC) */
+  char archopt[64], incopt[1100];
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
+  const char *all[256];
+  int nall = 0;
+  all[nall++] = archopt;
+  all[nall++] = "-std=c++17";
+  all[nall++] = "-lineinfo";
+  const char *home = getenv("CUDA_HOME");
+  char inc[1024];
+  snprintf(inc, sizeof inc, "%s/include", home && *home ? home : "/usr/local/cuda");
+  struct stat sst;
+  if (stat(inc, &sst) == 0 && S_ISDIR(sst.st_mode)) {
+    snprintf(incopt, sizeof incopt, "-I%s", inc);
+    all[nall++] = incopt;
+  }
+  if (nopts > 256 - nall) return kfail(err, errlen, "too many compiler options (%d)", nopts);
+  for (int i = 0; i < nopts; i++) all[nall++] = opts[i];
+
+  /* everything that decides the output is in the key */
+  sbuf key = {0};
+  char ver[64];
+  snprintf(ver, sizeof ver, "nvrtc %d.%d", nv.major, nv.minor);
+  sb_str(&key, ver);
+  sb_str(&key, name);
+  for (int i = 0; i < nall; i++) sb_str(&key, all[i]);
+  sb_str(&key, "--");
+  for (int i = 0; i < nexprs; i++) sb_str(&key, exprs[i]);
+  sb_str(&key, "--");
+  sb_str(&key, src);
+  if (key.oom) { free(key.p); return kfail(err, errlen, "out of memory"); }
+
+  char dirbuf[1024], path[1200];
+  const char *dir = use_cache ? cache_dir(dirbuf, sizeof dirbuf) : NULL;
+  if (dir) {
+    snprintf(path, sizeof path, "%s/%016llx.kc", dir, (unsigned long long)fnv1a(key.p, key.n));
+    if (cache_read(path, &key, nexprs, img) == 0) { free(key.p); return 0; }
+  }
+
+  nvrtc_program prog = NULL;
+  int rc = -1;
+#ifdef __SANITIZE_ADDRESS__
+  nvrtc_result nv_r_;
+#endif
+  nvrtc_result r = NV_CALL(nv.create(&prog, src, name, 0, NULL, NULL));
+  if (r) { kfail(err, errlen, "nvrtcCreateProgram: %s", nv.error_string(r)); goto out; }
+  for (int i = 0; i < nexprs; i++) {
+    if ((r = nv.add_name(prog, exprs[i]))) {
+      kfail(err, errlen, "nvrtcAddNameExpression(%s): %s", exprs[i], nv.error_string(r));
+      goto out;
+    }
+  }
+  r = NV_CALL(nv.compile(prog, nall, all));
+  if (r) {
+    size_t n = 0;
+    if (log && nv.log_size(prog, &n) == 0 && n > 0 && (*log = malloc(n + 1)) != NULL) {
+      if (nv.log(prog, *log)) (*log)[0] = 0;
+      (*log)[n] = 0;
+    }
+    kfail(err, errlen, "compilation failed (%s)", nv.error_string(r));
+    goto out;
+  }
+  img->lowered = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *img->lowered);
+  if (!img->lowered) { kfail(err, errlen, "out of memory"); goto out; }
+  for (int i = 0; i < nexprs; i++) {
+    const char *lw = NULL;
+    if ((r = nv.lowered(prog, exprs[i], &lw)) || !lw) {
+      kfail(err, errlen, "nvrtcGetLoweredName(%s): %s", exprs[i], nv.error_string(r));
+      goto out;
+    }
+    if (!(img->lowered[i] = strdup(lw))) { kfail(err, errlen, "out of memory"); goto out; }
+    img->n = i + 1;
+  }
+  size_t size = 0;
+  if ((r = nv.cubin_size(prog, &size)) || size == 0) {
+    kfail(err, errlen, "nvrtcGetCUBINSize: %s", r ? nv.error_string(r) : "no cubin (use a real sm_ architecture)");
+    goto out;
+  }
+  if (!(img->data = malloc(size))) { kfail(err, errlen, "out of memory"); goto out; }
+  if ((r = nv.cubin(prog, (char *)img->data))) { kfail(err, errlen, "nvrtcGetCUBIN: %s", nv.error_string(r)); goto out; }
+  img->size = size;
+  if (dir) cache_write(dir, path, &key, img);
+  rc = 0;
+out:
+  if (prog) (void)NV_CALL(nv.destroy(&prog));
+  if (rc) dev_kimage_free(img);
+  free(key.p);
+  return rc;
+}
