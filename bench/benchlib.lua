@@ -13,6 +13,7 @@ B.sizes = {
   launches = B.quick and 200 or 2000,      -- back-to-back enqueues per repeat
   launch_reps = B.quick and 5 or 21,
   roundtrips = B.quick and 50 or 500,      -- launch + sync per repeat
+  launch_rounds = B.quick and 2 or 5,      -- processes of each side, in turn (bench/run.lua)
   copy_bytes = B.quick and 8 << 20 or 256 << 20,
   copy_warm = 2,
   copy_reps = B.quick and 3 or 10,

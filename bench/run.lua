@@ -53,12 +53,17 @@ local rows = {}          -- key -> {label, unit, gpulua, raw, torch}
 local NAMES = { gpulua = "gpulua", raw = "raw C", torch = "torch" }
 local notes, failures = {}, {}
 
+-- A row measured in several rounds (the launch rows) reports the median of
+-- its rounds; every round's value is kept for the notes.
 local function put(key, who, value, unit, label)
-  local r = rows[key] or {}
+  local r = rows[key] or { samples = {} }
   rows[key] = r
   r.unit = r.unit or unit
   if label and label ~= "" and (not r.label or who == "gpulua") then r.label = label end
-  r[who] = value
+  local s = r.samples[who] or {}
+  r.samples[who] = s
+  if value then s[#s + 1] = value end
+  r[who] = #s > 0 and B.median(s) or nil
 end
 
 local function fail(msg)
@@ -140,6 +145,15 @@ if have_ref then run_program("raw", REF .. (B.quick and " quick" or "") .. " all
 if run_scripts then
   for _, script in ipairs { "launch.lua", "copy.lua", "matmul.lua" } do
     run_program("gpulua", string.format("%s %s %s/%s", GPULUA, DEV, HERE, script))
+  end
+  -- Enqueue costs are a few microseconds and drift with the host's clocks
+  -- from one process to the next: more rounds of raw C and gpulua taken in
+  -- turn, each side's median over its rounds.
+  if have_ref then
+    for _ = 2, Z.launch_rounds do
+      run_program("raw", REF .. (B.quick and " quick" or "") .. " launch")
+      run_program("gpulua", string.format("%s %s %s/launch.lua", GPULUA, DEV, HERE))
+    end
   end
   -- scripts/overlap.lua as a user runs it: median efficiency of a few runs
   for _, ov in ipairs { { "overlap_big", Z.ov_big }, { "overlap_small", Z.ov_small } } do
@@ -272,6 +286,20 @@ local function verdict(kind, x, g, raw)
   elseif kind == "le_plus" then ok = g <= raw + x
   else ok = g >= x * raw end
   return ok and "pass" or "MISS"
+end
+
+-- the rounds behind a median, so the spread of both sides is on record
+for _, key in ipairs { "enqueue_empty", "enqueue_fill", "roundtrip_empty", "roundtrip_fill" } do
+  local r = rows[key]
+  if r and ((r.samples.raw and #r.samples.raw > 1) or (r.samples.gpulua and #r.samples.gpulua > 1)) then
+    local function list(t)
+      local out = {}
+      for i, v in ipairs(t or {}) do out[i] = string.format("%.2f", v) end
+      return #out > 0 and table.concat(out, "/") or "-"
+    end
+    notes[#notes + 1] = string.format("%s rounds (%s): gpulua %s, raw C %s", key, r.unit or "",
+                                      list(r.samples.gpulua), list(r.samples.raw))
+  end
 end
 
 local have_torch = false

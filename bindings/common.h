@@ -23,10 +23,37 @@ typedef struct gpu_state {
   int dflt;                    /* registry ref: the default stream's handle */
 } gpu_state;
 
-typedef struct gpu_stream { dev_stream *s; } gpu_stream;
-typedef struct gpu_event { dev_event *e; } gpu_event;
+/* Each handle type starts with a tag, the address of its type's bind_type:
+ * a userdata of the type's size whose first word is that address is that
+ * type.  One load, where luaL_testudata looks the metatable up by name in the
+ * registry (three times per enqueued op, a third of the cost of a fill).
+ * Only C code makes full userdata, so a script cannot forge a tag; the
+ * metatables are still set, for methods and __gc. */
+typedef struct bind_type { const char *name; } bind_type;
+extern const bind_type bind_stream_type, bind_event_type, bind_tensor_type;
+
+typedef struct gpu_stream { const bind_type *tag; dev_stream *s; } gpu_stream;
+typedef struct gpu_event { const bind_type *tag; dev_event *e; } gpu_event;
 /* view.buf == NULL once closed */
-typedef struct gpu_tensor { dev_view v; } gpu_tensor;
+typedef struct gpu_tensor { const bind_type *tag; dev_view v; } gpu_tensor;
+
+/* The handle at idx if it is a ty of size bytes, else NULL. */
+static inline void *bind_test_type(lua_State *L, int idx, const bind_type *ty, size_t size) {
+  void *p = lua_touserdata(L, idx);
+  if (p && lua_type(L, idx) == LUA_TUSERDATA && lua_rawlen(L, idx) == size &&
+      *(const bind_type *const *)p == ty)
+    return p;
+  return NULL;
+}
+#define bind_test_stream(L, idx) ((gpu_stream *)bind_test_type((L), (idx), &bind_stream_type, sizeof(gpu_stream)))
+#define bind_test_event(L, idx) ((gpu_event *)bind_test_type((L), (idx), &bind_event_type, sizeof(gpu_event)))
+#define bind_test_tensor_handle(L, idx) \
+  ((gpu_tensor *)bind_test_type((L), (idx), &bind_tensor_type, sizeof(gpu_tensor)))
+/* The value's type for messages: its metatable's __name (gpu.Stream, FILE*)
+ * or the Lua type; pushes at most one value (for use on the way to an error). */
+const char *bind_typename(lua_State *L, int idx);
+/* As luaL_checkudata: the handle, or a "<type> expected" argument error. */
+void *bind_check_type(lua_State *L, int idx, const bind_type *ty, size_t size);
 
 gpu_state *bind_state(lua_State *L);
 static inline dev_ctx *bind_ctx(lua_State *L) { return bind_state(L)->ctx; }
@@ -63,6 +90,11 @@ int bind_opt_field(lua_State *L, int idx, const char *field); /* pushes the fiel
 /* opts at idx is nil or a table whose keys are all in `allowed` (space-separated):
  * a misspelt option raises instead of being ignored. */
 void bind_check_opts(lua_State *L, int idx, const char *allowed);
+/* opts at idx is nil or a table with at most a 'stream' (checked): that
+ * stream, else the current one.  bind_check_opts + bind_opt_stream in one
+ * pass, for the ops whose only option is the stream; as any raw pointer, the
+ * result is fetched after the binding's last Lua allocation. */
+dev_stream *bind_stream_opts(lua_State *L, int idx);
 
 int bind_open_stream(lua_State *L);   /* each adds its constructors to the table on top */
 int bind_open_event(lua_State *L);

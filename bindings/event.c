@@ -4,7 +4,7 @@
 #include "common.h"
 
 static gpu_event *to_event(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, GPULUA_EVENT);
+  return bind_check_type(L, idx, &bind_event_type, sizeof(gpu_event));
 }
 
 dev_event *bind_check_event(lua_State *L, int idx) {
@@ -15,6 +15,7 @@ dev_event *bind_check_event(lua_State *L, int idx) {
 
 void bind_push_event(lua_State *L, dev_event *e) {
   gpu_event *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->tag = &bind_event_type;
   p->e = NULL;
   luaL_setmetatable(L, GPULUA_EVENT);
   p->e = e;
@@ -29,6 +30,7 @@ static int event_new(lua_State *L) {
     lua_pop(L, 1);
   }
   gpu_event *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->tag = &bind_event_type;
   p->e = NULL;
   luaL_setmetatable(L, GPULUA_EVENT);
   BIND_CHECK(L, ctx, dev_event_create(ctx, timing, &p->e), "event");

@@ -7,6 +7,16 @@
 #include "bindings.h"
 #include "common.h"
 
+const bind_type bind_stream_type = {GPULUA_STREAM};
+const bind_type bind_event_type = {GPULUA_EVENT};
+const bind_type bind_tensor_type = {GPULUA_TENSOR};
+
+void *bind_check_type(lua_State *L, int idx, const bind_type *ty, size_t size) {
+  void *p = bind_test_type(L, idx, ty, size);
+  if (!p) luaL_typeerror(L, idx, ty->name);
+  return p;
+}
+
 /* The state's registry key is this address: no string lookup per call. */
 static const char state_key = 0;
 
@@ -59,27 +69,62 @@ int bind_opt_field(lua_State *L, int idx, const char *field) {
   return lua_rawget(L, idx);
 }
 
+const char *bind_typename(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (luaL_getmetafield(L, idx, "__name") == LUA_TSTRING) return lua_tostring(L, -1);
+  if (lua_type(L, idx) == LUA_TLIGHTUSERDATA) return "light userdata";
+  return luaL_typename(L, idx);
+}
+
+/* k (n bytes) is one of the space-separated words of list */
+static int is_word_of(const char *list, const char *k, size_t n) {
+  for (const char *p = list; *p;) {
+    const char *e = strchr(p, ' ');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == n && memcmp(p, k, n) == 0) return 1;
+    if (!e) break;
+    p = e + 1;
+  }
+  return 0;
+}
+
+static void bad_option_key(lua_State *L, const char *allowed) {
+  if (lua_type(L, -2) != LUA_TSTRING)
+    luaL_error(L, "bad option key (a %s; options are named: %s)", luaL_typename(L, -2), allowed);
+  luaL_error(L, "unknown option '%s' (expected: %s)", lua_tostring(L, -2), allowed);
+}
+
 void bind_check_opts(lua_State *L, int idx, const char *allowed) {
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
   idx = lua_absindex(L, idx);
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    size_t n = k ? strlen(k) : 0;
-    const char *p = allowed;
-    int found = 0;
-    /* allowed is a space-separated list of names */
-    while (k && !found && (p = strstr(p, k)) != NULL) {
-      found = (p == allowed || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0);
-      p += n ? n : 1;
-    }
-    if (!found) {
-      if (!k) luaL_error(L, "bad option key (a %s; options are named: %s)", luaL_typename(L, -2), allowed);
-      luaL_error(L, "unknown option '%s' (expected: %s)", k, allowed);
-    }
+    size_t n;
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &n) : NULL;
+    if (!k || !is_word_of(allowed, k, n)) bad_option_key(L, allowed);
     lua_pop(L, 1);
   }
+}
+
+dev_stream *bind_stream_opts(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return bind_current_stream(L);
+  luaL_checktype(L, idx, LUA_TTABLE);
+  idx = lua_absindex(L, idx);
+  dev_stream *s = NULL;
+  lua_pushnil(L);
+  /* One pass: every key is 'stream', and its value is taken on the way. */
+  while (lua_next(L, idx)) {
+    size_t n;
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &n) : NULL;
+    if (!k || n != 6 || memcmp(k, "stream", 6) != 0) bad_option_key(L, "stream");
+    gpu_stream *p = bind_test_stream(L, -1);
+    if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, -1));
+    if (!p->s) luaL_error(L, "bad option 'stream' (stream is closed)");
+    s = p->s;
+    lua_pop(L, 1);
+  }
+  return s ? s : bind_current_stream(L);
 }
 
 static int state_gc(lua_State *L) {

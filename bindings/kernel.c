@@ -19,6 +19,7 @@
 /* Each handle holds a reference on its module; NULL once closed. */
 typedef struct gpu_kernel { dev_module *m; dev_kernel *k; } gpu_kernel;
 typedef struct gpu_launcher {
+  const bind_type *tag;         /* &launcher_type: launches skip the checkudata lookup */
   dev_module *m;
   dev_kernel *k;
   unsigned grid[3], block[3];
@@ -26,6 +27,8 @@ typedef struct gpu_launcher {
   int has_stream;               /* the stream is uservalue 1 */
 } gpu_launcher;
 typedef struct gpu_modref { dev_module *m; } gpu_modref;
+
+static const bind_type launcher_type = {GPULUA_LAUNCHER};
 
 static int modref_release(lua_State *L) {
   gpu_modref *r = luaL_checkudata(L, 1, GPULUA_MODREF);
@@ -46,7 +49,7 @@ static int kernel_release(lua_State *L) {
 }
 
 static int launcher_release(lua_State *L) {
-  gpu_launcher *ln = luaL_checkudata(L, 1, GPULUA_LAUNCHER);
+  gpu_launcher *ln = bind_check_type(L, 1, &launcher_type, sizeof(gpu_launcher));
   if (ln->m) { dev_module *m = ln->m; ln->m = NULL; ln->k = NULL; dev_module_release(m); }
   return 0;
 }
@@ -108,6 +111,7 @@ static int kernel_call(lua_State *L) {
   bind_check_opts(L, 2, "grid block shared stream");
   gpu_launcher *ln = lua_newuserdatauv(L, sizeof *ln, 1);
   memset(ln, 0, sizeof *ln);
+  ln->tag = &launcher_type;
   luaL_setmetatable(L, GPULUA_LAUNCHER);
   check_dim3(L, 2, "grid", ln->grid, 1);
   check_dim3(L, 2, "block", ln->block, 1);
@@ -120,8 +124,8 @@ static int kernel_call(lua_State *L) {
   }
   lua_pop(L, 1);
   if (bind_opt_field(L, 2, "stream") != LUA_TNIL) {
-    gpu_stream *p = luaL_testudata(L, -1, GPULUA_STREAM);
-    if (!p) luaL_error(L, "launch configuration: 'stream' must be a gpu.Stream, got %s", luaL_typename(L, -1));
+    gpu_stream *p = bind_test_stream(L, -1);
+    if (!p) luaL_error(L, "launch configuration: 'stream' must be a gpu.Stream, got %s", bind_typename(L, -1));
     if (!p->s) luaL_error(L, "launch configuration: 'stream' is closed");
     lua_setiuservalue(L, -2, 1);
     ln->has_stream = 1;
@@ -189,7 +193,7 @@ static void store(uint64_t *slot, const void *v, int size) {
 /* A tensor argument: its data pointer, checked against the parameter. */
 static void *tensor_arg(lua_State *L, const dev_kernel *k, int i, int idx, dev_buf **buf) {
   const dev_kparam *p = &k->sig.params[i];
-  gpu_tensor *t = luaL_testudata(L, idx, GPULUA_TENSOR);
+  gpu_tensor *t = bind_test_tensor_handle(L, idx);
   if (!t) arg_error(L, k, i, "expected a tensor, got %s%s", luaL_typename(L, idx), "");
   if (!t->v.buf) arg_error(L, k, i, "%s%s", "tensor is closed", "");
   const dev_view *v = &t->v;
@@ -216,7 +220,7 @@ static void *tensor_arg(lua_State *L, const dev_kernel *k, int i, int idx, dev_b
 
 /* launcher(args...) */
 static int launcher_call(lua_State *L) {
-  gpu_launcher *ln = luaL_checkudata(L, 1, GPULUA_LAUNCHER);
+  gpu_launcher *ln = bind_check_type(L, 1, &launcher_type, sizeof *ln);
   if (!ln->m) return luaL_argerror(L, 1, "launcher is closed");
   dev_kernel *k = ln->k;
   int np = k->sig.nparams, nargs = lua_gettop(L) - 1;
@@ -226,8 +230,6 @@ static int launcher_call(lua_State *L) {
                       np == 1 ? "" : "s", nargs, lua_tostring(L, -1));
   }
   if (np > MAXPARAMS) return luaL_error(L, "kernel '%s': more than %d parameters", k->sig.name, MAXPARAMS);
-  dev_ctx *ctx = bind_ctx(L);
-  bind_site(L, ctx);
   dev_stream *s;
   if (ln->has_stream) {
     lua_getiuservalue(L, 1, 1);
@@ -238,6 +240,8 @@ static int launcher_call(lua_State *L) {
   } else {
     s = bind_current_stream(L);
   }
+  dev_ctx *ctx = dev_stream_ctx(s);
+  bind_site(L, ctx);
   uint64_t vals[MAXPARAMS];
   void *args[MAXPARAMS];
   dev_buf *bufs[MAXPARAMS];
@@ -282,7 +286,7 @@ static int launcher_call(lua_State *L) {
     }
     case DEV_KP_RAW: {
       /* only the size is known: the Lua value says what it is */
-      if (luaL_testudata(L, idx, GPULUA_TENSOR) && p->size == 8) {
+      if (bind_test_tensor_handle(L, idx) && p->size == 8) {
         void *ptr = tensor_arg(L, k, i, idx, &bufs[nb]);
         writes[nb++] = 1;
         store(&vals[i], &ptr, 8);
@@ -364,7 +368,7 @@ static int kernel_tostring(lua_State *L) {
 }
 
 static int launcher_tostring(lua_State *L) {
-  gpu_launcher *ln = luaL_checkudata(L, 1, GPULUA_LAUNCHER);
+  gpu_launcher *ln = bind_check_type(L, 1, &launcher_type, sizeof(gpu_launcher));
   if (!ln->m) { lua_pushliteral(L, "gpu.Launcher (closed)"); return 1; }
   lua_pushfstring(L, "gpu.Launcher: %s grid {%d, %d, %d} block {%d, %d, %d} shared %d", ln->k->sig.name,
                   (int)ln->grid[0], (int)ln->grid[1], (int)ln->grid[2], (int)ln->block[0],

@@ -5,7 +5,7 @@
 #include "common.h"
 
 static gpu_stream *to_stream(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, GPULUA_STREAM);
+  return bind_check_type(L, idx, &bind_stream_type, sizeof(gpu_stream));
 }
 
 dev_stream *bind_check_stream(lua_State *L, int idx) {
@@ -16,6 +16,7 @@ dev_stream *bind_check_stream(lua_State *L, int idx) {
 
 void bind_push_stream(lua_State *L, dev_stream *s) {
   gpu_stream *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->tag = &bind_stream_type;
   p->s = NULL;
   luaL_setmetatable(L, GPULUA_STREAM);
   dev_stream_retain(s);
@@ -56,8 +57,8 @@ dev_stream *bind_current_stream(lua_State *L) {
 dev_stream *bind_opt_stream(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TTABLE) {
     if (bind_opt_field(L, idx, "stream") != LUA_TNIL) {
-      gpu_stream *p = luaL_testudata(L, -1, GPULUA_STREAM);
-      if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", luaL_typename(L, -1));
+      gpu_stream *p = bind_test_stream(L, -1);
+      if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, -1));
       if (!p->s) luaL_error(L, "bad option 'stream' (stream is closed)");
       lua_pop(L, 1);
       return p->s;
@@ -95,6 +96,7 @@ static int stream_new(lua_State *L) {
     lua_pop(L, 1);
   }
   gpu_stream *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->tag = &bind_stream_type;
   p->s = NULL;
   luaL_setmetatable(L, GPULUA_STREAM);
   BIND_CHECK(L, ctx, dev_stream_create(ctx, prio, nonblocking, &p->s), "stream");
@@ -123,9 +125,9 @@ static int stream_wait(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   dev_stream *s = bind_check_stream(L, 1);
   int rc;
-  if (luaL_testudata(L, 2, GPULUA_EVENT)) {
+  if (bind_test_event(L, 2)) {
     rc = dev_stream_wait_event(s, bind_check_event(L, 2));
-  } else if (luaL_testudata(L, 2, GPULUA_STREAM)) {
+  } else if (bind_test_stream(L, 2)) {
     rc = dev_stream_wait_stream(s, bind_check_stream(L, 2));
   } else {
     return luaL_typeerror(L, 2, "gpu.Event or gpu.Stream");

@@ -27,7 +27,7 @@ static int64_t numel_of(int ndim, const int64_t *shape) {
 }
 
 static gpu_tensor *to_tensor(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, GPULUA_TENSOR);
+  return bind_check_type(L, idx, &bind_tensor_type, sizeof(gpu_tensor));
 }
 
 gpu_tensor *bind_check_tensor(lua_State *L, int idx) {
@@ -37,7 +37,7 @@ gpu_tensor *bind_check_tensor(lua_State *L, int idx) {
 }
 
 gpu_tensor *bind_test_tensor(lua_State *L, int idx) {
-  gpu_tensor *t = luaL_testudata(L, idx, GPULUA_TENSOR);
+  gpu_tensor *t = bind_test_tensor_handle(L, idx);
   if (t && !t->v.buf) luaL_argerror(L, idx, "tensor is closed");
   return t;
 }
@@ -49,6 +49,7 @@ static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int 
                               const int64_t *shape, const char *fname) {
   gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
+  t->tag = &bind_tensor_type;
   luaL_setmetatable(L, GPULUA_TENSOR);
   dev_ctx *ctx = bind_ctx(L);
   size_t bytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
@@ -70,6 +71,7 @@ static gpu_tensor *new_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, 
 static gpu_tensor *new_view(lua_State *L, int idx) {
   gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
+  t->tag = &bind_tensor_type;
   luaL_setmetatable(L, GPULUA_TENSOR);
   gpu_tensor *base = bind_check_tensor(L, idx);
   t->v = base->v;
@@ -84,15 +86,19 @@ static dev_stream *opts_stream(lua_State *L, int opts) {
 /* Enqueue op.  The buffers of its views are taken from the tensors at stack
  * indices out/in0/in1 (0: keep the view's buffer) and the stream from opts,
  * here, after the binding's last Lua allocation (see common.h). */
-static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in1,
-                   const char *fname) {
-  dev_ctx *ctx = bind_ctx(L);
-  dev_stream *s = opts_stream(L, opts);
+static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0, int in1,
+                      const char *fname) {
+  dev_ctx *ctx = dev_stream_ctx(s);
   if (out) op->out.buf = bind_check_tensor(L, out)->v.buf;
   if (in0) op->in[0].buf = bind_check_tensor(L, in0)->v.buf;
   if (in1) op->in[1].buf = bind_check_tensor(L, in1)->v.buf;
   bind_site(L, ctx);
   if (dev_submit(ctx, s, op) != DEV_OK) bind_raise(L, ctx, fname);
+}
+
+static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in1,
+                   const char *fname) {
+  submit_on(L, opts_stream(L, opts), op, out, in0, in1, fname);
 }
 
 /* shape: a table of positive integers or one integer */
@@ -893,9 +899,8 @@ static int t_to(lua_State *L) {
 static int t_fill(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   dev_scalar v = check_scalar(L, 2, t->v.dtype, 2, NULL);
-  bind_check_opts(L, 3, "stream");
   dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
-  submit(L, lua_istable(L, 3) ? 3 : 0, &op, 1, 0, 0, "fill");
+  submit_on(L, bind_stream_opts(L, 3), &op, 1, 0, 0, "fill");
   lua_settop(L, 1);
   return 1;
 }
@@ -903,9 +908,8 @@ static int t_fill(lua_State *L) {
 /* all bits zero is 0 in every dtype */
 static int t_zero_(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  bind_check_opts(L, 2, "stream");
-  dev_ctx *ctx = bind_ctx(L);
-  dev_stream *s = opts_stream(L, lua_istable(L, 2) ? 2 : 0);
+  dev_stream *s = bind_stream_opts(L, 2);
+  dev_ctx *ctx = dev_stream_ctx(s);
   t = bind_check_tensor(L, 1);
   bind_site(L, ctx);
   int rc;
@@ -942,7 +946,7 @@ static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_d
     lua_pop(L, 1);
     return new_like(L, like, dt, ndim, shape, fname);
   }
-  gpu_tensor *o = luaL_testudata(L, -1, GPULUA_TENSOR);
+  gpu_tensor *o = bind_test_tensor_handle(L, -1);
   if (!o) luaL_error(L, "bad option 'out' to '%s' (gpu.Tensor expected, got %s)", fname, luaL_typename(L, -1));
   if (!o->v.buf) luaL_error(L, "bad option 'out' to '%s' (tensor is closed)", fname);
   int same = o->v.ndim == ndim;
@@ -1090,7 +1094,7 @@ BINARY_FUNCS(pow, DEV_BIN_POW)
 static int meta_binary(lua_State *L, dev_binop code) {
   lua_settop(L, 2);
   lua_pushnil(L);  /* opts at 3 */
-  if (luaL_testudata(L, 1, GPULUA_TENSOR)) return binary_op(L, code, 1, 2, 3, 0, 0);
+  if (bind_test_tensor_handle(L, 1)) return binary_op(L, code, 1, 2, 3, 0, 0);
   return binary_op(L, code, 2, 1, 3, 0, 1);
 }
 
@@ -1145,13 +1149,13 @@ static int t_argmax(lua_State *L) { return reduce(L, DEV_RED_ARGMAX); }
 
 /* max/min: elementwise with an operand, a reduction without */
 static int t_max(lua_State *L) {
-  if (lua_type(L, 2) == LUA_TNUMBER || luaL_testudata(L, 2, GPULUA_TENSOR))
+  if (lua_type(L, 2) == LUA_TNUMBER || bind_test_tensor_handle(L, 2))
     return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 0, 0);
   return reduce(L, DEV_RED_MAX);
 }
 
 static int t_min(lua_State *L) {
-  if (lua_type(L, 2) == LUA_TNUMBER || luaL_testudata(L, 2, GPULUA_TENSOR))
+  if (lua_type(L, 2) == LUA_TNUMBER || bind_test_tensor_handle(L, 2))
     return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 0, 0);
   return reduce(L, DEV_RED_MIN);
 }

@@ -535,7 +535,7 @@ static int pack(dev_ctx *ctx, cstream *c, const dev_view *v, dev_view *packed, v
   dev_view_set_contiguous(packed, 2, v->shape);
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = *packed};
   op.in[0] = *v;
-  cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count};
+  cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count, 0};
   char msg[256];
   if (cuk_launch(&op, &env, msg, sizeof msg)) {
     free(b);
@@ -591,7 +591,7 @@ static int c_matmul(dev_stream *s, const dev_kop *op) {
       pc.buf = &tb;
       dev_kop cp = {.kind = DEV_OP_COPY, .nin = 1, .out = out};
       cp.in[0] = pc;
-      cuk_env env = {c->st, cs->flag_dev, cs->sm_count};
+      cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 0};
       char msg[256];
       if (cuk_launch(&cp, &env, msg, sizeof msg)) rc = dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s", msg);
     }
@@ -615,7 +615,7 @@ static int c_copy(dev_stream *s, const dev_kop *op) {
     return DEV_OK;
   }
   if (dst->buf->kind != DEV_MEM_HOST && src->buf->kind != DEV_MEM_HOST) {
-    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count};
+    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count, 0};
     char msg[256];
     if (cuk_launch(op, &env, msg, sizeof msg)) return dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg);
     return DEV_OK;
@@ -639,10 +639,10 @@ static int c_copy(dev_stream *s, const dev_kop *op) {
   if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "copy"); goto out; }
   if (src->buf->kind == DEV_MEM_HOST) {
     if (dev_host_run(&a, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
-    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count};
+    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count, 0};
     if (cuk_launch(&b, &env, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
   } else {
-    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count};
+    cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count, 0};
     if (cuk_launch(&a, &env, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
     e = cudaStreamSynchronize(c->st);
     if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "copy"); goto out; }
@@ -695,7 +695,7 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
   } else if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) {
     rc = c_matmul(s, op);
   } else {
-    cuk_env env = {c->st, cs->flag_dev, cs->sm_count};
+    cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 1 /* checked by dev_submit */};
     char msg[256];
     rc = cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
                                                 : DEV_OK;

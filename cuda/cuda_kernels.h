@@ -17,6 +17,8 @@ typedef struct cuk_env {
   int *err_flag;         /* device-visible (mapped pinned) int: set to 1 by a
                             kernel that divides an integer by zero */
   int sm_count;          /* multiprocessors, for grid sizing */
+  int checked;           /* the op's views already passed dev_view_check (an op
+                            from dev_submit); 0 for ops a backend builds */
 } cuk_env;
 
 /* Every dev_kop kind except MATMUL on float dtypes (cuBLAS, in the backend):

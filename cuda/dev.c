@@ -462,6 +462,7 @@ int dev_stream_wait_stream(dev_stream *s, dev_stream *other) {
 int dev_stream_priority(dev_stream *s) { return s->priority; }
 int dev_stream_nonblocking(dev_stream *s) { return s->nonblocking; }
 int dev_stream_is_default(dev_stream *s) { return s->is_default; }
+dev_ctx *dev_stream_ctx(const dev_stream *s) { return s->ctx; }
 uint64_t dev_stream_id(dev_stream *s) { return s->id; }
 
 int dev_event_create(dev_ctx *ctx, int timing, dev_event **out) {

@@ -149,6 +149,7 @@ int dev_stream_wait_stream(dev_stream *s, dev_stream *other);
 int dev_stream_priority(dev_stream *s);
 int dev_stream_nonblocking(dev_stream *s);
 int dev_stream_is_default(dev_stream *s);
+dev_ctx *dev_stream_ctx(const dev_stream *s);  /* the context the stream belongs to */
 uint64_t dev_stream_id(dev_stream *s);
 
 int dev_event_create(dev_ctx *ctx, int timing, dev_event **out);

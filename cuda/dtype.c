@@ -168,29 +168,35 @@ static int view_fail(char *err, size_t errlen, const char *fmt, ...)
  * wild access.  0 when the view lies inside its buffer, aligned. */
 int dev_view_check(const dev_view *v, const char *what, char *err, size_t errlen)
 {
-  int64_t esz, numel = 1, lo = 0, hi = 0, room;
+  int64_t numel = 1, lo = 0, hi = 0;
+  uint64_t esz, off, need;
   if ((unsigned)v->dtype >= DEV_NDTYPE) return view_fail(err, errlen, "%s: bad dtype %d", what, (int)v->dtype);
   if (v->ndim < 0 || v->ndim > DEV_MAXDIM) return view_fail(err, errlen, "%s: bad ndim %d", what, v->ndim);
   for (int d = 0; d < v->ndim; d++) {
     if (v->shape[d] < 0) return view_fail(err, errlen, "%s: negative size in dim %d", what, d);
     if (v->shape[d] == 0) return 0;
-    if (numel > INT64_MAX / v->shape[d]) return view_fail(err, errlen, "%s: too many elements", what);
-    numel *= v->shape[d];
+    if (__builtin_mul_overflow(numel, v->shape[d], &numel))
+      return view_fail(err, errlen, "%s: too many elements", what);
   }
-  esz = (int64_t)dev_dtype_size(v->dtype);
+  /* Runs for every op: no divisions (element sizes are powers of two). */
+  esz = dev_dtype_size(v->dtype);
   for (int d = 0; d < v->ndim; d++) {
     uint64_t mag = v->stride[d] < 0 ? 0 - (uint64_t)v->stride[d] : (uint64_t)v->stride[d];
-    uint64_t span = (uint64_t)(v->shape[d] - 1);
+    uint64_t span = (uint64_t)(v->shape[d] - 1), ext;
     /* each extent below INT64_MAX / 16 keeps the sums of up to 8 from overflowing */
-    if (mag != 0 && span > (uint64_t)(INT64_MAX / 16) / mag)
+    if (__builtin_mul_overflow(span, mag, &ext) || ext > (uint64_t)(INT64_MAX / 16))
       return view_fail(err, errlen, "%s: stride too large in dim %d", what, d);
-    if (v->stride[d] > 0) hi += (int64_t)(span * mag);
-    else lo -= (int64_t)(span * mag);
+    if (v->stride[d] > 0) hi += (int64_t)ext;
+    else lo -= (int64_t)ext;
   }
   if (v->buf == NULL || v->buf->ptr == NULL) return view_fail(err, errlen, "%s: no memory", what);
-  if ((uintptr_t)dev_view_ptr(v) % (uintptr_t)esz != 0) return view_fail(err, errlen, "%s: misaligned", what);
-  room = v->offset <= v->buf->bytes ? (int64_t)((v->buf->bytes - v->offset) / (size_t)esz) : 0;
-  if (-lo > (int64_t)(v->offset / (size_t)esz) || hi >= room)
+  if ((uintptr_t)dev_view_ptr(v) & (uintptr_t)(esz - 1)) return view_fail(err, errlen, "%s: misaligned", what);
+  /* elements [lo, hi] around offset: lo * esz bytes before it, (hi + 1) * esz
+   * from it, all inside the buffer (lo, hi < INT64_MAX / 2, esz <= 16: the
+   * products fit in 64 unsigned bits only when checked) */
+  off = v->offset;
+  if (__builtin_mul_overflow((uint64_t)-lo, esz, &need) || need > off ||
+      __builtin_mul_overflow((uint64_t)hi + 1, esz, &need) || off > v->buf->bytes || need > v->buf->bytes - off)
     return view_fail(err, errlen, "%s: view exceeds its buffer", what);
   return 0;
 }

@@ -133,7 +133,7 @@ static int push(dev_stream *s, item *it) {
     }
     hs->started = 1;
   }
-  snprintf(it->site, sizeof it->site, "%s", s->ctx->site);
+  memcpy(it->site, s->ctx->site, sizeof it->site);  /* both DEV_SITE_LEN, NUL-terminated */
   it->seq = ++hs->enq;
   pthread_mutex_lock(&hs->mu);
   if (hs->tail) hs->tail->next = it; else hs->head = it;

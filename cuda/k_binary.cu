@@ -94,9 +94,6 @@ int k_binary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   int64_t n = dev_view_numel(out);
   kview ko, ka, kb;
   if ((unsigned)code >= DEV_NBINOP) return k_fail(err, errlen, "binary: bad op %d", code);
-  if (k_check_view(out, "out", err, errlen) || k_check_view(&op->in[0], "in[0]", err, errlen) ||
-      (!scalar && k_check_view(&op->in[1], "in[1]", err, errlen)))
-    return -1;
   for (int i = 0; i < (scalar ? 1 : 2); i++) {
     if (op->in[i].dtype != t)
       return k_fail(err, errlen, "%s: dtype %s does not match %s", dev_binop_name((dev_binop)code),

@@ -711,8 +711,9 @@ static inline int k_fail(char *err, size_t errlen, const char *fmt, ...)
 /* After a launch. */
 #define K_LAUNCHED() K_CUDA(cudaGetLastError())
 
-/* Views arrive validated by the device layer; the shared checker is cheap
- * insurance that a bad one becomes an error rather than a wild write. */
+/* The shared checker: cuk_launch runs it on the views of an op a backend
+ * built itself (ops from dev_submit were checked there, once), and
+ * k_copy_views on its own, since launchers pass it derived views. */
 static inline int k_check_view(const dev_view *v, const char *what, char *err, size_t errlen)
 {
   return dev_view_check(v, what, err, errlen);

@@ -1,11 +1,18 @@
 /* cuk_launch: the built-in kernels' one entry point, a switch on the op kind.
- * Each launcher validates its op as dev_host_run() does, enqueues on
- * env->stream and returns at once. */
+ * The views are checked here, once (dev_submit has already checked the ops it
+ * passes, which say so in env->checked); each launcher validates the rest of
+ * its op as dev_host_run() does, enqueues on env->stream and returns at once. */
 #include "k_common.cuh"
 
 extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
 {
   if (op == NULL || env == NULL) return k_fail(err, errlen, "cuk_launch: no op or environment");
+  if (!env->checked && op->kind != DEV_OP_SLEEP) {
+    static const char *const names[] = {"in[0]", "in[1]"};
+    if (k_check_view(&op->out, "out", err, errlen)) return -1;
+    for (int i = 0; i < op->nin && i < 2; i++)
+      if (k_check_view(&op->in[i], names[i], err, errlen)) return -1;
+  }
   switch (op->kind) {
   case DEV_OP_FILL: return k_fill(op, env, err, errlen);
   case DEV_OP_ARANGE: return k_arange(op, env, err, errlen);

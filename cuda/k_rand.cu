@@ -21,7 +21,6 @@ int k_rand(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   int64_t n = dev_view_numel(out);
   krand r;
   kview kv;
-  if (k_check_view(out, "out", err, errlen)) return -1;
   if (op->code != DEV_RAND_UNIFORM && op->code != DEV_RAND_NORMAL)
     return k_fail(err, errlen, "rand: bad kind %d", op->code);
   if (op->code == DEV_RAND_NORMAL && !dev_dtype_is_float(out->dtype))

@@ -224,4 +224,44 @@ T.test("misspelt options, read-only fields, stray arguments", function()
   }
 end)
 
+T.test("stream-only options (fill, zero_): one pass checks keys and the stream", function()
+  local t = gpu.ones({2})
+  local closed = gpu.stream()
+  closed:close()
+  run_cases {
+    { "fill{strem=}", "unknown option 'strem' %(expected: stream%)", function() t:fill(2, { strem = 1 }) end },
+    { "fill{stream=, extra=}", "unknown option 'extra'", function() t:fill(2, { stream = gpu.stream(), extra = 1 }) end },
+    { "fill positional key", "bad option key %(a number", function() t:fill(2, { 5 }) end },
+    { "fill{stream=5}", "bad option 'stream' %(gpu.Stream expected, got number%)",
+      function() t:fill(2, { stream = 5 }) end },
+    { "fill{stream=event}", "bad option 'stream' %(gpu.Stream expected, got gpu.Event%)",
+      function() t:fill(2, { stream = gpu.event() }) end },
+    { "fill{stream=closed}", "bad option 'stream' %(stream is closed%)", function() t:fill(2, { stream = closed }) end },
+    { "fill(v, 5)", "bad argument #2 to 'fill' %(table expected, got number%)", function() t:fill(2, 5) end },
+    { "zero_{stream=io.stdout}", "gpu.Stream expected, got FILE%*", function() t:zero_ { stream = io.stdout } end },
+    { "add{stream=event}", "bad option 'stream' %(gpu.Stream expected, got gpu.Event%)",
+      function() t:add(1, { stream = gpu.event() }) end },
+  }
+  T.is(t:totable(), { 1, 1 }, "no failed call wrote the tensor")
+  local s = gpu.stream()
+  t:fill(7, { stream = s })
+  s:synchronize()
+  T.is(t:totable(), { 7, 7 }, "fill{stream = s} ran on s")
+  t:fill(3, {})
+  T.is(t:totable(), { 3, 3 }, "an empty options table is the current stream")
+end)
+
+T.test("handles are told apart by type, foreign userdata included", function()
+  local t, s, e = gpu.ones({2}), gpu.stream(), gpu.event()
+  run_cases {
+    { "a stream as a tensor", "gpu.Tensor expected, got gpu.Stream", function() t.add(s, 1) end },
+    { "a FILE* as a tensor", "gpu.Tensor expected, got FILE%*", function() t.add(io.stdout, 1) end },
+    { "a tensor as a stream", "gpu.Stream expected, got gpu.Tensor", function() s.synchronize(t) end },
+    { "an event as a stream", "gpu.Stream expected, got gpu.Event", function() s.synchronize(e) end },
+    { "a FILE* as an event", "gpu.Event expected, got FILE%*", function() e.synchronize(io.stdout) end },
+    { "s:wait(FILE*)", "gpu.Event or gpu.Stream expected, got FILE%*", function() s:wait(io.stdout) end },
+    { "copy from a stream", "gpu.Tensor expected, got gpu.Stream", function() t:copy(s) end },
+  }
+end)
+
 T.done()
