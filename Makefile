@@ -26,8 +26,6 @@
 MAKEFLAGS += --no-builtin-rules
 .SUFFIXES:
 .DELETE_ON_ERROR:
-# Keep objects that only pattern rules mention (the C tests').
-.SECONDARY:
 
 BUILD ?= build
 ASAN_BUILD := build-asan
@@ -124,6 +122,10 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_OBJ := $(call obj,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC)) $(BUILD)/obj/gen/stdlib.o
 CLI_OBJ := $(call obj,$(CLI_SRC))
 CTESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
+# Keep the C tests' objects, which only a pattern rule mentions.  Only those:
+# a bare .SECONDARY makes every target intermediate, and then a missing
+# library object is not rebuilt while the library is newer than its sources.
+.SECONDARY: $(patsubst tests/%.c,$(BUILD)/obj/tests/%.o,$(CTEST_SRC))
 LIB := $(BUILD)/libgpulua.a
 BIN := $(BUILD)/gpulua
 EMBED := $(BUILD)/embed

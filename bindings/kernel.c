@@ -472,13 +472,6 @@ static int gpu_compile(lua_State *L) {
   return 1;
 }
 
-static int is_image(const char *s, size_t len) {
-  static const unsigned char fatbin[4] = {0x50, 0xed, 0x55, 0xba};
-  if (len >= 4 && memcmp(s, "\x7f" "ELF", 4) == 0) return 1;
-  if (len >= 4 && memcmp(s, fatbin, 4) == 0) return 1;
-  return strstr(s, ".entry") != NULL && (strstr(s, ".version") != NULL || strstr(s, ".target") != NULL);
-}
-
 /* gpu.load_module(image_or_path, {declare =}) */
 static int gpu_load_module(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
@@ -493,7 +486,7 @@ static int gpu_load_module(lua_State *L) {
       luaL_error(L, "bad option 'declare' (CUDA C prototypes as a string expected, got %s)", luaL_typename(L, -1));
     declare = lua_tostring(L, -1);
   }
-  if (!is_image(data, len)) {
+  if (dev_image_kind_of(data, len) == DEV_IMAGE_NONE) {
     /* a path: read the file into a Lua string */
     FILE *f = fopen(data, "rb");
     if (!f) return luaL_error(L, "gpu.load_module: cannot open '%s': %s", data, strerror(errno));
@@ -507,7 +500,7 @@ static int gpu_load_module(lua_State *L) {
     if (bad) return luaL_error(L, "gpu.load_module: cannot read '%s'", data);
     luaL_pushresult(&b);
     data = lua_tolstring(L, -1, &len);
-    if (!is_image(data, len))
+    if (dev_image_kind_of(data, len) == DEV_IMAGE_NONE)
       return luaL_error(L, "gpu.load_module: '%s' is not PTX, a cubin or a fatbin", lua_tostring(L, 1));
   }
   gpu_modref *r = new_modref(L);

@@ -334,6 +334,10 @@ typedef struct dev_compile_opts {
  * full log (free() it).  The host backend returns DEV_ERR_UNSUPPORTED. */
 int dev_module_compile(dev_ctx *ctx, const char *src, const dev_compile_opts *o,
                        dev_module **out, char **log);
+/* What the len bytes at data are: a cubin (ELF), a fatbin, PTX text (an
+ * .entry and a .version or .target), or none of these (e.g. a path). */
+typedef enum { DEV_IMAGE_NONE, DEV_IMAGE_PTX, DEV_IMAGE_CUBIN, DEV_IMAGE_FATBIN } dev_image_kind;
+dev_image_kind dev_image_kind_of(const void *data, size_t len);
 /* Load a cubin, fatbin or PTX image.  `declare` (CUDA C prototypes, may be
  * NULL) gives parameter types; without it PTX entries give sizes and kinds,
  * and a cubin's kernels take arguments by size. */

@@ -708,6 +708,25 @@ static inline int k_fail(char *err, size_t errlen, const char *fmt, ...)
       return k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(k_e_)); \
   } while (0)
 
+/* Launch Fn through its kernel handle, looked up once: cudaLaunchKernel on
+ * a handle skips the runtime's lookup from the host stub to the function
+ * that <<<>>> does on every launch.  For the ops whose cost is their launch;
+ * falls back to the stub where the handle cannot be had. */
+template <auto Fn>
+static cudaError_t k_launch(dim3 grid, dim3 block, void **args, size_t shared, const cuk_env *env)
+{
+  static const cudaKernel_t handle = [] {
+    cudaKernel_t h = nullptr;
+    if (cudaGetKernel(&h, (const void *)Fn) != cudaSuccess) {
+      cudaGetLastError();
+      h = nullptr;
+    }
+    return h;
+  }();
+  const void *f = handle ? (const void *)handle : (const void *)Fn;
+  return cudaLaunchKernel(f, grid, block, args, shared, k_stream(env));
+}
+
 /* After a launch. */
 #define K_LAUNCHED() K_CUDA(cudaGetLastError())
 

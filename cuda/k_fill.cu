@@ -41,6 +41,15 @@ K_UNROLL
   }
 }
 
+/* At most one block's worth: one element per thread, nothing else (a tiny
+ * fill's cost is its launch and its latency, and a round trip waits for the
+ * kernel's last instruction). */
+template <typename E>
+__global__ void __launch_bounds__(K_THREADS) fill_small_kernel(E *p, int n, E v)
+{
+  if ((int)threadIdx.x < n) p[threadIdx.x] = v;
+}
+
 template <int T>
 __global__ void __launch_bounds__(K_THREADS) arange_kernel(kview out, int64_t n, int exact, dev_scalar s0, dev_scalar s1)
 {
@@ -56,6 +65,14 @@ static int launch_fill(const dev_view *out, int64_t n, uint64_t bits, const cuk_
 {
   E v;
   memcpy(&v, &bits, sizeof v);
+  if (dev_view_contiguous(out) && n <= K_THREADS) {
+    E *p = (E *)dev_view_ptr(out);
+    int ni = (int)n;
+    void *args[] = {&p, &ni, &v};
+    unsigned threads = (unsigned)(n + 31) / 32 * 32;
+    K_CUDA(k_launch<fill_small_kernel<E>>(dim3(1), dim3(threads), args, 0, env));
+    return 0;
+  }
   if (dev_view_contiguous(out))
     fill_contig_kernel<E><<<k_blocks(n, env), K_THREADS, 0, k_stream(env)>>>((E *)dev_view_ptr(out), n, v);
   else

@@ -193,11 +193,21 @@ int dev_module_compile(dev_ctx *ctx, const char *src, const dev_compile_opts *o,
   return DEV_OK;
 }
 
+dev_image_kind dev_image_kind_of(const void *data, size_t len)
+{
+  static const unsigned char fatbin[4] = {0x50, 0xed, 0x55, 0xba};
+  if (len >= 4 && memcmp(data, "\x7f" "ELF", 4) == 0) return DEV_IMAGE_CUBIN;
+  if (len >= 4 && memcmp(data, fatbin, 4) == 0) return DEV_IMAGE_FATBIN;
+  if (memmem(data, len, ".entry", 6) && (memmem(data, len, ".version", 8) || memmem(data, len, ".target", 7)))
+    return DEV_IMAGE_PTX;
+  return DEV_IMAGE_NONE;
+}
+
+/* PTX handed to the loader: text with its terminating zero and no other */
 static int is_ptx(const void *image, size_t len)
 {
   const char *s = image;
-  return len > 8 && memchr(s, 0, len) == s + len - 1 && strstr(s, ".entry") != NULL &&
-         (strstr(s, ".version") != NULL || strstr(s, ".target") != NULL);
+  return len > 8 && memchr(s, 0, len) == s + len - 1 && dev_image_kind_of(image, len) == DEV_IMAGE_PTX;
 }
 
 int dev_module_load(dev_ctx *ctx, const void *image, size_t len, const char *declare,

@@ -230,7 +230,22 @@ static void test_nvrtc(void) {
   if (system(cmd) != 0) printf("# could not remove %s\n", dir);
 }
 
+/* gpu.load_module tells an image from a path with this */
+static void test_image_kind(void) {
+  static const char ptx[] = ".version 8.0\n.target sm_90\n.visible .entry k()\n{ ret; }\n";
+  static const unsigned char elf[] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0};
+  static const unsigned char fat[] = {0x50, 0xed, 0x55, 0xba, 1, 0, 0x10, 0};
+  ok(dev_image_kind_of(ptx, sizeof ptx - 1) == DEV_IMAGE_PTX, "image kind: PTX text");
+  ok(dev_image_kind_of(elf, sizeof elf) == DEV_IMAGE_CUBIN, "image kind: an ELF cubin");
+  ok(dev_image_kind_of(fat, sizeof fat) == DEV_IMAGE_FATBIN, "image kind: a fatbin");
+  ok(dev_image_kind_of("kernels/saxpy.ptx", 17) == DEV_IMAGE_NONE, "image kind: a path is none");
+  ok(dev_image_kind_of(".entry without a version", 24) == DEV_IMAGE_NONE, "image kind: .entry alone is not PTX");
+  ok(dev_image_kind_of(ptx, 20) == DEV_IMAGE_NONE, "image kind: only the first len bytes are read");
+  ok(dev_image_kind_of("\x7f" "EL", 3) == DEV_IMAGE_NONE, "image kind: three bytes of a magic");
+}
+
 int main(void) {
+  test_image_kind();
   test_parse();
   test_ptx();
   test_nvrtc();
