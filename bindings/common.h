@@ -100,5 +100,8 @@ int bind_open_stream(lua_State *L);   /* each adds its constructors to the table
 int bind_open_event(lua_State *L);
 int bind_open_tensor(lua_State *L);
 int bind_open_kernel(lua_State *L);
+int bind_open_comm(lua_State *L);
+/* ranks in the job: the joined communicator's, else the environment's */
+int bind_ctx_world(lua_State *L);
 
 #endif

@@ -292,6 +292,7 @@ int luaopen_gpu(lua_State *L) {
   bind_open_event(L);
   bind_open_tensor(L);
   bind_open_kernel(L);
+  bind_open_comm(L);
   return 1;
 }
 

@@ -366,4 +366,49 @@ typedef struct dev_launch {
 int dev_launch_check(dev_ctx *ctx, const dev_kernel *k, const unsigned grid[3],
                      const unsigned block[3], size_t shared, char *err, size_t errlen);
 
+/* ---- ranks and collectives ------------------------------------------- */
+
+/* Where this process sits in the job (from RANK / WORLD_SIZE / ... as
+ * torchrun or `gpulua -n` set them, or Slurm's). */
+typedef struct dev_rank_info {
+  int rank, world, local_rank, local_world;
+  char master_addr[256];
+  int master_port;
+  double timeout_s;       /* a collective that waits longer for a peer fails */
+  int check;              /* compare each collective across ranks first */
+} dev_rank_info;
+
+typedef enum {
+  DEV_COLL_ALL_REDUCE, DEV_COLL_BROADCAST, DEV_COLL_REDUCE, DEV_COLL_ALL_GATHER,
+  DEV_COLL_REDUCE_SCATTER, DEV_COLL_SEND, DEV_COLL_RECV, DEV_NCOLL
+} dev_coll_kind;
+
+typedef enum { DEV_CRED_SUM, DEV_CRED_PROD, DEV_CRED_MAX, DEV_CRED_MIN, DEV_CRED_AVG, DEV_NCRED } dev_cred;
+
+/* One collective.  Views are contiguous; send and recv may be the same
+ * memory (in place).  Counts: all_reduce, broadcast, reduce: equal;
+ * all_gather: recv = world x send; reduce_scatter: send = world x recv.
+ * send has no recv view, recv no send view; peer is the root of broadcast
+ * and reduce, the other rank of send and recv. */
+typedef struct dev_coll {
+  dev_coll_kind kind;
+  dev_cred red;
+  int peer;
+  dev_view send, recv;
+} dev_coll;
+
+const char *dev_coll_name(dev_coll_kind k);
+const char *dev_cred_name(dev_cred r);
+/* Join the job's communicator (once per context; a second call with the
+ * same rank and world does nothing).  Blocks until every rank has joined or
+ * ri->timeout_s passes. */
+int dev_comm_init(dev_ctx *ctx, const dev_rank_info *ri);
+int dev_comm_ready(dev_ctx *ctx);
+int dev_comm_world(dev_ctx *ctx);   /* ranks in the joined job */
+/* Enqueue n collectives on s, run as one group: all of them progress
+ * together, so a ring of sends and receives cannot deadlock.  n > 1 only
+ * for send and recv.  Errors that only the peers can see (a rank that called
+ * something else, a rank that is gone) are asynchronous errors. */
+int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n);
+
 #endif

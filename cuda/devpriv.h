@@ -44,6 +44,12 @@ typedef struct dev_backend {
                     size_t *sizes, int max, int *nparams);
   /* Names of every kernel in the image (malloc'd array of malloc'd names). */
   int (*kernel_names)(dev_ctx *ctx, void *impl, char ***names, int *n);
+
+  /* Collectives; NULL on a backend without them.  coll takes a checked
+   * group of n (copied) with its sequence number in the job. */
+  int (*comm_open)(dev_ctx *ctx, const dev_rank_info *ri);
+  void (*comm_close)(dev_ctx *ctx);
+  int (*coll)(dev_stream *s, const dev_coll *c, int n, uint64_t seq);
 } dev_backend;
 
 /* Compiled code and the lowered (mangled) names of the name expressions. */
@@ -107,6 +113,10 @@ struct dev_ctx {
   atomic_int running;     /* ops running now (host workers) */
   atomic_llong max_running;
 
+  void *comm;             /* the backend's communicator, once joined */
+  dev_rank_info ri;
+  uint64_t coll_seq;      /* collectives enqueued (interpreter thread) */
+
   pthread_mutex_t async_mu;
   atomic_int async_flag;
   char async_err[1024];
@@ -125,5 +135,13 @@ int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, voi
 dev_buf *dev_module_life(dev_module *m);
 dev_ctx *dev_module_ctx(const dev_module *m);
 const char *dev_op_name(const dev_kop *op);
+
+/* cuda/host_comm.c: collectives between the processes of one node through
+ * shared memory (the host backend's).  host_comm_run runs the group numbered
+ * seq after every earlier one, from any thread. */
+typedef struct host_comm host_comm;
+int host_comm_open(const dev_rank_info *ri, host_comm **out, char *err, size_t errlen);
+void host_comm_close(host_comm *c);
+int host_comm_run(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
 
 #endif

@@ -21,7 +21,7 @@ typedef struct hrec {           /* one event record: its timestamp */
   uint64_t t_ns;
 } hrec;
 
-typedef enum { IT_OP, IT_WAIT, IT_RECORD } item_kind;
+typedef enum { IT_OP, IT_WAIT, IT_RECORD, IT_COLL } item_kind;
 
 typedef struct item {
   struct item *next;
@@ -31,6 +31,9 @@ typedef struct item {
   struct hstream *target;       /* IT_WAIT */
   uint64_t pos;
   hrec *rec;                    /* IT_RECORD */
+  dev_coll *coll;               /* IT_COLL: a group of ncoll, numbered seq_coll */
+  int ncoll;
+  uint64_t seq_coll;
   char site[DEV_SITE_LEN];
 } item;
 
@@ -97,6 +100,17 @@ static void run_item(hstream *hs, item *it) {
     it->rec->t_ns = now_ns();
     rec_release(it->rec);
     break;
+  case IT_COLL: {
+    char msg[768];
+    dev_note_running(ctx, 1);
+    int rc = host_comm_run(ctx->comm, it->seq_coll, it->coll, it->ncoll, msg, sizeof msg);
+    dev_note_running(ctx, -1);
+    if (rc)
+      dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
+                     it->ncoll > 1 ? "group" : dev_coll_name(it->coll[0].kind), msg);
+    free(it->coll);
+    break;
+  }
   }
 }
 
@@ -332,6 +346,38 @@ static void h_free(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes) {
   free(p);
 }
 
+static int h_comm_open(dev_ctx *ctx, const dev_rank_info *ri) {
+  char err[512];
+  host_comm *c;
+  if (host_comm_open(ri, &c, err, sizeof err)) return dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
+  ctx->comm = c;
+  return DEV_OK;
+}
+
+static void h_comm_close(dev_ctx *ctx) {
+  host_comm_close(ctx->comm);
+  ctx->comm = NULL;
+}
+
+static int h_coll(dev_stream *s, const dev_coll *c, int n, uint64_t seq) {
+  int rc = legacy_order(s);
+  if (rc) return rc;
+  item *it = calloc(1, sizeof *it);
+  dev_coll *copy = malloc((size_t)n * sizeof *copy);
+  if (!it || !copy) {
+    free(it);
+    free(copy);
+    return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a collective");
+  }
+  memcpy(copy, c, (size_t)n * sizeof *copy);
+  it->kind = IT_COLL;
+  it->coll = copy;
+  it->ncoll = n;
+  it->seq_coll = seq;
+  if ((rc = push(s, it))) free(copy);
+  return rc;
+}
+
 static int h_submit(dev_stream *s, const dev_kop *op) {
   int rc = legacy_order(s);
   if (rc) return rc;
@@ -362,4 +408,7 @@ const dev_backend dev_host_backend = {
   .alloc = h_alloc,
   .free = h_free,
   .submit = h_submit,
+  .comm_open = h_comm_open,
+  .comm_close = h_comm_close,
+  .coll = h_coll,
 };

@@ -4,7 +4,8 @@
  * status) with the state made through the embedding API (gpulua_open), so the
  * program runs the same path as an embedding application.  Differences from
  * lua.c: --device; an error in a chunk read from stdin also exits 1; queued
- * device work is finished before exit and an asynchronous failure exits 1. */
+ * device work is finished before exit and an asynchronous failure exits 1.
+ * `gpulua -n N script.lua` runs the script on N ranks (launch.c). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 #include "cli.h"
 #include "gpulua.h"
+#include "launch.h"
 
 static const char *const progname = "gpulua";
 
@@ -65,15 +67,10 @@ static void laction(int sig) {
   lua_sethook(globalL, lstop, flag, 1);
 }
 
-static void print_usage(const char *badoption) {
-  fprintf(stderr, "%s: ", progname);
-  if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
-      strcmp(badoption, "--device=") == 0)
-    fprintf(stderr, "'%s' needs argument\n", badoption);
-  else
-    fprintf(stderr, "unrecognized option '%s'\n", badoption);
+static void print_usage_lines(void) {
   fprintf(stderr,
           "usage: %s [options] [script [args]]\n"
+          "       %s -n N [launcher options] [options] script [args]\n"
           "Available options are:\n"
           "  -e stat        execute string 'stat'\n"
           "  -i             enter interactive mode after executing 'script'\n"
@@ -85,8 +82,33 @@ static void print_usage(const char *badoption) {
           "  --device DEV   run on DEV: host, cuda or cuda:N\n"
           "                 (default: env GPULUA_DEVICE, else cuda if a GPU answers, else host)\n"
           "  --             stop handling options\n"
-          "  -              stop handling options and execute stdin\n",
-          progname);
+          "  -              stop handling options and execute stdin\n"
+          "Launcher options (each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+          "MASTER_ADDR and MASTER_PORT in its environment):\n"
+          "  -n N           run the script on N ranks (processes) on this node\n"
+          "  --nnodes K     the job spans K nodes of N ranks each (default 1)\n"
+          "  --node-rank R  this node's index, 0 to K-1 (default 0)\n"
+          "  --master H:P   MASTER_ADDR and MASTER_PORT (needed with --nnodes; default:\n"
+          "                 127.0.0.1 and a free port)\n"
+          "  --prefix       write each output line as '[rank R] line' (default on a terminal)\n"
+          "  --no-prefix    write output lines as they are\n",
+          progname, progname);
+}
+
+static void print_usage(const char *badoption) {
+  fprintf(stderr, "%s: ", progname);
+  if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
+      strcmp(badoption, "--device=") == 0)
+    fprintf(stderr, "'%s' needs argument\n", badoption);
+  else
+    fprintf(stderr, "unrecognized option '%s'\n", badoption);
+  print_usage_lines();
+}
+
+static int usage_error(const char *msg) {
+  fprintf(stderr, "%s: %s\n", progname, msg);
+  print_usage_lines();
+  return EXIT_FAILURE;
 }
 
 void cli_message(const char *pname, const char *msg) {
@@ -330,9 +352,42 @@ static int pmain(lua_State *L) {
   return 1;
 }
 
+/* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
+static int launch(struct launch *l) {
+  int script;
+  const char *device = NULL;
+  int args = collectargs(l->argv, &script, &device);
+  const char *msg = NULL;
+  if (args == has_error)
+    print_usage(l->argv[script]);
+  else if (args & has_i)
+    msg = "-n cannot be used with -i (the ranks have no REPL)";
+  else if (script > 0 && strcmp(l->argv[script], "-") == 0 &&
+           strcmp(l->argv[script - 1], "--") != 0)
+    msg = "-n cannot read the script from stdin; name a script file";
+  else if (script < 1 && !(args & has_e))
+    msg = "-n needs a script (or -e) to run on each rank";
+  int status = args == has_error ? EXIT_FAILURE : msg != NULL ? usage_error(msg) : launch_run(l);
+  launch_free(l);
+  return status;
+}
+
 int main(int argc, char **argv) {
   struct cli c = {argc, argv, 0, 0, NULL};
   const char *device = NULL;
+  struct launch l;
+  char err[256];
+  switch (launch_parse(argv, &l, err, sizeof err)) {
+    case -1:
+      return usage_error(err);
+    case 1:
+      return launch(&l);
+  }
+  /* Under the launcher stdout is a pipe: write whole lines as they come, as
+   * on a terminal, so that ranks' output interleaves by line and nothing is
+   * held back when a rank is killed. */
+  if (getenv("GPULUA_LAUNCHER") != NULL)
+    setvbuf(stdout, NULL, _IOLBF, 0);
   c.args = collectargs(argv, &c.script, &device);
   if (c.args == has_error) {
     print_usage(argv[c.script]);

@@ -42,4 +42,22 @@ T.test("overlap.lua's check fails without the event wait", function()
   T.diag((out:gsub("\n$", "")))
 end)
 
+T.test("rank scripts under the launcher", function()
+  for _, c in ipairs {
+    { 2, "scripts/data_parallel.lua 4096", "data_parallel: 2 ranks x 4096 elements, all_reduce%(avg%) check ok" },
+    { 4, "scripts/data_parallel.lua 4096", "data_parallel: 4 ranks x 4096 elements, all_reduce%(avg%) check ok" },
+    { 4, "scripts/ring.lua 1000", "ring: rank 3 holds 4 blocks of 1000, sum 10000, check ok" },
+    { 2, "scripts/ring.lua 1000", "ring: rank 1 holds 2 blocks of 1000, sum 3000, check ok" },
+    { 2, "scripts/rank_pipeline.lua 9 1000", "rank_pipeline: rank 1 consumed 9 batches, sum 45000, check ok" },
+  } do
+    -- the collectives run on the host backend whatever the machine
+    local out, ok = run("", string.format("-n %d --device host %s", c[1], c[2]))
+    T.ok(ok, string.format("-n %d %s exits 0", c[1], c[2]))
+    T.ok(out:find(c[3]) ~= nil, "... and prints its check")
+    if not ok then T.diag(out) end
+  end
+  local out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
+  T.ok(not ok and out:find("runs with %-n 2") ~= nil, "rank_pipeline.lua refuses a world of 3")
+end)
+
 T.done()

@@ -1,0 +1,441 @@
+/* Ranks and collectives: gpu.rank, gpu.world_size, gpu.local_rank,
+ * gpu.local_world_size; gpu.all_reduce, broadcast, reduce, all_gather,
+ * reduce_scatter, send, recv, group, barrier, init_comm.  The job comes from
+ * the environment, as torchrun and `gpulua -n` set it (RANK, WORLD_SIZE,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or Slurm's; the
+ * communicator is joined on first use. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* registry keys by address */
+static const char group_key = 0;   /* the open gpu.group's pending sends/receives */
+
+typedef struct job {
+  dev_rank_info ri;
+  char bad[200];                   /* what is wrong with the environment, if anything */
+} job;
+
+/* An environment integer: 1 and *out, 0 when unset, -1 when malformed. */
+static int env_int(const char *name, long *out) {
+  const char *v = getenv(name);
+  if (!v || !*v) return 0;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1000000) return -1;
+  *out = x;
+  return 1;
+}
+
+static void read_job(job *j) {
+  memset(j, 0, sizeof *j);
+  dev_rank_info *ri = &j->ri;
+  long rank = 0, world = 1, lrank = 0, lworld = -1, port = 29500, v;
+  /* torchrun's names first, then Slurm's */
+  static const char *const names[][2] = {
+    {"RANK", "SLURM_PROCID"}, {"WORLD_SIZE", "SLURM_NTASKS"}, {"LOCAL_RANK", "SLURM_LOCALID"},
+    {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"},
+  };
+  long *dst[] = {&rank, &world, &lrank, &lworld};
+  for (int i = 0; i < 4; i++) {
+    for (int k = 0; k < 2; k++) {
+      int r = env_int(names[i][k], &v);
+      if (r < 0) {
+        snprintf(j->bad, sizeof j->bad, "%s='%s' is not a non-negative integer", names[i][k], getenv(names[i][k]));
+        break;
+      }
+      if (r > 0) { *dst[i] = v; break; }
+    }
+  }
+  if (lworld < 0) lworld = world;
+  if (!j->bad[0] && world < 1) snprintf(j->bad, sizeof j->bad, "WORLD_SIZE=%ld: a job has at least one rank", world);
+  if (!j->bad[0] && rank >= world) snprintf(j->bad, sizeof j->bad, "RANK=%ld is not below WORLD_SIZE=%ld", rank, world);
+  if (!j->bad[0] && (lworld < 1 || lrank >= lworld))
+    snprintf(j->bad, sizeof j->bad, "LOCAL_RANK=%ld is not below LOCAL_WORLD_SIZE=%ld", lrank, lworld);
+  if (!j->bad[0] && env_int("MASTER_PORT", &port) < 0)
+    snprintf(j->bad, sizeof j->bad, "MASTER_PORT='%s' is not a port number", getenv("MASTER_PORT"));
+  ri->rank = (int)rank;
+  ri->world = (int)world;
+  ri->local_rank = (int)lrank;
+  ri->local_world = (int)lworld;
+  ri->master_port = (int)port;
+  const char *addr = getenv("MASTER_ADDR");
+  snprintf(ri->master_addr, sizeof ri->master_addr, "%s", addr && *addr ? addr : "127.0.0.1");
+  const char *t = getenv("GPULUA_COMM_TIMEOUT");
+  ri->timeout_s = t && *t ? strtod(t, NULL) : 300;
+  if (!(ri->timeout_s > 0)) ri->timeout_s = 300;
+  /* the per-collective check across ranks: on unless GPULUA_COMM_CHECK=0 */
+  const char *c = getenv("GPULUA_COMM_CHECK");
+  ri->check = !(c && strcmp(c, "0") == 0);
+}
+
+/* Collectives of the whole job do not mix with a group's sends and receives. */
+static void no_group(lua_State *L, const char *fname) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &group_key);
+  int open = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (open) luaL_error(L, "%s cannot be grouped: a gpu.group holds sends and receives only", fname);
+}
+
+static void join(lua_State *L, const char *fname, int opts) {
+  dev_ctx *ctx = bind_ctx(L);
+  if (dev_comm_ready(ctx)) return;
+  job j;
+  read_job(&j);
+  if (j.bad[0]) luaL_error(L, "%s: cannot join the job: %s", fname, j.bad);
+  if (opts && bind_opt_field(L, opts, "timeout") != LUA_TNIL) {
+    if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) > 0))
+      luaL_error(L, "bad option 'timeout' (seconds > 0 expected, got %s)", luaL_tolstring(L, -1, NULL));
+    j.ri.timeout_s = lua_tonumber(L, -1);
+  }
+  if (opts) lua_pop(L, 1);
+  if (opts && bind_opt_field(L, opts, "check") != LUA_TNIL) j.ri.check = lua_toboolean(L, -1);
+  if (opts) lua_pop(L, 1);
+  bind_site(L, ctx);
+  BIND_CHECK(L, ctx, dev_comm_init(ctx, &j.ri), fname);
+}
+
+/* gpu.init_comm{timeout =, check =}: join now rather than at the first collective */
+static int comm_init(lua_State *L) {
+  bind_check_opts(L, 1, "timeout check");
+  join(L, "init_comm", lua_istable(L, 1) ? 1 : 0);
+  return 0;
+}
+
+static dev_cred check_red(lua_State *L, int opts) {
+  static const char *const names[] = {"sum", "prod", "max", "min", "avg", NULL};
+  dev_cred r = DEV_CRED_SUM;
+  if (bind_opt_field(L, opts, "op") != LUA_TNIL) {
+    const char *s = lua_tostring(L, -1);
+    int i = 0;
+    while (s && names[i] && strcmp(names[i], s) != 0) i++;
+    if (!s || !names[i])
+      luaL_error(L, "bad option 'op' (expected \"sum\", \"prod\", \"max\", \"min\" or \"avg\", got %s)",
+                 s ? s : luaL_typename(L, -1));
+    r = (dev_cred)i;
+  }
+  lua_pop(L, 1);
+  return r;
+}
+
+static int check_rank_arg(lua_State *L, int idx, const char *what) {
+  int isint;
+  lua_Integer v = lua_tointegerx(L, idx, &isint);
+  if (!isint) luaL_error(L, "bad %s (a rank number expected, got %s)", what, luaL_typename(L, idx));
+  if (v < 0 || v >= bind_ctx_world(L))
+    luaL_error(L, "bad %s (%I is not a rank: the world has %d)", what, v, bind_ctx_world(L));
+  return (int)v;
+}
+
+static int opt_rank(lua_State *L, int opts, const char *field, int dflt) {
+  int r = dflt;
+  if (bind_opt_field(L, opts, field) != LUA_TNIL) {
+    char what[64];
+    snprintf(what, sizeof what, "option '%s'", field);
+    r = check_rank_arg(L, lua_gettop(L), what);
+  }
+  lua_pop(L, 1);
+  return r;
+}
+
+/* opts.out, or 0 */
+static int opt_out(lua_State *L, int opts) {
+  if (bind_opt_field(L, opts, "out") == LUA_TNIL) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  if (!bind_test_tensor_handle(L, -1))
+    luaL_error(L, "bad option 'out' (gpu.Tensor expected, got %s)", bind_typename(L, -1));
+  return lua_gettop(L);
+}
+
+/* The device layer's messages for collectives already start with the
+ * collective's name. */
+static int coll_raise(lua_State *L, dev_ctx *ctx, const char *fname) {
+  const char *msg = dev_errmsg(ctx);
+  size_t n = strlen(fname);
+  if (strncmp(msg, fname, n) == 0 && msg[n] == ':') return luaL_error(L, "%s", msg);
+  return bind_raise(L, ctx, fname);
+}
+#define COLL_CHECK(L, ctx, call, fname) \
+  do { if ((call) != DEV_OK) coll_raise((L), (ctx), (fname)); } while (0)
+
+/* Enqueue one collective: tensors at stack indices si (send) and ri (recv),
+ * fetched here after the last Lua allocation. */
+static void enqueue(lua_State *L, const char *fname, dev_coll *c, int si, int ri, int opts) {
+  dev_stream *s = opts ? bind_opt_stream(L, opts) : bind_current_stream(L);
+  dev_ctx *ctx = dev_stream_ctx(s);
+  if (si) c->send = bind_check_tensor(L, si)->v;
+  if (ri) c->recv = bind_check_tensor(L, ri)->v;
+  bind_site(L, ctx);
+  COLL_CHECK(L, ctx, dev_collective(ctx, s, c, 1), fname);
+}
+
+/* gpu.all_reduce(t, {op =, out =, stream =}) -> out or t */
+static int comm_all_reduce(lua_State *L) {
+  bind_check_tensor(L, 1);
+  bind_check_opts(L, 2, "op out stream");
+  int opts = lua_istable(L, 2) ? 2 : 0;
+  no_group(L, "all_reduce");
+  join(L, "all_reduce", 0);
+  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = opts ? check_red(L, opts) : DEV_CRED_SUM};
+  int out = opts ? opt_out(L, opts) : 0;
+  enqueue(L, "all_reduce", &c, 1, out ? out : 1, opts);
+  lua_pushvalue(L, out ? out : 1);
+  return 1;
+}
+
+/* gpu.broadcast(t, {root =, out =, stream =}): root's t to every rank's t (or out) */
+static int comm_broadcast(lua_State *L) {
+  bind_check_tensor(L, 1);
+  bind_check_opts(L, 2, "root out stream");
+  int opts = lua_istable(L, 2) ? 2 : 0;
+  no_group(L, "broadcast");
+  join(L, "broadcast", 0);
+  dev_coll c = {.kind = DEV_COLL_BROADCAST, .peer = opts ? opt_rank(L, opts, "root", 0) : 0};
+  int out = opts ? opt_out(L, opts) : 0;
+  enqueue(L, "broadcast", &c, 1, out ? out : 1, opts);
+  lua_pushvalue(L, out ? out : 1);
+  return 1;
+}
+
+/* gpu.reduce(t, {op =, root =, out =, stream =}): the result on root only */
+static int comm_reduce(lua_State *L) {
+  bind_check_tensor(L, 1);
+  bind_check_opts(L, 2, "op root out stream");
+  int opts = lua_istable(L, 2) ? 2 : 0;
+  no_group(L, "reduce");
+  join(L, "reduce", 0);
+  dev_coll c = {.kind = DEV_COLL_REDUCE, .red = opts ? check_red(L, opts) : DEV_CRED_SUM,
+                .peer = opts ? opt_rank(L, opts, "root", 0) : 0};
+  int out = opts ? opt_out(L, opts) : 0;
+  enqueue(L, "reduce", &c, 1, out ? out : 1, opts);
+  lua_pushvalue(L, out ? out : 1);
+  return 1;
+}
+
+/* gpu.all_gather(out, t, {stream =}): out holds every rank's t, in rank order */
+static int comm_all_gather(lua_State *L) {
+  bind_check_tensor(L, 1);
+  bind_check_tensor(L, 2);
+  bind_check_opts(L, 3, "stream");
+  int opts = lua_istable(L, 3) ? 3 : 0;
+  no_group(L, "all_gather");
+  join(L, "all_gather", 0);
+  dev_coll c = {.kind = DEV_COLL_ALL_GATHER};
+  enqueue(L, "all_gather", &c, 2, 1, opts);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* gpu.reduce_scatter(out, t, {op =, stream =}): rank r gets block r of the
+ * reduction of every rank's t */
+static int comm_reduce_scatter(lua_State *L) {
+  bind_check_tensor(L, 1);
+  bind_check_tensor(L, 2);
+  bind_check_opts(L, 3, "op stream");
+  int opts = lua_istable(L, 3) ? 3 : 0;
+  no_group(L, "reduce_scatter");
+  join(L, "reduce_scatter", 0);
+  dev_coll c = {.kind = DEV_COLL_REDUCE_SCATTER, .red = opts ? check_red(L, opts) : DEV_CRED_SUM};
+  enqueue(L, "reduce_scatter", &c, 2, 1, opts);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ---- send, recv and groups -------------------------------------------------- */
+
+/* Inside gpu.group: {kind, tensor, peer, stream handle or false} appended to
+ * the group's list; outside: enqueued at once as a group of one. */
+static int p2p(lua_State *L, dev_coll_kind kind, const char *fname) {
+  bind_check_tensor(L, 1);
+  bind_check_opts(L, 3, "stream");
+  int opts = lua_istable(L, 3) ? 3 : 0;
+  join(L, fname, 0);
+  int peer = check_rank_arg(L, 2, "peer (argument #2)");
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &group_key);
+  if (lua_istable(L, -1)) {
+    int list = lua_gettop(L);
+    lua_createtable(L, 4, 0);
+    lua_pushinteger(L, kind);
+    lua_rawseti(L, -2, 1);
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, 2);
+    lua_pushinteger(L, peer);
+    lua_rawseti(L, -2, 3);
+    if (opts && bind_opt_field(L, opts, "stream") != LUA_TNIL) {
+      if (!bind_test_stream(L, -1))
+        luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, -1));
+    } else {
+      if (opts) lua_pop(L, 1);
+      lua_pushboolean(L, 0);
+    }
+    lua_rawseti(L, -2, 4);
+    lua_rawseti(L, list, (lua_Integer)lua_rawlen(L, list) + 1);
+    lua_settop(L, 1);
+    return 1;
+  }
+  lua_pop(L, 1);
+  dev_coll c = {.kind = kind, .peer = peer};
+  enqueue(L, fname, &c, kind == DEV_COLL_SEND ? 1 : 0, kind == DEV_COLL_RECV ? 1 : 0, opts);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int comm_send(lua_State *L) { return p2p(L, DEV_COLL_SEND, "send"); }
+static int comm_recv(lua_State *L) { return p2p(L, DEV_COLL_RECV, "recv"); }
+
+/* Enqueue the pending list at idx as one group. */
+static void flush_group(lua_State *L, int list) {
+  int n = (int)lua_rawlen(L, list);
+  if (n == 0) return;
+  dev_coll *g = lua_newuserdatauv(L, (size_t)n * sizeof *g, 0);
+  memset(g, 0, (size_t)n * sizeof *g);
+  int stream_idx = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, list, i);
+    lua_rawgeti(L, -1, 4);
+    if (lua_toboolean(L, -1)) {
+      if (stream_idx && !lua_rawequal(L, -1, stream_idx))
+        luaL_error(L, "gpu.group: every send and recv of a group goes on one stream");
+      if (!stream_idx) stream_idx = lua_gettop(L);
+      else lua_pop(L, 1);
+    } else {
+      if (stream_idx) luaL_error(L, "gpu.group: every send and recv of a group goes on one stream");
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  /* the stream of the group, then the tensors: after the last allocation */
+  dev_stream *s;
+  if (stream_idx) {
+    gpu_stream *p = bind_test_stream(L, stream_idx);
+    if (!p->s) luaL_error(L, "gpu.group: the group's stream is closed");
+    s = p->s;
+  } else {
+    s = bind_current_stream(L);
+  }
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, list, i);
+    lua_rawgeti(L, -1, 1);
+    g[i - 1].kind = (dev_coll_kind)lua_tointeger(L, -1);
+    lua_rawgeti(L, -2, 3);
+    g[i - 1].peer = (int)lua_tointeger(L, -1);
+    lua_rawgeti(L, -3, 2);
+    gpu_tensor *t = bind_test_tensor_handle(L, -1);
+    if (!t || !t->v.buf) luaL_error(L, "gpu.group: %s #%d: tensor is closed", dev_coll_name(g[i - 1].kind), i);
+    if (g[i - 1].kind == DEV_COLL_SEND) g[i - 1].send = t->v;
+    else g[i - 1].recv = t->v;
+    lua_pop(L, 4);
+  }
+  dev_ctx *ctx = dev_stream_ctx(s);
+  bind_site(L, ctx);
+  COLL_CHECK(L, ctx, dev_collective(ctx, s, g, n), "group");
+}
+
+static int group_body(lua_State *L) {
+  lua_pushvalue(L, 1);
+  lua_call(L, 0, 0);
+  return 0;
+}
+
+/* gpu.group(fn): the sends and receives fn makes run together, as NCCL's
+ * ncclGroupStart/End, so a ring exchange cannot deadlock. */
+static int comm_group(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &group_key);
+  if (!lua_isnil(L, -1)) {
+    /* nested: the outer group collects */
+    lua_pop(L, 1);
+    lua_call(L, 0, 0);
+    return 0;
+  }
+  lua_pop(L, 1);
+  lua_newtable(L);
+  int list = lua_gettop(L);
+  lua_pushvalue(L, list);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &group_key);
+  lua_pushcfunction(L, group_body);
+  lua_pushvalue(L, 1);
+  int rc = lua_pcall(L, 1, 0, 0);
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &group_key);
+  if (rc != LUA_OK) return lua_error(L);   /* nothing of the group was enqueued */
+  flush_group(L, list);
+  return 0;
+}
+
+/* gpu.barrier(): every rank's host gets here before any goes on (a 1-element
+ * all_reduce on the current stream, then a wait for it: a counted sync). */
+static int comm_barrier(lua_State *L) {
+  if (!lua_isnone(L, 1)) return luaL_argerror(L, 1, "gpu.barrier() takes no argument");
+  no_group(L, "barrier");
+  join(L, "barrier", 0);
+  lua_settop(L, 0);
+  dev_ctx *ctx = bind_ctx(L);
+  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
+  memset(t, 0, sizeof *t);
+  t->tag = &bind_tensor_type;
+  luaL_setmetatable(L, GPULUA_TENSOR);
+  int64_t one = 1;
+  dev_buf *b;
+  BIND_CHECK(L, ctx, dev_buf_alloc(ctx, DEV_MEM_DEVICE, 1, &b), "barrier");
+  t->v.buf = b;
+  t->v.dtype = DEV_U8;
+  dev_view_set_contiguous(&t->v, 1, &one);
+  dev_stream *s = bind_current_stream(L);
+  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = DEV_CRED_MAX, .send = t->v, .recv = t->v};
+  bind_site(L, ctx);
+  BIND_CHECK(L, ctx, dev_memset(ctx, s, b, 0, 0, 1), "barrier");
+  BIND_CHECK(L, ctx, dev_collective(ctx, s, &c, 1), "barrier");
+  BIND_CHECK(L, ctx, dev_stream_synchronize(s), "barrier");
+  return 0;
+}
+
+static const luaL_Reg comm_funcs[] = {
+  {"init_comm", comm_init},
+  {"all_reduce", comm_all_reduce},
+  {"broadcast", comm_broadcast},
+  {"reduce", comm_reduce},
+  {"all_gather", comm_all_gather},
+  {"reduce_scatter", comm_reduce_scatter},
+  {"send", comm_send},
+  {"recv", comm_recv},
+  {"group", comm_group},
+  {"barrier", comm_barrier},
+  {NULL, NULL}
+};
+
+int bind_ctx_world(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  if (dev_comm_ready(ctx)) return dev_comm_world(ctx);
+  job j;
+  read_job(&j);
+  return j.ri.world;
+}
+
+int bind_open_comm(lua_State *L) {
+  job j;
+  read_job(&j);
+  /* plain fields: a script reads them as often as it likes */
+  lua_pushinteger(L, j.ri.rank);
+  lua_setfield(L, -2, "rank");
+  lua_pushinteger(L, j.ri.world);
+  lua_setfield(L, -2, "world_size");
+  lua_pushinteger(L, j.ri.local_rank);
+  lua_setfield(L, -2, "local_rank");
+  lua_pushinteger(L, j.ri.local_world);
+  lua_setfield(L, -2, "local_world_size");
+  luaL_setfuncs(L, comm_funcs, 0);
+  /* Under `gpulua -n` every rank starts, so the host backend joins at once:
+   * then a rank whose script ends (or dies) before a collective its peers
+   * wait in is seen to be gone, at once, instead of after the timeout. */
+  const char *launched = getenv("GPULUA_LAUNCHER");
+  if (launched && *launched && strcmp(launched, "0") != 0 && !j.bad[0] && j.ri.world > 1 &&
+      j.ri.local_world == j.ri.world && strcmp(dev_backend_name(bind_ctx(L)), "host") == 0)
+    join(L, "gpu", 0);
+  return 0;
+}

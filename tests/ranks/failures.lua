@@ -1,0 +1,39 @@
+-- Run by tests/ranks.lua under `gpulua -n 2`: one way for a job to go wrong,
+-- named by arg[1].  The job must end with the cause, never hang.
+local gpu = require "gpu"
+local mode, r = arg[1], gpu.rank
+local t = gpu.ones({ 4 })
+
+local function pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local p = f:read("n")
+  f:close()
+  return p
+end
+
+if mode == "count" then
+  gpu.all_reduce(gpu.ones({ 4 + r }))
+elseif mode == "kind" then
+  if r == 1 then gpu.broadcast(t) else gpu.all_reduce(t) end
+elseif mode == "op" then
+  gpu.all_reduce(t, { op = r == 0 and "sum" or "max" })
+elseif mode == "dtype" then
+  gpu.all_reduce(r == 0 and t or gpu.ones({ 4 }, { dtype = "f64" }))
+elseif mode == "root" then
+  gpu.broadcast(t, { root = r })
+elseif mode == "exit" then
+  -- rank 1's script ends; rank 0 waits for it in a collective
+  if r == 1 then return end
+  gpu.all_reduce(t)
+elseif mode == "kill" then
+  if r == 1 then os.execute("kill -9 " .. pid()) end
+  gpu.all_reduce(t)
+elseif mode == "error" then
+  if r == 1 then error("rank 1 gives up") end
+  gpu.all_reduce(t)
+elseif mode == "p2p" then
+  -- rank 0 sends 8 elements, rank 1 expects 16
+  if r == 0 then gpu.send(gpu.ones({ 8 }), 1) else gpu.recv(gpu.empty({ 16 }), 0) end
+end
+gpu.synchronize()
+print("rank " .. r .. " survived " .. mode)
