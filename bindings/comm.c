@@ -374,23 +374,22 @@ static int comm_barrier(lua_State *L) {
   if (!lua_isnone(L, 1)) return luaL_argerror(L, 1, "gpu.barrier() takes no argument");
   no_group(L, "barrier");
   join(L, "barrier", 0);
-  lua_settop(L, 0);
   dev_ctx *ctx = bind_ctx(L);
-  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
-  t->tag = &bind_tensor_type;
-  luaL_setmetatable(L, GPULUA_TENSOR);
-  int64_t one = 1;
+  dev_stream *s = bind_current_stream(L);
+  /* a bare buffer: the device layer keeps it until the all_reduce is done */
   dev_buf *b;
   BIND_CHECK(L, ctx, dev_buf_alloc(ctx, DEV_MEM_DEVICE, 1, &b), "barrier");
-  t->v.buf = b;
-  t->v.dtype = DEV_U8;
-  dev_view_set_contiguous(&t->v, 1, &one);
-  dev_stream *s = bind_current_stream(L);
-  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = DEV_CRED_MAX, .send = t->v, .recv = t->v};
+  int64_t one = 1;
+  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = DEV_CRED_MAX};
+  c.send.buf = b;
+  c.send.dtype = DEV_U8;
+  dev_view_set_contiguous(&c.send, 1, &one);
+  c.recv = c.send;
   bind_site(L, ctx);
-  BIND_CHECK(L, ctx, dev_memset(ctx, s, b, 0, 0, 1), "barrier");
-  BIND_CHECK(L, ctx, dev_collective(ctx, s, &c, 1), "barrier");
+  int rc = dev_memset(ctx, s, b, 0, 0, 1);
+  if (rc == DEV_OK) rc = dev_collective(ctx, s, &c, 1);
+  dev_buf_release(b);
+  COLL_CHECK(L, ctx, rc, "barrier");
   BIND_CHECK(L, ctx, dev_stream_synchronize(s), "barrier");
   return 0;
 }

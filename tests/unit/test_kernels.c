@@ -10,19 +10,8 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "tap.h"
 
-static int ntest, nfail;
-
-static void ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ok(int cond, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%sok %d - ", cond ? "" : "not ", ++ntest);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  if (!cond) nfail++;
-}
 
 static const dev_ksig *find(const dev_ksig *k, int n, const char *name) {
   for (int i = 0; i < n; i++)

@@ -7,19 +7,8 @@
 #include <string.h>
 
 #include "devpriv.h"
+#include "tap.h"
 
-static int ntest, nfail;
-
-static void ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ok(int cond, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%sok %d - ", cond ? "" : "not ", ++ntest);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  if (!cond) nfail++;
-}
 
 static _Alignas(16) unsigned char mem[4096];
 static dev_buf buf;
