@@ -10,8 +10,9 @@
 #                    file; racecheck and synccheck on the kernel tests)
 #   make run         build, then run scripts/overlap.lua  (alias: make example)
 #   make bench       on a GPU machine: bench/*.lua through gpulua beside the raw
-#                    CUDA C reference (build/bench/ref) and PyTorch where it
-#                    imports; prints a table and appends it to bench/RESULTS.md.
+#                    CUDA C reference (build/bench/ref), the raw NCCL all_reduce
+#                    sweep (build/bench/nccl_ref) and PyTorch where it imports;
+#                    prints a table and appends it to bench/RESULTS.md.
 #                    BENCH_QUICK=1: small sizes (a smoke test, also on the host)
 #   make deps        install the missing Debian packages (as root), otherwise
 #                    print the sudo command; `make deps run` works in one go
@@ -129,10 +130,13 @@ CTESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 LIB := $(BUILD)/libgpulua.a
 BIN := $(BUILD)/gpulua
 EMBED := $(BUILD)/embed
-# The raw CUDA C reference of `make bench`; built with the CUDA backend (not
-# in the sanitizer build), so that it travels with build/ to a GPU machine.
+# The raw CUDA C reference of `make bench`, and its raw NCCL all_reduce
+# reference where the toolkit has NCCL; built with the CUDA backend (not in
+# the sanitizer build), so that they travel with build/ to a GPU machine.
 BENCH_REF := $(BUILD)/bench/ref
-BENCH_BUILT := $(if $(CUDA_FOUND),$(if $(filter 1,$(SANITIZE)),,$(BENCH_REF)))
+BENCH_NCCL_REF := $(BUILD)/bench/nccl_ref
+BENCH_NCCL_FOUND := $(if $(and $(CUDA_FOUND),$(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard $(CUDA_HOME)/lib64/libnccl.so)),yes)
+BENCH_BUILT := $(if $(CUDA_FOUND),$(if $(filter 1,$(SANITIZE)),,$(BENCH_REF) $(if $(BENCH_NCCL_FOUND),$(BENCH_NCCL_REF))))
 
 # Building needs liblua; `deps` and `clean` do not, nor anything under NOBUILD=1.
 ifneq ($(NOBUILD),1)
@@ -190,6 +194,13 @@ $(BENCH_REF): bench/ref.cu
 	@mkdir -p $(@D)
 	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -cudart static -o $@ $< -ldl
 
+# At run time libnccl.so.2 comes from beside the toolkit where it is there
+# (runpath), else from the system's (/usr/lib/<multiarch> on the GPU machines).
+$(BENCH_NCCL_REF): bench/nccl_ref.cu
+	@mkdir -p $(@D)
+	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -cudart static -o $@ $< \
+	  -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lnccl
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(LUA_A) $(SYSLIBS)
@@ -221,7 +232,7 @@ test-asan:
 # On the GPU machine, from a carried build: make test-gpu NOBUILD=1
 test-gpu: $(SUITE_DEPS)
 	@command -v nvidia-smi >/dev/null && nvidia-smi -L || true
-	GPULUA_DEVICE=cuda GPULUA=$(BIN) $(PROVE) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
+	NCCL_NVLS_ENABLE=0 GPULUA_DEVICE=cuda GPULUA=$(BIN) $(PROVE) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
 
 # compute-sanitizer over every test file on the cuda backend: memcheck on all,
 # racecheck and synccheck on the kernel tests.  Children a test starts on
@@ -249,7 +260,8 @@ run example: $(RUN_DEPS)
 # The driver is Lua run by gpulua itself (the GPU machines have no other Lua);
 # it stays on the host backend and starts the measured programs as children.
 bench: $(RUN_DEPS)
-	BENCH_QUICK=$(BENCH_QUICK) GPULUA=$(BIN) BENCH_REF=$(BENCH_REF) $(BIN) --device host bench/run.lua
+	BENCH_QUICK=$(BENCH_QUICK) GPULUA=$(BIN) BENCH_REF=$(BENCH_REF) BENCH_NCCL_REF=$(BENCH_NCCL_REF) \
+	  $(BIN) --device host bench/run.lua
 
 endif
 

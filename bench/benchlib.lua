@@ -28,6 +28,38 @@ B.sizes = {
   ov_runs = 3,
 }
 
+-- The all_reduce sweep (bench/allreduce.lua; plan_iters in bench/nccl_ref.cu
+-- computes the same counts): f32 sizes from 8 B up by 8x (to 1 GiB, quick: to
+-- 256 KiB), warm-up calls, and timed calls per size.  The count is what makes
+-- a timed loop last about 100 ms at 10 us + bytes at 300 GB/s busbw a call,
+-- at least 20 and at most 1000; quick: 10.
+function B.allreduce_plan(quick, n)
+  local p = { sizes = {}, warm = quick and 2 or 5 }
+  local top = quick and 256 << 10 or 1 << 30
+  local b = 8
+  while b <= top do
+    p.sizes[#p.sizes + 1] = b
+    b = b * 8
+  end
+  function p.iters(bytes)
+    if quick then return 10 end
+    local est_us = 10.0 + bytes * 2.0 * (n - 1) / n / 3e5
+    return math.max(20, math.min(1000, math.floor(1e5 / est_us)))
+  end
+  return p
+end
+
+-- a byte count as a key part and a label: 8B "8 B", 32K "32 KiB", 1G "1 GiB"
+function B.bytes_names(bytes)
+  local units, names = { "B", "K", "M", "G" }, { "B", "KiB", "MiB", "GiB" }
+  local u, v = 1, bytes
+  while u < 4 and v >= 1024 and v % 1024 == 0 do
+    v = v // 1024
+    u = u + 1
+  end
+  return string.format("%d%s", v, units[u]), string.format("%d %s", v, names[u])
+end
+
 function B.median(t)
   local c = {}
   for i = 1, #t do c[i] = t[i] end

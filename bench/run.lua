@@ -1,15 +1,19 @@
 -- make bench: runs the raw CUDA C reference (build/bench/ref), the Lua bench
--- scripts through gpulua, scripts/overlap.lua, and the PyTorch peer where it
--- imports; prints one table of every row with its ratio to the raw C figure
--- of the same run and its target, and appends it, with the device, driver
--- and date, to bench/RESULTS.md.
+-- scripts through gpulua, scripts/overlap.lua, the all_reduce sweep
+-- (bench/allreduce.lua beside the raw NCCL build/bench/nccl_ref, on 2 GPUs and
+-- on all of them), and the PyTorch peer where it imports; prints one table of
+-- every row with its ratio to the raw C figure of the same run and its
+-- target, and appends it, with the device, driver and date, to
+-- bench/RESULTS.md.
 --
---   GPULUA=build/gpulua BENCH_REF=build/bench/ref build/gpulua --device host bench/run.lua
+--   GPULUA=build/gpulua BENCH_REF=build/bench/ref BENCH_NCCL_REF=build/bench/nccl_ref \
+--     build/gpulua --device host bench/run.lua
 --
 -- Environment: BENCH_QUICK=1 small sizes (a smoke test; also runs the Lua
 -- scripts on the host backend where no GPU answers); BENCH_RESULTS=FILE
 -- where to append the table (default: bench/RESULTS.md for a full run on a
--- GPU, nowhere otherwise); BENCH_TORCH=0 skips the PyTorch peer.
+-- GPU, nowhere otherwise); BENCH_TORCH=0 skips the PyTorch peer;
+-- BENCH_ONLY=ops,allreduce,startup,torch runs only the parts named.
 --
 -- The exit status is 1 when a result check failed (or a measured program
 -- died); a missed target shows as MISS and does not change it.  This
@@ -28,6 +32,7 @@ local function interpreter()
 end
 local GPULUA = os.getenv("GPULUA") or interpreter() or "build/gpulua"
 local REF = os.getenv("BENCH_REF") or "build/bench/ref"
+local NCCL_REF = os.getenv("BENCH_NCCL_REF") or "build/bench/nccl_ref"
 local OVERLAP = HERE .. "/../scripts/overlap.lua"
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
@@ -136,11 +141,15 @@ elseif not have_ref then
 end
 
 local DEV = have_gpu and "--device cuda" or "--device host"
-local run_scripts = have_gpu or B.quick
+-- BENCH_ONLY=part,part...: only those parts (ops, allreduce, startup, torch)
+local ONLY = os.getenv("BENCH_ONLY") or ""
+local function want(part) return ONLY == "" or ("," .. ONLY .. ","):find("," .. part .. ",", 1, true) ~= nil end
+local run_scripts = (have_gpu or B.quick) and want("ops")
+if ONLY ~= "" then notes[#notes + 1] = "BENCH_ONLY=" .. ONLY .. ": the other parts were not run" end
 
 -- ---- the measured programs --------------------------------------------------
 
-if have_ref then run_program("raw", REF .. (B.quick and " quick" or "") .. " all") end
+if have_ref and want("ops") then run_program("raw", REF .. (B.quick and " quick" or "") .. " all") end
 
 if run_scripts then
   for _, script in ipairs { "launch.lua", "copy.lua", "matmul.lua" } do
@@ -176,6 +185,77 @@ if run_scripts then
   end
 end
 
+-- ---- the all_reduce sweep --------------------------------------------------
+
+-- Every multi-GPU run has NVLink SHARP (NVLS) off, on both sides.
+local AR_ENV = "env NCCL_NVLS_ENABLE=0 "
+local AR_ORDER = {}      -- the sweep's table rows, in run order
+
+-- n ranks: the raw NCCL sweep (raw: whether to run it), then gpulua's; both
+-- must report a data check for every size
+local function allreduce(n, raw)
+  local q = B.quick and " quick" or ""
+  local plan = B.allreduce_plan(B.quick, n)
+  local sides = {}
+  if raw then sides[#sides + 1] = { "raw", AR_ENV .. quote(NCCL_REF) .. " " .. n .. q } end
+  sides[#sides + 1] = { "gpulua", string.format("%s%s -n %d --no-prefix %s %s/allreduce.lua%s", AR_ENV, GPULUA, n, DEV,
+                                                HERE, q) }
+  for _, side in ipairs(sides) do
+    local who, cmd = side[1], side[2]
+    local out, ok = run_program(who, cmd)
+    if ok then
+      local passed = {}
+      for key in ("\n" .. out):gmatch("\ncheck (%S+) ok\n") do passed[key] = true end
+      local missing = {}
+      for _, bytes in ipairs(plan.sizes) do
+        local skey, slabel = B.bytes_names(bytes)
+        if not passed[string.format("allreduce_n%d_%s", n, skey)] then missing[#missing + 1] = slabel end
+      end
+      if #missing > 0 then
+        fail(string.format("%s: all_reduce n=%d: no data check reported for %s", NAMES[who], n, table.concat(missing, ", ")))
+      end
+    end
+  end
+  -- the table: busbw per size, then the 8-byte time
+  local times, iters = {}, {}
+  for _, bytes in ipairs(plan.sizes) do
+    local key = string.format("allreduce_n%d_%s", n, (B.bytes_names(bytes)))
+    local big = bytes >= 64 << 20
+    AR_ORDER[#AR_ORDER + 1] = { key .. "_busbw", big and "ge_ratio" or nil, big and 0.97 or nil, fmt = "%.4g" }
+    local r = rows[key .. "_time"]
+    local function us(v) return v and string.format("%.4g", v) or "-" end
+    times[#times + 1] = string.format("%s %s/%s", select(2, B.bytes_names(bytes)), us(r and r.gpulua), us(r and r.raw))
+    iters[#iters + 1] = tostring(plan.iters(bytes))
+  end
+  AR_ORDER[#AR_ORDER + 1] = { string.format("allreduce_n%d_%s_time", n, (B.bytes_names(plan.sizes[1]))), "le_plus", 1.0,
+                              diff = true }
+  notes[#notes + 1] = string.format("all_reduce n=%d (f32 sum, out of place%s): time per call in us, "
+                                    .. "gpulua/raw NCCL: %s; warm-up %d, timed calls per size %s", n,
+                                    have_gpu and ", NCCL_NVLS_ENABLE=0" or "", table.concat(times, ", "),
+                                    plan.warm, table.concat(iters, "/"))
+end
+
+if have_gpu and want("allreduce") then
+  local out, ok = sh(GPULUA .. " --device cuda -e 'io.write(gpu.device_count())'")
+  local ngpu = ok and tonumber(out:match("^%s*(%d+)%s*$")) or 0
+  local have_nccl_ref = select(2, sh("test -x " .. quote(NCCL_REF)))
+  if ngpu < 2 then
+    notes[#notes + 1] = string.format("all_reduce sweep skipped: %d GPU%s here, it needs 2", ngpu, ngpu == 1 and "" or "s")
+  else
+    if not have_nccl_ref then
+      notes[#notes + 1] = "all_reduce: " .. NCCL_REF .. " is missing (built by `make` where the toolkit has nccl.h and "
+                          .. "libnccl.so): no raw NCCL column"
+    end
+    io.write("== all_reduce sweep: ", ngpu, " GPUs\n")
+    allreduce(2, have_nccl_ref)
+    if ngpu > 2 then allreduce(ngpu, have_nccl_ref) end
+  end
+elseif B.quick and want("allreduce") then
+  io.write("== all_reduce sweep: a smoke test of bench/allreduce.lua on the host backend, 2 ranks\n")
+  allreduce(2, false)
+  notes[#notes + 1] = "all_reduce n=2 ran on the host backend (shared memory), a smoke test: no GPU, no raw NCCL column"
+end
+
 -- process start -> first finished kernel: the clock before starting the
 -- child, against the clock the child prints once its kernel is done
 local function first_kernel(who, cmd)
@@ -194,7 +274,7 @@ local function first_kernel(who, cmd)
   return B.median(t)
 end
 
-if have_gpu then
+if have_gpu and want("startup") then
   io.write("== first kernel\n")
   put("first_kernel", "gpulua", first_kernel("gpulua", GPULUA .. " --device cuda " .. HERE .. "/first_kernel.lua"),
       "ms", "process start -> first finished kernel")
@@ -202,7 +282,7 @@ if have_gpu then
 end
 
 -- host start-up: wall time of `gpulua -e ""` on the host backend
-do
+if want("startup") then
   io.write("== start-up\n")
   local function wall(cmd, runs)
     local t = {}
@@ -226,7 +306,7 @@ do
   end
 end
 
-if have_gpu and os.getenv("BENCH_TORCH") ~= "0" then
+if have_gpu and os.getenv("BENCH_TORCH") ~= "0" and want("torch") then
   local _, ok = sh("python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'")
   if ok then
     run_program("torch", "env PYTHONUNBUFFERED=1 python3 " .. HERE .. "/torch_peer.py")
@@ -259,11 +339,19 @@ local ORDER = {
   { "startup_host", "le_abs", 20 },
 }
 
+-- the all_reduce rows after the matmul rows
+for i, spec in ipairs(ORDER) do
+  if spec[1] == "matmul_bf16" then
+    for k, ar in ipairs(AR_ORDER) do table.insert(ORDER, i + k, ar) end
+    break
+  end
+end
+
 local FMT = { us = "%.2f", ["GB/s"] = "%.1f", eff = "%.3f", ["TFLOP/s"] = "%.1f", ms = "%.1f" }
 
-local function num(v, unit)
+local function num(v, unit, fmt)
   if v == nil then return "n/a" end
-  return string.format(FMT[unit] or "%.4g", v)
+  return string.format(fmt or FMT[unit] or "%.4g", v)
 end
 
 local function target_text(kind, x, unit)
@@ -323,10 +411,11 @@ for _, spec in ipairs(ORDER) do
     local label = (r and r.label) or key
     if spec.label then label = string.format(spec.label, label) end
     local ratio = (g and raw and raw ~= 0) and string.format("%.3f", g / raw) or ""
+    if spec.diff and ratio ~= "" then ratio = string.format("%s (%+.2f %s)", ratio, g - raw, unit) end
     local v = verdict(kind, x, g, raw)
     if v == "MISS" then missed[#missed + 1] = label end
-    local cells = { label, unit, num(g, unit), num(raw, unit), ratio, target_text(kind, x, unit), v }
-    if have_torch then cells[#cells + 1] = r and r.torch and num(r.torch, unit) or "" end
+    local cells = { label, unit, num(g, unit, spec.fmt), num(raw, unit, spec.fmt), ratio, target_text(kind, x, unit), v }
+    if have_torch then cells[#cells + 1] = r and r.torch and num(r.torch, unit, spec.fmt) or "" end
     lines[#lines + 1] = "| " .. table.concat(cells, " | ") .. " |"
   end
 end
@@ -336,7 +425,8 @@ local heading = string.format("## %s: %s%s%s", stamp, device, driver ~= "" and (
                               B.quick and " (BENCH_QUICK: small sizes)" or "")
 local report = { heading, "" }
 report[#report + 1] = string.format("gpulua %s (%s backend); %s", GPULUA, backend,
-                                    have_ref and "every ratio is to the raw CUDA C reference (bench/ref.cu) of this run."
+                                    have_ref and "every ratio is to the raw CUDA C reference (bench/ref.cu) of this run"
+                                    .. " (all_reduce: to raw NCCL, bench/nccl_ref.cu)."
                                     or "no raw C reference in this run (it needs a GPU).")
 report[#report + 1] = ""
 for _, l in ipairs(lines) do report[#report + 1] = l end

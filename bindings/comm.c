@@ -66,9 +66,10 @@ static void read_job(job *j) {
   const char *t = getenv("GPULUA_COMM_TIMEOUT");
   ri->timeout_s = t && *t ? strtod(t, NULL) : 300;
   if (!(ri->timeout_s > 0)) ri->timeout_s = 300;
-  /* the per-collective check across ranks: on unless GPULUA_COMM_CHECK=0 */
+  /* the per-collective check across ranks: GPULUA_COMM_CHECK=0 or 1, else
+   * the backend's default (on for host, off for cuda) */
   const char *c = getenv("GPULUA_COMM_CHECK");
-  ri->check = !(c && strcmp(c, "0") == 0);
+  ri->check = c && *c ? strcmp(c, "0") != 0 : -1;
 }
 
 /* Collectives of the whole job do not mix with a group's sends and receives. */
@@ -79,11 +80,15 @@ static void no_group(lua_State *L, const char *fname) {
   if (open) luaL_error(L, "%s cannot be grouped: a gpu.group holds sends and receives only", fname);
 }
 
-static void join(lua_State *L, const char *fname, int opts) {
+/* Join the job; with defer, NCCL's communicator waits for the first
+ * collective.  A later gpu.init_comm (no defer) creates it and applies its
+ * options. */
+static void join(lua_State *L, const char *fname, int opts, int defer) {
   dev_ctx *ctx = bind_ctx(L);
-  if (dev_comm_ready(ctx)) return;
+  if (dev_comm_ready(ctx) && defer) return;
   job j;
   read_job(&j);
+  j.ri.defer = defer;
   if (j.bad[0]) luaL_error(L, "%s: cannot join the job: %s", fname, j.bad);
   if (opts && bind_opt_field(L, opts, "timeout") != LUA_TNIL) {
     if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) > 0))
@@ -100,7 +105,7 @@ static void join(lua_State *L, const char *fname, int opts) {
 /* gpu.init_comm{timeout =, check =}: join now rather than at the first collective */
 static int comm_init(lua_State *L) {
   bind_check_opts(L, 1, "timeout check");
-  join(L, "init_comm", lua_istable(L, 1) ? 1 : 0);
+  join(L, "init_comm", lua_istable(L, 1) ? 1 : 0, 0);
   return 0;
 }
 
@@ -179,7 +184,7 @@ static int comm_all_reduce(lua_State *L) {
   bind_check_opts(L, 2, "op out stream");
   int opts = lua_istable(L, 2) ? 2 : 0;
   no_group(L, "all_reduce");
-  join(L, "all_reduce", 0);
+  join(L, "all_reduce", 0, 1);
   dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = opts ? check_red(L, opts) : DEV_CRED_SUM};
   int out = opts ? opt_out(L, opts) : 0;
   enqueue(L, "all_reduce", &c, 1, out ? out : 1, opts);
@@ -193,7 +198,7 @@ static int comm_broadcast(lua_State *L) {
   bind_check_opts(L, 2, "root out stream");
   int opts = lua_istable(L, 2) ? 2 : 0;
   no_group(L, "broadcast");
-  join(L, "broadcast", 0);
+  join(L, "broadcast", 0, 1);
   dev_coll c = {.kind = DEV_COLL_BROADCAST, .peer = opts ? opt_rank(L, opts, "root", 0) : 0};
   int out = opts ? opt_out(L, opts) : 0;
   enqueue(L, "broadcast", &c, 1, out ? out : 1, opts);
@@ -207,7 +212,7 @@ static int comm_reduce(lua_State *L) {
   bind_check_opts(L, 2, "op root out stream");
   int opts = lua_istable(L, 2) ? 2 : 0;
   no_group(L, "reduce");
-  join(L, "reduce", 0);
+  join(L, "reduce", 0, 1);
   dev_coll c = {.kind = DEV_COLL_REDUCE, .red = opts ? check_red(L, opts) : DEV_CRED_SUM,
                 .peer = opts ? opt_rank(L, opts, "root", 0) : 0};
   int out = opts ? opt_out(L, opts) : 0;
@@ -223,7 +228,7 @@ static int comm_all_gather(lua_State *L) {
   bind_check_opts(L, 3, "stream");
   int opts = lua_istable(L, 3) ? 3 : 0;
   no_group(L, "all_gather");
-  join(L, "all_gather", 0);
+  join(L, "all_gather", 0, 1);
   dev_coll c = {.kind = DEV_COLL_ALL_GATHER};
   enqueue(L, "all_gather", &c, 2, 1, opts);
   lua_settop(L, 1);
@@ -238,7 +243,7 @@ static int comm_reduce_scatter(lua_State *L) {
   bind_check_opts(L, 3, "op stream");
   int opts = lua_istable(L, 3) ? 3 : 0;
   no_group(L, "reduce_scatter");
-  join(L, "reduce_scatter", 0);
+  join(L, "reduce_scatter", 0, 1);
   dev_coll c = {.kind = DEV_COLL_REDUCE_SCATTER, .red = opts ? check_red(L, opts) : DEV_CRED_SUM};
   enqueue(L, "reduce_scatter", &c, 2, 1, opts);
   lua_settop(L, 1);
@@ -253,7 +258,7 @@ static int p2p(lua_State *L, dev_coll_kind kind, const char *fname) {
   bind_check_tensor(L, 1);
   bind_check_opts(L, 3, "stream");
   int opts = lua_istable(L, 3) ? 3 : 0;
-  join(L, fname, 0);
+  join(L, fname, 0, 1);
   int peer = check_rank_arg(L, 2, "peer (argument #2)");
   lua_rawgetp(L, LUA_REGISTRYINDEX, &group_key);
   if (lua_istable(L, -1)) {
@@ -373,7 +378,7 @@ static int comm_group(lua_State *L) {
 static int comm_barrier(lua_State *L) {
   if (!lua_isnone(L, 1)) return luaL_argerror(L, 1, "gpu.barrier() takes no argument");
   no_group(L, "barrier");
-  join(L, "barrier", 0);
+  join(L, "barrier", 0, 1);
   dev_ctx *ctx = bind_ctx(L);
   dev_stream *s = bind_current_stream(L);
   /* a bare buffer: the device layer keeps it until the all_reduce is done */
@@ -429,12 +434,13 @@ int bind_open_comm(lua_State *L) {
   lua_pushinteger(L, j.ri.local_world);
   lua_setfield(L, -2, "local_world_size");
   luaL_setfuncs(L, comm_funcs, 0);
-  /* Under `gpulua -n` every rank starts, so the host backend joins at once:
-   * then a rank whose script ends (or dies) before a collective its peers
-   * wait in is seen to be gone, at once, instead of after the timeout. */
+  /* Under `gpulua -n` every rank starts, so each joins the job at once (on
+   * cuda, NCCL's communicator still waits for the first collective): then a
+   * rank whose script ends (or dies) before a collective its peers wait in is
+   * seen to be gone, at once, instead of after the timeout. */
   const char *launched = getenv("GPULUA_LAUNCHER");
   if (launched && *launched && strcmp(launched, "0") != 0 && !j.bad[0] && j.ri.world > 1 &&
-      j.ri.local_world == j.ri.world && strcmp(dev_backend_name(bind_ctx(L)), "host") == 0)
-    join(L, "gpu", 0);
+      j.ri.local_world == j.ri.world)
+    join(L, "gpu", 0, 1);
   return 0;
 }

@@ -304,6 +304,7 @@ static void c_stream_fini(dev_stream *s) {
   cstream *c = CST(s);
   if (!c) return;
   for (int i = 0; i < c->n; i++) ev_put(s->ctx, c->mk[(c->head + i) % MAXMARK].ev);
+  if (s->ctx->comm) cuda_comm_forget_stream(s->ctx->comm, c->st);
   if (!s->is_default) cudaStreamDestroy(c->st);
   free(c);
 }
@@ -718,6 +719,55 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
   return DEV_OK;
 }
 
+/* ---- collectives (cuda/cuda_nccl.c) ------------------------------------- */
+
+static int c_comm_open(dev_ctx *ctx, const dev_rank_info *ri) {
+  cuda_comm *cc;
+  int rc = cuda_comm_open(ctx, CS(ctx)->device, ri, &cc);
+  if (rc) return rc;
+  ctx->comm = cc;
+  if (!ri->defer && (rc = cuda_comm_connect(cc, ri, "init_comm"))) {
+    cuda_comm_close(cc);
+    ctx->comm = NULL;
+  }
+  return rc;
+}
+
+static int c_comm_connect(dev_ctx *ctx, const dev_rank_info *ri) {
+  return cuda_comm_connect(ctx->comm, ri, "init_comm");
+}
+
+static void c_comm_close(dev_ctx *ctx) {
+  cuda_comm_close(ctx->comm);
+  ctx->comm = NULL;
+}
+
+static int c_coll(dev_stream *s, const dev_coll *g, int n, uint64_t seq) {
+  dev_ctx *ctx = s->ctx;
+  cstate *cs = CS(ctx);
+  cstream *c = CST(s);
+  for (int i = 0; i < n; i++) {
+    const dev_view *v[2] = {g[i].kind == DEV_COLL_RECV ? NULL : &g[i].send,
+                            g[i].kind == DEV_COLL_SEND ? NULL : &g[i].recv};
+    for (int k = 0; k < 2; k++)
+      if (v[k] && v[k]->buf->kind != DEV_MEM_DEVICE)
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: the %s tensor is in %s memory; NCCL needs device tensors",
+                        dev_coll_name(g[i].kind), k ? "output" : "input", dev_memkind_name(v[k]->buf->kind));
+  }
+  int rc = cuda_comm_run(ctx->comm, c->st, g, n, seq);
+  if (rc) return rc;
+  c->enq++;
+  oprec *r = &c->rec[c->enq % NREC];
+  r->name = n > 1 ? "group" : dev_coll_name(g[0].kind);
+  memcpy(r->site, ctx->site, sizeof r->site);
+  if (cs->launch_blocking) {
+    cudaError_t e = cudaStreamSynchronize(c->st);
+    if (e != cudaSuccess) return cuda_fail(ctx, e, "GPULUA_LAUNCH_BLOCKING");
+    c->known_done = c->enq;
+  }
+  return DEV_OK;
+}
+
 /* ---- run-time kernels --------------------------------------------------- */
 
 static int c_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl) {
@@ -817,6 +867,10 @@ const dev_backend dev_cuda_backend = {
   .module_unload = c_module_unload,
   .kernel_get = c_kernel_get,
   .kernel_names = c_kernel_names,
+  .comm_open = c_comm_open,
+  .comm_connect = c_comm_connect,
+  .comm_close = c_comm_close,
+  .coll = c_coll,
 };
 
 /* Whether a usable GPU answers (for automatic selection).  Called before any

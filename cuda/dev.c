@@ -851,16 +851,21 @@ const char *dev_cred_name(dev_cred r) {
   return (unsigned)r < DEV_NCRED ? names[r] : "?";
 }
 
-int dev_comm_init(dev_ctx *ctx, const dev_rank_info *ri) {
+int dev_comm_init(dev_ctx *ctx, const dev_rank_info *want) {
+  dev_rank_info r = *want;
+  const dev_rank_info *ri = &r;
+  if (r.check < 0) r.check = ctx->bk == &dev_host_backend;
   if (ctx->comm) {
     if (ri->rank != ctx->ri.rank || ri->world != ctx->ri.world)
       return dev_fail(ctx, DEV_ERR_INVALID, "the communicator is already joined as rank %d of %d",
                       ctx->ri.rank, ctx->ri.world);
-    return DEV_OK;
+    if (ri->defer || !ctx->bk->comm_connect) return DEV_OK;
+    ctx->ri.check = ri->check;
+    ctx->ri.timeout_s = ri->timeout_s;
+    return ctx->bk->comm_connect(ctx, ri);
   }
   if (!ctx->bk->comm_open)
-    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "collectives on the %s backend are not built yet (NCCL); "
-                    "run the job with --device host", ctx->bk->name);
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "collectives are not available on the %s backend", ctx->bk->name);
   if (ri->world < 1 || ri->rank < 0 || ri->rank >= ri->world)
     return dev_fail(ctx, DEV_ERR_INVALID, "rank %d of a world of %d", ri->rank, ri->world);
   if (ri->local_world < 1 || ri->local_rank < 0 || ri->local_rank >= ri->local_world)

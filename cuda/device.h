@@ -375,7 +375,11 @@ typedef struct dev_rank_info {
   char master_addr[256];
   int master_port;
   double timeout_s;       /* a collective that waits longer for a peer fails */
-  int check;              /* compare each collective across ranks first */
+  int check;              /* compare each collective across ranks first: 1, 0, or -1 for
+                             the backend's default (on for host; off for cuda, where it
+                             costs a meeting of the ranks' host threads per collective) */
+  int defer;              /* join the job now, create the communicator (NCCL's) at the
+                             first collective or at a dev_comm_init without defer */
 } dev_rank_info;
 
 typedef enum {
@@ -399,9 +403,10 @@ typedef struct dev_coll {
 
 const char *dev_coll_name(dev_coll_kind k);
 const char *dev_cred_name(dev_cred r);
-/* Join the job's communicator (once per context; a second call with the
- * same rank and world does nothing).  Blocks until every rank has joined or
- * ri->timeout_s passes. */
+/* Join the job's communicator (once per context).  Blocks until every rank
+ * has joined or ri->timeout_s passes.  A second call with the same rank and
+ * world creates a deferred communicator (unless ri->defer) and, on cuda,
+ * applies ri's timeout and check. */
 int dev_comm_init(dev_ctx *ctx, const dev_rank_info *ri);
 int dev_comm_ready(dev_ctx *ctx);
 int dev_comm_world(dev_ctx *ctx);   /* ranks in the joined job */
@@ -410,5 +415,9 @@ int dev_comm_world(dev_ctx *ctx);   /* ranks in the joined job */
  * for send and recv.  Errors that only the peers can see (a rank that called
  * something else, a rank that is gone) are asynchronous errors. */
 int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n);
+/* For a launcher, once every rank has exited: remove what a job of `world`
+ * ranks on `port` may have left on this node (a rank killed while the ranks
+ * were meeting leaves the host backend's shared memory). */
+void dev_comm_cleanup(int port, int world);
 
 #endif

@@ -48,6 +48,9 @@ typedef struct dev_backend {
   /* Collectives; NULL on a backend without them.  coll takes a checked
    * group of n (copied) with its sequence number in the job. */
   int (*comm_open)(dev_ctx *ctx, const dev_rank_info *ri);
+  /* optional: joined already; create the communicator if deferred, take
+   * ri's timeout and check */
+  int (*comm_connect)(dev_ctx *ctx, const dev_rank_info *ri);
   void (*comm_close)(dev_ctx *ctx);
   int (*coll)(dev_stream *s, const dev_coll *c, int n, uint64_t seq);
 } dev_backend;
@@ -138,10 +141,36 @@ const char *dev_op_name(const dev_kop *op);
 
 /* cuda/host_comm.c: collectives between the processes of one node through
  * shared memory (the host backend's).  host_comm_run runs the group numbered
- * seq after every earlier one, from any thread. */
+ * seq after every earlier one, from any thread.  With side set, the segment
+ * is a sideband only (another transport moves the data): host_comm_check
+ * compares a collective across ranks (every rank calls it, in order), or a
+ * group's sends with their receives (each send's header goes to its
+ * receiver, which compares it with what it expects), and
+ * host_comm_gone names a rank of mask (a bit per rank; NULL: all) that died,
+ * or that left having done fewer than `need` collectives (its count is set
+ * with host_comm_set_done before host_comm_close), returning its number with
+ * the reason in err, or -1. */
 typedef struct host_comm host_comm;
-int host_comm_open(const dev_rank_info *ri, host_comm **out, char *err, size_t errlen);
+int host_comm_open(const dev_rank_info *ri, int side, host_comm **out, char *err, size_t errlen);
 void host_comm_close(host_comm *c);
 int host_comm_run(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
+int host_comm_check(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
+int host_comm_gone(host_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen);
+void host_comm_set_done(host_comm *c, uint64_t done);
+/* a later gpu.init_comm's options, for the collectives enqueued after it */
+void host_comm_set_options(host_comm *c, int check, double timeout_s);
+
+#ifdef GPULUA_HAVE_CUDA
+/* cuda/cuda_nccl.c: the CUDA backend's collectives over NCCL.  open joins
+ * the job (and the sideband of the ranks of one node); connect creates the
+ * NCCL communicator (run does on first use); run enqueues a checked group on
+ * a cudaStream_t. */
+typedef struct cuda_comm cuda_comm;
+int cuda_comm_open(dev_ctx *ctx, int device, const dev_rank_info *ri, cuda_comm **out);
+int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what);
+int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t seq);
+void cuda_comm_forget_stream(cuda_comm *c, void *stream);   /* drained, about to be destroyed */
+void cuda_comm_close(cuda_comm *c);
+#endif
 
 #endif

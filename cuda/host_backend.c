@@ -349,8 +349,13 @@ static void h_free(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes) {
 static int h_comm_open(dev_ctx *ctx, const dev_rank_info *ri) {
   char err[512];
   host_comm *c;
-  if (host_comm_open(ri, &c, err, sizeof err)) return dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
+  if (host_comm_open(ri, 0, &c, err, sizeof err)) return dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
   ctx->comm = c;
+  return DEV_OK;
+}
+
+static int h_comm_connect(dev_ctx *ctx, const dev_rank_info *ri) {
+  host_comm_set_options(ctx->comm, ri->check, ri->timeout_s);
   return DEV_OK;
 }
 
@@ -409,6 +414,7 @@ const dev_backend dev_host_backend = {
   .free = h_free,
   .submit = h_submit,
   .comm_open = h_comm_open,
+  .comm_connect = h_comm_connect,
   .comm_close = h_comm_close,
   .coll = h_coll,
 };

@@ -26,6 +26,7 @@
 #define HC_MAGIC 0x67706c7561636f6dULL
 #define HC_SLOT ((size_t)1 << 20)     /* bytes per rank per step */
 #define HC_CHAN ((size_t)128 << 10)   /* bytes per send/recv ring */
+#define HC_SIDE_CHAN ((size_t)4 << 10) /* ... in a sideband: headers only */
 #define HC_TICK_NS 20000000L          /* liveness checks while waiting */
 #define HC_MAXRANK 256
 
@@ -66,6 +67,8 @@ struct host_comm {
   hc_chan *chans;
   unsigned char *slots, *rings;
   int rank, world, check;
+  int side;                    /* sideband only: no slots, rings for headers (another transport moves the data) */
+  size_t chan;                 /* bytes per ring */
   double timeout;
   uint64_t phase;              /* phases this rank has passed */
   uint64_t done;
@@ -79,22 +82,22 @@ struct host_comm {
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-static size_t layout(int world, size_t *ranks_off, size_t *chans_off, size_t *slots_off, size_t *rings_off) {
+static size_t layout(int world, int side, size_t *ranks_off, size_t *chans_off, size_t *slots_off, size_t *rings_off) {
   size_t off = align_up(sizeof(hc_hdr), 64);
   *ranks_off = off;
   off = align_up(off + (size_t)world * sizeof(hc_rank), 64);
   *chans_off = off;
   off = align_up(off + (size_t)world * (size_t)world * sizeof(hc_chan), 4096);
   *slots_off = off;
-  off += (size_t)world * HC_SLOT;
+  if (!side) off += (size_t)world * HC_SLOT;
   *rings_off = off;
-  off += (size_t)world * (size_t)world * HC_CHAN;
+  off += (size_t)world * (size_t)world * (side ? HC_SIDE_CHAN : HC_CHAN);
   return off;
 }
 
 static void attach(host_comm *c, void *map) {
   size_t ro, co, so, go;
-  c->bytes = layout(c->world, &ro, &co, &so, &go);
+  c->bytes = layout(c->world, c->side, &ro, &co, &so, &go);
   c->map = map;
   c->h = map;
   c->ranks = (hc_rank *)((char *)map + ro);
@@ -169,7 +172,7 @@ static int barrier(host_comm *c, const char *what, char *err, size_t errlen) {
 
 static int open_private(host_comm *c, char *err, size_t errlen) {
   size_t ro, co, so, go;
-  size_t bytes = layout(c->world, &ro, &co, &so, &go);
+  size_t bytes = layout(c->world, c->side, &ro, &co, &so, &go);
   void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return fail(err, errlen, "cannot map %zu bytes: %s", bytes, strerror(errno));
   attach(c, m);
@@ -181,11 +184,23 @@ static int open_private(host_comm *c, char *err, size_t errlen) {
   return 0;
 }
 
+static void seg_name(char *name, size_t len, int port, int world, int side) {
+  snprintf(name, len, "/gpulua-%u-%d-%d%s", (unsigned)getuid(), port, world, side ? "-side" : "");
+}
+
+void dev_comm_cleanup(int port, int world) {
+  char name[128];
+  for (int side = 0; side < 2; side++) {
+    seg_name(name, sizeof name, port, world, side);
+    shm_unlink(name);
+  }
+}
+
 static int open_shared(host_comm *c, const dev_rank_info *ri, char *err, size_t errlen) {
   char name[128];
-  snprintf(name, sizeof name, "/gpulua-%u-%d-%d", (unsigned)getuid(), ri->master_port, ri->world);
+  seg_name(name, sizeof name, ri->master_port, ri->world, c->side);
   size_t ro, co, so, go;
-  size_t bytes = layout(c->world, &ro, &co, &so, &go);
+  size_t bytes = layout(c->world, c->side, &ro, &co, &so, &go);
   double t0 = now_s();
   void *m = MAP_FAILED;
   if (c->rank == 0) {
@@ -269,7 +284,7 @@ fail:
   return -1;
 }
 
-int host_comm_open(const dev_rank_info *ri, host_comm **out, char *err, size_t errlen) {
+int host_comm_open(const dev_rank_info *ri, int side, host_comm **out, char *err, size_t errlen) {
   *out = NULL;
   if (ri->world > HC_MAXRANK)
     return fail(err, errlen, "the host backend joins at most %d ranks, not %d", HC_MAXRANK, ri->world);
@@ -281,6 +296,8 @@ int host_comm_open(const dev_rank_info *ri, host_comm **out, char *err, size_t e
   c->rank = ri->rank;
   c->world = ri->world;
   c->check = ri->check;
+  c->side = side;
+  c->chan = side ? HC_SIDE_CHAN : HC_CHAN;
   c->timeout = ri->timeout_s > 0 ? ri->timeout_s : 300;
   c->next_seq = 1;
   pthread_mutex_init(&c->mu, NULL);
@@ -512,13 +529,13 @@ static int p2p_progress(p2p *p, host_comm *c, char *err, size_t errlen, int *bad
   while (p->moved < p->total) {
     uint64_t posted = atomic_load_explicit(&p->ch->posted, memory_order_acquire);
     uint64_t consumed = atomic_load_explicit(&p->ch->consumed, memory_order_acquire);
-    size_t room = is_send ? HC_CHAN - (size_t)(posted - consumed) : (size_t)(posted - consumed);
-    size_t at = (size_t)((is_send ? posted : consumed) % HC_CHAN);
+    size_t room = is_send ? c->chan - (size_t)(posted - consumed) : (size_t)(posted - consumed);
+    size_t at = (size_t)((is_send ? posted : consumed) % c->chan);
     size_t k = p->total - p->moved;
     /* the header arrives whole before it is read */
     if (!is_send && p->moved < sizeof p->hdr) k = sizeof p->hdr - p->moved;
     if (k > room) k = room;
-    if (k > HC_CHAN - at) k = HC_CHAN - at;
+    if (k > c->chan - at) k = c->chan - at;
     if (p->moved < sizeof p->hdr && k > sizeof p->hdr - p->moved) k = sizeof p->hdr - p->moved;
     if (k == 0) break;
     if (is_send) memcpy(p->ring + at, p2p_byte(p, p->moved), k);
@@ -551,10 +568,11 @@ static int run_p2p(host_comm *c, const dev_coll *g, int n, const char *what, cha
     const dev_view *v = is_send ? &x->send : &x->recv;
     ps[i].x = x;
     ps[i].ch = &c->chans[pair];
-    ps[i].ring = c->rings + pair * HC_CHAN;
+    ps[i].ring = c->rings + pair * c->chan;
     ps[i].hdr[0] = v->dtype;
     ps[i].hdr[1] = dev_view_numel(v);
-    ps[i].total = sizeof ps[i].hdr + (size_t)dev_view_numel(v) * dev_dtype_size(v->dtype);
+    /* a sideband carries the headers only */
+    ps[i].total = sizeof ps[i].hdr + (c->side ? 0 : (size_t)dev_view_numel(v) * dev_dtype_size(v->dtype));
   }
   double t0 = now_s();
   int rc = 0;
@@ -622,4 +640,38 @@ int host_comm_run(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *er
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+/* ---- sideband for another transport ----------------------------------------
+ * The CUDA backend moves data with NCCL but joins the same segment (without
+ * slots or rings) to compare collectives across ranks and to see a rank that
+ * left or died, which NCCL itself does not notice between GPUs of one node. */
+
+int host_comm_check(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
+  char what[96];
+  int p2p = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
+  if (p2p && n > 1) snprintf(what, sizeof what, "a group of %d sends/receives (#%llu)", n, (unsigned long long)seq);
+  else snprintf(what, sizeof what, "%s #%llu", dev_coll_name(g[0].kind), (unsigned long long)seq);
+  /* sends and receives: each send's header to its receiver, which compares */
+  return p2p ? run_p2p(c, g, n, what, err, errlen) : check_sig(c, &g[0], seq, what, err, errlen);
+}
+
+int host_comm_gone(host_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen) {
+  for (int q = 0; q < c->world; q++) {
+    if (q == c->rank || (mask && !(mask[q / 64] >> (q % 64) & 1))) continue;
+    hc_rank *r = &c->ranks[q];
+    int left = atomic_load(&r->state) == HC_LEFT;
+    if (left && atomic_load(&r->done) >= need) continue;
+    if ((left || atomic_load(&r->state) == HC_JOINED) && alive(c, q, what, err, errlen)) return q;
+  }
+  return -1;
+}
+
+void host_comm_set_done(host_comm *c, uint64_t done) { c->done = done; }
+
+void host_comm_set_options(host_comm *c, int check, double timeout_s) {
+  pthread_mutex_lock(&c->mu);
+  c->check = check;
+  if (timeout_s > 0) c->timeout = timeout_s;
+  pthread_mutex_unlock(&c->mu);
 }

@@ -10,6 +10,7 @@
  * SIGKILL after GRACE_MS, then a summary naming the cause with the failed
  * rank's last stderr lines.  Signals reach the loop through a self-pipe. */
 #include "launch.h"
+#include "device.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -835,6 +836,9 @@ int launch_run(const struct launch *o) {
   j->reap = 1;
   loop(j);
   status = summary(j);
+  /* a rank stopped while the ranks were meeting leaves the job's shared
+   * memory behind */
+  dev_comm_cleanup(j->port, o->nnodes * o->nproc);
 
   for (int i = 0; i < NCAUGHT; i++)
     sigaction(caught[i], &old[i], NULL);

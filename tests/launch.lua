@@ -210,6 +210,14 @@ T.test("a rank that cannot start", function()
   T.ok(out:find("gpulua: cannot start rank %d+: Too many open files\n"), "the launcher names the rank and the error")
   T.is(count(out, "survived"), 0, "the ranks that had started were stopped")
   if code ~= 1 then T.diag(out) end
+  -- rank 0 made the job's shared memory and was stopped while waiting for
+  -- the others: the launcher removes it
+  local port = 20000 + os.time() % 20000
+  sh(string.format("ulimit -n 20 && timeout 60 %s --master 127.0.0.1:%d -n 12 --device host %s sleep 2>&1",
+                   q(BIN), port, helper("fail.lua")))
+  local uid = sh("id -u"):match("%d+")
+  local left = sh(string.format("ls /dev/shm/gpulua-%s-%d-* 2>/dev/null", uid, port))
+  T.is(left, "", "no shared memory segment of the job is left in /dev/shm")
 end)
 
 T.test("bad launcher options", function()

@@ -1,17 +1,25 @@
--- Collectives between processes on the host backend, through the launcher:
--- tests/ranks/collectives.lua under -n 2 and -n 4, and jobs that go wrong
--- (tests/ranks/failures.lua), each of which must end with its cause.
+-- Collectives between processes, through the launcher: tests/ranks/
+-- collectives.lua under -n 2 and -n 4, and jobs that go wrong (tests/ranks/
+-- failures.lua), each of which must end with its cause.  The jobs run on
+-- this file's backend: host (shared memory) in CI; cuda (NCCL, one GPU per
+-- rank, as many ranks as GPUs up to 4) under `make test-gpu`.
 local gpu = require "gpu"
 local T = require "gpu.test"
 
 local GPULUA = os.getenv("GPULUA") or "build/gpulua"
 local DIR = (arg[0]:match("^(.*)/") or ".") .. "/ranks/"
+local CUDA = gpu.backend == "cuda"
+local DEVICE = CUDA and "cuda" or "host"
+local NGPU = CUDA and gpu.device_count() or 0
+-- on cuda: the per-collective check is behind GPULUA_COMM_CHECK=1, and
+-- multicast stays off on shared machines
+local ENV = CUDA and "NCCL_NVLS_ENABLE=0 " or ""
 
 -- run a job; output (stdout and stderr, rank-prefixed) and exit status.
 -- `timeout` only guards against a hang of the test itself.
 local function job(n, script, args, env)
-  local cmd = string.format("%s timeout 120 %s -n %d --prefix --device host %s %s 2>&1",
-                            env or "", GPULUA, n, DIR .. script, args or "")
+  local cmd = string.format("%s%s timeout 120 %s -n %d --prefix --device %s %s %s 2>&1",
+                            ENV, env or "", GPULUA, n, DEVICE, DIR .. script, args or "")
   local p = assert(io.popen(cmd))
   local out = p:read("a")
   local _, _, code = p:close()
@@ -24,8 +32,15 @@ local function count(s, pat)
   return n
 end
 
+local SIZES = {}
 for _, n in ipairs { 2, 4 } do
-  T.test(string.format("every collective on %d ranks", n), function()
+  if not CUDA or n <= NGPU then SIZES[#SIZES + 1] = n end
+end
+-- one GPU: NCCL has one rank per GPU, so only a world of one runs
+if CUDA and NGPU < 2 then SIZES = { 1 } end
+
+for _, n in ipairs(SIZES) do
+  T.test(string.format("every collective on %d rank%s (%s)", n, n > 1 and "s" or "", DEVICE), function()
     local out, code = job(n, "collectives.lua")
     T.is(code, 0, "the job exits 0")
     local failed = {}
@@ -53,16 +68,28 @@ local CASES = {
   { "error", "rank 1 gives up" },
   -- the sender's 8 elements fit in the ring: it goes on; the receiver fails
   { "p2p", "rank 0 sent 8 f32 to rank 1, which expected 16 f32", "rank 1 survived" },
+  -- rank 0 is alive but never calls the collective rank 1 waits in: with
+  -- the check, rank 1 waits to compare; without, in the collective itself
+  { "stall", "timed out after 3 s: rank 0 never reached all_reduce #1", "rank 1 survived", 3 },
+  { "stall", "timed out[^\n]*all_reduce #1", "rank 1 survived", 3, 0 },
+  -- the same after a first all_reduce: on cuda NCCL is connected, the
+  -- all_reduce is enqueued, and the watchdog aborts it
+  { "stall2", "timed out[^\n]*all_reduce #2", "rank 1 survived", 3, 0 },
 }
+if CUDA then CASES[12][2] = "timed out: all_reduce #2 %(enqueued at [^)]*failures.lua:%d+%) did not finish within 3 s" end
 
-T.test("a job that goes wrong ends with its cause", function()
+T.test("a job that goes wrong ends with its cause (" .. DEVICE .. ")", function()
+  if CUDA and NGPU < 2 then return T.skip("failure cases", "they need 2 GPUs") end
   for _, c in ipairs(CASES) do
     local mode, want, survivor = c[1], c[2], c[3] or "survived"
     -- a long timeout: the failure must be seen because of what happened
-    local out, code = job(2, "failures.lua", mode, "GPULUA_COMM_TIMEOUT=100")
+    local t0 = os.time()
+    local out, code = job(2, "failures.lua", mode,
+                          string.format("GPULUA_COMM_TIMEOUT=%d GPULUA_COMM_CHECK=%d", c[4] or 100, c[5] or 1))
     T.isnt(code, 0, mode .. ": the job fails")
     T.ok(out:find(want) ~= nil, mode .. ": the output says what happened")
     T.ok(not out:find(survivor), mode .. ": no rank carried on past the failed collective")
+    T.ok(os.time() - t0 <= 30, mode .. ": the job ended within 30 s")
     if not out:find(want) then T.diag(out) end
   end
 end)
@@ -71,13 +98,9 @@ T.test("rank fields without a launcher", function()
   T.is(gpu.rank, 0, "gpu.rank is 0")
   T.is(gpu.world_size, 1, "gpu.world_size is 1")
   T.is(gpu.local_rank, 0, "gpu.local_rank is 0")
-  if gpu.backend == "host" then
-    local t = gpu.tensor({ 1, 2 })
-    gpu.all_reduce(t, { op = "avg" })
-    T.is(t:totable(), { 1, 2 }, "a world of one: all_reduce is the identity")
-  else
-    T.raises_at(function() gpu.all_reduce(gpu.ones({ 2 })) end, "not built yet", "cuda: collectives say they need NCCL")
-  end
+  local t = gpu.tensor({ 1, 2 })
+  gpu.all_reduce(t, { op = "avg" })
+  T.is(t:totable(), { 1, 2 }, "a world of one: all_reduce is the identity")
   local p = assert(io.popen(string.format("RANK=x WORLD_SIZE=2 %s --device host -e 'gpu.all_reduce(gpu.ones({1}))' 2>&1", GPULUA)))
   local out = p:read("a")
   p:close()

@@ -50,11 +50,15 @@ T.test("rank scripts under the launcher", function()
     { 2, "scripts/ring.lua 1000", "ring: rank 1 holds 2 blocks of 1000, sum 3000, check ok" },
     { 2, "scripts/rank_pipeline.lua 9 1000", "rank_pipeline: rank 1 consumed 9 batches, sum 45000, check ok" },
   } do
-    -- the collectives run on the host backend whatever the machine
-    local out, ok = run("", string.format("-n %d --device host %s", c[1], c[2]))
-    T.ok(ok, string.format("-n %d %s exits 0", c[1], c[2]))
-    T.ok(out:find(c[3]) ~= nil, "... and prints its check")
-    if not ok then T.diag(out) end
+    -- on the host backend always; on cuda too (NCCL) where there are GPUs enough
+    local devices = { "host" }
+    if gpu.backend == "cuda" and gpu.device_count() >= c[1] then devices[2] = "cuda" end
+    for _, dev in ipairs(devices) do
+      local out, ok = run("NCCL_NVLS_ENABLE=0", string.format("-n %d --device %s %s", c[1], dev, c[2]))
+      T.ok(ok, string.format("-n %d --device %s %s exits 0", c[1], dev, c[2]))
+      T.ok(out:find(c[3]) ~= nil, "... and prints its check")
+      if not ok then T.diag(out) end
+    end
   end
   local out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
   T.ok(not ok and out:find("runs with %-n 2") ~= nil, "rank_pipeline.lua refuses a world of 3")

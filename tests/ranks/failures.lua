@@ -34,6 +34,14 @@ elseif mode == "error" then
 elseif mode == "p2p" then
   -- rank 0 sends 8 elements, rank 1 expects 16
   if r == 0 then gpu.send(gpu.ones({ 8 }), 1) else gpu.recv(gpu.empty({ 16 }), 0) end
+elseif mode == "stall" then
+  -- both join (on cuda: NCCL's communicator exists); rank 0 stays alive but
+  -- never calls the all_reduce rank 1 waits in
+  gpu.init_comm()
+  if r == 0 then os.execute("sleep 8") else gpu.all_reduce(t) end
+elseif mode == "stall2" then
+  gpu.all_reduce(t)
+  if r == 0 then os.execute("sleep 8") else gpu.all_reduce(t) end
 end
 gpu.synchronize()
 print("rank " .. r .. " survived " .. mode)

@@ -1,0 +1,658 @@
+/* Collectives of the CUDA backend over NCCL.
+ *
+ * libnccl.so.2 is loaded with dlopen on first use; the few types and entry
+ * points we call are declared here from NCCL's documentation, so building
+ * needs no nccl.h.  The communicator is created with NCCL's own bootstrap:
+ * NCCL_COMM_ID=MASTER_ADDR:MASTER_PORT (unless already set) makes every rank's
+ * ncclGetUniqueId return the same id, and rank 0's ncclCommInitRank listens
+ * there.  NCCL's calls on a communicator block only while they set up
+ * connections with the peers, so all of that happens before the interpreter
+ * uses it: a helper thread creates the communicator with every connection
+ * made up front (NCCL_RUNTIME_CONNECT=0 unless set) and runs a warm-up that
+ * connects each pair of ranks for send and recv, while the interpreter thread
+ * waits for it with the job's timeout, watching for a rank that is gone.
+ * After that an NCCL call only enqueues.  (A non-blocking communicator would
+ * make that wait simpler, but NCCL then runs every collective's group
+ * through a thread of its own: 80 us per call instead of 9.)
+ *
+ * NCCL does not notice a peer on the same node that died or whose script
+ * ended: its kernels would spin for ever.  So ranks of one node also join a
+ * sideband (cuda/host_comm.c's segment without data slots), which names a
+ * rank that left or died, and which compares each collective across ranks
+ * when the check is on (GPULUA_COMM_CHECK=1 or gpu.init_comm{check = true}:
+ * it costs a meeting of the ranks' host threads per collective).
+ *
+ * A watchdog thread follows every enqueued collective through an event.  It
+ * aborts the communicator (ncclCommAbort, which makes NCCL's kernels return)
+ * and reports an asynchronous error when NCCL reports one, when a rank the
+ * collective needs is gone, or when the collective has not finished within
+ * the timeout.  The interpreter thread, blocked in a wait on the stream, is
+ * then released and raises that error. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "devpriv.h"
+
+/* ---- NCCL's interface, as documented ------------------------------------- */
+
+typedef struct ncclComm *ncclComm_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef int ncclResult_t;
+enum { NC_SUCCESS = 0, NC_IN_PROGRESS = 7 };
+enum { NC_INT8 = 0, NC_UINT8 = 1, NC_INT32 = 2, NC_INT64 = 4, NC_F16 = 6, NC_F32 = 7, NC_F64 = 8, NC_BF16 = 9 };
+enum { NC_SUM = 0, NC_PROD = 1, NC_MAX = 2, NC_MIN = 3, NC_AVG = 4 };
+
+/* ncclConfig_t as of NCCL 2.18; newer NCCL reads the fields this version has
+ * (size, magic and version say which) and defaults the rest. */
+#define NC_VERSION(x, y, z) ((x) * 10000 + (y) * 100 + (z))
+#define NC_UNDEF_INT (-2147483647 - 1)
+typedef struct nc_config {
+  size_t size;
+  unsigned magic, version;
+  int blocking, cga_cluster_size, min_ctas, max_ctas;
+  const char *net_name;
+  int split_share;
+} nc_config;
+
+static struct {
+  void *lib;
+  int version;
+  ncclResult_t (*get_unique_id)(ncclUniqueId *);
+  ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int, nc_config *);
+  ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
+  ncclResult_t (*abort)(ncclComm_t);
+  const char *(*error_string)(ncclResult_t);
+  const char *(*last_error)(ncclComm_t);
+  ncclResult_t (*all_reduce)(const void *, void *, size_t, int, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*broadcast)(const void *, void *, size_t, int, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*reduce)(const void *, void *, size_t, int, int, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*all_gather)(const void *, void *, size_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*reduce_scatter)(const void *, void *, size_t, int, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*send)(const void *, size_t, int, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*recv)(void *, size_t, int, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*group_start)(void);
+  ncclResult_t (*group_end)(void);
+} nc;
+static pthread_mutex_t nc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+#define NC_MIN_VERSION NC_VERSION(2, 18, 0)
+
+static int nc_load(char *err, size_t errlen) {
+  pthread_mutex_lock(&nc_mu);
+  int ok = nc.lib != NULL;
+  if (!ok) {
+    const char *env = getenv("GPULUA_NCCL");
+    const char *names[] = {env && *env ? env : "libnccl.so.2", "libnccl.so", NULL};
+    void *lib = NULL;
+    char why[256] = "";
+    for (int i = 0; names[i] && !lib; i++) {
+      lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+      if (!lib && i == 0) snprintf(why, sizeof why, "%s", dlerror());
+      if (env && *env) break;
+    }
+    if (!lib) {
+      snprintf(err, errlen, "collectives on the cuda backend need NCCL: cannot load %s (%s)",
+               env && *env ? env : "libnccl.so.2", why);
+      goto out;
+    }
+    ncclResult_t (*get_version)(int *) = (ncclResult_t (*)(int *))dlsym(lib, "ncclGetVersion");
+#define SYM(field, name) (*(void **)&nc.field = dlsym(lib, name))
+    int found = SYM(get_unique_id, "ncclGetUniqueId") && SYM(init_rank_config, "ncclCommInitRankConfig") &&
+                SYM(async_error, "ncclCommGetAsyncError") && SYM(abort, "ncclCommAbort") &&
+                SYM(error_string, "ncclGetErrorString") && SYM(last_error, "ncclGetLastError") &&
+                SYM(all_reduce, "ncclAllReduce") && SYM(broadcast, "ncclBroadcast") && SYM(reduce, "ncclReduce") &&
+                SYM(all_gather, "ncclAllGather") && SYM(reduce_scatter, "ncclReduceScatter") &&
+                SYM(send, "ncclSend") && SYM(recv, "ncclRecv") && SYM(group_start, "ncclGroupStart") &&
+                SYM(group_end, "ncclGroupEnd");
+#undef SYM
+    int v = 0;
+    if (!get_version || get_version(&v) != NC_SUCCESS) v = 0;
+    if (!found || v < NC_MIN_VERSION) {
+      snprintf(err, errlen, "collectives on the cuda backend need NCCL 2.18 or newer; the loaded library is %s",
+               v ? "older" : "not a usable NCCL");
+      if (v) snprintf(err, errlen, "collectives on the cuda backend need NCCL 2.18 or newer, not %d.%d.%d",
+                      v / 10000, v / 100 % 100, v % 100);
+      dlclose(lib);
+      memset(&nc, 0, sizeof nc);
+      goto out;
+    }
+    nc.version = v;
+    nc.lib = lib;
+    ok = 1;
+  }
+out:
+  pthread_mutex_unlock(&nc_mu);
+  return ok ? 0 : -1;
+}
+
+static int nc_dtype(dev_dtype t) {
+  switch (t) {
+  case DEV_F32: return NC_F32;
+  case DEV_F64: return NC_F64;
+  case DEV_F16: return NC_F16;
+  case DEV_BF16: return NC_BF16;
+  case DEV_I8: return NC_INT8;
+  case DEV_I32: return NC_INT32;
+  case DEV_I64: return NC_INT64;
+  case DEV_U8: case DEV_BOOL: default: return NC_UINT8;   /* bool moves as bytes; it is never reduced */
+  }
+}
+
+static int nc_red(dev_cred r) {
+  static const int map[DEV_NCRED] = {NC_SUM, NC_PROD, NC_MAX, NC_MIN, NC_AVG};
+  return map[r];
+}
+
+/* ---- the communicator ------------------------------------------------------ */
+
+#define WATCH_TICK_NS 10000000L     /* the watchdog's look at pending collectives */
+#define GONE_GRACE_S 2.0            /* a send/recv whose peer left may still finish */
+
+/* A collective being watched.  The interpreter thread only appends it (no
+ * CUDA call, no formatting: this is on the path of every collective); the
+ * watchdog records one event per stream after the unmarked ones it finds. */
+typedef struct pending {
+  cudaStream_t st;
+  cudaEvent_t ev;                   /* NULL until the watchdog marks it */
+  int owner;                        /* this entry owns ev (others share it) */
+  dev_coll_kind kind;
+  int n;
+  uint64_t seq;
+  double t0, gone_seen;
+  uint64_t need;                    /* whole-job collectives a rank must have done; ~0: p2p */
+  uint64_t mask[4];                 /* the peers of a group of sends and receives */
+  char site[DEV_SITE_LEN];
+} pending;
+
+static void describe(const pending *p, char *out, size_t len) {
+  if (p->n > 1) snprintf(out, len, "a group of %d sends/receives (#%llu)", p->n, (unsigned long long)p->seq);
+  else snprintf(out, len, "%s #%llu", dev_coll_name(p->kind), (unsigned long long)p->seq);
+}
+
+struct cuda_comm {
+  dev_ctx *ctx;
+  int device, rank, world, check;
+  double timeout;
+  char addr[300];                   /* NCCL_COMM_ID we set, for messages */
+  ncclComm_t comm;                  /* NULL until connected, and after an abort */
+  host_comm *side;                  /* ranks of one node: the sideband */
+  uint64_t whole;                   /* whole-job collectives enqueued */
+  pthread_mutex_t mu;               /* NCCL calls, the pending list, the state */
+  pthread_cond_t cv;
+  pthread_t watchdog;
+  int has_watchdog, stop;
+  pending *pend;
+  int npend, cappend;
+  cudaEvent_t *spare;
+  int nspare, capspare;
+  char broken[900];                 /* why the communicator cannot be used */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* NCCL's words for a failed call: its last error when it has one. */
+static void nc_why(ncclComm_t comm, ncclResult_t r, char *out, size_t len) {
+  const char *last = nc.last_error ? nc.last_error(comm) : NULL;
+  snprintf(out, len, "%s%s%s", nc.error_string(r), last && *last ? ": " : "", last && *last ? last : "");
+}
+
+/* Called with mu held: abort the communicator and keep why. */
+static void abort_locked(cuda_comm *c, const char *why) {
+  if (!c->broken[0]) snprintf(c->broken, sizeof c->broken, "%s", why);
+  if (c->comm) {
+    nc.abort(c->comm);
+    c->comm = NULL;
+  }
+  for (int i = 0; i < c->npend; i++)
+    if (c->pend[i].owner) cudaEventDestroy(c->pend[i].ev);
+  c->npend = 0;
+}
+
+/* ---- the watchdog ---------------------------------------------------------- */
+
+static void watch_once(cuda_comm *c) {
+  /* mark: an event after the unmarked collectives of each stream (a stream
+   * is not destroyed under us: cuda_comm_forget_stream takes mu) */
+  for (int i = 0; i < c->npend; i++) {
+    pending *p = &c->pend[i];
+    if (p->ev) continue;
+    cudaEvent_t ev = NULL;
+    if (c->nspare > 0) ev = c->spare[--c->nspare];
+    else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) ev = NULL;
+    if (ev && cudaEventRecord(ev, p->st) != cudaSuccess) {
+      cudaEventDestroy(ev);
+      ev = NULL;
+    }
+    if (!ev) { cudaGetLastError(); continue; }   /* tried again next tick */
+    p->ev = ev;
+    p->owner = 1;
+    for (int k = i + 1; k < c->npend; k++)
+      if (!c->pend[k].ev && c->pend[k].st == p->st) c->pend[k].ev = ev;
+  }
+  /* forget the collectives that finished (entries sharing an event finish
+   * together; the owner comes first) */
+  int k = 0;
+  for (int i = 0; i < c->npend; i++) {
+    pending *p = &c->pend[i];
+    cudaError_t e = p->ev ? cudaEventQuery(p->ev) : cudaErrorNotReady;
+    if (e == cudaErrorNotReady) { c->pend[k++] = *p; continue; }
+    cudaGetLastError();   /* a failed kernel is reported by the waits */
+    if (!p->owner) continue;
+    if (c->nspare < c->capspare) c->spare[c->nspare++] = p->ev;
+    else cudaEventDestroy(p->ev);
+  }
+  c->npend = k;
+  if (!k || !c->comm) return;
+
+  char why[900], msg[700], what[96];
+  ncclResult_t r = NC_SUCCESS;
+  pending *p = &c->pend[0];
+  nc.async_error(c->comm, &r);
+  if (r != NC_SUCCESS && r != NC_IN_PROGRESS) {
+    nc_why(c->comm, r, msg, sizeof msg);
+    describe(p, what, sizeof what);
+    snprintf(why, sizeof why, "NCCL reported an error while rank %d waits in %s (enqueued at %s): %.500s", c->rank,
+             what, p->site, msg);
+    goto abort;
+  }
+  double t = now_s();
+  for (int i = 0; c->side && i < c->npend; i++) {
+    p = &c->pend[i];
+    int p2p = p->need == UINT64_MAX;
+    describe(p, what, sizeof what);
+    if (host_comm_gone(c->side, p2p ? p->mask : NULL, p->need, what, msg, sizeof msg) < 0) continue;
+    /* a peer that left after its part of a send or receive: that may still finish */
+    if (p2p && !p->gone_seen) p->gone_seen = t;
+    if (p2p && t - p->gone_seen < GONE_GRACE_S) continue;
+    snprintf(why, sizeof why, "%s (enqueued at %s)", msg, p->site);
+    goto abort;
+  }
+  for (int i = 0; i < c->npend; i++) {
+    p = &c->pend[i];
+    if (t - p->t0 <= c->timeout) continue;
+    describe(p, what, sizeof what);
+    snprintf(why, sizeof why, "timed out: %s (enqueued at %s) did not finish within %.0f s; a rank did not call it "
+             "or called another collective (GPULUA_COMM_CHECK=1 compares every collective across ranks; "
+             "GPULUA_COMM_TIMEOUT waits longer)", what, p->site, c->timeout);
+    goto abort;
+  }
+  return;
+abort:
+  strncat(why, "; the communicator is aborted", sizeof why - strlen(why) - 1);
+  /* reported first: the abort ends NCCL's kernels, and a thread waiting on
+   * the stream must find the error when its wait returns */
+  dev_async_fail(c->ctx, "%s", why);
+  abort_locked(c, why);
+}
+
+static void *watchdog(void *arg) {
+  cuda_comm *c = arg;
+  cudaSetDevice(c->device);
+  pthread_mutex_lock(&c->mu);
+  while (!c->stop) {
+    if (c->npend == 0) {
+      pthread_cond_wait(&c->cv, &c->mu);
+      continue;
+    }
+    watch_once(c);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += WATCH_TICK_NS;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+/* ---- joining ---------------------------------------------------------------- */
+
+int cuda_comm_open(dev_ctx *ctx, int device, const dev_rank_info *ri, cuda_comm **out) {
+  char err[512];
+  if (nc_load(err, sizeof err)) return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s", err);
+  cuda_comm *c = calloc(1, sizeof *c);
+  if (!c) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  c->ctx = ctx;
+  c->device = device;
+  c->rank = ri->rank;
+  c->world = ri->world;
+  c->check = ri->check;
+  c->timeout = ri->timeout_s > 0 ? ri->timeout_s : 300;
+  c->capspare = 64;
+  c->spare = calloc((size_t)c->capspare, sizeof *c->spare);
+  if (!c->spare) { free(c); return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory"); }
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  /* ranks of one node meet in the sideband (up to its size) */
+  if (ri->world > 1 && ri->local_world == ri->world && ri->world <= 256 &&
+      host_comm_open(ri, 1, &c->side, err, sizeof err)) {
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c->spare);
+    free(c);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
+  }
+  *out = c;
+  return DEV_OK;
+}
+
+/* Pairs of ranks connected for send and recv by the warm-up; past this,
+ * a pair connects at its first exchange (NCCL's call then blocks until the
+ * peer comes). */
+#define WARM_P2P_MAX 16
+
+/* The helper thread's job: create the communicator and connect it. */
+typedef struct init_job {
+  pthread_mutex_t mu;
+  int done, abandoned;
+  int device, rank, world;
+  ncclUniqueId id;
+  ncclComm_t comm;
+  char err[700];
+} init_job;
+
+static void job_free(init_job *j) {
+  pthread_mutex_destroy(&j->mu);
+  free(j);
+}
+
+static void *init_main(void *arg) {
+  init_job *j = arg;
+  char err[700] = "";
+  ncclComm_t comm = NULL;
+  void *buf = NULL;
+  cudaStream_t st = NULL;
+  cudaError_t e = cudaSetDevice(j->device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMalloc(&buf, 2 * (size_t)j->world);
+  if (e != cudaSuccess) {
+    snprintf(err, sizeof err, "CUDA error %s before creating the communicator", cudaGetErrorName(e));
+    cudaGetLastError();
+    goto out;
+  }
+  nc_config cfg = {sizeof cfg, 0xcafebeef, NC_MIN_VERSION, 1 /* blocking */, NC_UNDEF_INT, NC_UNDEF_INT,
+                   NC_UNDEF_INT, NULL, NC_UNDEF_INT};
+  ncclResult_t r = nc.init_rank_config(&comm, j->world, j->id, j->rank, &cfg);
+  const char *step = "could not create the communicator";
+  /* warm-up: a byte to and from every other rank, then a 1-byte all_reduce */
+  if (r == NC_SUCCESS && j->world > 1 && j->world <= WARM_P2P_MAX) {
+    step = "connecting the ranks for send and recv";
+    unsigned char *b = buf;
+    r = nc.group_start();
+    for (int q = 0; q < j->world && r == NC_SUCCESS; q++) {
+      if (q == j->rank) continue;
+      r = nc.send(b + q, 1, NC_UINT8, q, comm, st);
+      if (r == NC_SUCCESS) r = nc.recv(b + j->world + q, 1, NC_UINT8, q, comm, st);
+    }
+    ncclResult_t r2 = nc.group_end();
+    if (r == NC_SUCCESS) r = r2;
+  }
+  if (r == NC_SUCCESS) {
+    step = "the first all_reduce";
+    r = nc.all_reduce(buf, buf, 1, NC_UINT8, NC_MAX, comm, st);
+  }
+  if (r != NC_SUCCESS) {
+    char nw[600];
+    nc_why(comm, r, nw, sizeof nw);
+    snprintf(err, sizeof err, "NCCL %s: %s", step, nw);
+  } else if ((e = cudaStreamSynchronize(st)) != cudaSuccess) {
+    snprintf(err, sizeof err, "CUDA error %s in NCCL's first all_reduce", cudaGetErrorName(e));
+    cudaGetLastError();
+  }
+out:
+  if (err[0] && comm) {
+    nc.abort(comm);
+    comm = NULL;
+  }
+  if (buf) cudaFree(buf);
+  if (st) cudaStreamDestroy(st);
+  pthread_mutex_lock(&j->mu);
+  int abandoned = j->abandoned;
+  j->comm = comm;
+  snprintf(j->err, sizeof j->err, "%s", err);
+  j->done = 1;
+  pthread_mutex_unlock(&j->mu);
+  /* the interpreter gave up waiting: what was made is ours to undo */
+  if (abandoned) {
+    if (comm) nc.abort(comm);
+    job_free(j);
+  }
+  return NULL;
+}
+
+int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what) {
+  dev_ctx *ctx = c->ctx;
+  if (ri) {
+    c->check = ri->check;
+    if (ri->timeout_s > 0) c->timeout = ri->timeout_s;
+  }
+  if (c->comm) return DEV_OK;
+  if (c->broken[0]) return dev_fail(ctx, DEV_ERR_DEVICE, "%s: the communicator failed earlier: %s", what, c->broken);
+  const dev_rank_info *jr = &ctx->ri;
+  if (jr->world > 1) {
+    /* NCCL's bootstrap: the same address for every rank; rank 0 listens */
+    const char *set = getenv("NCCL_COMM_ID");
+    if (set && *set) {
+      snprintf(c->addr, sizeof c->addr, "NCCL_COMM_ID=%.250s", set);
+    } else {
+      if (jr->master_port <= 0)
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: MASTER_PORT is not set: start the job with gpulua -n, torchrun "
+                        "or Slurm, or set NCCL_COMM_ID=host:port", what);
+      char id[300];
+      snprintf(id, sizeof id, strchr(jr->master_addr, ':') ? "[%s]:%d" : "%s:%d", jr->master_addr, jr->master_port);
+      setenv("NCCL_COMM_ID", id, 1);
+      snprintf(c->addr, sizeof c->addr, "NCCL_COMM_ID=%.250s from MASTER_ADDR and MASTER_PORT", id);
+    }
+  }
+  /* every connection at creation: later calls only enqueue */
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+  init_job *j = calloc(1, sizeof *j);
+  if (!j) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  pthread_mutex_init(&j->mu, NULL);
+  j->device = c->device;
+  j->rank = c->rank;
+  j->world = c->world;
+  ncclResult_t r = nc.get_unique_id(&j->id);
+  if (r != NC_SUCCESS) {
+    char nw[600];
+    nc_why(NULL, r, nw, sizeof nw);
+    job_free(j);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s: ncclGetUniqueId failed: %.400s (%s)", what, nw, c->addr);
+  }
+  pthread_t th;
+  if (pthread_create(&th, NULL, init_main, j) != 0) {
+    job_free(j);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s: cannot start a thread: %s", what, strerror(errno));
+  }
+  pthread_detach(th);
+  /* wait for it: the ranks meet in there */
+  char w[128], why[800] = "";
+  snprintf(w, sizeof w, "%s (creating the NCCL communicator)", what);
+  double t0 = now_s();
+  for (long i = 0;; i++) {
+    pthread_mutex_lock(&j->mu);
+    int done = j->done;
+    pthread_mutex_unlock(&j->mu);
+    if (done) break;
+    if (c->side && i % 20 == 19 && host_comm_gone(c->side, NULL, 1, w, why, sizeof why) >= 0) break;
+    if (now_s() - t0 > c->timeout) {
+      snprintf(why, sizeof why, "timed out after %.0f s in %s waiting for the other ranks (set GPULUA_COMM_TIMEOUT "
+               "to wait longer)", c->timeout, w);
+      break;
+    }
+    nanosleep(&(struct timespec){0, i < 100 ? 200000L : 1000000L}, NULL);
+  }
+  pthread_mutex_lock(&j->mu);
+  int done = j->done;
+  if (!done) j->abandoned = 1;   /* the thread frees the job */
+  pthread_mutex_unlock(&j->mu);
+  if (done) {
+    if (j->err[0]) snprintf(why, sizeof why, "%s: %.400s%s%.150s%s", w, j->err, c->addr[0] ? " (" : "", c->addr,
+                            c->addr[0] ? ")" : "");
+    pthread_mutex_lock(&c->mu);
+    c->comm = j->comm;
+    pthread_mutex_unlock(&c->mu);
+    job_free(j);
+  }
+  if (!c->comm) {
+    snprintf(c->broken, sizeof c->broken, "%s", why);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s", why);
+  }
+  if (!c->has_watchdog) {
+    if (pthread_create(&c->watchdog, NULL, watchdog, c) == 0) {
+      c->has_watchdog = 1;
+    } else {
+      pthread_mutex_lock(&c->mu);
+      abort_locked(c, "cannot start the collectives' watchdog thread");
+      pthread_mutex_unlock(&c->mu);
+      return dev_fail(ctx, DEV_ERR_DEVICE, "%s: cannot start the collectives' watchdog thread: %s", what,
+                      strerror(errno));
+    }
+  }
+  return DEV_OK;
+}
+
+/* ---- collectives ------------------------------------------------------------ */
+
+static ncclResult_t issue(cuda_comm *c, const dev_coll *x, cudaStream_t st) {
+  const void *s = x->kind == DEV_COLL_RECV ? NULL : dev_view_ptr(&x->send);
+  void *d = x->kind == DEV_COLL_SEND ? NULL : dev_view_ptr(&x->recv);
+  const dev_view *v = x->kind == DEV_COLL_RECV ? &x->recv : &x->send;
+  int t = nc_dtype(v->dtype);
+  size_t n = (size_t)dev_view_numel(v);
+  switch (x->kind) {
+  case DEV_COLL_ALL_REDUCE: return nc.all_reduce(s, d, n, t, nc_red(x->red), c->comm, st);
+  case DEV_COLL_BROADCAST: return nc.broadcast(s, d, n, t, x->peer, c->comm, st);
+  case DEV_COLL_REDUCE: return nc.reduce(s, d, n, t, nc_red(x->red), x->peer, c->comm, st);
+  case DEV_COLL_ALL_GATHER: return nc.all_gather(s, d, n, t, c->comm, st);
+  case DEV_COLL_REDUCE_SCATTER:
+    return nc.reduce_scatter(s, d, (size_t)dev_view_numel(&x->recv), t, nc_red(x->red), c->comm, st);
+  case DEV_COLL_SEND: return nc.send(s, n, t, x->peer, c->comm, st);
+  case DEV_COLL_RECV: return nc.recv(d, n, t, x->peer, c->comm, st);
+  default: return 4;   /* ncclInvalidArgument */
+  }
+}
+
+int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t seq) {
+  dev_ctx *ctx = c->ctx;
+  cudaStream_t st = stream;
+  int p2p = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
+  pending p = {.st = st, .kind = g[0].kind, .n = n, .seq = seq, .need = p2p ? UINT64_MAX : c->whole + 1};
+  char what[96], err[700];
+  int rc;
+  if (!c->comm) {
+    describe(&p, what, sizeof what);
+    if ((rc = cuda_comm_connect(c, NULL, what))) return rc;
+  }
+  if (c->check && c->side && host_comm_check(c->side, seq, g, n, err, sizeof err)) {
+    pthread_mutex_lock(&c->mu);
+    abort_locked(c, err);
+    pthread_mutex_unlock(&c->mu);
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s", err);
+  }
+  p.t0 = now_s();
+  memcpy(p.site, ctx->site, sizeof p.site);
+  for (int i = 0; p2p && i < n; i++)
+    if (g[i].peer < 256) p.mask[g[i].peer / 64] |= (uint64_t)1 << (g[i].peer % 64);
+
+  pthread_mutex_lock(&c->mu);
+  if (!c->comm) {
+    pthread_mutex_unlock(&c->mu);
+    describe(&p, what, sizeof what);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s: the communicator failed earlier: %s", what, c->broken);
+  }
+  ncclResult_t r = NC_SUCCESS;
+  if (n > 1) r = nc.group_start();
+  for (int i = 0; i < n && r == NC_SUCCESS; i++) r = issue(c, &g[i], st);
+  if (n > 1) {
+    ncclResult_t r2 = nc.group_end();
+    if (r == NC_SUCCESS) r = r2;
+  }
+  if (r != NC_SUCCESS) {
+    char nw[600];
+    nc_why(c->comm, r, nw, sizeof nw);
+    describe(&p, what, sizeof what);
+    snprintf(err, sizeof err, "NCCL failed in %s: %.550s", what, nw);
+    abort_locked(c, err);
+    rc = dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
+  } else {
+    rc = DEV_OK;
+  }
+  if (rc == DEV_OK) {
+    if (c->npend == c->cappend) {
+      int cap = c->cappend ? 2 * c->cappend : 64;
+      pending *np = realloc(c->pend, (size_t)cap * sizeof *np);
+      if (np) { c->pend = np; c->cappend = cap; }
+    }
+    if (c->npend == c->cappend) {
+      /* enqueued but not watched: the job cannot be trusted to end */
+      describe(&p, what, sizeof what);
+      snprintf(err, sizeof err, "%s: out of memory watching the collective", what);
+      abort_locked(c, err);
+      rc = dev_fail(ctx, DEV_ERR_NOMEM, "%s", err);
+    } else {
+      c->pend[c->npend++] = p;
+      if (c->npend == 1) pthread_cond_signal(&c->cv);
+      if (!p2p) c->whole++;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* A stream about to be destroyed: it has drained, so its collectives are
+ * done; the watchdog must not mark it any more. */
+void cuda_comm_forget_stream(cuda_comm *c, void *stream) {
+  pthread_mutex_lock(&c->mu);
+  int k = 0;
+  for (int i = 0; i < c->npend; i++) {
+    pending *p = &c->pend[i];
+    if (p->st != (cudaStream_t)stream) { c->pend[k++] = *p; continue; }
+    if (p->owner) cudaEventDestroy(p->ev);
+  }
+  c->npend = k;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- leaving ----------------------------------------------------------------- */
+
+void cuda_comm_close(cuda_comm *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->mu);
+  c->stop = 1;
+  pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (c->has_watchdog) pthread_join(c->watchdog, NULL);
+  pthread_mutex_lock(&c->mu);
+  /* The queued work is done (the context synchronized first).  Destroying
+   * would first flush NCCL's state, which can wait for ever after a receive
+   * that got less than it expected; aborting frees the same without waiting. */
+  if (c->comm) {
+    nc.abort(c->comm);
+    c->comm = NULL;
+  }
+  for (int i = 0; i < c->npend; i++)
+    if (c->pend[i].owner) cudaEventDestroy(c->pend[i].ev);
+  for (int i = 0; i < c->nspare; i++) cudaEventDestroy(c->spare[i]);
+  pthread_mutex_unlock(&c->mu);
+  if (c->side) {
+    host_comm_set_done(c->side, c->whole);
+    host_comm_close(c->side);
+  }
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  free(c->pend);
+  free(c->spare);
+  free(c);
+}
