@@ -7,7 +7,7 @@
 -- host); the count of ranks with a wrong result is all-reduced and rank 0
 -- reports for the job.  Call counts: benchlib's allreduce_plan.
 --
---   gpulua -n N --device cuda bench/allreduce.lua [quick]
+--   gpulua -n N --device cuda bench/allreduce.lua [quick] [latency]
 --
 -- Rank 0 prints, per size (KEY: allreduce_nN_SIZE, e.g. allreduce_n2_128M):
 --   row KEY_time US us LABEL   row KEY_algbw X GB/s LABEL   row KEY_busbw X GB/s LABEL
@@ -17,9 +17,12 @@ package.path = (arg[0]:match("^(.*)/") or ".") .. "/?.lua;" .. package.path
 local gpu = require "gpu"
 local B = require "benchlib"
 
-local quick = B.quick or arg[1] == "quick"
+local quick, latency = B.quick, false
+for _, a in ipairs(arg) do
+  if a == "quick" then quick = true elseif a == "latency" then latency = true end
+end
 local n, rank = gpu.world_size, gpu.rank
-local P = B.allreduce_plan(quick, n)
+local P = B.allreduce_plan(quick, n, latency)   -- latency: the 8-byte size only
 local TRI = n * (n + 1) // 2        -- sum over ranks of (rank + 1)
 
 -- t[i] = factor * (1 + i % 7), i from 0: small integers, so the f32 sum is

@@ -33,9 +33,9 @@ B.sizes = {
 -- 256 KiB), warm-up calls, and timed calls per size.  The count is what makes
 -- a timed loop last about 100 ms at 10 us + bytes at 300 GB/s busbw a call,
 -- at least 20 and at most 1000; quick: 10.
-function B.allreduce_plan(quick, n)
+function B.allreduce_plan(quick, n, latency)
   local p = { sizes = {}, warm = quick and 2 or 5 }
-  local top = quick and 256 << 10 or 1 << 30
+  local top = latency and 8 or quick and 256 << 10 or 1 << 30
   local b = 8
   while b <= top do
     p.sizes[#p.sizes + 1] = b

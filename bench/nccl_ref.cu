@@ -99,7 +99,10 @@ static void check(const char *key, int ok, const char *fmt, ...) {
 
 /* ---- the plan (benchlib.lua's allreduce_plan) --------------------------- */
 
-static size_t plan_top(int quick) { return quick ? (size_t)256 << 10 : (size_t)1 << 30; }
+static int latency_only = 0;   /* `latency`: the 8-byte size only (more rounds of it) */
+static size_t plan_top(int quick) {
+  return latency_only ? 8 : quick ? (size_t)256 << 10 : (size_t)1 << 30;
+}
 static int plan_warm(int quick) { return quick ? 2 : 5; }
 
 /* calls that make a timed loop last about 100 ms at 10 us + bytes at
@@ -259,7 +262,7 @@ static int free_port(void) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: nccl_ref N [quick]     N ranks, one per GPU (GPU r for rank r)\n");
+  fprintf(stderr, "usage: nccl_ref N [quick] [latency]     N ranks, one per GPU (GPU r for rank r)\n");
   return 2;
 }
 
@@ -273,6 +276,10 @@ int main(int argc, char **argv) {
     char *end;
     if (strcmp(argv[i], "quick") == 0) {
       quick = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "latency") == 0) {
+      latency_only = 1;
       continue;
     }
     long v = strtol(argv[i], &end, 10);

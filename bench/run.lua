@@ -216,6 +216,11 @@ local function allreduce(n, raw)
       end
     end
   end
+  -- The 8-byte time is a few microseconds and drifts from one process to the
+  -- next: more rounds of it, raw NCCL and gpulua in turn; each side's median.
+  for _ = 2, (B.quick and 1 or Z.launch_rounds) do
+    for _, side in ipairs(sides) do run_program(side[1], side[2] .. " latency") end
+  end
   -- the table: busbw per size, then the 8-byte time
   local times, iters = {}, {}
   for _, bytes in ipairs(plan.sizes) do

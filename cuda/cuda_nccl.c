@@ -243,9 +243,13 @@ static void watch_once(cuda_comm *c) {
   /* forget the collectives that finished (entries sharing an event finish
    * together; the owner comes first) */
   int k = 0;
+  cudaEvent_t last = NULL;     /* one query per event, however many share it */
+  cudaError_t last_e = cudaErrorNotReady;
   for (int i = 0; i < c->npend; i++) {
     pending *p = &c->pend[i];
-    cudaError_t e = p->ev ? cudaEventQuery(p->ev) : cudaErrorNotReady;
+    cudaError_t e = cudaErrorNotReady;
+    if (p->ev && p->ev == last) e = last_e;
+    else if (p->ev) last = p->ev, e = last_e = cudaEventQuery(p->ev);
     if (e == cudaErrorNotReady) { c->pend[k++] = *p; continue; }
     cudaGetLastError();   /* a failed kernel is reported by the waits */
     if (!p->owner) continue;
@@ -281,10 +285,21 @@ static void watch_once(cuda_comm *c) {
   for (int i = 0; i < c->npend; i++) {
     p = &c->pend[i];
     if (t - p->t0 <= c->timeout) continue;
-    describe(p, what, sizeof what);
-    snprintf(why, sizeof why, "timed out: %s (enqueued at %s) did not finish within %.0f s; a rank did not call it "
+    /* collectives marked together finish together: the last of them is
+     * not done, and maybe not those before it */
+    const pending *last = p;
+    for (int k = i + 1; k < c->npend; k++)
+      if (c->pend[k].ev == p->ev && p->ev) last = &c->pend[k];
+    char first[96] = "", alsofrom[300] = "";
+    describe(last, what, sizeof what);
+    if (last != p) {
+      describe(p, first, sizeof first);
+      snprintf(alsofrom, sizeof alsofrom, ", or one before it on its stream back to %s (enqueued at %s),", first,
+               p->site);
+    }
+    snprintf(why, sizeof why, "timed out: %s (enqueued at %s)%s did not finish within %.0f s; a rank did not call it "
              "or called another collective (GPULUA_COMM_CHECK=1 compares every collective across ranks; "
-             "GPULUA_COMM_TIMEOUT waits longer)", what, p->site, c->timeout);
+             "GPULUA_COMM_TIMEOUT waits longer)", what, last->site, alsofrom, c->timeout);
     goto abort;
   }
   return;

@@ -76,7 +76,7 @@ local CASES = {
   -- all_reduce is enqueued, and the watchdog aborts it
   { "stall2", "timed out[^\n]*all_reduce #2", "rank 1 survived", 3, 0 },
 }
-if CUDA then CASES[12][2] = "timed out: all_reduce #2 %(enqueued at [^)]*failures.lua:%d+%) did not finish within 3 s" end
+if CUDA then CASES[12][2] = "timed out: all_reduce #2 %(enqueued at [^)]*failures.lua:44%)[^\n]*did not finish within 3 s" end
 
 T.test("a job that goes wrong ends with its cause (" .. DEVICE .. ")", function()
   if CUDA and NGPU < 2 then return T.skip("failure cases", "they need 2 GPUs") end
