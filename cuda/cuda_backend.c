@@ -684,6 +684,29 @@ static int touches_host(const dev_kop *op) {
   return host_visible(op->out.buf) || (op->nin > 0 && host_visible(op->in[0].buf));
 }
 
+/* Bookkeeping after an op is on the stream: its position and name, a marker
+ * after it when it touches host memory, and GPULUA_LAUNCH_BLOCKING's wait. */
+static int enqueued(dev_stream *s, const char *name, int host) {
+  dev_ctx *ctx = s->ctx;
+  cstream *c = CST(s);
+  c->enq++;
+  oprec *r = &c->rec[c->enq % NREC];
+  r->name = name;
+  memcpy(r->site, ctx->site, sizeof r->site);
+  if (host) {
+    marker *m;
+    int rc = mark(s, &m);
+    if (rc) return rc;
+  }
+  if (CS(ctx)->launch_blocking) {
+    cudaError_t e = cudaStreamSynchronize(c->st);
+    if (e != cudaSuccess) return cuda_fail(ctx, e, "GPULUA_LAUNCH_BLOCKING");
+    c->known_done = c->enq;
+    check_flag(ctx);
+  }
+  return DEV_OK;
+}
+
 static int c_submit(dev_stream *s, const dev_kop *op) {
   dev_ctx *ctx = s->ctx;
   cstate *cs = CS(ctx);
@@ -701,22 +724,7 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
     rc = cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
                                                 : DEV_OK;
   }
-  if (rc) return rc;
-  c->enq++;
-  oprec *r = &c->rec[c->enq % NREC];
-  r->name = dev_op_name(op);
-  memcpy(r->site, ctx->site, sizeof r->site);
-  if (touches_host(op)) {
-    marker *m;
-    if ((rc = mark(s, &m))) return rc;
-  }
-  if (cs->launch_blocking) {
-    cudaError_t e = cudaStreamSynchronize(c->st);
-    if (e != cudaSuccess) return cuda_fail(ctx, e, "GPULUA_LAUNCH_BLOCKING");
-    c->known_done = c->enq;
-    check_flag(ctx);
-  }
-  return DEV_OK;
+  return rc ? rc : enqueued(s, dev_op_name(op), touches_host(op));
 }
 
 /* ---- collectives (cuda/cuda_nccl.c) ------------------------------------- */
@@ -744,8 +752,6 @@ static void c_comm_close(dev_ctx *ctx) {
 
 static int c_coll(dev_stream *s, const dev_coll *g, int n, uint64_t seq) {
   dev_ctx *ctx = s->ctx;
-  cstate *cs = CS(ctx);
-  cstream *c = CST(s);
   for (int i = 0; i < n; i++) {
     const dev_view *v[2] = {g[i].kind == DEV_COLL_RECV ? NULL : &g[i].send,
                             g[i].kind == DEV_COLL_SEND ? NULL : &g[i].recv};
@@ -754,18 +760,8 @@ static int c_coll(dev_stream *s, const dev_coll *g, int n, uint64_t seq) {
         return dev_fail(ctx, DEV_ERR_INVALID, "%s: the %s tensor is in %s memory; NCCL needs device tensors",
                         dev_coll_name(g[i].kind), k ? "output" : "input", dev_memkind_name(v[k]->buf->kind));
   }
-  int rc = cuda_comm_run(ctx->comm, c->st, g, n, seq);
-  if (rc) return rc;
-  c->enq++;
-  oprec *r = &c->rec[c->enq % NREC];
-  r->name = n > 1 ? "group" : dev_coll_name(g[0].kind);
-  memcpy(r->site, ctx->site, sizeof r->site);
-  if (cs->launch_blocking) {
-    cudaError_t e = cudaStreamSynchronize(c->st);
-    if (e != cudaSuccess) return cuda_fail(ctx, e, "GPULUA_LAUNCH_BLOCKING");
-    c->known_done = c->enq;
-  }
-  return DEV_OK;
+  int rc = cuda_comm_run(ctx->comm, CST(s)->st, g, n, seq);
+  return rc ? rc : enqueued(s, n > 1 ? "group" : dev_coll_name(g[0].kind), 0);
 }
 
 /* ---- run-time kernels --------------------------------------------------- */

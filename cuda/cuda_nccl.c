@@ -115,10 +115,12 @@ static int nc_load(char *err, size_t errlen) {
     int v = 0;
     if (!get_version || get_version(&v) != NC_SUCCESS) v = 0;
     if (!found || v < NC_MIN_VERSION) {
-      snprintf(err, errlen, "collectives on the cuda backend need NCCL 2.18 or newer; the loaded library is %s",
-               v ? "older" : "not a usable NCCL");
-      if (v) snprintf(err, errlen, "collectives on the cuda backend need NCCL 2.18 or newer, not %d.%d.%d",
-                      v / 10000, v / 100 % 100, v % 100);
+      if (v && v < NC_MIN_VERSION)
+        snprintf(err, errlen, "collectives on the cuda backend need NCCL 2.18 or newer, not %d.%d.%d", v / 10000,
+                 v / 100 % 100, v % 100);
+      else
+        snprintf(err, errlen, "collectives on the cuda backend need NCCL: %s lacks NCCL's entry points",
+                 env && *env ? env : "libnccl.so.2");
       dlclose(lib);
       memset(&nc, 0, sizeof nc);
       goto out;
@@ -171,10 +173,7 @@ typedef struct pending {
   char site[DEV_SITE_LEN];
 } pending;
 
-static void describe(const pending *p, char *out, size_t len) {
-  if (p->n > 1) snprintf(out, len, "a group of %d sends/receives (#%llu)", p->n, (unsigned long long)p->seq);
-  else snprintf(out, len, "%s #%llu", dev_coll_name(p->kind), (unsigned long long)p->seq);
-}
+static void describe(const pending *p, char *out, size_t len) { dev_coll_describe(out, len, p->kind, p->n, p->seq); }
 
 struct cuda_comm {
   dev_ctx *ctx;

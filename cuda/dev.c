@@ -846,6 +846,11 @@ const char *dev_coll_name(dev_coll_kind k) {
   return (unsigned)k < DEV_NCOLL ? names[k] : "?";
 }
 
+void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq) {
+  if (n > 1) snprintf(out, len, "a group of %d sends/receives (#%llu)", n, (unsigned long long)seq);
+  else snprintf(out, len, "%s #%llu", dev_coll_name(kind), (unsigned long long)seq);
+}
+
 const char *dev_cred_name(dev_cred r) {
   static const char *const names[DEV_NCRED] = {"sum", "prod", "max", "min", "avg"};
   return (unsigned)r < DEV_NCRED ? names[r] : "?";

@@ -138,6 +138,9 @@ int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, voi
 dev_buf *dev_module_life(dev_module *m);
 dev_ctx *dev_module_ctx(const dev_module *m);
 const char *dev_op_name(const dev_kop *op);
+/* "all_reduce #3", or "a group of 2 sends/receives (#4)": the collectives
+ * numbered seq in messages */
+void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq);
 
 /* cuda/host_comm.c: collectives between the processes of one node through
  * shared memory (the host backend's).  host_comm_run runs the group numbered

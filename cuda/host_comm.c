@@ -617,8 +617,7 @@ int host_comm_run(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *er
 
   char what[96];
   int p2p_group = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
-  if (p2p_group && n > 1) snprintf(what, sizeof what, "a group of %d sends/receives (#%llu)", n, (unsigned long long)seq);
-  else snprintf(what, sizeof what, "%s #%llu", dev_coll_name(g[0].kind), (unsigned long long)seq);
+  dev_coll_describe(what, sizeof what, g[0].kind, n, seq);
   int rc;
   if (c->broken) {
     rc = fail(err, errlen, "%s: the communicator failed earlier: %s", what, c->broken_msg);
@@ -650,8 +649,7 @@ int host_comm_run(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *er
 int host_comm_check(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
   char what[96];
   int p2p = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
-  if (p2p && n > 1) snprintf(what, sizeof what, "a group of %d sends/receives (#%llu)", n, (unsigned long long)seq);
-  else snprintf(what, sizeof what, "%s #%llu", dev_coll_name(g[0].kind), (unsigned long long)seq);
+  dev_coll_describe(what, sizeof what, g[0].kind, n, seq);
   /* sends and receives: each send's header to its receiver, which compares */
   return p2p ? run_p2p(c, g, n, what, err, errlen) : check_sig(c, &g[0], seq, what, err, errlen);
 }
