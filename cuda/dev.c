@@ -178,6 +178,8 @@ static void stream_unref(dev_stream *s);
 
 void dev_close(dev_ctx *ctx) {
   if (!ctx || ctx->closing) return;
+  ctx->sync_policy = DEV_SYNC_ALLOW;   /* closing always waits, quietly */
+  ctx->sync_warn = NULL;
   dev_synchronize(ctx);
   ctx->closing = 1;
   /* after the queued collectives: the peers see this rank leave */
@@ -221,6 +223,30 @@ void dev_set_site(dev_ctx *ctx, const char *site) {
 }
 
 void dev_count_sync(dev_ctx *ctx) { ctx->st.syncs++; }
+
+void dev_set_sync_policy(dev_ctx *ctx, dev_sync_policy p) { ctx->sync_policy = p; }
+dev_sync_policy dev_get_sync_policy(dev_ctx *ctx) { return ctx->sync_policy; }
+void dev_set_call(dev_ctx *ctx, const char *call) { ctx->call = call; }
+
+void dev_set_sync_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), void *ud) {
+  ctx->sync_warn = warn;
+  ctx->sync_warn_ud = ud;
+}
+
+int dev_sync_enter(dev_ctx *ctx, const char *what) {
+  ctx->st.syncs++;
+  if (ctx->sync_policy == DEV_SYNC_ALLOW) return DEV_OK;
+  char msg[sizeof ctx->site + 192];
+  snprintf(msg, sizeof msg, "%s%s%s%s%s waits for the device (a host-device sync)", ctx->site,
+           *ctx->site ? ": " : "", ctx->call ? ctx->call : "", ctx->call ? ": " : "", what);
+  if (ctx->sync_policy == DEV_SYNC_REFUSE) {
+    /* the bindings add the script line and the call themselves */
+    return dev_fail(ctx, DEV_ERR_SYNC, "%s waits for the device: a host-device sync, refused "
+                    "inside gpu.nosync()", what);
+  }
+  if (ctx->sync_warn) ctx->sync_warn(ctx->sync_warn_ud, msg);
+  return DEV_OK;
+}
 
 void dev_get_stats(dev_ctx *ctx, dev_stats *out) {
   *out = ctx->st;
@@ -388,18 +414,18 @@ static void note_use(bufx *x, dev_stream *s, int write) {
 int dev_buf_fence(dev_buf *b, int write) {
   bufx *x = BX(b);
   dev_ctx *ctx = b->ctx;
-  int waited = 0;
+  int entered = 0;
   for (int i = 0; i < x->nuse; i++) {
     buf_use *u = &x->use[i];
     uint64_t pos = write ? (u->rpos > u->wpos ? u->rpos : u->wpos) : u->wpos;
     if (pos && !ctx->bk->pos_done(u->s, pos)) {
-      waited = 1;
-      int rc = ctx->bk->pos_wait(u->s, pos);
+      int rc = entered ? DEV_OK : dev_sync_enter(ctx, "a host-access fence (queued work still uses the buffer)");
+      entered = 1;
+      if (rc == DEV_OK) rc = ctx->bk->pos_wait(u->s, pos);
       if (rc) return rc;
     }
   }
   prune(x);
-  if (waited) ctx->st.syncs++;
   return dev_check_async(ctx);
 }
 
@@ -450,8 +476,8 @@ static int check_open(dev_stream *s) {
 
 int dev_stream_synchronize(dev_stream *s) {
   dev_ctx *ctx = s->ctx;
-  ctx->st.syncs++;
-  int rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
+  int rc = dev_sync_enter(ctx, "stream synchronize");
+  if (rc == DEV_OK) rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
   if (rc) return rc;
   sweep(ctx);
   return dev_check_async(ctx);
@@ -523,7 +549,8 @@ int dev_event_query(dev_event *e) {
 
 int dev_event_synchronize(dev_event *e) {
   dev_ctx *ctx = e->ctx;
-  ctx->st.syncs++;
+  int rc0 = dev_sync_enter(ctx, "event synchronize");
+  if (rc0) return rc0;
   if (e->recorded) {
     int rc = ctx->bk->event_sync ? ctx->bk->event_sync(e) : ctx->bk->pos_wait(e->stream, e->pos);
     if (rc) return rc;
@@ -565,7 +592,8 @@ int dev_event_elapsed(dev_event *a, dev_event *b, double *ms) {
 }
 
 int dev_synchronize(dev_ctx *ctx) {
-  ctx->st.syncs++;
+  int rc0 = dev_sync_enter(ctx, "device synchronize");
+  if (rc0) return rc0;
   for (dev_stream *s = ctx->streams; s; s = s->next) {
     int rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
     if (rc) return rc;
@@ -754,9 +782,20 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     count_op(ctx, op);
     return DEV_OK;
   }
+  /* Pageable memory and the device: CUDA blocks the host for such a copy,
+   * so both backends do, and count it as a sync. */
+  int pageable = op->kind == DEV_OP_COPY &&
+                 (op->out.buf->kind == DEV_MEM_HOST || op->in[0].buf->kind == DEV_MEM_HOST);
+  if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;
   if ((rc = ctx->bk->submit(s, op))) return rc;
   for (int i = nb - 1; i >= 0; i--) note_use(BX(views[i]->buf), s, i == 0);
   count_op(ctx, op);
+  if (pageable) {
+    if ((rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s)))) return rc;
+    prune(BX(op->out.buf));
+    prune(BX(op->in[0].buf));
+    return dev_check_async(ctx);
+  }
   return DEV_OK;
 }
 
@@ -790,7 +829,8 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
    * waits for the source's last writers on other streams: the host never
    * reads a value that queued work has yet to write. */
   if (!s) s = ctx->dflt;
-  if (!host_visible(src->buf) && !s->closed) {
+  if (!host_visible(src->buf)) rc = dev_sync_enter(ctx, "a device-to-host read");
+  if (rc == DEV_OK && !host_visible(src->buf) && !s->closed) {
     bufx *sx = BX(src->buf);
     prune(sx);
     for (int i = 0; i < sx->nuse && rc == DEV_OK; i++) {
@@ -801,7 +841,6 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
   }
   if (rc == DEV_OK) rc = dev_submit(ctx, s, &op);
   if (rc == DEV_OK && !host_visible(src->buf)) {
-    ctx->st.syncs++;
     bufx *x = BX(tmp);
     for (int i = 0; i < x->nuse && rc == DEV_OK; i++)
       rc = ctx->bk->pos_wait(x->use[i].s, x->use[i].wpos);

@@ -30,7 +30,8 @@ typedef enum {
   DEV_ERR_NOMEM,        /* allocation failed (device, pinned or host) */
   DEV_ERR_UNSUPPORTED,  /* op/dtype/backend combination not available */
   DEV_ERR_DEVICE,       /* the backend failed (driver/library text in the message) */
-  DEV_ERR_ASYNC         /* earlier queued work failed; message names op and site */
+  DEV_ERR_ASYNC,        /* earlier queued work failed; message names op and site */
+  DEV_ERR_SYNC          /* a sync refused by the sync policy (gpu.nosync) */
 } dev_status;
 
 typedef struct dev_ctx dev_ctx;
@@ -104,6 +105,20 @@ typedef struct dev_meminfo {
 void dev_get_stats(dev_ctx *ctx, dev_stats *out);
 void dev_get_meminfo(dev_ctx *ctx, dev_meminfo *out);
 void dev_count_sync(dev_ctx *ctx);
+
+/* What a counted sync (the host waiting for the device: synchronize, a
+ * device-to-host read, a host-access fence that has to wait, a copy to or
+ * from pageable memory) does besides being counted.  WARN calls the warn
+ * callback with "<site>: <call>: <what> waits for the device" and goes on;
+ * REFUSE fails with that message (DEV_ERR_SYNC) before waiting. */
+typedef enum { DEV_SYNC_ALLOW, DEV_SYNC_WARN, DEV_SYNC_REFUSE } dev_sync_policy;
+void dev_set_sync_policy(dev_ctx *ctx, dev_sync_policy p);
+dev_sync_policy dev_get_sync_policy(dev_ctx *ctx);
+/* Called on the interpreter thread, during the call that syncs; must not raise. */
+void dev_set_sync_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), void *ud);
+/* The API call (a static string: "item", "synchronize") that the next
+ * counted sync belongs to, for messages; NULL for none. */
+void dev_set_call(dev_ctx *ctx, const char *call);
 
 /* ---- memory ---------------------------------------------------------- */
 /* A dev_buf is one base allocation.  refcounted by its users (tensors); when the

@@ -112,6 +112,10 @@ struct dev_ctx {
   int jitter;             /* GPULUA_HOST_JITTER */
 
   dev_stats st;           /* interpreter-thread counters */
+  dev_sync_policy sync_policy;
+  void (*sync_warn)(void *ud, const char *msg);
+  void *sync_warn_ud;
+  const char *call;       /* the API call now running, for sync messages */
   dev_meminfo mem;
   atomic_int running;     /* ops running now (host workers) */
   atomic_llong max_running;
@@ -124,6 +128,10 @@ struct dev_ctx {
   atomic_int async_flag;
   char async_err[1024];
 };
+
+/* Every counted sync starts here, before it waits: counts it and applies the
+ * sync policy.  `what` names the kind of wait ("stream synchronize"). */
+int dev_sync_enter(dev_ctx *ctx, const char *what);
 
 int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
