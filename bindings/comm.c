@@ -395,6 +395,7 @@ static int comm_barrier(lua_State *L) {
   if (rc == DEV_OK) rc = dev_collective(ctx, s, &c, 1);
   dev_buf_release(b);
   COLL_CHECK(L, ctx, rc, "barrier");
+  bind_call_site(L, ctx, "barrier");
   BIND_CHECK(L, ctx, dev_stream_synchronize(s), "barrier");
   return 0;
 }

@@ -14,6 +14,8 @@
 #define GPULUA_STATE "gpu.State"          /* metatable name */
 #define GPULUA_STATE_KEY "gpulua.state"   /* registry key of the state */
 #define GPULUA_USING "gpu.Using"
+#define GPULUA_NOSYNC "gpu.NoSync"
+#define SYNC_WARN_MAX 256                 /* distinct sync warnings shown */
 
 /* One per interpreter, a full userdata anchored in the registry. */
 typedef struct gpu_state {
@@ -21,6 +23,9 @@ typedef struct gpu_state {
   uint64_t seed, offset;       /* the generator: Philox key and next counter */
   int current;                 /* registry ref: table thread -> current stream (weak keys) */
   int dflt;                    /* registry ref: the default stream's handle */
+  lua_State *mainL;            /* for lua_warning from the sync-warning callback */
+  int nwarned;                 /* sync warnings shown, each once (by hash) */
+  uint64_t warned[SYNC_WARN_MAX];
 } gpu_state;
 
 /* Each handle type starts with a tag, the address of its type's bind_type:
@@ -60,6 +65,12 @@ static inline dev_ctx *bind_ctx(lua_State *L) { return bind_state(L)->ctx; }
 
 /* Record the calling script line into ops enqueued next. */
 void bind_site(lua_State *L, dev_ctx *ctx);
+/* bind_site, and name the API call for the sync policy's messages: before
+ * every call that may make the host wait for the device (fname static). */
+static inline void bind_call_site(lua_State *L, dev_ctx *ctx, const char *fname) {
+  bind_site(L, ctx);
+  dev_set_call(ctx, fname);
+}
 /* Raise "<where>fname: <device layer message>". */
 int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname);
 #define BIND_CHECK(L, ctx, call, fname) \

@@ -1,6 +1,7 @@
 /* The `gpu` module table: runtime queries, synchronisation, counters, and the
  * per-interpreter state that every other binding reaches through the registry. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -54,7 +55,22 @@ void bind_site(lua_State *L, dev_ctx *ctx) {
 }
 
 int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname) {
-  return luaL_error(L, "%s: %s", fname, dev_errmsg(ctx));
+  int top = lua_gettop(L);
+  luaL_where(L, 1);
+  if (lua_rawlen(L, -1) == 0) {
+    /* called from C (tostring, print): the nearest script line instead */
+    lua_Debug ar;
+    for (int level = 2; lua_getstack(L, level, &ar); level++) {
+      lua_getinfo(L, "Sl", &ar);
+      if (ar.currentline > 0) {
+        lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+        break;
+      }
+    }
+  }
+  lua_pushfstring(L, "%s: %s", fname, dev_errmsg(ctx));
+  lua_concat(L, lua_gettop(L) - top);
+  return lua_error(L);
 }
 
 /* Raw access: no metamethod of the caller's table runs in the middle of a
@@ -171,7 +187,76 @@ static int gpu_synchronize(lua_State *L) {
   if (!lua_isnone(L, 1))
     return luaL_argerror(L, 1, "gpu.synchronize() waits for every stream and takes no argument "
                                "(use s:synchronize() for one stream)");
+  bind_call_site(L, ctx, "synchronize");
   BIND_CHECK(L, ctx, dev_synchronize(ctx), "synchronize");
+  return 0;
+}
+
+/* ---- sync debugging ----------------------------------------------------- */
+
+static const char *const sync_modes[] = {"off", "warn", "error", NULL};
+
+/* The device layer's sync warning: shown once per message (message names the
+ * script line and the call), through Lua's warning system so an embedder's
+ * warn function sees it.  Runs inside the syncing call: must not raise, so it
+ * touches no Lua stack. */
+static void sync_warn(void *ud, const char *msg) {
+  gpu_state *st = ud;
+  uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+  for (const char *p = msg; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  for (int i = 0; i < st->nwarned && i < SYNC_WARN_MAX; i++)
+    if (st->warned[i] == h) return;
+  if (st->nwarned < SYNC_WARN_MAX) {
+    st->warned[st->nwarned++] = h;
+    lua_warning(st->mainL, "gpulua: ", 1);
+    lua_warning(st->mainL, msg, 0);
+  } else if (st->nwarned++ == SYNC_WARN_MAX) {
+    lua_warning(st->mainL, "gpulua: more host-device sync warnings are not shown", 0);
+  }
+}
+
+/* Sets the policy; "warn" also turns Lua warnings on, since asking for
+ * them means wanting to see them. */
+static void set_sync_mode(lua_State *L, gpu_state *st, int mode) {
+  dev_set_sync_policy(st->ctx, mode == 0 ? DEV_SYNC_ALLOW : mode == 1 ? DEV_SYNC_WARN : DEV_SYNC_REFUSE);
+  if (mode == 1) lua_warning(L, "@on", 0);
+}
+
+static int sync_mode(gpu_state *st) {
+  dev_sync_policy p = dev_get_sync_policy(st->ctx);
+  return p == DEV_SYNC_ALLOW ? 0 : p == DEV_SYNC_WARN ? 1 : 2;
+}
+
+/* gpu.sync_debug([mode]) --> the previous mode */
+static int gpu_sync_debug(lua_State *L) {
+  gpu_state *st = bind_state(L);
+  int old = sync_mode(st);
+  if (!lua_isnoneornil(L, 1)) set_sync_mode(L, st, luaL_checkoption(L, 1, NULL, sync_modes));
+  lua_pushstring(L, sync_modes[old]);
+  return 1;
+}
+
+/* local _ <close> = gpu.nosync([mode]): syncs raise ("error", the default)
+ * or warn until the scope ends; the previous mode comes back then, also when
+ * the scope ends by an error. */
+static int gpu_nosync(lua_State *L) {
+  gpu_state *st = bind_state(L);
+  int mode = luaL_checkoption(L, 1, "error", sync_modes);
+  int *saved = lua_newuserdatauv(L, sizeof(int), 0);
+  *saved = -1;
+  luaL_setmetatable(L, GPULUA_NOSYNC);
+  int old = sync_mode(st);
+  set_sync_mode(L, st, mode);
+  *saved = old;
+  return 1;
+}
+
+static int nosync_close(lua_State *L) {
+  int *saved = luaL_checkudata(L, 1, GPULUA_NOSYNC);
+  if (*saved >= 0) {
+    set_sync_mode(L, bind_state(L), *saved);
+    *saved = -1;
+  }
   return 0;
 }
 
@@ -247,6 +332,8 @@ static const luaL_Reg gpu_funcs[] = {
   {"synchronize", gpu_synchronize},
   {"memory", gpu_memory},
   {"stats", gpu_stats},
+  {"sync_debug", gpu_sync_debug},
+  {"nosync", gpu_nosync},
   {"seed", gpu_seed},
   {"sleep", gpu_sleep},
   {NULL, NULL}
@@ -277,6 +364,23 @@ int luaopen_gpu(lua_State *L) {
     }
     lua_rawsetp(L, LUA_REGISTRYINDEX, &state_key);
     lua_pop(L, 1);  /* spec */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+    st->mainL = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    dev_set_sync_warn(st->ctx, sync_warn, st);
+    luaL_newmetatable(L, GPULUA_NOSYNC);
+    lua_pushcfunction(L, nosync_close);
+    lua_setfield(L, -2, "__close");
+    lua_pop(L, 1);
+    /* GPULUA_SYNC_DEBUG: the initial mode, for scripts and embedders alike */
+    const char *env = getenv("GPULUA_SYNC_DEBUG");
+    if (env && *env) {
+      int m = -1;
+      for (int i = 0; sync_modes[i]; i++)
+        if (strcmp(env, sync_modes[i]) == 0) m = i;
+      if (m < 0) return luaL_error(L, "gpu: GPULUA_SYNC_DEBUG='%s' (expected off, warn or error)", env);
+      set_sync_mode(L, st, m);
+    }
     /* thread -> current stream; weak keys so finished coroutines go away */
     lua_newtable(L);
     lua_newtable(L);
@@ -301,7 +405,12 @@ int gpulua_bind_finish(lua_State *L) {
   gpu_state *st = lua_touserdata(L, -1);
   lua_pop(L, 1);
   if (!st || !st->ctx) return LUA_OK;
-  if (dev_synchronize(st->ctx) != DEV_OK) {
+  /* the runtime's own wait, not the script's: never refused or warned */
+  dev_sync_policy p = dev_get_sync_policy(st->ctx);
+  dev_set_sync_policy(st->ctx, DEV_SYNC_ALLOW);
+  int rc = dev_synchronize(st->ctx);
+  dev_set_sync_policy(st->ctx, p);
+  if (rc != DEV_OK) {
     lua_pushstring(L, dev_errmsg(st->ctx));
     return LUA_ERRRUN;
   }

@@ -92,7 +92,7 @@ static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0
   if (out) op->out.buf = bind_check_tensor(L, out)->v.buf;
   if (in0) op->in[0].buf = bind_check_tensor(L, in0)->v.buf;
   if (in1) op->in[1].buf = bind_check_tensor(L, in1)->v.buf;
-  bind_site(L, ctx);
+  bind_call_site(L, ctx, fname);
   if (dev_submit(ctx, s, op) != DEV_OK) bind_raise(L, ctx, fname);
 }
 
@@ -281,7 +281,7 @@ static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void 
       }
     }
     op.out = *dst;
-    bind_site(L, ctx);
+    bind_call_site(L, ctx, fname);
     if (rc == DEV_OK) rc = dev_submit(ctx, s, &op);
   }
   dev_buf_release(tmp);
@@ -306,7 +306,7 @@ static int fill_new(lua_State *L, const char *fname, int value_kind) {
   if (value_kind == 0) {
     dev_ctx *ctx = bind_ctx(L);
     dev_stream *s = opts_stream(L, opts);
-    bind_site(L, ctx);
+    bind_call_site(L, ctx, fname);
     if (dev_memset(ctx, s, t->v.buf, 0, 0, t->v.buf->bytes) != DEV_OK) bind_raise(L, ctx, fname);
   } else if (value_kind > 0) {
     dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
@@ -571,7 +571,7 @@ static void *download(lua_State *L, int tidx, int opts, const char *fname) {
   void *p = lua_newuserdatauv(L, bytes, 0);
   dev_stream *s = opts_stream(L, opts);
   t = bind_check_tensor(L, tidx);
-  bind_site(L, ctx);
+  bind_call_site(L, ctx, fname);
   if (dev_read(ctx, s, &t->v, p) != DEV_OK) bind_raise(L, ctx, fname);
   return p;
 }
@@ -615,7 +615,7 @@ static int t_get(lua_State *L) {
   dev_view v = element_view(L, t, 2, n, "get");
   dev_ctx *ctx = bind_ctx(L);
   unsigned char buf[8];
-  bind_site(L, ctx);
+  bind_call_site(L, ctx, "get");
   if (dev_read(ctx, bind_current_stream(L), &v, buf) != DEV_OK) bind_raise(L, ctx, "get");
   push_elem(L, t->v.dtype, buf);
   return 1;
@@ -911,7 +911,7 @@ static int t_zero_(lua_State *L) {
   dev_stream *s = bind_stream_opts(L, 2);
   dev_ctx *ctx = dev_stream_ctx(s);
   t = bind_check_tensor(L, 1);
-  bind_site(L, ctx);
+  bind_call_site(L, ctx, "zero_");
   int rc;
   if (dev_view_contiguous(&t->v)) {
     rc = dev_memset(ctx, s, t->v.buf, t->v.offset,

@@ -234,16 +234,16 @@ void dev_set_sync_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), vo
 }
 
 int dev_sync_enter(dev_ctx *ctx, const char *what) {
-  ctx->st.syncs++;
-  if (ctx->sync_policy == DEV_SYNC_ALLOW) return DEV_OK;
+  if (ctx->sync_policy == DEV_SYNC_ALLOW) { ctx->st.syncs++; return DEV_OK; }
   char msg[sizeof ctx->site + 192];
   snprintf(msg, sizeof msg, "%s%s%s%s%s waits for the device (a host-device sync)", ctx->site,
            *ctx->site ? ": " : "", ctx->call ? ctx->call : "", ctx->call ? ": " : "", what);
   if (ctx->sync_policy == DEV_SYNC_REFUSE) {
     /* the bindings add the script line and the call themselves */
-    return dev_fail(ctx, DEV_ERR_SYNC, "%s waits for the device: a host-device sync, refused "
-                    "inside gpu.nosync()", what);
+    return dev_fail(ctx, DEV_ERR_SYNC, "%s waits for the device: a host-device sync, not "
+                    "allowed here (gpu.nosync() or sync debugging set to \"error\")", what);
   }
+  ctx->st.syncs++;   /* refused ones did not happen */
   if (ctx->sync_warn) ctx->sync_warn(ctx->sync_warn_ud, msg);
   return DEV_OK;
 }

@@ -16,7 +16,12 @@ int cli_report(lua_State *L, int status, const char *pname);
 /* gpulua_pcall with Ctrl-C turned into a Lua error ("interrupted!") while it runs. */
 int cli_docall(gpulua *g, int narg, int nres);
 
-/* The interactive read-eval-print loop; returns at end of input. */
-void cli_repl(gpulua *g);
+/* gpu.sync_debug(mode) in protected mode; reports an error itself. */
+int set_sync_debug(gpulua *g, const char *mode);
+
+/* The interactive read-eval-print loop; returns at end of input.  With
+ * sync_warn, host-device syncs in entered statements warn (printing the
+ * results does not). */
+void cli_repl(gpulua *g, int sync_warn);
 
 #endif

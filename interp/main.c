@@ -39,6 +39,7 @@ struct cli {
   int script;   /* index of the script in argv, 0 if none, -1 if no argv[0] */
   int args;     /* has_* bits */
   gpulua *g;
+  const char *sync_debug;   /* --sync-debug MODE, or NULL */
 };
 
 /* The state the SIGINT handler interrupts (a signal handler has no other
@@ -81,6 +82,8 @@ static void print_usage_lines(void) {
           "  -W             turn warnings on\n"
           "  --device DEV   run on DEV: host, cuda or cuda:N\n"
           "                 (default: env GPULUA_DEVICE, else cuda if a GPU answers, else host)\n"
+          "  --sync-debug M what a host-device sync does: off, warn or error (default: env\n"
+          "                 GPULUA_SYNC_DEBUG, else warn in the REPL and off in scripts)\n"
           "  --             stop handling options\n"
           "  -              stop handling options and execute stdin\n"
           "Launcher options (each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
@@ -100,6 +103,8 @@ static void print_usage(const char *badoption) {
   if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
       strcmp(badoption, "--device=") == 0)
     fprintf(stderr, "'%s' needs argument\n", badoption);
+  else if (strncmp(badoption, "--sync-debug", 12) == 0)
+    fprintf(stderr, "'%s' needs argument off, warn or error\n", badoption);
   else
     fprintf(stderr, "unrecognized option '%s'\n", badoption);
   print_usage_lines();
@@ -213,7 +218,11 @@ static int handle_script(gpulua *g, char **argv) {
 /* Checks all options before anything runs.  Returns the has_* mask, or
  * has_error with *first the index of the bad option.  Otherwise *first is -1
  * with no program name, 0 with no script, else the script's index. */
-static int collectargs(char **argv, int *first, const char **device) {
+static int is_sync_mode(const char *m) {
+  return m != NULL && (strcmp(m, "off") == 0 || strcmp(m, "warn") == 0 || strcmp(m, "error") == 0);
+}
+
+static int collectargs(char **argv, int *first, const char **device, const char **sync_debug) {
   int args = 0;
   int i;
   if (argv[0] == NULL) {
@@ -239,6 +248,14 @@ static int collectargs(char **argv, int *first, const char **device) {
           if (argv[i][9] == '\0')
             return has_error;
           *device = argv[i] + 9;
+        } else if (strcmp(argv[i], "--sync-debug") == 0) {
+          if (argv[i + 1] == NULL || !is_sync_mode(argv[i + 1]))
+            return has_error;
+          *sync_debug = argv[++i];
+        } else if (strncmp(argv[i], "--sync-debug=", 13) == 0) {
+          if (!is_sync_mode(argv[i] + 13))
+            return has_error;
+          *sync_debug = argv[i] + 13;
         } else {
           return has_error;
         }
@@ -301,7 +318,7 @@ static int runargs(gpulua *g, char **argv, int n) {
         lua_warning(gpulua_state(g), "@on", 0);
         break;
       case '-':
-        if (strcmp(argv[i], "--device") == 0)
+        if (strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--sync-debug") == 0)
           i++;  /* skip its value */
         break;
     }
@@ -323,6 +340,15 @@ static int handle_luainit(gpulua *g) {
   return dostring(g, init, name);
 }
 
+int set_sync_debug(gpulua *g, const char *mode) {
+  lua_State *L = gpulua_state(g);
+  lua_getglobal(L, "gpu");
+  lua_getfield(L, -1, "sync_debug");
+  lua_remove(L, -2);
+  lua_pushstring(L, mode);
+  return cli_report(L, cli_docall(g, 1, 0), progname);
+}
+
 /* The body of the program, run in protected mode (as lua.c's pmain). */
 static int pmain(lua_State *L) {
   struct cli *c = (struct cli *)lua_touserdata(L, 1);
@@ -332,18 +358,23 @@ static int pmain(lua_State *L) {
   int optlim = script > 0 ? script : c->argc;
   luaL_checkversion(L);
   createargtable(L, argv, c->argc, script);
+  /* before any code runs: LUA_INIT, -e and the script all see the mode */
+  if (c->sync_debug != NULL && set_sync_debug(c->g, c->sync_debug) != LUA_OK)
+    return 0;
   if (!(args & has_E) && handle_luainit(c->g) != LUA_OK)
     return 0;
   if (!runargs(c->g, argv, optlim))
     return 0;
   if (script > 0 && handle_script(c->g, argv + script) != LUA_OK)
     return 0;
+  /* the REPL warns of syncs unless told otherwise */
+  int repl_warn = c->sync_debug == NULL && getenv("GPULUA_SYNC_DEBUG") == NULL;
   if (args & has_i) {
-    cli_repl(c->g);
+    cli_repl(c->g, repl_warn);
   } else if (script < 1 && !(args & (has_e | has_v))) {
     if (isatty(0)) {
       print_version();
-      cli_repl(c->g);
+      cli_repl(c->g, repl_warn);
     } else if (dofile(c->g, NULL) != LUA_OK) {
       return 0;
     }
@@ -355,8 +386,8 @@ static int pmain(lua_State *L) {
 /* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
 static int launch(struct launch *l) {
   int script;
-  const char *device = NULL;
-  int args = collectargs(l->argv, &script, &device);
+  const char *device = NULL, *sync_debug = NULL;
+  int args = collectargs(l->argv, &script, &device, &sync_debug);
   const char *msg = NULL;
   if (args == has_error)
     print_usage(l->argv[script]);
@@ -373,7 +404,7 @@ static int launch(struct launch *l) {
 }
 
 int main(int argc, char **argv) {
-  struct cli c = {argc, argv, 0, 0, NULL};
+  struct cli c = {argc, argv, 0, 0, NULL, NULL};
   const char *device = NULL;
   struct launch l;
   char err[256];
@@ -388,7 +419,7 @@ int main(int argc, char **argv) {
    * held back when a rank is killed. */
   if (getenv("GPULUA_LAUNCHER") != NULL)
     setvbuf(stdout, NULL, _IOLBF, 0);
-  c.args = collectargs(argv, &c.script, &device);
+  c.args = collectargs(argv, &c.script, &device, &c.sync_debug);
   if (c.args == has_error) {
     print_usage(argv[c.script]);
     return EXIT_FAILURE;

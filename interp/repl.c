@@ -156,21 +156,44 @@ static int loadline(lua_State *L) {
   return status;
 }
 
-/* Print every value left on the stack with the global print. */
+/* gpu.sync_debug(mode), protected; returns the previous mode (a static
+ * string), or NULL when it could not be called. */
+static const char *swap_sync_debug(lua_State *L, const char *mode) {
+  static const char *const modes[] = {"off", "warn", "error"};
+  const char *old = NULL;
+  int top = lua_gettop(L);
+  if (lua_getglobal(L, "gpu") == LUA_TTABLE && lua_getfield(L, -1, "sync_debug") == LUA_TFUNCTION) {
+    lua_pushstring(L, mode);
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING)
+      for (int i = 0; i < 3; i++)
+        if (strcmp(lua_tostring(L, -1), modes[i]) == 0) old = modes[i];
+  }
+  lua_settop(L, top);
+  return old;
+}
+
+/* Print every value left on the stack with the global print.  Showing a
+ * result is what the person asked for: its sync (a tensor's values) is
+ * counted but not warned about. */
 static void print_results(lua_State *L) {
   int n = lua_gettop(L);
   if (n > 0) {
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
+    const char *mode = swap_sync_debug(L, "off");
     lua_getglobal(L, "print");
     lua_insert(L, 1);
     if (lua_pcall(L, n, 0, 0) != LUA_OK)
       cli_message(NULL, lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
+    if (mode != NULL)
+      swap_sync_debug(L, mode);
   }
 }
 
-void cli_repl(gpulua *g) {
+void cli_repl(gpulua *g, int sync_warn) {
   lua_State *L = gpulua_state(g);
   int status;
+  if (sync_warn)
+    swap_sync_debug(L, "warn");
 #ifdef GPULUA_HAVE_LIBEDIT
   rl_readline_name = "gpulua";
   using_history();
