@@ -13,6 +13,11 @@
  * (kept in the registry) and returns the module table. */
 int luaopen_gpu(lua_State *L);
 
+/* gpu.run and gpu.sync_debug as C functions, so the runtime calls them
+ * without looking up a global that a script may have replaced. */
+int gpulua_bind_run(lua_State *L);
+int gpulua_bind_sync_debug(lua_State *L);
+
 /* Finish all queued work of this interpreter's device context (if it was
  * opened).  Returns LUA_OK, or pushes an error message and returns LUA_ERRRUN
  * when queued work failed.  Never raises. */

@@ -228,7 +228,7 @@ static int sync_mode(gpu_state *st) {
 }
 
 /* gpu.sync_debug([mode]) --> the previous mode */
-static int gpu_sync_debug(lua_State *L) {
+int gpulua_bind_sync_debug(lua_State *L) {
   gpu_state *st = bind_state(L);
   int old = sync_mode(st);
   if (!lua_isnoneornil(L, 1)) set_sync_mode(L, st, luaL_checkoption(L, 1, NULL, sync_modes));
@@ -332,7 +332,7 @@ static const luaL_Reg gpu_funcs[] = {
   {"synchronize", gpu_synchronize},
   {"memory", gpu_memory},
   {"stats", gpu_stats},
-  {"sync_debug", gpu_sync_debug},
+  {"sync_debug", gpulua_bind_sync_debug},
   {"nosync", gpu_nosync},
   {"seed", gpu_seed},
   {"sleep", gpu_sleep},
@@ -397,6 +397,7 @@ int luaopen_gpu(lua_State *L) {
   bind_open_tensor(L);
   bind_open_kernel(L);
   bind_open_comm(L);
+  bind_open_task(L);
   return 1;
 }
 

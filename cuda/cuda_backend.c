@@ -21,6 +21,7 @@
 #define MAXMARK 64
 #define NREC 64                /* ops remembered per stream, to name a failed one */
 #define PINNED_CACHE_MAX ((size_t)1 << 30)
+#define NNOTIFY 16
 
 typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
 
@@ -60,6 +61,12 @@ typedef struct cstate {
   cublas_gemmex_t cublas_gemmex;
   cublas_destroy_t cublas_destroy;
   int optin_shared;            /* dynamic + static shared memory a block may opt in to */
+  /* completion signals: each watch waits on one of these streams and then
+   * runs a host function; a stream with no watch pending is reused, so one
+   * late watch does not hold up the signal of an early one */
+  cudaStream_t notify[NNOTIFY];
+  atomic_int notify_pending[NNOTIFY];
+  int nnotify;
   char lost[768];              /* the error that made the context unusable */
 } cstate;
 
@@ -260,6 +267,7 @@ static void c_close(dev_ctx *ctx) {
   if (cs->cublas_lib) dlclose(cs->cublas_lib);
   if (cs->flag_host) cudaFreeHost(cs->flag_host);
   if (cs->side) cudaStreamDestroy(cs->side);
+  for (int i = 0; i < cs->nnotify; i++) cudaStreamDestroy(cs->notify[i]);
   cudaGetLastError();
   free(cs);
   ctx->bk_state = NULL;
@@ -403,6 +411,85 @@ static int c_event_elapsed(dev_event *a, dev_event *b, double *ms) {
   CK(a->ctx, cudaEventElapsedTime(&f, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl), "elapsed");
   *ms = f;
   return DEV_OK;
+}
+
+/* ---- completion signals ------------------------------------------------ */
+
+typedef struct cwatch {
+  atomic_int refs;             /* the watch and the host function */
+  atomic_int done;
+  dev_ctx *ctx;
+  int notify;                  /* index of the stream it waits on */
+} cwatch;
+
+static void cwatch_unref(cwatch *w) {
+  if (atomic_fetch_sub(&w->refs, 1) == 1) free(w);
+}
+
+/* A host function: no CUDA calls here, only the flag and the wakeup. */
+static void CUDART_CB watch_fired(void *arg) {
+  cwatch *w = arg;
+  cstate *cs = CS(w->ctx);
+  atomic_store(&w->done, 1);
+  atomic_fetch_sub(&cs->notify_pending[w->notify], 1);
+  dev_progress_signal(w->ctx);
+  cwatch_unref(w);
+}
+
+static int c_watch(dev_ctx *ctx, dev_stream *s, uint64_t pos, dev_event *e, void **impl) {
+  cstate *cs = CS(ctx);
+  cudaEvent_t at;
+  if (e) {
+    at = (cudaEvent_t)e->impl;
+  } else {
+    marker *m;
+    int rc = marker_for(s, pos, &m);
+    if (rc) return rc;
+    at = m->ev;
+  }
+  int k = -1;
+  for (int i = 0; i < cs->nnotify && k < 0; i++)
+    if (atomic_load(&cs->notify_pending[i]) == 0) k = i;
+  if (k < 0 && cs->nnotify < NNOTIFY) {
+    CK(ctx, cudaStreamCreateWithFlags(&cs->notify[cs->nnotify], cudaStreamNonBlocking), "stream");
+    atomic_init(&cs->notify_pending[cs->nnotify], 0);
+    k = cs->nnotify++;
+  }
+  if (k < 0) {
+    /* all busy: the one with the fewest pending signals */
+    k = 0;
+    for (int i = 1; i < cs->nnotify; i++)
+      if (atomic_load(&cs->notify_pending[i]) < atomic_load(&cs->notify_pending[k])) k = i;
+  }
+  cwatch *w = calloc(1, sizeof *w);
+  if (!w) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (watch)");
+  atomic_init(&w->refs, 2);
+  atomic_init(&w->done, 0);
+  w->ctx = ctx;
+  w->notify = k;
+  /* the wait takes the event's state now: a later record does not move it */
+  cudaError_t err = cudaStreamWaitEvent(cs->notify[k], at, 0);
+  if (err == cudaSuccess) {
+    atomic_fetch_add(&cs->notify_pending[k], 1);
+    err = cudaLaunchHostFunc(cs->notify[k], watch_fired, w);
+    if (err != cudaSuccess) atomic_fetch_sub(&cs->notify_pending[k], 1);
+  }
+  if (err != cudaSuccess) {
+    free(w);
+    return cuda_fail(ctx, err, "await");
+  }
+  *impl = w;
+  return DEV_OK;
+}
+
+static int c_watch_done(dev_ctx *ctx, void *impl) {
+  (void)ctx;
+  return atomic_load(&((cwatch *)impl)->done);
+}
+
+static void c_watch_free(dev_ctx *ctx, void *impl) {
+  (void)ctx;
+  cwatch_unref(impl);
 }
 
 static int c_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
@@ -848,6 +935,9 @@ const dev_backend dev_cuda_backend = {
   .stream_pos = c_stream_pos,
   .pos_done = c_pos_done,
   .pos_wait = c_pos_wait,
+  .watch = c_watch,
+  .watch_done = c_watch_done,
+  .watch_free = c_watch_free,
   .stream_wait = c_stream_wait,
   .event_init = c_event_init,
   .event_fini = c_event_fini,

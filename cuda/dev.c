@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "devpriv.h"
 
@@ -136,12 +137,20 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   const char *j = getenv("GPULUA_HOST_JITTER");
   ctx->jitter = j && *j && strcmp(j, "0") != 0;
   pthread_mutex_init(&ctx->async_mu, NULL);
+  pthread_mutex_init(&ctx->progress_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&ctx->progress_cv, &ca);
+  pthread_condattr_destroy(&ca);
   int rc = ctx->bk->open(ctx, index);
   if (rc == DEV_OK) rc = stream_new(ctx, DEV_PRIO_NORMAL, 0, 1, &ctx->dflt);
   if (rc != DEV_OK) {
     snprintf(err, errlen, "%s", ctx->err);
     if (ctx->bk_state) ctx->bk->close(ctx);
     pthread_mutex_destroy(&ctx->async_mu);
+    pthread_mutex_destroy(&ctx->progress_mu);
+    pthread_cond_destroy(&ctx->progress_cv);
     free(ctx);
     return NULL;
   }
@@ -164,6 +173,8 @@ static void ctx_destroy(dev_ctx *ctx) {
   }
   ctx->bk->close(ctx);
   pthread_mutex_destroy(&ctx->async_mu);
+  pthread_mutex_destroy(&ctx->progress_mu);
+  pthread_cond_destroy(&ctx->progress_cv);
   free(ctx);
 }
 
@@ -601,6 +612,95 @@ int dev_synchronize(dev_ctx *ctx) {
   for (bufx *x = ctx->bufs; x; x = x->next) prune(x);
   sweep(ctx);
   return dev_check_async(ctx);
+}
+
+/* ---- completions ------------------------------------------------------ */
+
+struct dev_watch {
+  dev_ctx *ctx;
+  dev_stream *s;          /* referenced; NULL: done from the start */
+  uint64_t pos;
+  void *impl;             /* the backend's signal, if it has watches */
+  int done;
+};
+
+static int watch_new(dev_ctx *ctx, dev_stream *s, uint64_t pos, dev_event *e, dev_watch **out) {
+  dev_watch *w = calloc(1, sizeof *w);
+  if (!w) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (watch)");
+  w->ctx = ctx;
+  if (s && !ctx->bk->pos_done(s, pos)) {
+    if (ctx->bk->watch) {
+      int rc = ctx->bk->watch(ctx, s, pos, e, &w->impl);
+      if (rc) { free(w); return rc; }
+    }
+    s->refs++;
+    w->s = s;
+    w->pos = pos;
+  } else {
+    w->done = 1;
+  }
+  *out = w;
+  return DEV_OK;
+}
+
+int dev_watch_stream(dev_stream *s, dev_watch **out) {
+  return watch_new(s->ctx, s, s->ctx->bk->stream_pos(s), NULL, out);
+}
+
+int dev_watch_event(dev_event *e, dev_watch **out) {
+  return watch_new(e->ctx, e->recorded ? e->stream : NULL, e->pos, e, out);
+}
+
+int dev_watch_done(dev_watch *w) {
+  if (w->done) return 1;
+  dev_ctx *ctx = w->ctx;
+  w->done = w->impl ? ctx->bk->watch_done(ctx, w->impl) : ctx->bk->pos_done(w->s, w->pos);
+  return w->done;
+}
+
+void dev_watch_release(dev_watch *w) {
+  if (!w) return;
+  if (w->impl) w->ctx->bk->watch_free(w->ctx, w->impl);
+  if (w->s) stream_unref(w->s);
+  free(w);
+}
+
+void dev_progress_signal(dev_ctx *ctx) {
+  if (atomic_load(&ctx->progress_sleepers) == 0) return;
+  pthread_mutex_lock(&ctx->progress_mu);
+  ctx->progress_gen++;
+  pthread_cond_broadcast(&ctx->progress_cv);
+  pthread_mutex_unlock(&ctx->progress_mu);
+}
+
+/* The sleeper count goes up before the caller tests its watches, and a
+ * signaller reads it after the work is marked done (both sequentially
+ * consistent): one of them sees the other, so no wakeup is lost. */
+uint64_t dev_progress_begin(dev_ctx *ctx) {
+  atomic_fetch_add(&ctx->progress_sleepers, 1);
+  pthread_mutex_lock(&ctx->progress_mu);
+  uint64_t gen = ctx->progress_gen;
+  pthread_mutex_unlock(&ctx->progress_mu);
+  return gen;
+}
+
+void dev_progress_end(dev_ctx *ctx) { atomic_fetch_sub(&ctx->progress_sleepers, 1); }
+
+int dev_progress_wait(dev_ctx *ctx, uint64_t gen, double timeout_s) {
+  struct timespec dl;
+  clock_gettime(CLOCK_MONOTONIC, &dl);
+  if (timeout_s < 0) timeout_s = 0;
+  if (timeout_s > 3600) timeout_s = 3600;
+  long long ns = (long long)(timeout_s * 1e9) + dl.tv_nsec;
+  dl.tv_sec += (time_t)(ns / 1000000000);
+  dl.tv_nsec = (long)(ns % 1000000000);
+  pthread_mutex_lock(&ctx->progress_mu);
+  int rc = 0;
+  while (ctx->progress_gen == gen && rc == 0) rc = pthread_cond_timedwait(&ctx->progress_cv, &ctx->progress_mu, &dl);
+  int moved = ctx->progress_gen != gen;
+  pthread_mutex_unlock(&ctx->progress_mu);
+  dev_progress_end(ctx);
+  return moved;
 }
 
 /* ---- ops -------------------------------------------------------------- */

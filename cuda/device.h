@@ -178,6 +178,27 @@ int dev_event_timing(dev_event *e);
  * never recorded or has not completed (message says which). */
 int dev_event_elapsed(dev_event *start, dev_event *end, double *ms);
 
+/* ---- completions, for tasks on the interpreter thread ------------------ */
+/* A watch is a point in queued work that the interpreter thread can test
+ * without blocking: the end of a stream's queued work when the watch was
+ * made, or an event's last record.  The backend signals its completion (host
+ * backend: the workers; cuda: a host function behind the point) into the
+ * context's progress counter, so the thread can sleep until something
+ * finished instead of polling.  None of this is a counted sync. */
+typedef struct dev_watch dev_watch;
+int dev_watch_stream(dev_stream *s, dev_watch **out);
+int dev_watch_event(dev_event *e, dev_watch **out);   /* never recorded: done at once */
+int dev_watch_done(dev_watch *w);                      /* 1 reached, 0 not yet; never waits */
+void dev_watch_release(dev_watch *w);
+/* Sleeping until some watched work finishes, without losing a wakeup:
+ *   gen = dev_progress_begin(ctx); test the watches;
+ *   none done: dev_progress_wait(ctx, gen, timeout_s), else dev_progress_end(ctx).
+ * wait returns 1 when something finished since begin, 0 at the timeout; it
+ * ends the begin either way. */
+uint64_t dev_progress_begin(dev_ctx *ctx);
+int dev_progress_wait(dev_ctx *ctx, uint64_t gen, double timeout_s);
+void dev_progress_end(dev_ctx *ctx);
+
 /* ---- tensors as the device layer sees them --------------------------- */
 /* A strided view of a buffer.  Strides are in elements; a 0-dim view has one
  * element.  Broadcast inputs use stride 0. */

@@ -30,6 +30,13 @@ typedef struct dev_backend {
   int (*event_sync)(dev_event *e);    /* optional */
   int (*event_wait)(dev_stream *s, dev_event *e);   /* optional: s waits for e's last record */
   int (*event_elapsed)(dev_event *a, dev_event *b, double *ms);
+  /* optional: a completion signal for stream s at pos, or for e's last
+   * record (e not NULL); the backend calls dev_progress_signal when it is
+   * reached and watch_done says so from then on.  Without these the device
+   * layer tests pos_done, and the backend signals progress for every item. */
+  int (*watch)(dev_ctx *ctx, dev_stream *s, uint64_t pos, dev_event *e, void **impl);
+  int (*watch_done)(dev_ctx *ctx, void *impl);
+  void (*watch_free)(dev_ctx *ctx, void *impl);
 
   int (*alloc)(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out);
   void (*free)(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes);
@@ -127,7 +134,17 @@ struct dev_ctx {
   pthread_mutex_t async_mu;
   atomic_int async_flag;
   char async_err[1024];
+
+  /* completions: waiters sleep on progress_cv until progress_gen moves */
+  pthread_mutex_t progress_mu;
+  pthread_cond_t progress_cv;
+  uint64_t progress_gen;        /* under progress_mu */
+  atomic_int progress_sleepers; /* begun and not ended */
 };
+
+/* From any thread: queued work finished; wakes dev_progress_wait (cheap when
+ * nobody waits: one atomic load). */
+void dev_progress_signal(dev_ctx *ctx);
 
 /* Every counted sync starts here, before it waits: counts it and applies the
  * sync policy.  `what` names the kind of wait ("stream synchronize"). */

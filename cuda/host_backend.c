@@ -131,6 +131,7 @@ static void *worker(void *arg) {
     atomic_store(&hs->done, it->seq);
     pthread_cond_broadcast(&hs->donecv);
     pthread_mutex_unlock(&hs->mu);
+    dev_progress_signal(hs->ctx);
     free(it);
   }
   return NULL;

@@ -16,6 +16,9 @@ int cli_report(lua_State *L, int status, const char *pname);
 /* gpulua_pcall with Ctrl-C turned into a Lua error ("interrupted!") while it runs. */
 int cli_docall(gpulua *g, int narg, int nres);
 
+/* gpu.run(): the queued tasks, in protected mode; reports an error itself. */
+int cli_run_tasks(gpulua *g);
+
 /* gpu.sync_debug(mode) in protected mode; reports an error itself. */
 int set_sync_debug(gpulua *g, const char *mode);
 

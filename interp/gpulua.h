@@ -97,6 +97,17 @@ int gpulua_pcall(gpulua *g, int nargs, int nresults);
  * non-zero when queued work failed (the message in gpulua_error()). */
 int gpulua_synchronize(gpulua *g);
 
+/* Run the tasks scripts queued with gpu.task: every task that can run
+ * (its gpu.await satisfied) runs until it awaits again or ends, and the call
+ * waits at most timeout_s seconds for queued device work to let more run
+ * (0: do not wait, return at once; < 0: run until every task is done, as
+ * gpu.run()).  Returns the number of unfinished tasks (0: none), or -1 when a
+ * task failed and no other task awaited it (its message and traceback in
+ * gpulua_error()).  Call it from the application's own loop, on the thread
+ * that uses the instance.  The device signals completions; no thread other
+ * than the caller ever runs Lua. */
+int gpulua_poll(gpulua *g, double timeout_s);
+
 /* The message of the most recent failure on g ("" if none), owned by g and
  * valid until the next call on g.  gpulua_error(NULL) explains a NULL handle
  * (out of memory).  Never returns NULL. */

@@ -16,6 +16,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "bindings.h"
 #include "cli.h"
 #include "gpulua.h"
 #include "launch.h"
@@ -342,11 +343,15 @@ static int handle_luainit(gpulua *g) {
 
 int set_sync_debug(gpulua *g, const char *mode) {
   lua_State *L = gpulua_state(g);
-  lua_getglobal(L, "gpu");
-  lua_getfield(L, -1, "sync_debug");
-  lua_remove(L, -2);
+  lua_pushcfunction(L, gpulua_bind_sync_debug);
   lua_pushstring(L, mode);
   return cli_report(L, cli_docall(g, 1, 0), progname);
+}
+
+int cli_run_tasks(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  lua_pushcfunction(L, gpulua_bind_run);
+  return cli_report(L, cli_docall(g, 0, 0), progname);
 }
 
 /* The body of the program, run in protected mode (as lua.c's pmain). */
@@ -367,6 +372,9 @@ static int pmain(lua_State *L) {
     return 0;
   if (script > 0 && handle_script(c->g, argv + script) != LUA_OK)
     return 0;
+  /* the tasks the chunks queued (gpu.task) run now, before the REPL or exit */
+  if (cli_run_tasks(c->g) != LUA_OK)
+    return 0;
   /* the REPL warns of syncs unless told otherwise */
   int repl_warn = c->sync_debug == NULL && getenv("GPULUA_SYNC_DEBUG") == NULL;
   if (args & has_i) {
@@ -375,7 +383,7 @@ static int pmain(lua_State *L) {
     if (isatty(0)) {
       print_version();
       cli_repl(c->g, repl_warn);
-    } else if (dofile(c->g, NULL) != LUA_OK) {
+    } else if (dofile(c->g, NULL) != LUA_OK || cli_run_tasks(c->g) != LUA_OK) {
       return 0;
     }
   }

@@ -16,6 +16,7 @@
 #include <editline/readline.h>
 #endif
 
+#include "bindings.h"
 #include "cli.h"
 
 #define PROMPT "> "
@@ -162,12 +163,11 @@ static const char *swap_sync_debug(lua_State *L, const char *mode) {
   static const char *const modes[] = {"off", "warn", "error"};
   const char *old = NULL;
   int top = lua_gettop(L);
-  if (lua_getglobal(L, "gpu") == LUA_TTABLE && lua_getfield(L, -1, "sync_debug") == LUA_TFUNCTION) {
-    lua_pushstring(L, mode);
-    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING)
-      for (int i = 0; i < 3; i++)
-        if (strcmp(lua_tostring(L, -1), modes[i]) == 0) old = modes[i];
-  }
+  lua_pushcfunction(L, gpulua_bind_sync_debug);
+  lua_pushstring(L, mode);
+  if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING)
+    for (int i = 0; i < 3; i++)
+      if (strcmp(lua_tostring(L, -1), modes[i]) == 0) old = modes[i];
   lua_settop(L, top);
   return old;
 }
@@ -205,6 +205,9 @@ void cli_repl(gpulua *g, int sync_warn) {
       print_results(L);
     else
       cli_report(L, status, NULL);
+    /* tasks the statement queued run before the next prompt */
+    lua_settop(L, 0);
+    cli_run_tasks(g);
   }
   lua_settop(L, 0);
   fputs("\n", stdout);

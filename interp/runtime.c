@@ -194,6 +194,23 @@ int gpulua_synchronize(gpulua *g) {
   return status;
 }
 
+int gpulua_poll(gpulua *g, double timeout_s) {
+  if (g == NULL || g->L == NULL)
+    return -1;
+  lua_State *L = g->L;
+  int top = lua_gettop(L);
+  lua_pushcfunction(L, gpulua_bind_run);
+  int nargs = 0;
+  if (timeout_s >= 0) {
+    lua_pushnumber(L, timeout_s);
+    nargs = 1;
+  }
+  int status = gpulua_pcall(g, nargs, 1);
+  int left = status == LUA_OK ? (int)lua_tointeger(L, -1) : -1;
+  lua_settop(L, top);
+  return left;
+}
+
 const char *gpulua_error(gpulua *g) {
   if (g == NULL)
     return "gpulua: no instance (gpulua_open ran out of memory)";

@@ -225,8 +225,41 @@ static void test_options(void) {
   gpulua_close(g);
 }
 
+/* Tasks driven from the application's loop with gpulua_poll. */
+static void test_poll(void) {
+  gpulua_options o = GPULUA_OPTIONS_INIT;
+  o.device = "host";
+  gpulua *g = gpulua_open(&o);
+  ok(gpulua_poll(g, 0) == 0, "gpulua_poll with no tasks returns 0");
+  ok(gpulua_dostring(g,
+       "local s = gpu.stream()\n"
+       "steps = 0\n"
+       "for k = 1, 3 do\n"
+       "  gpu.task(function()\n"
+       "    for i = 1, 2 do gpu.sleep(20, {stream = s}); gpu.await(s:record()); steps = steps + 1 end\n"
+       "  end)\n"
+       "end\n", "=tasks") == 0, "a script queues 3 tasks");
+  ok(global_int(g, "steps") == 0, "queued tasks do not run by themselves");
+  int left = gpulua_poll(g, 0);
+  ok(left == 3, "gpulua_poll(g, 0) runs what can run and returns the 3 unfinished tasks (got %d)", left);
+  int rounds = 0;
+  while ((left = gpulua_poll(g, 0.01)) > 0 && rounds < 10000)
+    rounds++;
+  ok(left == 0 && global_int(g, "steps") == 6, "polling with a timeout finishes every task (steps %lld)",
+     (long long)global_int(g, "steps"));
+  ok(gpulua_dostring(g, "gpu.task(function() error('task boom') end)", "=fail") == 0,
+     "a script queues a failing task");
+  ok(gpulua_poll(g, -1) == -1 && contains(gpulua_error(g), "task boom") &&
+     contains(gpulua_error(g), "stack traceback"),
+     "gpulua_poll returns -1 with the task's error and traceback");
+  ok(gpulua_poll(g, -1) == 0, "the instance goes on: the failed task is gone");
+  gpulua_close(g);
+  ok(gpulua_poll(NULL, 0) == -1, "gpulua_poll(NULL) fails harmlessly");
+}
+
 int main(void) {
   test_defaults();
+  test_poll();
   test_errors();
   test_dofile();
   test_two_instances();

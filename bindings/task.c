@@ -1,0 +1,529 @@
+/* gpu.Task: a coroutine run by the interpreter's task loop.
+ *
+ * gpu.task(fn, ...) queues fn as a task; gpu.await(x) inside a task yields
+ * until x (an event, a stream, or another task) is done, and outside one
+ * waits for it (an event or a stream: a counted sync; a task: the loop runs
+ * until it is done).  gpu.run() runs the loop until every task is done.
+ *
+ * Only the interpreter thread touches Lua: the device layer reports finished
+ * work through watches and its progress counter (dev_watch_*,
+ * dev_progress_*), and the loop sleeps on that counter when every task waits
+ * for the device.
+ *
+ * The loop state is a table in the registry: `queue`, the unfinished tasks in
+ * creation order, and `by_thread`, coroutine -> task. */
+#include <string.h>
+
+#include "bindings.h"
+#include "common.h"
+
+#define GPULUA_TASK "gpu.Task"
+
+enum { T_NEW, T_READY, T_RUNNING, T_WAIT_DEV, T_WAIT_TASK, T_DONE, T_FAILED };
+static const char *const state_names[] = {"new", "ready", "running", "waiting for the device",
+                                          "waiting for a task", "done", "failed"};
+
+/* user values: 1 the coroutine, 2 what it awaits (kept alive), 3 the
+ * results (a table with n) or the error message */
+typedef struct gpu_task {
+  int state;
+  int id;
+  int observed;           /* its failure was raised to someone */
+  dev_watch *w;           /* T_WAIT_DEV */
+} gpu_task;
+
+static const char loop_key = 0;   /* registry: the loop table */
+
+static gpu_task *check_task(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, GPULUA_TASK);
+}
+
+static gpu_task *test_task(lua_State *L, int idx) {
+  return luaL_testudata(L, idx, GPULUA_TASK);
+}
+
+/* Pushes the loop table, creating it on first use. */
+static void push_loop(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &loop_key) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_createtable(L, 0, 4);
+  lua_newtable(L);
+  lua_setfield(L, -2, "queue");
+  lua_newtable(L);
+  lua_setfield(L, -2, "by_thread");
+  lua_pushinteger(L, 0);
+  lua_setfield(L, -2, "depth");     /* loops running (0 or 1) */
+  lua_pushinteger(L, 0);
+  lua_setfield(L, -2, "next_id");
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &loop_key);
+}
+
+static lua_Integer loop_int(lua_State *L, const char *field) {
+  push_loop(L);
+  lua_getfield(L, -1, field);
+  lua_Integer v = lua_tointeger(L, -1);
+  lua_pop(L, 2);
+  return v;
+}
+
+static void loop_set_int(lua_State *L, const char *field, lua_Integer v) {
+  push_loop(L);
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, field);
+  lua_pop(L, 1);
+}
+
+/* The task whose coroutine is L, pushed, or NULL (nothing pushed). */
+static gpu_task *current_task(lua_State *L) {
+  push_loop(L);
+  lua_getfield(L, -1, "by_thread");
+  lua_pushthread(L);
+  lua_rawget(L, -2);
+  gpu_task *t = lua_touserdata(L, -1);
+  if (!t) { lua_pop(L, 3); return NULL; }
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+  return t;
+}
+
+static void drop_watch(gpu_task *t) {
+  dev_watch_release(t->w);
+  t->w = NULL;
+}
+
+/* ---- gpu.task ----------------------------------------------------------- */
+
+static int task_new(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  bind_state(L);
+  int nargs = lua_gettop(L) - 1;
+  gpu_task *t = lua_newuserdatauv(L, sizeof *t, 3);
+  memset(t, 0, sizeof *t);
+  luaL_setmetatable(L, GPULUA_TASK);
+  int ti = lua_gettop(L);
+  lua_State *co = lua_newthread(L);
+  lua_setiuservalue(L, ti, 1);
+  /* the function and its arguments wait on the coroutine's stack */
+  luaL_checkstack(co, nargs + 1, "too many arguments to gpu.task");
+  for (int i = 1; i <= nargs + 1; i++) lua_pushvalue(L, i);
+  lua_xmove(L, co, nargs + 1);
+  t->id = (int)loop_int(L, "next_id") + 1;
+  loop_set_int(L, "next_id", t->id);
+  /* the task starts on the stream current where it was made */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, bind_state(L)->current);
+  if (lua_istable(L, -1)) {
+    lua_pushthread(L);
+    if (lua_rawget(L, -2) != LUA_TNIL) {
+      lua_getiuservalue(L, ti, 1);
+      lua_insert(L, -2);
+      lua_rawset(L, -3);
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  push_loop(L);
+  lua_getfield(L, -1, "queue");
+  lua_pushvalue(L, ti);
+  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+  lua_getfield(L, -2, "by_thread");
+  lua_getiuservalue(L, ti, 1);
+  lua_pushvalue(L, ti);
+  lua_rawset(L, -3);
+  lua_pop(L, 3);
+  t->state = T_NEW;
+  lua_settop(L, ti);
+  return 1;
+}
+
+/* ---- the loop --------------------------------------------------------- */
+
+/* Push the results of the finished task at idx, or raise its error. */
+static int push_outcome(lua_State *L, int idx) {
+  gpu_task *t = check_task(L, idx);
+  lua_getiuservalue(L, idx, 3);
+  if (t->state == T_FAILED) {
+    t->observed = 1;
+    return lua_error(L);
+  }
+  int n = 0;
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "n");
+    n = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    luaL_checkstack(L, n, "too many results");
+    int tab = lua_gettop(L);
+    for (int i = 1; i <= n; i++) lua_rawgeti(L, tab, i);
+    lua_remove(L, tab);
+  } else {
+    lua_pop(L, 1);
+  }
+  return n;
+}
+
+/* Resume the task at idx once. */
+static void step(lua_State *L, int idx) {
+  gpu_task *t = check_task(L, idx);
+  drop_watch(t);   /* what it waited for is over */
+  lua_getiuservalue(L, idx, 1);
+  lua_State *co = lua_tothread(L, -1);
+  lua_pop(L, 1);
+  int nargs = t->state == T_NEW ? lua_gettop(co) - 1 : 0;
+  t->state = T_RUNNING;
+  int nres = 0;
+  int status = lua_resume(co, L, nargs, &nres);
+  if (status == LUA_YIELD) {
+    /* gpu.await set the state; a plain coroutine.yield just lets others run */
+    if (t->state == T_RUNNING) t->state = T_READY;
+    lua_pop(co, nres);
+    return;
+  }
+  if (status == LUA_OK) {
+    luaL_checkstack(L, nres + 2, "too many results");
+    lua_createtable(L, nres, 1);
+    int tab = lua_gettop(L);
+    lua_xmove(co, L, nres);
+    for (int i = nres; i >= 1; i--) lua_rawseti(L, tab, i);
+    lua_pushinteger(L, nres);
+    lua_setfield(L, tab, "n");
+    t->state = T_DONE;
+  } else {
+    /* the task's own traceback, taken before its stack is closed */
+    const char *msg = lua_tostring(co, -1);
+    if (!msg) msg = lua_pushfstring(co, "(error object is a %s value)", luaL_typename(co, -1));
+    luaL_traceback(L, co, lua_pushfstring(L, "task %d failed: %s", t->id, msg), 0);
+    lua_remove(L, -2);
+    lua_resetthread(co);   /* closes its pending to-be-closed variables */
+    t->state = T_FAILED;
+  }
+  lua_setiuservalue(L, idx, 3);
+}
+
+static int finished(const gpu_task *t) { return t->state == T_DONE || t->state == T_FAILED; }
+
+/* Can the task at idx run now: is what it waits for done? */
+static int ready(lua_State *L, gpu_task *t, int idx) {
+  switch (t->state) {
+  case T_NEW: case T_READY: return 1;
+  case T_WAIT_DEV: return dev_watch_done(t->w);
+  case T_WAIT_TASK: {
+    lua_getiuservalue(L, idx, 2);
+    gpu_task *u = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return finished(u);
+  }
+  default: return 0;
+  }
+}
+
+/* Does any queued task await the task at idx? */
+static int awaited(lua_State *L, int queue, int idx) {
+  lua_Integer n = (lua_Integer)lua_rawlen(L, queue);
+  int yes = 0;
+  for (lua_Integer i = 1; i <= n && !yes; i++) {
+    lua_rawgeti(L, queue, i);
+    gpu_task *t = lua_touserdata(L, -1);
+    if (t->state == T_WAIT_TASK) {
+      lua_getiuservalue(L, -1, 2);
+      yes = lua_rawequal(L, -1, idx);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  return yes;
+}
+
+/* Ctrl-C in the CLI sets a hook that fires at the next Lua instruction; the
+ * loop runs none while it sleeps, so it gives the hook one. */
+static void let_hook_run(lua_State *L) {
+  if (lua_gethook(L) == NULL) return;
+  luaL_loadstring(L, "return");
+  lua_call(L, 0, 0);
+}
+
+/* Drop finished tasks from the queue.  Pushes the message of the first
+ * failure that no task awaits (and returns 1), or pushes nothing. */
+static int sweep_queue(lua_State *L, int loop, int queue) {
+  lua_Integer n = (lua_Integer)lua_rawlen(L, queue);
+  int failed = 0;
+  for (lua_Integer i = 1; i <= n && !failed; i++) {
+    lua_rawgeti(L, queue, i);
+    gpu_task *t = lua_touserdata(L, -1);
+    if (t->state == T_FAILED && !t->observed && !awaited(L, queue, lua_gettop(L))) {
+      t->observed = 1;
+      failed = 1;
+      lua_getiuservalue(L, -1, 3);
+      lua_replace(L, -2);
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  int top = lua_gettop(L);
+  lua_getfield(L, loop, "by_thread");
+  int by = lua_gettop(L);
+  lua_Integer j = 0;
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_rawgeti(L, queue, i);
+    gpu_task *t = lua_touserdata(L, -1);
+    if (finished(t)) {
+      lua_getiuservalue(L, -1, 1);
+      lua_pushnil(L);
+      lua_rawset(L, by);
+      lua_pop(L, 1);
+    } else {
+      lua_rawseti(L, queue, ++j);
+    }
+  }
+  for (lua_Integer i = j + 1; i <= n; i++) {
+    lua_pushnil(L);
+    lua_rawseti(L, queue, i);
+  }
+  lua_settop(L, top);
+  return failed;
+}
+
+/* The loop (run protected by run_loop): arguments `until` (a task, or nil
+ * for all) and the timeout (< 0: none); returns the tasks left. */
+static int loop_body(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  double timeout_s = lua_tonumber(L, 2);
+  gpu_task *until = lua_touserdata(L, 1);
+  push_loop(L);
+  int loop = lua_gettop(L);
+  lua_getfield(L, loop, "queue");
+  int queue = lua_gettop(L);
+  double waited = 0;
+  for (;;) {
+    int ran = 0;
+    lua_Integer n = (lua_Integer)lua_rawlen(L, queue);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, queue, i);
+      gpu_task *t = lua_touserdata(L, -1);
+      if (ready(L, t, lua_gettop(L))) {
+        step(L, lua_gettop(L));
+        ran = 1;
+      }
+      lua_pop(L, 1);
+    }
+    if (sweep_queue(L, loop, queue)) return lua_error(L);
+    n = (lua_Integer)lua_rawlen(L, queue);
+    if (n == 0 || (until && finished(until))) break;
+    if (ran) continue;
+    /* Nothing could run: every task waits.  Sleep until the device makes
+     * progress (begin before testing, so no completion is missed). */
+    uint64_t gen = dev_progress_begin(ctx);
+    int any = 0, devwait = 0;
+    for (lua_Integer i = 1; i <= n && !any; i++) {
+      lua_rawgeti(L, queue, i);
+      gpu_task *t = lua_touserdata(L, -1);
+      if (t->state == T_WAIT_DEV) devwait = 1;
+      any = ready(L, t, lua_gettop(L));
+      lua_pop(L, 1);
+    }
+    if (any) { dev_progress_end(ctx); continue; }
+    if (!devwait) {
+      dev_progress_end(ctx);
+      return luaL_error(L, "gpu.run: %d task%s await each other and nothing else (a cycle of gpu.await)",
+                        (int)n, n == 1 ? "" : "s");
+    }
+    double slice = 0.05;   /* wake now and then for Ctrl-C */
+    if (timeout_s >= 0) {
+      if (waited >= timeout_s) { dev_progress_end(ctx); break; }
+      if (timeout_s - waited < slice) slice = timeout_s - waited;
+    }
+    if (!dev_progress_wait(ctx, gen, slice)) {
+      waited += slice;
+      let_hook_run(L);
+    }
+  }
+  lua_pushinteger(L, (lua_Integer)lua_rawlen(L, queue));
+  return 1;
+}
+
+/* Run tasks until the task at index `until` (0: every task) is done, or the
+ * time runs out (timeout_s < 0: no limit).  Raises the first failure that no
+ * task awaits.  Returns the number of unfinished tasks. */
+static lua_Integer run_loop(lua_State *L, int until, double timeout_s) {
+  if (loop_int(L, "depth") > 0)
+    luaL_error(L, "the task loop is already running (gpu.run or gpu.await(task) from a plain "
+                  "coroutine or a callback inside a task)");
+  loop_set_int(L, "depth", 1);
+  lua_pushcfunction(L, loop_body);
+  if (until) lua_pushvalue(L, until); else lua_pushnil(L);
+  lua_pushnumber(L, timeout_s);
+  int status = lua_pcall(L, 2, 1, 0);
+  loop_set_int(L, "depth", 0);
+  if (status != LUA_OK) lua_error(L);
+  lua_Integer left = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return left;
+}
+
+/* gpu.run([timeout_s]) --> tasks left unfinished (0 without a timeout) */
+int gpulua_bind_run(lua_State *L) {
+  double timeout = luaL_optnumber(L, 1, -1);
+  luaL_argcheck(L, lua_isnoneornil(L, 1) || timeout >= 0, 1, "timeout must be >= 0 seconds");
+  if (current_task(L)) return luaL_error(L, "gpu.run cannot be called from a task (use gpu.await)");
+  lua_pushinteger(L, run_loop(L, 0, timeout));
+  return 1;
+}
+
+/* ---- gpu.await -------------------------------------------------------- */
+
+/* Where an awaiting task goes on: the outcome of what it awaited. */
+static int await_k(lua_State *L, int status, lua_KContext kctx) {
+  (void)status;
+  int kind = (int)kctx;
+  gpu_task *self = current_task(L);
+  int me = lua_gettop(L);
+  if (kind == T_WAIT_TASK && self) {
+    lua_getiuservalue(L, me, 2);
+    lua_pushnil(L);
+    lua_setiuservalue(L, me, 2);
+    return push_outcome(L, lua_gettop(L));
+  }
+  if (self) {
+    lua_pushnil(L);
+    lua_setiuservalue(L, me, 2);
+  }
+  dev_ctx *ctx = bind_ctx(L);
+  if (dev_check_async(ctx) != DEV_OK) return bind_raise(L, ctx, "await");
+  return 0;
+}
+
+static int gpu_await(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  lua_settop(L, 1);
+  gpu_task *self = current_task(L);
+  int me = self ? 2 : 0;
+  gpu_task *u = test_task(L, 1);
+  if (u) {
+    if (u == self) return luaL_argerror(L, 1, "a task cannot await itself");
+    if (u->state == T_DONE || u->state == T_FAILED) return push_outcome(L, 1);
+    if (self) {
+      lua_pushvalue(L, 1);
+      lua_setiuservalue(L, me, 2);
+      self->state = T_WAIT_TASK;
+      return lua_yieldk(L, 0, T_WAIT_TASK, await_k);
+    }
+    run_loop(L, 1, -1);
+    return push_outcome(L, 1);
+  }
+  dev_watch *w = NULL;
+  int rc;
+  if (bind_test_event(L, 1)) {
+    dev_event *e = bind_check_event(L, 1);
+    if (!self) {
+      bind_call_site(L, ctx, "await");
+      BIND_CHECK(L, ctx, dev_event_synchronize(e), "await");
+      return 0;
+    }
+    rc = dev_watch_event(e, &w);
+  } else if (bind_test_stream(L, 1)) {
+    dev_stream *s = bind_check_stream(L, 1);
+    if (!self) {
+      bind_call_site(L, ctx, "await");
+      BIND_CHECK(L, ctx, dev_stream_synchronize(s), "await");
+      return 0;
+    }
+    rc = dev_watch_stream(s, &w);
+  } else {
+    return luaL_typeerror(L, 1, "gpu.Event, gpu.Stream or gpu.Task");
+  }
+  BIND_CHECK(L, ctx, rc, "await");
+  if (dev_watch_done(w)) {
+    dev_watch_release(w);
+    BIND_CHECK(L, ctx, dev_check_async(ctx), "await");
+    return 0;
+  }
+  self->w = w;
+  self->state = T_WAIT_DEV;
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, me, 2);
+  return lua_yieldk(L, 0, T_WAIT_DEV, await_k);
+}
+
+/* ---- methods ------------------------------------------------------------ */
+
+static int task_result(lua_State *L);
+static int task_cancel(lua_State *L);
+
+static int task_index(lua_State *L) {
+  gpu_task *t = check_task(L, 1);
+  const char *k = luaL_checkstring(L, 2);
+  if (strcmp(k, "done") == 0) lua_pushboolean(L, t->state == T_DONE || t->state == T_FAILED);
+  else if (strcmp(k, "failed") == 0) lua_pushboolean(L, t->state == T_FAILED);
+  else if (strcmp(k, "state") == 0) lua_pushstring(L, state_names[t->state]);
+  else if (strcmp(k, "id") == 0) lua_pushinteger(L, t->id);
+  else if (strcmp(k, "error") == 0) {
+    if (t->state == T_FAILED) lua_getiuservalue(L, 1, 3);
+    else lua_pushnil(L);
+  } else if (strcmp(k, "result") == 0) {
+    lua_pushcfunction(L, task_result);
+  } else if (strcmp(k, "cancel") == 0) {
+    lua_pushcfunction(L, task_cancel);
+  } else {
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
+/* t:result() --> the task's results; raises its error, or if it is not done */
+static int task_result(lua_State *L) {
+  gpu_task *t = check_task(L, 1);
+  if (t->state != T_DONE && t->state != T_FAILED)
+    return luaL_error(L, "task %d is not done (%s): use gpu.await(t)", t->id, state_names[t->state]);
+  lua_settop(L, 1);
+  return push_outcome(L, 1);
+}
+
+/* t:cancel(): a task not finished never runs again; its to-be-closed
+ * variables are closed, and awaiting it raises "task N was cancelled". */
+static int task_cancel(lua_State *L) {
+  gpu_task *t = check_task(L, 1);
+  if (finished(t)) return 0;
+  if (t->state == T_RUNNING) return luaL_error(L, "task %d is running: a task cannot cancel itself", t->id);
+  drop_watch(t);
+  lua_getiuservalue(L, 1, 1);
+  lua_resetthread(lua_tothread(L, -1));
+  lua_pop(L, 1);
+  t->state = T_FAILED;
+  t->observed = 1;
+  lua_pushfstring(L, "task %d was cancelled", t->id);
+  lua_setiuservalue(L, 1, 3);
+  return 0;
+}
+
+static int task_tostring(lua_State *L) {
+  gpu_task *t = check_task(L, 1);
+  lua_pushfstring(L, "gpu.Task %d (%s)", t->id, state_names[t->state]);
+  return 1;
+}
+
+static int task_gc(lua_State *L) {
+  gpu_task *t = check_task(L, 1);
+  drop_watch(t);
+  return 0;
+}
+
+static const luaL_Reg funcs[] = {
+  {"task", task_new},
+  {"await", gpu_await},
+  {"run", gpulua_bind_run},
+  {NULL, NULL}
+};
+
+int bind_open_task(lua_State *L) {
+  if (luaL_newmetatable(L, GPULUA_TASK)) {
+    lua_pushcfunction(L, task_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, task_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, task_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  luaL_setfuncs(L, funcs, 0);
+  return 0;
+}

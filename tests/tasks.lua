@@ -1,0 +1,255 @@
+-- Tasks: gpu.task runs a function as a coroutine on the interpreter thread,
+-- gpu.await yields it until an event, a stream or another task is done (and
+-- outside a task waits), gpu.run drives them.  Checked: results and ordering
+-- under host jitter, interleaving while a task waits for the device, each
+-- task's own current stream, errors with the task's traceback, and misuse.
+local gpu = require "gpu"
+local T = require "gpu.test"
+
+local function interpreter()
+  local i = -1
+  while arg[i - 1] do i = i - 1 end
+  return arg[i]
+end
+local BIN = interpreter() or "build/gpulua"
+
+T.test("await returns when the awaited work is done", function()
+  local s <close> = gpu.stream()
+  local results = {}
+  for k = 1, 4 do
+    gpu.task(function()
+      local x = gpu.zeros({1000}, { stream = s })
+      for i = 1, 3 do
+        x:add_(k, { stream = s })
+        local ev = s:record()
+        gpu.await(ev)
+        ev:close()
+        -- what the event follows is finished: a pinned copy of it is exact
+        local h = gpu.pinned({1000})
+        h:copy(x, { stream = s })
+        gpu.await(s)
+        results[#results + 1] = { k, i, h:sum():item() }
+        h:close()
+      end
+      x:close()
+      return k * 10
+    end)
+  end
+  T.is(gpu.run(), 0, "gpu.run() returns 0: every task finished")
+  T.is(#results, 12, "4 tasks x 3 steps")
+  local bad = 0
+  for _, r in ipairs(results) do
+    if r[3] ~= r[1] * r[2] * 1000 then bad = bad + 1 end
+  end
+  T.is(bad, 0, "every awaited result holds the values written before the await")
+end)
+
+T.test("tasks run while one waits for the device", function()
+  local s1 <close> = gpu.stream()
+  local log = {}
+  local slow = gpu.task(function()
+    gpu.sleep(300, { stream = s1 })
+    log[#log + 1] = "slow waits"
+    gpu.await(s1)
+    log[#log + 1] = "slow resumes"
+  end)
+  local seen
+  local quick = gpu.task(function()
+    seen = slow.state
+    for i = 1, 3 do
+      log[#log + 1] = "quick " .. i
+      coroutine.yield()   -- a plain yield lets the others run
+    end
+  end)
+  local before = gpu.stats().syncs
+  gpu.run()
+  T.is(seen, "waiting for the device", "the second task ran while the first awaited the device")
+  T.is(log[1], "slow waits", "the first task ran first")
+  T.is(log[#log], "slow resumes", "and resumed after the other finished its steps")
+  T.is(#log, 5, "every step ran once")
+  T.is(gpu.stats().syncs, before, "awaiting in a task is not a host-device sync")
+  T.ok(slow.done and quick.done and not slow.failed, "both tasks are done")
+end)
+
+T.test("await on a task: results, and from outside a task", function()
+  local a = gpu.task(function(x, y) return x + y, "sum" end, 2, 3)
+  local b = gpu.task(function()
+    local v, w = gpu.await(a)
+    return v * 10, w
+  end)
+  local v, w = gpu.await(b)   -- outside a task: runs the loop until b is done
+  T.is({ v, w }, { 50, "sum" }, "await(task) returns the task's results, across tasks")
+  T.is({ a:result() }, { 5, "sum" }, "t:result() of a finished task")
+  T.is(tostring(a), "gpu.Task " .. a.id .. " (done)", "tostring names the task and its state")
+  local n = gpu.task(function() return nil, nil, 3 end)
+  T.is(select("#", gpu.await(n)), 3, "trailing nils are kept")
+  local c = gpu.task(function() end)
+  T.raises_at(function() c:result() end, "is not done %(new%): use gpu.await", "result() of a task not run yet")
+  gpu.run()
+end)
+
+T.test("await outside a task waits (a counted sync)", function()
+  local s <close> = gpu.stream()
+  gpu.sleep(20, { stream = s })
+  local ev <close> = s:record()
+  local before = gpu.stats().syncs
+  gpu.await(ev)
+  T.ok(ev:query(), "the event is done after await")
+  gpu.sleep(20, { stream = s })
+  gpu.await(s)
+  T.ok(s:query(), "the stream is idle after await")
+  T.is(gpu.stats().syncs - before, 2, "each outside await is a sync")
+  local never <close> = gpu.event()
+  gpu.task(function() gpu.await(never) end)
+  T.is(gpu.run(), 0, "an event never recorded is done at once, in a task too")
+end)
+
+T.test("each task has its own current stream", function()
+  local s1 <close> = gpu.stream()
+  local s2 <close> = gpu.stream()
+  local seen = {}
+  do
+  local _ <close> = gpu.using(s1)
+  gpu.task(function()
+    seen.inherited = gpu.current_stream() == s1
+    local _ <close> = gpu.using(s2)
+    gpu.sleep(30, { stream = s2 })
+    gpu.await(s2)
+    seen.after_await = gpu.current_stream() == s2
+  end)
+  end
+  gpu.task(function()
+    seen.other = gpu.current_stream()
+  end)
+  gpu.run()
+  T.ok(seen.inherited, "a task starts on the stream current where it was made")
+  T.ok(seen.after_await, "its gpu.using scope survives an await")
+  T.ok(seen.other == gpu.default_stream(), "another task is not affected by it")
+  T.ok(gpu.current_stream() == gpu.default_stream(), "nor is the main chunk")
+end)
+
+T.test("errors: the task's traceback, awaited failures, cycles", function()
+  local function boom() error("kaboom") end
+  local t = gpu.task(function() boom() end)
+  local ok, msg = pcall(gpu.run)
+  T.ok(not ok, "gpu.run raises a failure no task awaits")
+  T.ok(msg:find("^task " .. t.id .. " failed: [^\n]*tasks%.lua:%d+: kaboom"), "naming the task and the error line")
+  T.ok(msg:find("stack traceback:", 1, true) and msg:find("in upvalue 'boom'", 1, true),
+       "with the task's own traceback")
+  T.ok(t.failed and t.done and t.error == msg, "the task is failed, its error kept")
+  T.raises(function() t:result() end, "kaboom", "result() raises its error")
+  T.is(gpu.run(), 0, "the loop goes on after a failure")
+
+  local inner = gpu.task(function() error("inner") end)
+  local caught
+  gpu.task(function()
+    local ok2, e = pcall(gpu.await, inner)
+    caught = not ok2 and e
+  end)
+  T.is(gpu.run(), 0, "a failure awaited by another task is not raised by gpu.run")
+  T.ok(caught and caught:find("inner", 1, true), "the awaiting task got the error (and could catch it)")
+
+  local x, y
+  x = gpu.task(function() gpu.await(y) end)
+  y = gpu.task(function() gpu.await(x) end)
+  T.raises(gpu.run, "2 tasks await each other and nothing else", "a cycle is an error, not a hang")
+  T.ok(not x.done and not y.done, "the cycle's tasks are left waiting")
+  x:cancel()
+  T.ok(x.failed and x.error:find("task " .. x.id .. " was cancelled", 1, true), "t:cancel() ends a task")
+  local y_err
+  local z = gpu.task(function() y_err = select(2, pcall(gpu.await, y)) end)
+  y:cancel()
+  T.is(gpu.run(), 0, "cancelled tasks are not raised by gpu.run")
+  T.ok(z.done and y_err and y_err:find("was cancelled", 1, true), "awaiting a cancelled task raises")
+
+  local closed = false
+  local s <close> = gpu.stream()
+  local c = gpu.task(function()
+    local _ <close> = setmetatable({}, { __close = function() closed = true end })
+    gpu.sleep(50, { stream = s })
+    gpu.await(s)
+  end)
+  gpu.run(0)
+  c:cancel()
+  T.ok(closed, "cancel closes the task's to-be-closed variables")
+  T.is(gpu.run(), 0, "and the loop is empty")
+end)
+
+T.test("misuse gives clear errors", function()
+  T.raises_at(function() gpu.task(42) end, "bad argument #1 to 'task' %(function expected, got number%)",
+              "gpu.task needs a function")
+  T.raises_at(function() gpu.await("x") end,
+              "bad argument #1 to 'await' %(gpu.Event, gpu.Stream or gpu.Task expected, got string%)",
+              "gpu.await refuses other values")
+  T.raises_at(function() gpu.await() end, "bad argument #1 to 'await'", "gpu.await needs an argument")
+  T.raises_at(function() gpu.run(-1) end, "timeout must be >= 0", "gpu.run refuses a negative timeout")
+  local self_err, run_err
+  local me
+  me = gpu.task(function()
+    self_err = select(2, pcall(gpu.await, me))
+    run_err = select(2, pcall(gpu.run))
+  end)
+  local s = gpu.stream()
+  s:close()
+  local closed_err
+  gpu.task(function() closed_err = select(2, pcall(gpu.await, s)) end)
+  local ev = gpu.event()
+  ev:close()
+  local ev_err
+  gpu.task(function() ev_err = select(2, pcall(gpu.await, ev)) end)
+  gpu.run()
+  T.ok(self_err and self_err:find("a task cannot await itself", 1, true), "a task cannot await itself")
+  T.ok(run_err and run_err:find("gpu.run cannot be called from a task", 1, true), "gpu.run inside a task")
+  T.ok(closed_err and closed_err:find("stream is closed", 1, true), "await on a closed stream")
+  T.ok(ev_err and ev_err:find("event is closed", 1, true), "await on a closed event")
+end)
+
+T.test("gpu.run(timeout) returns what is left", function()
+  local s <close> = gpu.stream()
+  gpu.sleep(200, { stream = s })
+  local ev = s:record()
+  local t = gpu.task(function() gpu.await(ev) end)
+  local left = gpu.run(0)
+  T.ok(left >= 1 and not t.done, "gpu.run(0) returns without waiting, the task still pending")
+  gpu.run()
+  T.ok(t.done, "gpu.run() then finishes it")
+  ev:close()
+end)
+
+-- run a gpulua command line; combined output, and whether it exited 0
+local function run(args)
+  local p = assert(io.popen(string.format("%s %s 2>&1", BIN, args)))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
+local function tmpscript(src)
+  local name = os.tmpname()
+  local f = assert(io.open(name, "w"))
+  f:write(src)
+  f:close()
+  return name
+end
+
+T.test("the CLI runs queued tasks after the main chunk", function()
+  local name = tmpscript(table.concat({
+    "local s = gpu.stream()",
+    "gpu.task(function() gpu.sleep(10, {stream = s}); gpu.await(s); print('task ran') end)",
+    "print('main chunk ends')",
+  }, "\n"))
+  local out, ok = run("--device host " .. name)
+  T.ok(ok, "exit 0")
+  T.ok(out:find("main chunk ends\ntask ran", 1, true), "the task ran after the main chunk")
+  local bad = tmpscript("gpu.task(function()\n  local x = nil\n  return x.field\nend)\n")
+  out, ok = run("--device host " .. bad)
+  T.ok(not ok, "a failing task makes the exit status 1")
+  T.ok(out:find("task 1 failed: [^\n]*:3: attempt to index a nil value") ~= nil, "naming the task's line")
+  if ok or not out:find("task 1 failed") then T.diag(out) end
+  out, ok = run("--device host -e \"gpu.task(function() print('from -e') end)\"")
+  T.ok(ok and out:find("from -e", 1, true), "tasks queued by -e run too")
+  os.remove(name)
+  os.remove(bad)
+end)
+
+T.done()
