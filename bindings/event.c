@@ -59,6 +59,7 @@ static int event_record(lua_State *L) {
 static int event_synchronize(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   dev_event *e = bind_check_event(L, 1);
+  bind_site(L, ctx);
   BIND_CHECK(L, ctx, dev_event_synchronize(e), "synchronize");
   return 0;
 }

@@ -171,6 +171,7 @@ static int gpu_synchronize(lua_State *L) {
   if (!lua_isnone(L, 1))
     return luaL_argerror(L, 1, "gpu.synchronize() waits for every stream and takes no argument "
                                "(use s:synchronize() for one stream)");
+  bind_site(L, ctx);
   BIND_CHECK(L, ctx, dev_synchronize(ctx), "synchronize");
   return 0;
 }
@@ -293,6 +294,7 @@ int luaopen_gpu(lua_State *L) {
   bind_open_tensor(L);
   bind_open_kernel(L);
   bind_open_comm(L);
+  bind_open_trace(L);
   return 1;
 }
 
@@ -301,7 +303,10 @@ int gpulua_bind_finish(lua_State *L) {
   gpu_state *st = lua_touserdata(L, -1);
   lua_pop(L, 1);
   if (!st || !st->ctx) return LUA_OK;
-  if (dev_synchronize(st->ctx) != DEV_OK) {
+  dev_set_call(st->ctx, "finishing queued work");   /* for the trace and sync messages */
+  int rc = dev_synchronize(st->ctx);
+  dev_set_call(st->ctx, NULL);
+  if (rc != DEV_OK) {
     lua_pushstring(L, dev_errmsg(st->ctx));
     return LUA_ERRRUN;
   }

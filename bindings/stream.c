@@ -140,6 +140,7 @@ static int stream_wait(lua_State *L) {
 static int stream_synchronize(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   dev_stream *s = bind_check_stream(L, 1);
+  bind_site(L, ctx);
   BIND_CHECK(L, ctx, dev_stream_synchronize(s), "synchronize");
   return 0;
 }

@@ -19,4 +19,9 @@ int cli_docall(gpulua *g, int narg, int nres);
 /* The interactive read-eval-print loop; returns at end of input. */
 void cli_repl(gpulua *g);
 
+/* --trace FILE (label: how the user gave it, for messages): start tracing;
+ * at exit write the file.  Both print their error and return non-zero. */
+int cli_trace_start(gpulua *g, const char *path, const char *label);
+int cli_trace_finish(gpulua *g);
+
 #endif

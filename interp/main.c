@@ -81,6 +81,8 @@ static void print_usage_lines(void) {
           "  -W             turn warnings on\n"
           "  --device DEV   run on DEV: host, cuda or cuda:N\n"
           "                 (default: env GPULUA_DEVICE, else cuda if a GPU answers, else host)\n"
+          "  --trace FILE   write a timeline of every op at exit: FILE.json (Chrome trace\n"
+          "                 events: ui.perfetto.dev) or FILE.svg (default: env GPULUA_TRACE)\n"
           "  --             stop handling options\n"
           "  -              stop handling options and execute stdin\n"
           "Launcher options (each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
@@ -98,7 +100,8 @@ static void print_usage_lines(void) {
 static void print_usage(const char *badoption) {
   fprintf(stderr, "%s: ", progname);
   if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
-      strcmp(badoption, "--device=") == 0)
+      strcmp(badoption, "--device=") == 0 || strcmp(badoption, "--trace") == 0 ||
+      strcmp(badoption, "--trace=") == 0)
     fprintf(stderr, "'%s' needs argument\n", badoption);
   else
     fprintf(stderr, "unrecognized option '%s'\n", badoption);
@@ -213,7 +216,7 @@ static int handle_script(gpulua *g, char **argv) {
 /* Checks all options before anything runs.  Returns the has_* mask, or
  * has_error with *first the index of the bad option.  Otherwise *first is -1
  * with no program name, 0 with no script, else the script's index. */
-static int collectargs(char **argv, int *first, const char **device) {
+static int collectargs(char **argv, int *first, const char **device, const char **trace) {
   int args = 0;
   int i;
   if (argv[0] == NULL) {
@@ -239,6 +242,15 @@ static int collectargs(char **argv, int *first, const char **device) {
           if (argv[i][9] == '\0')
             return has_error;
           *device = argv[i] + 9;
+        } else if (strcmp(argv[i], "--trace") == 0) {
+          i++;
+          if (argv[i] == NULL || argv[i][0] == '-' || argv[i][0] == '\0')
+            return has_error;
+          *trace = argv[i];
+        } else if (strncmp(argv[i], "--trace=", 8) == 0) {
+          if (argv[i][8] == '\0')
+            return has_error;
+          *trace = argv[i] + 8;
         } else {
           return has_error;
         }
@@ -301,7 +313,7 @@ static int runargs(gpulua *g, char **argv, int n) {
         lua_warning(gpulua_state(g), "@on", 0);
         break;
       case '-':
-        if (strcmp(argv[i], "--device") == 0)
+        if (strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--trace") == 0)
           i++;  /* skip its value */
         break;
     }
@@ -355,8 +367,8 @@ static int pmain(lua_State *L) {
 /* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
 static int launch(struct launch *l) {
   int script;
-  const char *device = NULL;
-  int args = collectargs(l->argv, &script, &device);
+  const char *device = NULL, *trace = NULL;
+  int args = collectargs(l->argv, &script, &device, &trace);
   const char *msg = NULL;
   if (args == has_error)
     print_usage(l->argv[script]);
@@ -374,7 +386,7 @@ static int launch(struct launch *l) {
 
 int main(int argc, char **argv) {
   struct cli c = {argc, argv, 0, 0, NULL};
-  const char *device = NULL;
+  const char *device = NULL, *trace = NULL;
   struct launch l;
   char err[256];
   switch (launch_parse(argv, &l, err, sizeof err)) {
@@ -388,7 +400,7 @@ int main(int argc, char **argv) {
    * held back when a rank is killed. */
   if (getenv("GPULUA_LAUNCHER") != NULL)
     setvbuf(stdout, NULL, _IOLBF, 0);
-  c.args = collectargs(argv, &c.script, &device);
+  c.args = collectargs(argv, &c.script, &device, &trace);
   if (c.args == has_error) {
     print_usage(argv[c.script]);
     return EXIT_FAILURE;
@@ -409,6 +421,12 @@ int main(int argc, char **argv) {
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
+  const char *trace_env = getenv("GPULUA_TRACE");
+  if ((trace || (trace_env && *trace_env)) &&
+      cli_trace_start(c.g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0) {
+    gpulua_close(c.g);
+    return EXIT_FAILURE;
+  }
   lua_pushcfunction(L, pmain);
   lua_pushlightuserdata(L, &c);
   int status = lua_pcall(L, 1, 1, 0);
@@ -420,6 +438,8 @@ int main(int argc, char **argv) {
     cli_message(progname, gpulua_error(c.g));
     result = 0;
   }
+  if (cli_trace_finish(c.g) != 0)
+    result = 0;
   gpulua_close(c.g);
   return (result && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
