@@ -113,6 +113,7 @@ int bind_open_tensor(lua_State *L);
 int bind_open_kernel(lua_State *L);
 int bind_open_comm(lua_State *L);
 int bind_open_task(lua_State *L);
+int bind_open_trace(lua_State *L);    /* gpu.trace, gpu.range */
 /* ranks in the job: the joined communicator's, else the environment's */
 int bind_ctx_world(lua_State *L);
 

@@ -398,6 +398,7 @@ int luaopen_gpu(lua_State *L) {
   bind_open_kernel(L);
   bind_open_comm(L);
   bind_open_task(L);
+  bind_open_trace(L);
   return 1;
 }
 
@@ -409,7 +410,9 @@ int gpulua_bind_finish(lua_State *L) {
   /* the runtime's own wait, not the script's: never refused or warned */
   dev_sync_policy p = dev_get_sync_policy(st->ctx);
   dev_set_sync_policy(st->ctx, DEV_SYNC_ALLOW);
+  dev_set_call(st->ctx, "finishing queued work");   /* for the trace */
   int rc = dev_synchronize(st->ctx);
+  dev_set_call(st->ctx, NULL);
   dev_set_sync_policy(st->ctx, p);
   if (rc != DEV_OK) {
     lua_pushstring(L, dev_errmsg(st->ctx));

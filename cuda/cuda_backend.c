@@ -798,7 +798,9 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
   dev_ctx *ctx = s->ctx;
   cstate *cs = CS(ctx);
   cstream *c = CST(s);
+  cuda_tmark tm = {NULL};
   int rc;
+  if (ctx->trace_gen && (rc = cuda_trace_begin(ctx, c->st, &tm))) return rc;
   if (op->kind == DEV_OP_LAUNCH) {
     rc = c_launch(s, op->launch);
   } else if (op->kind == DEV_OP_COPY) {
@@ -811,7 +813,8 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
     rc = cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
                                                 : DEV_OK;
   }
-  return rc ? rc : enqueued(s, dev_op_name(op), touches_host(op));
+  rc = rc ? rc : enqueued(s, dev_op_name(op), touches_host(op));
+  return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
 }
 
 /* ---- collectives (cuda/cuda_nccl.c) ------------------------------------- */
@@ -847,8 +850,11 @@ static int c_coll(dev_stream *s, const dev_coll *g, int n, uint64_t seq) {
         return dev_fail(ctx, DEV_ERR_INVALID, "%s: the %s tensor is in %s memory; NCCL needs device tensors",
                         dev_coll_name(g[i].kind), k ? "output" : "input", dev_memkind_name(v[k]->buf->kind));
   }
-  int rc = cuda_comm_run(ctx->comm, CST(s)->st, g, n, seq);
-  return rc ? rc : enqueued(s, n > 1 ? "group" : dev_coll_name(g[0].kind), 0);
+  cuda_tmark tm = {NULL};
+  int rc = ctx->trace_gen ? cuda_trace_begin(ctx, CST(s)->st, &tm) : DEV_OK;
+  if (rc == DEV_OK) rc = cuda_comm_run(ctx->comm, CST(s)->st, g, n, seq);
+  rc = rc ? rc : enqueued(s, n > 1 ? "group" : dev_coll_name(g[0].kind), 0);
+  return tm.ev ? cuda_trace_coll(ctx, CST(s)->st, &tm, (int64_t)s->id, g, n, rc) : rc;
 }
 
 /* ---- run-time kernels --------------------------------------------------- */
@@ -957,6 +963,11 @@ const dev_backend dev_cuda_backend = {
   .comm_connect = c_comm_connect,
   .comm_close = c_comm_close,
   .coll = c_coll,
+  .trace_start = cuda_trace_start,
+  .trace_flush = cuda_trace_flush,
+  .trace_free = cuda_trace_free,
+  .range_push = cuda_range_push,
+  .range_pop = cuda_range_pop,
 };
 
 /* Whether a usable GPU answers (for automatic selection).  Called before any

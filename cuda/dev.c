@@ -171,6 +171,7 @@ static void ctx_destroy(dev_ctx *ctx) {
     ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
     stream_destroy(s);
   }
+  dev_trace_free(ctx);
   ctx->bk->close(ctx);
   pthread_mutex_destroy(&ctx->async_mu);
   pthread_mutex_destroy(&ctx->progress_mu);
@@ -245,7 +246,11 @@ void dev_set_sync_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), vo
 }
 
 int dev_sync_enter(dev_ctx *ctx, const char *what) {
-  if (ctx->sync_policy == DEV_SYNC_ALLOW) { ctx->st.syncs++; return DEV_OK; }
+  if (ctx->sync_policy == DEV_SYNC_ALLOW) {
+    ctx->st.syncs++;
+    if (ctx->trace_gen) dev_trace_sync_open(ctx, what);
+    return DEV_OK;
+  }
   char msg[sizeof ctx->site + 192];
   snprintf(msg, sizeof msg, "%s%s%s%s%s waits for the device (a host-device sync)", ctx->site,
            *ctx->site ? ": " : "", ctx->call ? ctx->call : "", ctx->call ? ": " : "", what);
@@ -255,6 +260,7 @@ int dev_sync_enter(dev_ctx *ctx, const char *what) {
                     "allowed here (gpu.nosync() or sync debugging set to \"error\")", what);
   }
   ctx->st.syncs++;   /* refused ones did not happen */
+  if (ctx->trace_gen) dev_trace_sync_open(ctx, what);
   if (ctx->sync_warn) ctx->sync_warn(ctx->sync_warn_ud, msg);
   return DEV_OK;
 }
@@ -436,6 +442,7 @@ int dev_buf_fence(dev_buf *b, int write) {
       if (rc) return rc;
     }
   }
+  if (entered) dev_sync_leave(ctx);
   prune(x);
   return dev_check_async(ctx);
 }
@@ -490,6 +497,7 @@ int dev_stream_synchronize(dev_stream *s) {
   int rc = dev_sync_enter(ctx, "stream synchronize");
   if (rc == DEV_OK) rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
   if (rc) return rc;
+  dev_sync_leave(ctx);
   sweep(ctx);
   return dev_check_async(ctx);
 }
@@ -566,6 +574,7 @@ int dev_event_synchronize(dev_event *e) {
     int rc = ctx->bk->event_sync ? ctx->bk->event_sync(e) : ctx->bk->pos_wait(e->stream, e->pos);
     if (rc) return rc;
   }
+  dev_sync_leave(ctx);
   sweep(ctx);
   return dev_check_async(ctx);
 }
@@ -609,6 +618,7 @@ int dev_synchronize(dev_ctx *ctx) {
     int rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
     if (rc) return rc;
   }
+  dev_sync_leave(ctx);
   for (bufx *x = ctx->bufs; x; x = x->next) prune(x);
   sweep(ctx);
   return dev_check_async(ctx);
@@ -861,6 +871,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     /* Always on the device, even when every tensor is pinned. */
     const dev_launch *l = op->launch;
     if ((rc = ctx->bk->submit(s, op))) return rc;
+    if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
     for (int i = 0; i < l->nbufs; i++) note_use(BX(l->bufs[i]), s, l->writes[i]);
     note_use(BX(dev_module_life(l->k->mod)), s, 0);
     ctx->st.launches++;
@@ -877,8 +888,10 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     for (int i = 0; i < nb; i++)
       if ((rc = dev_buf_fence(views[i]->buf, i == 0))) return rc;
     char msg[256];
+    uint64_t t0 = ctx->trace_gen ? dev_trace_now() : 0;
     if (dev_host_run(op, msg, sizeof msg))
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s", op_name(op), msg);
+    if (ctx->trace_gen) dev_trace_host_op(ctx, op, t0);
     count_op(ctx, op);
     return DEV_OK;
   }
@@ -888,10 +901,12 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
                  (op->out.buf->kind == DEV_MEM_HOST || op->in[0].buf->kind == DEV_MEM_HOST);
   if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;
   if ((rc = ctx->bk->submit(s, op))) return rc;
+  if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
   for (int i = nb - 1; i >= 0; i--) note_use(BX(views[i]->buf), s, i == 0);
   count_op(ctx, op);
   if (pageable) {
     if ((rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s)))) return rc;
+    dev_sync_leave(ctx);
     prune(BX(op->out.buf));
     prune(BX(op->in[0].buf));
     return dev_check_async(ctx);
@@ -945,6 +960,7 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
     for (int i = 0; i < x->nuse && rc == DEV_OK; i++)
       rc = ctx->bk->pos_wait(x->use[i].s, x->use[i].wpos);
     prune(x);
+    dev_sync_leave(ctx);
     if (rc == DEV_OK) rc = dev_check_async(ctx);
   }
   if (rc == DEV_OK) memcpy(dst, tmp->ptr, bytes);
@@ -1117,6 +1133,7 @@ int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n) {
   if ((rc = check_open(s))) return rc;
   if ((rc = coll_check(ctx, c, n))) return rc;
   if ((rc = ctx->bk->coll(s, c, n, ctx->coll_seq + 1))) return rc;
+  if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
   ctx->coll_seq++;
   for (int i = 0; i < n; i++) {
     if (c[i].kind != DEV_COLL_RECV) note_use(BX(c[i].send.buf), s, 0);

@@ -402,6 +402,64 @@ typedef struct dev_launch {
 int dev_launch_check(dev_ctx *ctx, const dev_kernel *k, const unsigned grid[3],
                      const unsigned block[3], size_t shared, char *err, size_t errlen);
 
+/* ---- tracing ---------------------------------------------------------- */
+/* A session records every op (its stream, name, bytes, script line, start
+ * and end on the host's monotonic clock), every counted sync the host waits
+ * in, host-run ops and ranges.  Off, it costs one branch per op.  Records
+ * are appended by the backends (host workers under a lock; on cuda from
+ * timing events recorded around each op, read back at collection). */
+typedef enum { DEV_TR_OP, DEV_TR_HOST_OP, DEV_TR_COLL, DEV_TR_SYNC, DEV_TR_RANGE } dev_trace_kind;
+/* What an op does: copies by direction (host = pinned or pageable memory). */
+typedef enum { DEV_TR_COMPUTE, DEV_TR_H2D, DEV_TR_D2H, DEV_TR_D2D, DEV_TR_H2H } dev_trace_class;
+#define DEV_TRACE_NAME 64
+#define DEV_TRACE_DEFAULT_MAX 1000000
+
+typedef struct dev_trace_rec {
+  int64_t t0, t1;            /* ns since the session started, host clock */
+  uint64_t bytes;            /* copies: moved; other ops: written; collectives: sent */
+  int64_t stream;            /* stream id; -1: the host (syncs, host-run ops, ranges) */
+  const char *call;          /* syncs: the API call (static string) or NULL */
+  uint8_t kind, cls;         /* dev_trace_kind, dev_trace_class */
+  uint16_t depth;            /* ranges: nesting depth, 0 outermost */
+  char name[DEV_TRACE_NAME]; /* op, collective, range name; a sync's `what` */
+  char site[DEV_SITE_LEN];   /* script line that enqueued it */
+} dev_trace_rec;
+
+/* A stream that work of the session went to (it may be closed since). */
+typedef struct dev_trace_stream { int64_t id; int priority, nonblocking, is_default; } dev_trace_stream;
+
+typedef struct dev_trace_info {
+  int active;
+  size_t records, max;       /* records held, and the bound */
+  uint64_t dropped;          /* records lost to the bound (or out of memory) */
+  int64_t duration;          /* ns from start to stop (now while active), or to the end
+                                of the last record if later */
+  int nstreams;
+} dev_trace_info;
+
+/* Start a session (records of the previous one are dropped); at most
+ * max_records records (0: DEV_TRACE_DEFAULT_MAX).  DEV_ERR_INVALID if on. */
+int dev_trace_start(dev_ctx *ctx, size_t max_records);
+/* Stop recording new work; work enqueued while on still records. */
+void dev_trace_stop(dev_ctx *ctx);
+int dev_trace_active(dev_ctx *ctx);
+/* Wait for all queued work, read back the backend's timings and sort the
+ * records by start.  counted: a counted sync (dev_synchronize, with its
+ * policy and async errors); else a quiet wait that reports nothing (at exit). */
+int dev_trace_collect(dev_ctx *ctx, int counted);
+void dev_trace_get_info(dev_ctx *ctx, dev_trace_info *out);
+/* Copy records [first, first + n) (clipped); returns how many. */
+size_t dev_trace_copy(dev_ctx *ctx, size_t first, size_t n, dev_trace_rec *out);
+/* The i-th stream of the session (0 <= i < nstreams). */
+int dev_trace_stream_at(dev_ctx *ctx, int i, dev_trace_stream *out);
+
+/* A named range on the host track (and an NVTX range on cuda, for nsys).
+ * Ranges nest: popping one that is not the innermost fails naming the
+ * innermost, unless force, which also ends every range inside it.  Popping
+ * an id that is not open does nothing. */
+int dev_range_push(dev_ctx *ctx, const char *name, uint64_t *id);
+int dev_range_pop(dev_ctx *ctx, uint64_t id, int force);
+
 /* ---- ranks and collectives ------------------------------------------- */
 
 /* Where this process sits in the job (from RANK / WORLD_SIZE / ... as

@@ -60,6 +60,15 @@ typedef struct dev_backend {
   int (*comm_connect)(dev_ctx *ctx, const dev_rank_info *ri);
   void (*comm_close)(dev_ctx *ctx);
   int (*coll)(dev_stream *s, const dev_coll *c, int n, uint64_t seq);
+
+  /* Tracing, optional (cuda/trace.c): the clock reference of a new session,
+   * finished op timings into records, the timing resources freed; ranges
+   * for external profilers (NVTX). */
+  int (*trace_start)(dev_ctx *ctx);
+  void (*trace_flush)(dev_ctx *ctx);
+  void (*trace_free)(dev_ctx *ctx);
+  void (*range_push)(dev_ctx *ctx, const char *name);
+  void (*range_pop)(dev_ctx *ctx);
 } dev_backend;
 
 /* Compiled code and the lowered (mangled) names of the name expressions. */
@@ -140,6 +149,9 @@ struct dev_ctx {
   pthread_cond_t progress_cv;
   uint64_t progress_gen;        /* under progress_mu */
   atomic_int progress_sleepers; /* begun and not ended */
+
+  unsigned trace_gen;     /* the tracing session, 0 when off (interpreter thread) */
+  struct dev_trace *tr;   /* cuda/trace.c; lives until the context goes */
 };
 
 /* From any thread: queued work finished; wakes dev_progress_wait (cheap when
@@ -149,6 +161,24 @@ void dev_progress_signal(dev_ctx *ctx);
 /* Every counted sync starts here, before it waits: counts it and applies the
  * sync policy.  `what` names the kind of wait ("stream synchronize"). */
 int dev_sync_enter(dev_ctx *ctx, const char *what);
+/* ... and ends there, once the wait is over (the span on the trace). */
+void dev_sync_leave(dev_ctx *ctx);
+
+/* cuda/trace.c, for the backends: the trace clock (CLOCK_MONOTONIC ns); a
+ * record of an op or collective (name, class, bytes; site and times are the
+ * caller's); append one (t0, t1 on the trace clock, any thread: dropped
+ * unless gen is the session's); the stream an op of the session went to (interpreter
+ * thread); a host-run op; a sync's span opening (dev_sync_enter); the
+ * backend's trace state. */
+uint64_t dev_trace_now(void);
+void dev_trace_fill_op(dev_trace_rec *r, const dev_kop *op, int64_t stream);
+void dev_trace_fill_coll(dev_trace_rec *r, const dev_coll *c, int n, int64_t stream);
+void dev_trace_add(dev_ctx *ctx, unsigned gen, dev_trace_rec *r, uint64_t t0, uint64_t t1);
+void dev_trace_note_stream(dev_ctx *ctx, dev_stream *s);
+void dev_trace_host_op(dev_ctx *ctx, const dev_kop *op, uint64_t t0);
+void dev_trace_sync_open(dev_ctx *ctx, const char *what);
+void **dev_trace_backend_state(dev_ctx *ctx);
+void dev_trace_free(dev_ctx *ctx);
 
 int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
@@ -199,6 +229,20 @@ int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what);
 int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t seq);
 void cuda_comm_forget_stream(cuda_comm *c, void *stream);   /* drained, about to be destroyed */
 void cuda_comm_close(cuda_comm *c);
+
+/* cuda/cuda_trace.c: timing events around an op while tracing (begin before
+ * it is enqueued; op/coll after, with its status, which they return), the
+ * backend's trace hooks, and NVTX ranges. */
+typedef struct cuda_tmark { void *ev; } cuda_tmark;
+int cuda_trace_begin(dev_ctx *ctx, void *stream, cuda_tmark *m);
+int cuda_trace_op(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, const dev_kop *op, int rc);
+int cuda_trace_coll(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, const dev_coll *g, int n,
+                    int rc);
+int cuda_trace_start(dev_ctx *ctx);
+void cuda_trace_flush(dev_ctx *ctx);
+void cuda_trace_free(dev_ctx *ctx);
+void cuda_range_push(dev_ctx *ctx, const char *name);
+void cuda_range_pop(dev_ctx *ctx);
 #endif
 
 #endif

@@ -34,6 +34,7 @@ typedef struct item {
   dev_coll *coll;               /* IT_COLL: a group of ncoll, numbered seq_coll */
   int ncoll;
   uint64_t seq_coll;
+  unsigned tgen;                /* the tracing session it was enqueued in, 0: none */
   char site[DEV_SITE_LEN];
 } item;
 
@@ -48,6 +49,7 @@ typedef struct hstream {
   int started, stop;
   pthread_t th;
   unsigned jitter_seed;
+  int64_t sid;                  /* the dev_stream's id, for the trace */
   /* legacy default-stream ordering (interpreter thread only) */
   uint64_t waited_dflt;         /* default-stream position this stream has waited for */
   uint64_t dflt_waited;         /* this stream's position the default stream waited for */
@@ -74,8 +76,18 @@ static void jitter(hstream *hs) {
   while (nanosleep(&ts, &ts) && errno == EINTR) {}
 }
 
+/* An op or collective of a tracing session, run from t0 to now. */
+static void trace_item(hstream *hs, item *it, uint64_t t0) {
+  dev_trace_rec r;
+  if (it->kind == IT_OP) dev_trace_fill_op(&r, &it->op, hs->sid);
+  else dev_trace_fill_coll(&r, it->coll, it->ncoll, hs->sid);
+  memcpy(r.site, it->site, sizeof r.site);
+  dev_trace_add(hs->ctx, it->tgen, &r, t0, dev_trace_now());
+}
+
 static void run_item(hstream *hs, item *it) {
   dev_ctx *ctx = hs->ctx;
+  uint64_t t0 = it->tgen ? dev_trace_now() : 0;
   switch (it->kind) {
   case IT_OP: {
     if (ctx->jitter) jitter(hs);
@@ -86,6 +98,7 @@ static void run_item(hstream *hs, item *it) {
     if (rc)
       dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
                      dev_op_name(&it->op), msg);
+    if (it->tgen) trace_item(hs, it, t0);
     break;
   }
   case IT_WAIT: {
@@ -108,6 +121,7 @@ static void run_item(hstream *hs, item *it) {
     if (rc)
       dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
                      it->ncoll > 1 ? "group" : dev_coll_name(it->coll[0].kind), msg);
+    if (it->tgen) trace_item(hs, it, t0);
     free(it->coll);
     break;
   }
@@ -149,6 +163,7 @@ static int push(dev_stream *s, item *it) {
     hs->started = 1;
   }
   memcpy(it->site, s->ctx->site, sizeof it->site);  /* both DEV_SITE_LEN, NUL-terminated */
+  if (it->kind == IT_OP || it->kind == IT_COLL) it->tgen = s->ctx->trace_gen;
   it->seq = ++hs->enq;
   pthread_mutex_lock(&hs->mu);
   if (hs->tail) hs->tail->next = it; else hs->head = it;
@@ -244,6 +259,7 @@ static int h_stream_init(dev_stream *s) {
   pthread_cond_init(&hs->work, NULL);
   pthread_cond_init(&hs->donecv, NULL);
   hs->jitter_seed = (unsigned)(s->id * 2654435761u) ^ (unsigned)now_ns();
+  hs->sid = (int64_t)s->id;
   s->impl = hs;
   return DEV_OK;
 }

@@ -27,4 +27,9 @@ int set_sync_debug(gpulua *g, const char *mode);
  * results does not). */
 void cli_repl(gpulua *g, int sync_warn);
 
+/* --trace FILE (label: how the user gave it, for messages): start tracing;
+ * at exit write the file.  Both print their error and return non-zero. */
+int cli_trace_start(gpulua *g, const char *path, const char *label);
+int cli_trace_finish(gpulua *g);
+
 #endif

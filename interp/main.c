@@ -85,6 +85,8 @@ static void print_usage_lines(void) {
           "                 (default: env GPULUA_DEVICE, else cuda if a GPU answers, else host)\n"
           "  --sync-debug M what a host-device sync does: off, warn or error (default: env\n"
           "                 GPULUA_SYNC_DEBUG, else warn in the REPL and off in scripts)\n"
+          "  --trace FILE   write a timeline of every op at exit: FILE.json (Chrome trace\n"
+          "                 events: ui.perfetto.dev) or FILE.svg (default: env GPULUA_TRACE)\n"
           "  --             stop handling options\n"
           "  -              stop handling options and execute stdin\n"
           "Launcher options (each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
@@ -102,7 +104,8 @@ static void print_usage_lines(void) {
 static void print_usage(const char *badoption) {
   fprintf(stderr, "%s: ", progname);
   if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
-      strcmp(badoption, "--device=") == 0)
+      strcmp(badoption, "--device=") == 0 || strcmp(badoption, "--trace") == 0 ||
+      strcmp(badoption, "--trace=") == 0)
     fprintf(stderr, "'%s' needs argument\n", badoption);
   else if (strncmp(badoption, "--sync-debug", 12) == 0)
     fprintf(stderr, "'%s' needs argument off, warn or error\n", badoption);
@@ -223,7 +226,8 @@ static int is_sync_mode(const char *m) {
   return m != NULL && (strcmp(m, "off") == 0 || strcmp(m, "warn") == 0 || strcmp(m, "error") == 0);
 }
 
-static int collectargs(char **argv, int *first, const char **device, const char **sync_debug) {
+static int collectargs(char **argv, int *first, const char **device, const char **sync_debug,
+                       const char **trace) {
   int args = 0;
   int i;
   if (argv[0] == NULL) {
@@ -257,6 +261,15 @@ static int collectargs(char **argv, int *first, const char **device, const char 
           if (!is_sync_mode(argv[i] + 13))
             return has_error;
           *sync_debug = argv[i] + 13;
+        } else if (strcmp(argv[i], "--trace") == 0) {
+          i++;
+          if (argv[i] == NULL || argv[i][0] == '-' || argv[i][0] == '\0')
+            return has_error;
+          *trace = argv[i];
+        } else if (strncmp(argv[i], "--trace=", 8) == 0) {
+          if (argv[i][8] == '\0')
+            return has_error;
+          *trace = argv[i] + 8;
         } else {
           return has_error;
         }
@@ -319,7 +332,8 @@ static int runargs(gpulua *g, char **argv, int n) {
         lua_warning(gpulua_state(g), "@on", 0);
         break;
       case '-':
-        if (strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--sync-debug") == 0)
+        if (strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--sync-debug") == 0 ||
+            strcmp(argv[i], "--trace") == 0)
           i++;  /* skip its value */
         break;
     }
@@ -394,8 +408,8 @@ static int pmain(lua_State *L) {
 /* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
 static int launch(struct launch *l) {
   int script;
-  const char *device = NULL, *sync_debug = NULL;
-  int args = collectargs(l->argv, &script, &device, &sync_debug);
+  const char *device = NULL, *sync_debug = NULL, *trace = NULL;
+  int args = collectargs(l->argv, &script, &device, &sync_debug, &trace);
   const char *msg = NULL;
   if (args == has_error)
     print_usage(l->argv[script]);
@@ -413,7 +427,7 @@ static int launch(struct launch *l) {
 
 int main(int argc, char **argv) {
   struct cli c = {argc, argv, 0, 0, NULL, NULL};
-  const char *device = NULL;
+  const char *device = NULL, *trace = NULL;
   struct launch l;
   char err[256];
   switch (launch_parse(argv, &l, err, sizeof err)) {
@@ -427,7 +441,7 @@ int main(int argc, char **argv) {
    * held back when a rank is killed. */
   if (getenv("GPULUA_LAUNCHER") != NULL)
     setvbuf(stdout, NULL, _IOLBF, 0);
-  c.args = collectargs(argv, &c.script, &device, &c.sync_debug);
+  c.args = collectargs(argv, &c.script, &device, &c.sync_debug, &trace);
   if (c.args == has_error) {
     print_usage(argv[c.script]);
     return EXIT_FAILURE;
@@ -448,6 +462,12 @@ int main(int argc, char **argv) {
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
+  const char *trace_env = getenv("GPULUA_TRACE");
+  if ((trace || (trace_env && *trace_env)) &&
+      cli_trace_start(c.g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0) {
+    gpulua_close(c.g);
+    return EXIT_FAILURE;
+  }
   lua_pushcfunction(L, pmain);
   lua_pushlightuserdata(L, &c);
   int status = lua_pcall(L, 1, 1, 0);
@@ -459,6 +479,8 @@ int main(int argc, char **argv) {
     cli_message(progname, gpulua_error(c.g));
     result = 0;
   }
+  if (cli_trace_finish(c.g) != 0)
+    result = 0;
   gpulua_close(c.g);
   return (result && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
