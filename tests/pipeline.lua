@@ -226,6 +226,8 @@ T.test("a bad spec raises naming the field, at the caller's line", function()
   for _, c in ipairs {
     { "no table", "pipeline.run: a table expected, got nil", function() pipeline.run() end },
     { "a string", "a table expected, got \"x\"", function() pipeline.run("x") end },
+    { "a method call", "called as pipeline:run{...}; call pipeline.run{...}",
+      function() pipeline:run { input = inp, load = ok_load, compute = ok_compute } end },
     { "unknown field", "unknown field 'deph' (expected: batches, depth,",
       function() pipeline.run { deph = 2, input = inp, load = ok_load, compute = ok_compute } end },
     { "positional entry", "bad field key (a number;",

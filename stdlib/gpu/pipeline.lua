@@ -161,7 +161,9 @@ local function same_shape(a, b)
   return true
 end
 
-local function check(spec)
+local function check(spec, extra)
+  if rawequal(spec, M) then bad("called as pipeline:run{...}; call pipeline.run{...} (a dot)") end
+  if extra ~= nil then bad("one argument expected (the spec table), got a second: %s", show(extra)) end
   if type(spec) ~= "table" or getmetatable(spec) ~= nil then
     bad("a table expected, got %s", show(spec))
   end
@@ -518,8 +520,8 @@ local function run(P, R)
   return stats
 end
 
-function M.run(spec)
-  local ok, P = pcall(check, spec)
+function M.run(spec, ...)
+  local ok, P = pcall(check, spec, (...))
   if not ok then
     if getmetatable(P) == Bad then error(P.msg, 2) end
     error(P, 0)
