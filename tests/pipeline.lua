@@ -56,16 +56,23 @@ end)
 T.test("depth 2 overlaps a batch's H2D with the previous batch's compute", function()
   if not HOST then return T.skip("max_concurrent", "host backend only") end
   local ins = {}
-  for i = 1, 4 do ins[i] = gpu.full({ 1 << 20 }, i, { dtype = "f32", device = "pinned" }) end
-  local sums = {}
-  pipeline.run {
-    inputs = ins, depth = 2, progress = false,
-    -- a 50 ms hold on the compute stream: the next batch's 4 MiB copy has
-    -- nothing to wait for meanwhile
-    compute = function(i, x) gpu.sleep(50); sums[i] = x:sum() end,
-  }
-  T.ok(gpu.stats().max_concurrent >= 2, "max_concurrent >= 2: " .. gpu.stats().max_concurrent)
-  T.is(sums[4]:item(), 4.0 * (1 << 20), "and the last batch is right")
+  for i = 1, 2 do ins[i] = gpu.full({ 1 << 21 }, i, { dtype = "f32", device = "pinned" }) end
+  -- Each compute holds its stream 50 ms, and nothing makes the next batch's
+  -- 8 MiB copy wait for it.  On a starved CPU the copy's worker, just woken,
+  -- can still run the whole copy before the compute's worker gets to its
+  -- sleep: a few runs, so one unlucky schedule does not decide.
+  local runs, sums = 0, nil
+  repeat
+    runs = runs + 1
+    sums = {}
+    pipeline.run {
+      inputs = ins, batches = 6, depth = 2, progress = false,
+      compute = function(i, x) gpu.sleep(50); sums[i] = x:sum() end,
+    }
+  until gpu.stats().max_concurrent >= 2 or runs == 3
+  T.ok(gpu.stats().max_concurrent >= 2, string.format("max_concurrent >= 2: %d (after %d run%s)",
+       gpu.stats().max_concurrent, runs, runs > 1 and "s" or ""))
+  T.is(sums[6]:item(), 2.0 * (1 << 21), "and the last batch is right")
 end)
 
 T.test("results, stage order and buffer reuse: depths 1-4, 1/3/7 batches, with and without output", function()
@@ -363,16 +370,30 @@ T.test("an error in a stage propagates and leaks nothing", function()
               "no data", "a stage's error(msg) keeps its file:line")
 end)
 
-T.test("an asynchronous device error surfaces when the run drains", function()
+T.test("an asynchronous device error surfaces from run", function()
+  local zeros <close> = gpu.zeros({ 16 }, { dtype = "i32" })
   local before = live()
+  -- integer division by a zero tensor fails on the stream, not at the call;
+  -- only the last batch's fails, so the error comes at the final drain
   local ok, err = pcall(pipeline.run, {
     batches = 3, progress = false,
     input = { shape = { 16 }, dtype = "i32" },
     load = function(i, pin) pin:fill(i) end,
-    -- integer division by a zero tensor fails on the stream, not at the call
-    compute = function(_, x) x:div_(gpu.zeros({ 16 }, { dtype = "i32" })) end,
+    compute = function(i, x) if i == 3 then x:div_(zeros) else x:add_(1) end end,
   })
   T.ok(not ok and tostring(err):find("integer division by zero", 1, true), "raised: " .. tostring(err))
+  T.is(live(), before, "... nothing left")
+  -- every batch fails: run raises the first failure; work it had enqueued
+  -- still runs, and a later failure surfaces at a later sync, as for any
+  -- queued work
+  local ok2, err2 = pcall(pipeline.run, {
+    batches = 3, progress = false,
+    input = { shape = { 16 }, dtype = "i32" },
+    load = function(i, pin) pin:fill(i) end,
+    compute = function(_, x) x:div_(zeros) end,
+  })
+  T.ok(not ok2 and tostring(err2):find("integer division by zero", 1, true), "raised: " .. tostring(err2))
+  pcall(gpu.synchronize)
   T.is(live(), before, "... nothing left")
 end)
 

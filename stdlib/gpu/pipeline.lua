@@ -49,7 +49,9 @@
 --
 -- The buffers are the module's: they are closed when run returns (or
 -- raises), as are its streams and events.  An error in a stage propagates
--- as it was raised; work already enqueued finishes on its own.  The host
+-- as it was raised; work already enqueued finishes on its own (an
+-- asynchronous failure of it surfaces at a later sync, as for any queued
+-- work).  The host
 -- waits (before load refills a pinned buffer, before sink, at the end) use
 -- gpu.await where it exists, so inside a gpu.task only that task waits;
 -- else ev:synchronize().  load and sink are host stages: device work they
