@@ -1,5 +1,6 @@
 -- make bench: runs the raw CUDA C reference (build/bench/ref), the Lua bench
--- scripts through gpulua, scripts/overlap.lua, the all_reduce sweep
+-- scripts through gpulua, scripts/overlap.lua and its gpu.pipeline twin
+-- scripts/overlap_pipeline.lua, the all_reduce sweep
 -- (bench/allreduce.lua beside the raw NCCL build/bench/nccl_ref, on 2 GPUs and
 -- on all of them), and the PyTorch peer where it imports; prints one table of
 -- every row with its ratio to the raw C figure of the same run and its
@@ -34,6 +35,7 @@ local GPULUA = os.getenv("GPULUA") or interpreter() or "build/gpulua"
 local REF = os.getenv("BENCH_REF") or "build/bench/ref"
 local NCCL_REF = os.getenv("BENCH_NCCL_REF") or "build/bench/nccl_ref"
 local OVERLAP = HERE .. "/../scripts/overlap.lua"
+local TWIN = HERE .. "/../scripts/overlap_pipeline.lua"
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
@@ -164,24 +166,49 @@ if run_scripts then
       run_program("gpulua", string.format("%s %s %s/launch.lua", GPULUA, DEV, HERE))
     end
   end
-  -- scripts/overlap.lua as a user runs it: median efficiency of a few runs
-  for _, ov in ipairs { { "overlap_big", Z.ov_big }, { "overlap_small", Z.ov_small } } do
-    local key, nel = ov[1], ov[2]
-    local effs, passes = {}, {}
+  -- scripts/overlap.lua as a user runs it: median efficiency of a few runs.
+  -- After each, its twin written with gpu.pipeline (scripts/overlap_pipeline.lua)
+  -- with the passes overlap.lua calibrated, so both time the same work: the
+  -- twin's efficiency, and the median ratio of its time to overlap.lua's.
+  for _, ov in ipairs { { "overlap_big", "pipeline_big", Z.ov_big }, { "overlap_small", "pipeline_small", Z.ov_small } } do
+    local key, pkey, nel = ov[1], ov[2], ov[3]
+    local effs, passes, peffs, ratios = {}, {}, {}, {}
     for _ = 1, Z.ov_runs do
       local out, ok = run_program("gpulua", string.format("%s %s %s %d %d", GPULUA, DEV, OVERLAP, Z.ov_batches, nel))
       local e = tonumber(out:match("efficiency: ([%d.]+)"))
+      local ms = tonumber(out:match("measured ([%d.]+) ms"))
+      local p = out:match("compute: (%d+) passes")
       if ok and e then
         effs[#effs + 1] = e
-        passes[#passes + 1] = out:match("compute: (%d+) passes") or "?"
+        passes[#passes + 1] = p or "?"
       elseif ok then
         fail("gpulua: " .. key .. ": scripts/overlap.lua printed no efficiency")
       end
+      if ok and p then
+        local pout, pok = run_program("gpulua", string.format("%s %s %s %d %d passes=%s", GPULUA, DEV, TWIN,
+                                                              Z.ov_batches, nel, p))
+        local pe = tonumber(pout:match("efficiency: ([%d.]+)"))
+        local pms = tonumber(pout:match("measured ([%d.]+) ms"))
+        if pok and pe and pms then
+          peffs[#peffs + 1] = pe
+          if ms and ms > 0 then ratios[#ratios + 1] = pms / ms end
+        elseif pok then
+          fail("gpulua: " .. pkey .. ": scripts/overlap_pipeline.lua printed no efficiency")
+        end
+      end
     end
-    put(key, "gpulua", B.median(effs), "eff",
-        string.format("%s %d x %s, efficiency", "overlap", Z.ov_batches, B.size_label("", nel * 4):sub(2)))
+    local size = B.size_label("", nel * 4):sub(2)
+    put(key, "gpulua", B.median(effs), "eff", string.format("%s %d x %s, efficiency", "overlap", Z.ov_batches, size))
     notes[#notes + 1] = string.format("%s gpulua: scripts/overlap.lua %d %d, compute passes per batch %s; median of %d runs",
                                       key, Z.ov_batches, nel, table.concat(passes, "/"), #effs)
+    put(pkey, "gpulua", B.median(peffs), "eff", string.format("gpu.pipeline %d x %s, efficiency", Z.ov_batches, size))
+    put(pkey .. "_time", "gpulua", B.median(ratios), "x",
+        string.format("gpu.pipeline %d x %s, time / overlap.lua's", Z.ov_batches, size))
+    local rs = {}
+    for i, r in ipairs(ratios) do rs[i] = string.format("%.3f", r) end
+    notes[#notes + 1] = string.format("%s gpulua: scripts/overlap_pipeline.lua %d %d passes=<overlap.lua's>, run after "
+                                      .. "each overlap.lua; time ratios %s; median of %d runs", pkey, Z.ov_batches, nel,
+                                      #rs > 0 and table.concat(rs, "/") or "-", #peffs)
   end
 end
 
@@ -335,6 +362,10 @@ local ORDER = {
   { "bidir", "ge_ratio", 0.98 },
   { "overlap_big", "ge_abs", 0.98 },
   { "overlap_small" },
+  { "pipeline_big", "ge_abs", 0.98 },
+  { "pipeline_big_time", "le_abs", 1.02 },
+  { "pipeline_small" },
+  { "pipeline_small_time" },
   { "d2d" },
   { "add", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "add_kernel", gpulua_from = "add", label = "%s (gpulua: its add)", raw_only = true },
@@ -352,7 +383,7 @@ for i, spec in ipairs(ORDER) do
   end
 end
 
-local FMT = { us = "%.2f", ["GB/s"] = "%.1f", eff = "%.3f", ["TFLOP/s"] = "%.1f", ms = "%.1f" }
+local FMT = { us = "%.2f", ["GB/s"] = "%.1f", eff = "%.3f", ["TFLOP/s"] = "%.1f", ms = "%.1f", x = "%.3f" }
 
 local function num(v, unit, fmt)
   if v == nil then return "n/a" end

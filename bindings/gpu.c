@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bindings.h"
 #include "common.h"
@@ -324,8 +325,19 @@ static int gpu_clock(lua_State *L) {
   return 1;
 }
 
+/* Whether stdin, stdout or stderr is a terminal: Lua itself cannot ask, and
+ * gpu.pipeline draws its progress line only on one. */
+static int gpu_isatty(lua_State *L) {
+  static const char *const names[] = {"stdin", "stdout", "stderr", NULL};
+  static const int fds[] = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO};
+  int i = luaL_checkoption(L, 1, NULL, names);
+  lua_pushboolean(L, isatty(fds[i]) == 1);
+  return 1;
+}
+
 static const luaL_Reg gpu_funcs[] = {
   {"clock", gpu_clock},
+  {"isatty", gpu_isatty},
   {"device_count", gpu_device_count},
   {"device_info", gpu_device_info},
   {"set_device", gpu_set_device},
