@@ -145,8 +145,9 @@ int launch_parse(char **argv, struct launch *l, char *err, size_t errlen) {
       first = first ? first : a;
     } else {
       l->argv[k++] = argv[i];
-      /* the values of -e, -l and --device are not options */
-      if ((strcmp(a, "-e") == 0 || strcmp(a, "-l") == 0 || strcmp(a, "--device") == 0) &&
+      /* the values of -e, -l, --device and --check are not options */
+      if ((strcmp(a, "-e") == 0 || strcmp(a, "-l") == 0 || strcmp(a, "--device") == 0 ||
+           strcmp(a, "--check") == 0) &&
           argv[i + 1] != NULL)
         l->argv[k++] = argv[++i];
     }

@@ -81,6 +81,8 @@ static void print_usage_lines(void) {
           "  -W             turn warnings on\n"
           "  --device DEV   run on DEV: host, cuda or cuda:N\n"
           "                 (default: env GPULUA_DEVICE, else cuda if a GPU answers, else host)\n"
+          "  --check races  fail an op that races with unordered work on another stream\n"
+          "                 (also env GPULUA_CHECK=races)\n"
           "  --             stop handling options\n"
           "  -              stop handling options and execute stdin\n"
           "Launcher options (each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
@@ -98,7 +100,8 @@ static void print_usage_lines(void) {
 static void print_usage(const char *badoption) {
   fprintf(stderr, "%s: ", progname);
   if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
-      strcmp(badoption, "--device=") == 0)
+      strcmp(badoption, "--device=") == 0 || strcmp(badoption, "--check") == 0 ||
+      strcmp(badoption, "--check=") == 0)
     fprintf(stderr, "'%s' needs argument\n", badoption);
   else
     fprintf(stderr, "unrecognized option '%s'\n", badoption);
@@ -213,7 +216,7 @@ static int handle_script(gpulua *g, char **argv) {
 /* Checks all options before anything runs.  Returns the has_* mask, or
  * has_error with *first the index of the bad option.  Otherwise *first is -1
  * with no program name, 0 with no script, else the script's index. */
-static int collectargs(char **argv, int *first, const char **device) {
+static int collectargs(char **argv, int *first, const char **device, const char **check) {
   int args = 0;
   int i;
   if (argv[0] == NULL) {
@@ -239,6 +242,11 @@ static int collectargs(char **argv, int *first, const char **device) {
           if (argv[i][9] == '\0')
             return has_error;
           *device = argv[i] + 9;
+        } else if (strcmp(argv[i], "--check") == 0 || strncmp(argv[i], "--check=", 8) == 0) {
+          const char *v = argv[i][7] == '=' ? argv[i] + 8 : argv[++i];
+          if (v == NULL || v[0] == '-' || v[0] == '\0')
+            return has_error;
+          *check = v;
         } else {
           return has_error;
         }
@@ -301,7 +309,7 @@ static int runargs(gpulua *g, char **argv, int n) {
         lua_warning(gpulua_state(g), "@on", 0);
         break;
       case '-':
-        if (strcmp(argv[i], "--device") == 0)
+        if (strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--check") == 0)
           i++;  /* skip its value */
         break;
     }
@@ -352,14 +360,35 @@ static int pmain(lua_State *L) {
   return 1;
 }
 
+/* The message for a --check value other than races, or NULL. */
+static const char *bad_check(const char *check, char *buf, size_t len) {
+  if (check == NULL || strcmp(check, "races") == 0)
+    return NULL;
+  snprintf(buf, len, "unknown --check value '%.64s' (expected races)", check);
+  return buf;
+}
+
+/* --check races: gpu.check_races(true) before anything runs. */
+static int check_races(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  lua_getglobal(L, "gpu");
+  lua_getfield(L, -1, "check_races");
+  lua_remove(L, -2);
+  lua_pushboolean(L, 1);
+  return cli_report(L, gpulua_pcall(g, 1, 0), progname);
+}
+
 /* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
 static int launch(struct launch *l) {
   int script;
-  const char *device = NULL;
-  int args = collectargs(l->argv, &script, &device);
+  const char *device = NULL, *check = NULL;
+  int args = collectargs(l->argv, &script, &device, &check);
+  char buf[160];
   const char *msg = NULL;
   if (args == has_error)
     print_usage(l->argv[script]);
+  else if (bad_check(check, buf, sizeof buf) != NULL)
+    msg = buf;
   else if (args & has_i)
     msg = "-n cannot be used with -i (the ranks have no REPL)";
   else if (script > 0 && strcmp(l->argv[script], "-") == 0 &&
@@ -374,7 +403,7 @@ static int launch(struct launch *l) {
 
 int main(int argc, char **argv) {
   struct cli c = {argc, argv, 0, 0, NULL};
-  const char *device = NULL;
+  const char *device = NULL, *check = NULL;
   struct launch l;
   char err[256];
   switch (launch_parse(argv, &l, err, sizeof err)) {
@@ -388,11 +417,14 @@ int main(int argc, char **argv) {
    * held back when a rank is killed. */
   if (getenv("GPULUA_LAUNCHER") != NULL)
     setvbuf(stdout, NULL, _IOLBF, 0);
-  c.args = collectargs(argv, &c.script, &device);
+  c.args = collectargs(argv, &c.script, &device, &check);
   if (c.args == has_error) {
     print_usage(argv[c.script]);
     return EXIT_FAILURE;
   }
+  char buf[160];
+  if (bad_check(check, buf, sizeof buf) != NULL)
+    return usage_error(buf);
   if (c.args & has_v)
     print_version();
   /* `gpulua -v` alone opens no device. */
@@ -406,6 +438,10 @@ int main(int argc, char **argv) {
   lua_State *L = gpulua_state(c.g);
   if (L == NULL) {
     cli_message(progname, gpulua_error(c.g));
+    gpulua_close(c.g);
+    return EXIT_FAILURE;
+  }
+  if (check != NULL && check_races(c.g) != LUA_OK) {
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
