@@ -148,10 +148,10 @@ static void log_add(struct race_ctx *rc, struct race_stream *rs, uint64_t after,
   rs->log[rs->nlog++] = (undo){after, old, i};
 }
 
-static void join_stream(struct race_ctx *rc, dev_stream *s, const vclock *src) {
+/* s's items after position `after` are ordered after src. */
+static void join_stream(struct race_ctx *rc, dev_stream *s, const vclock *src, uint64_t after) {
   struct race_stream *rs = s->race;
   if (vc_grow(&rs->vc, src->n)) return;
-  uint64_t after = s->ctx->bk->stream_pos(s);
   int changed = 0;
   for (uint32_t i = 0; i < src->n; i++) {
     if (i == rs->slot || src->c[i] <= rs->vc.c[i]) continue;
@@ -239,14 +239,15 @@ static struct race_buf *buf_state(dev_ctx *ctx, dev_buf *b, int make) {
   return rb;
 }
 
-/* Everything s's next item is ordered after: the host's knowledge, and
- * CUDA's legacy default stream in both directions. */
-static struct race_stream *item(dev_ctx *ctx, dev_stream *s) {
+/* Everything s's items after position `after` (its next item, or the op
+ * just enqueued) are ordered after: the host's knowledge, and CUDA's legacy
+ * default stream in both directions. */
+static struct race_stream *item_after(dev_ctx *ctx, dev_stream *s, uint64_t after) {
   struct race_ctx *rc = ctx->race;
   struct race_stream *rs = stream_state(ctx, s);
   if (!rs) return NULL;
   if (rs->host_ver != rc->host_ver) {
-    join_stream(rc, s, &rc->host);
+    join_stream(rc, s, &rc->host, after);
     rs->host_ver = rc->host_ver;
   }
   if (s->nonblocking) return rs;
@@ -255,17 +256,21 @@ static struct race_stream *item(dev_ctx *ctx, dev_stream *s) {
       if (u == s || u->nonblocking || !live(ctx, u)) continue;
       uint64_t st = stamp(u);
       if (st == u->race->seen_by_dflt) continue;
-      join_stream(rc, s, cur(u));
+      join_stream(rc, s, cur(u), after);
       u->race->seen_by_dflt = st;
     }
   } else if (live(ctx, ctx->dflt)) {
     uint64_t st = stamp(ctx->dflt);
     if (st != rs->dflt_seen) {
-      join_stream(rc, s, cur(ctx->dflt));
+      join_stream(rc, s, cur(ctx->dflt), after);
       rs->dflt_seen = stamp(ctx->dflt);
     }
   }
   return rs;
+}
+
+static struct race_stream *item(dev_ctx *ctx, dev_stream *s) {
+  return item_after(ctx, s, ctx->bk->stream_pos(s));
 }
 
 /* ---- checks ----------------------------------------------------------- */
@@ -293,8 +298,8 @@ static int report(dev_ctx *ctx, dev_stream *s, const char *op, int write, const 
 }
 
 /* Whether s's next item is ordered after clock c of slot k: the join that
- * item() would make, without making it, so that a refused op leaves s's
- * clock as it was (no item stands behind such a join). */
+ * item() would make, without making it; the op makes it once enqueued, so
+ * that a refused op leaves s's clock as it was (no item stands for it). */
 static int known(dev_ctx *ctx, dev_stream *s, uint32_t k, uint64_t c) {
   if ((live(ctx, s) && vc_get(cur(s), k) >= c) || vc_get(&ctx->race->host, k) >= c) return 1;
   if (s->nonblocking) return 0;
@@ -354,13 +359,15 @@ static int one(dev_ctx *ctx, dev_stream *s, dev_buf *b, int write, const char *o
   return DEV_OK;
 }
 
-/* After the checks passed, before the op is enqueued: the joins for it. */
-static int enter(dev_ctx *ctx, dev_stream *s) {
-  return item(ctx, s) ? DEV_OK : dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (race checker)");
+/* The op just enqueued (its position is the stream's now): the joins that
+ * the checks assumed, made for it and later items.  Out of memory: false,
+ * and its accesses go unrecorded. */
+static int enqueued(dev_ctx *ctx, dev_stream *s) {
+  return item_after(ctx, s, ctx->bk->stream_pos(s) - 1) != NULL;
 }
 
 int race_op(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit) {
-  if (commit && !live(ctx, s)) return DEV_OK;
+  if (commit && !enqueued(ctx, s)) return DEV_OK;
   const char *name = dev_op_name(op);
   int rc;
   for (int pass = 0; pass < 1 + commit; pass++) {
@@ -374,11 +381,11 @@ int race_op(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit) {
       if ((rc = one(ctx, s, op->out.buf, 1, name, commit, pass))) return rc;
     }
   }
-  return commit ? DEV_OK : enter(ctx, s);
+  return DEV_OK;
 }
 
 int race_coll(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, int commit) {
-  if (commit && !live(ctx, s)) return DEV_OK;
+  if (commit && !enqueued(ctx, s)) return DEV_OK;
   const char *name = n > 1 ? "group" : dev_coll_name(c->kind);
   int rc;
   for (int pass = 0; pass < 1 + commit; pass++)
@@ -388,7 +395,7 @@ int race_coll(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, int commit)
       if (c[i].kind != DEV_COLL_SEND && (rc = one(ctx, s, c[i].recv.buf, 1, name, commit, pass)))
         return rc;
     }
-  return commit ? DEV_OK : enter(ctx, s);
+  return DEV_OK;
 }
 
 /* ---- order ------------------------------------------------------------ */
@@ -396,8 +403,9 @@ int race_coll(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, int commit)
 void race_wait(dev_stream *s, dev_stream *other, dev_event *e) {
   dev_ctx *ctx = s->ctx;
   if (!item(ctx, s)) return;
-  if (other && live(ctx, other)) join_stream(ctx->race, s, cur(other));
-  if (e && e->race && e->race->gen == ctx->race_gen) join_stream(ctx->race, s, &e->race->vc);
+  uint64_t after = ctx->bk->stream_pos(s);
+  if (other && live(ctx, other)) join_stream(ctx->race, s, cur(other), after);
+  if (e && e->race && e->race->gen == ctx->race_gen) join_stream(ctx->race, s, &e->race->vc, after);
 }
 
 void race_record(dev_event *e, dev_stream *s) {
@@ -441,7 +449,7 @@ void race_read_wait(dev_stream *s, dev_buf *b) {
   if (!rb || !rb->has_w || !item(ctx, s)) return;
   const vclock *v;
   if (vc_get(cur(s), rb->w.slot) < rb->w.clock && (v = vc_of(ctx, &rb->w)))
-    join_stream(ctx->race, s, v);
+    join_stream(ctx->race, s, v, ctx->bk->stream_pos(s));
 }
 
 /* ---- lifetime --------------------------------------------------------- */
