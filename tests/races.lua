@@ -284,6 +284,36 @@ T.test("a collective races like any op", function()
   gpu.synchronize()
 end)
 
+T.test("run-time kernels: a pointer parameter is a read if const, else a write", function()
+  if gpu.backend ~= "cuda" then return T.skip("run-time kernels", "cuda backend only") end
+  local m = gpu.compile([[
+extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)
+{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+]])
+  local s1 <close> = gpu.stream()
+  local s2 <close> = gpu.stream()
+  local n = 256
+  local x, y = setup(n, 1), setup(n, 2)
+  local lx = here(); x:fill(3, { stream = s1 })
+  raises_race(function()
+    m.saxpy { grid = 1, block = n, stream = s2 } (2.0, x, y, n)
+  end, function(l) return race("saxpy", s2, l, "reads", "device", "fill", s1, lx, "writes") end,
+    "a kernel reading (const) what another stream writes raises")
+  s2:wait(s1)
+  local ls = here(); m.saxpy { grid = 1, block = n, stream = s2 } (2.0, x, y, n)
+  T.ok(pcall(function() x:sum({ stream = s1 }) end), "another stream may read the kernel's const input")
+  raises_race(function()
+    y:sum({ stream = s1 })
+  end, function(l) return race("sum", s1, l, "reads", "device", "saxpy", s2, ls, "writes") end,
+    "reading the kernel's output on another stream raises")
+  s1:wait(s2)
+  T.is(y:sum({ stream = s1 }):item(), n * (2 * 3 + 2.0), "with the wait: y = 2x + y")
+  gpu.synchronize()
+end)
+
 T.test("freed and reallocated memory has no history", function()
   local s1 <close> = gpu.stream()
   local s2 <close> = gpu.stream()
