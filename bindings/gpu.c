@@ -317,6 +317,18 @@ static int gpu_sleep(lua_State *L) {
   return 0;
 }
 
+/* gpu.check_races([on]): the stream race checker; returns whether it was on */
+static int gpu_check_races(lua_State *L) {
+  dev_ctx *ctx = bind_ctx(L);
+  int was = dev_races_checked(ctx);
+  if (!lua_isnone(L, 1)) {
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    BIND_CHECK(L, ctx, dev_check_races(ctx, lua_toboolean(L, 1)), "check_races");
+  }
+  lua_pushboolean(L, was);
+  return 1;
+}
+
 /* Seconds on the monotonic clock, for timing host-side work from a script. */
 static int gpu_clock(lua_State *L) {
   struct timespec ts;
@@ -336,6 +348,7 @@ static int gpu_isatty(lua_State *L) {
 }
 
 static const luaL_Reg gpu_funcs[] = {
+  {"check_races", gpu_check_races},
   {"clock", gpu_clock},
   {"isatty", gpu_isatty},
   {"device_count", gpu_device_count},

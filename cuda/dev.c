@@ -23,9 +23,12 @@ typedef struct bufx {
   struct bufx *prev, *next;         /* ctx->bufs */
   void (*release)(void *ud, void *ptr);
   void *ud;
+  struct race_buf *race;            /* race checker state (race.c) */
 } bufx;
 
 #define BX(b) ((bufx *)(b))
+
+struct race_buf **dev_buf_racep(dev_buf *b) { return &BX(b)->race; }
 
 int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...) {
   va_list ap;
@@ -100,6 +103,24 @@ static int stream_new(dev_ctx *ctx, int priority, int nonblocking, int is_defaul
   return DEV_OK;
 }
 
+/* GPULUA_CHECK: a list of checks to turn on (only "races" so far). */
+static int check_env(dev_ctx *ctx) {
+  const char *v = getenv("GPULUA_CHECK");
+  for (const char *p = v; p && *p;) {
+    size_t n = strcspn(p, ", ");
+    if (n == 5 && strncmp(p, "races", 5) == 0) {
+      int rc = race_set(ctx, 1);
+      if (rc) return rc;
+    } else if (n > 0 && !(n == 4 && strncmp(p, "none", 4) == 0)) {
+      return dev_fail(ctx, DEV_ERR_INVALID, "GPULUA_CHECK: unknown check '%.*s' (expected races or none)",
+                      (int)(n > 64 ? 64 : n), p);
+    }
+    p += n;
+    p += strspn(p, ", ");
+  }
+  return DEV_OK;
+}
+
 dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   const char *env = getenv("GPULUA_DEVICE");
   if (!spec || !*spec) spec = (env && *env) ? env : NULL;
@@ -143,10 +164,12 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&ctx->progress_cv, &ca);
   pthread_condattr_destroy(&ca);
-  int rc = ctx->bk->open(ctx, index);
+  int rc = check_env(ctx);
+  if (rc == DEV_OK) rc = ctx->bk->open(ctx, index);
   if (rc == DEV_OK) rc = stream_new(ctx, DEV_PRIO_NORMAL, 0, 1, &ctx->dflt);
   if (rc != DEV_OK) {
     snprintf(err, errlen, "%s", ctx->err);
+    race_set(ctx, 0);
     if (ctx->bk_state) ctx->bk->close(ctx);
     pthread_mutex_destroy(&ctx->async_mu);
     pthread_mutex_destroy(&ctx->progress_mu);
@@ -159,6 +182,7 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
 
 static void stream_destroy(dev_stream *s) {
   dev_ctx *ctx = s->ctx;
+  if (s->race) race_stream_gone(s);
   for (dev_stream **p = &ctx->streams; *p; p = &(*p)->next)
     if (*p == s) { *p = s->next; break; }
   ctx->bk->stream_fini(s);
@@ -166,6 +190,7 @@ static void stream_destroy(dev_stream *s) {
 }
 
 static void ctx_destroy(dev_ctx *ctx) {
+  race_set(ctx, 0);
   while (ctx->streams) {
     dev_stream *s = ctx->streams;
     ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
@@ -319,6 +344,7 @@ static void buf_free(bufx *x) {
     account(ctx, x->b.kind, x->b.bytes, -1);
   }
   if (!x->internal) ctx->st.buffers--;
+  if (x->race) race_buf_gone(x->race);
   free(x->use);
   free(x);
   dev_ctx_release(ctx);
@@ -442,6 +468,7 @@ int dev_buf_fence(dev_buf *b, int write) {
       if (rc) return rc;
     }
   }
+  if (ctx->race) race_fence(b, write);
   if (entered) dev_sync_leave(ctx);
   prune(x);
   return dev_check_async(ctx);
@@ -497,13 +524,16 @@ int dev_stream_synchronize(dev_stream *s) {
   int rc = dev_sync_enter(ctx, "stream synchronize");
   if (rc == DEV_OK) rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
   if (rc) return rc;
+  if (ctx->race) race_host_waited(ctx, s, NULL);
   dev_sync_leave(ctx);
   sweep(ctx);
   return dev_check_async(ctx);
 }
 
 int dev_stream_query(dev_stream *s) {
-  return s->ctx->bk->pos_done(s, s->ctx->bk->stream_pos(s));
+  int done = s->ctx->bk->pos_done(s, s->ctx->bk->stream_pos(s));
+  if (done > 0 && s->ctx->race) race_host_waited(s->ctx, s, NULL);
+  return done;
 }
 
 int dev_stream_wait_stream(dev_stream *s, dev_stream *other) {
@@ -512,7 +542,9 @@ int dev_stream_wait_stream(dev_stream *s, dev_stream *other) {
   if (rc || s == other) return rc;
   rc = dev_check_async(s->ctx);
   if (rc) return rc;
-  return s->ctx->bk->stream_wait(s, other, other->ctx->bk->stream_pos(other));
+  rc = s->ctx->bk->stream_wait(s, other, other->ctx->bk->stream_pos(other));
+  if (rc == DEV_OK && s->ctx->race) race_wait(s, other, NULL);
+  return rc;
 }
 
 int dev_stream_priority(dev_stream *s) { return s->priority; }
@@ -538,6 +570,7 @@ void dev_event_release(dev_event *e) {
   if (!e) return;
   dev_ctx *ctx = e->ctx;
   ctx->bk->event_fini(e);
+  if (e->race) race_event_gone(e);
   if (e->stream) stream_unref(e->stream);
   ctx->st.events--;
   free(e);
@@ -557,13 +590,15 @@ int dev_event_record(dev_event *e, dev_stream *s) {
   e->stream = s;
   e->recorded = 1;
   if (old) stream_unref(old);
+  if (ctx->race) race_record(e, s);
   return DEV_OK;
 }
 
 int dev_event_query(dev_event *e) {
   if (!e->recorded) return 1;
-  if (e->ctx->bk->event_query) return e->ctx->bk->event_query(e);
-  return e->ctx->bk->pos_done(e->stream, e->pos);
+  int done = e->ctx->bk->event_query ? e->ctx->bk->event_query(e) : e->ctx->bk->pos_done(e->stream, e->pos);
+  if (done > 0 && e->ctx->race) race_host_waited(e->ctx, NULL, e);
+  return done;
 }
 
 int dev_event_synchronize(dev_event *e) {
@@ -573,6 +608,7 @@ int dev_event_synchronize(dev_event *e) {
   if (e->recorded) {
     int rc = ctx->bk->event_sync ? ctx->bk->event_sync(e) : ctx->bk->pos_wait(e->stream, e->pos);
     if (rc) return rc;
+    if (ctx->race) race_host_waited(ctx, NULL, e);
   }
   dev_sync_leave(ctx);
   sweep(ctx);
@@ -590,8 +626,11 @@ int dev_stream_wait_event(dev_stream *s, dev_event *e) {
   /* The event marks its position exactly; a backend marker may lie past it
    * and would make s wait for later work too. */
   if (s->ctx->bk->event_wait && !s->ctx->bk->pos_done(e->stream, e->pos))
-    return s->ctx->bk->event_wait(s, e);
-  return s->ctx->bk->stream_wait(s, e->stream, e->pos);
+    rc = s->ctx->bk->event_wait(s, e);
+  else
+    rc = s->ctx->bk->stream_wait(s, e->stream, e->pos);
+  if (rc == DEV_OK && s->ctx->race) race_wait(s, NULL, e);
+  return rc;
 }
 
 int dev_event_elapsed(dev_event *a, dev_event *b, double *ms) {
@@ -618,6 +657,7 @@ int dev_synchronize(dev_ctx *ctx) {
     int rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
     if (rc) return rc;
   }
+  if (ctx->race) race_host_waited(ctx, NULL, NULL);
   dev_sync_leave(ctx);
   for (bufx *x = ctx->bufs; x; x = x->next) prune(x);
   sweep(ctx);
@@ -648,6 +688,7 @@ static int watch_new(dev_ctx *ctx, dev_stream *s, uint64_t pos, dev_event *e, de
     w->pos = pos;
   } else {
     w->done = 1;
+    if (s && ctx->race) race_host_reached(ctx, s, pos);
   }
   *out = w;
   return DEV_OK;
@@ -665,6 +706,7 @@ int dev_watch_done(dev_watch *w) {
   if (w->done) return 1;
   dev_ctx *ctx = w->ctx;
   w->done = w->impl ? ctx->bk->watch_done(ctx, w->impl) : ctx->bk->pos_done(w->s, w->pos);
+  if (w->done && ctx->race) race_host_reached(ctx, w->s, w->pos);
   return w->done;
 }
 
@@ -870,7 +912,9 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   if (op->kind == DEV_OP_LAUNCH) {
     /* Always on the device, even when every tensor is pinned. */
     const dev_launch *l = op->launch;
+    if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
     if ((rc = ctx->bk->submit(s, op))) return rc;
+    if (ctx->race) race_op(ctx, s, op, 1);
     if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
     for (int i = 0; i < l->nbufs; i++) note_use(BX(l->bufs[i]), s, l->writes[i]);
     note_use(BX(dev_module_life(l->k->mod)), s, 0);
@@ -899,13 +943,16 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
    * so both backends do, and count it as a sync. */
   int pageable = op->kind == DEV_OP_COPY &&
                  (op->out.buf->kind == DEV_MEM_HOST || op->in[0].buf->kind == DEV_MEM_HOST);
+  if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
   if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;
   if ((rc = ctx->bk->submit(s, op))) return rc;
+  if (ctx->race) race_op(ctx, s, op, 1);
   if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
   for (int i = nb - 1; i >= 0; i--) note_use(BX(views[i]->buf), s, i == 0);
   count_op(ctx, op);
   if (pageable) {
     if ((rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s)))) return rc;
+    if (ctx->race) race_host_waited(ctx, s, NULL);
     dev_sync_leave(ctx);
     prune(BX(op->out.buf));
     prune(BX(op->in[0].buf));
@@ -947,6 +994,7 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
   if (!host_visible(src->buf)) rc = dev_sync_enter(ctx, "a device-to-host read");
   if (rc == DEV_OK && !host_visible(src->buf) && !s->closed) {
     bufx *sx = BX(src->buf);
+    if (ctx->race) race_read_wait(s, src->buf);
     prune(sx);
     for (int i = 0; i < sx->nuse && rc == DEV_OK; i++) {
       buf_use *u = &sx->use[i];
@@ -959,6 +1007,7 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
     bufx *x = BX(tmp);
     for (int i = 0; i < x->nuse && rc == DEV_OK; i++)
       rc = ctx->bk->pos_wait(x->use[i].s, x->use[i].wpos);
+    if (rc == DEV_OK && ctx->race) race_host_waited(ctx, s, NULL);
     prune(x);
     dev_sync_leave(ctx);
     if (rc == DEV_OK) rc = dev_check_async(ctx);
@@ -1132,7 +1181,9 @@ int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n) {
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
   if ((rc = coll_check(ctx, c, n))) return rc;
+  if (ctx->race && (rc = race_coll(ctx, s, c, n, 0))) return rc;
   if ((rc = ctx->bk->coll(s, c, n, ctx->coll_seq + 1))) return rc;
+  if (ctx->race) race_coll(ctx, s, c, n, 1);
   if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
   ctx->coll_seq++;
   for (int i = 0; i < n; i++) {

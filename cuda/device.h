@@ -31,7 +31,8 @@ typedef enum {
   DEV_ERR_UNSUPPORTED,  /* op/dtype/backend combination not available */
   DEV_ERR_DEVICE,       /* the backend failed (driver/library text in the message) */
   DEV_ERR_ASYNC,        /* earlier queued work failed; message names op and site */
-  DEV_ERR_SYNC          /* a sync refused by the sync policy (gpu.nosync) */
+  DEV_ERR_SYNC,         /* a sync refused by the sync policy (gpu.nosync) */
+  DEV_ERR_RACE          /* the race checker refused an op: nothing was enqueued */
 } dev_status;
 
 typedef struct dev_ctx dev_ctx;
@@ -119,6 +120,15 @@ void dev_set_sync_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), vo
 /* The API call (a static string: "item", "synchronize") that the next
  * counted sync belongs to, for messages; NULL for none. */
 void dev_set_call(dev_ctx *ctx, const char *call);
+
+/* The stream race checker: while on, an op (kernel, copy, collective) that
+ * reads a buffer another stream writes, or writes one another stream reads or
+ * writes, with no event, wait, sync or default-stream rule ordering the two,
+ * fails with DEV_ERR_RACE before anything is enqueued; the message names both
+ * ops, their streams and script sites.  On at dev_open when env GPULUA_CHECK
+ * is "races"; history starts when it is turned on.  Off: one branch per op. */
+int dev_check_races(dev_ctx *ctx, int on);   /* DEV_OK, or DEV_ERR_NOMEM */
+int dev_races_checked(dev_ctx *ctx);
 
 /* ---- memory ---------------------------------------------------------- */
 /* A dev_buf is one base allocation.  refcounted by its users (tensors); when the

@@ -8,6 +8,11 @@
 #include <stdatomic.h>
 #include "device.h"
 
+struct race_ctx;
+struct race_stream;
+struct race_event;
+struct race_buf;
+
 typedef struct dev_backend {
   const char *name;
   int (*open)(dev_ctx *ctx, int device);
@@ -102,6 +107,7 @@ struct dev_stream {
   uint64_t id;
   dev_stream *next;       /* all streams of the context */
   void *impl;
+  struct race_stream *race;   /* race checker state (race.c), NULL when unused */
 };
 
 struct dev_event {
@@ -111,6 +117,7 @@ struct dev_event {
   dev_stream *stream;     /* of the last record (referenced) */
   uint64_t pos;
   void *impl;
+  struct race_event *race;    /* race checker: the clock the last record captured */
 };
 
 struct dev_ctx {
@@ -152,6 +159,9 @@ struct dev_ctx {
 
   unsigned trace_gen;     /* the tracing session, 0 when off (interpreter thread) */
   struct dev_trace *tr;   /* cuda/trace.c; lives until the context goes */
+
+  struct race_ctx *race;  /* the race checker, while it is on (one branch per hook when off) */
+  unsigned race_gen;      /* times it was turned on: older per-object state is stale */
 };
 
 /* From any thread: queued work finished; wakes dev_progress_wait (cheap when
@@ -217,6 +227,29 @@ int host_comm_gone(host_comm *c, const uint64_t *mask, uint64_t need, const char
 void host_comm_set_done(host_comm *c, uint64_t done);
 /* a later gpu.init_comm's options, for the collectives enqueued after it */
 void host_comm_set_options(host_comm *c, int check, double timeout_s);
+
+/* cuda/race.c: the stream race checker (GPULUA_CHECK=races).  The hooks
+ * below are called by dev.c only while ctx->race is set, except the *_gone
+ * ones, which free an object's checker state whenever it has some. */
+int race_set(dev_ctx *ctx, int on);
+/* commit 0: before enqueueing, DEV_ERR_RACE if the op's accesses conflict
+ * with unordered work of other streams; commit 1: after, record them */
+int race_op(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit);
+int race_coll(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, int commit);
+/* s now waits for other's queued work, or for e's record */
+void race_wait(dev_stream *s, dev_stream *other, dev_event *e);
+void race_record(dev_event *e, dev_stream *s);
+/* the host waited for s's queued work, for e, or (both NULL) for every stream */
+void race_host_waited(dev_ctx *ctx, dev_stream *s, dev_event *e);
+/* a host-access fence; and dev_read's wait for the last writer of b on s */
+void race_fence(dev_buf *b, int write);
+void race_host_reached(dev_ctx *ctx, dev_stream *s, uint64_t pos);
+void race_read_wait(dev_stream *s, dev_buf *b);
+void race_stream_gone(dev_stream *s);
+void race_event_gone(dev_event *e);
+void race_buf_gone(struct race_buf *rb);
+/* dev.c: where a buffer keeps its checker state */
+struct race_buf **dev_buf_racep(dev_buf *b);
 
 #ifdef GPULUA_HAVE_CUDA
 /* cuda/cuda_nccl.c: the CUDA backend's collectives over NCCL.  open joins

@@ -145,9 +145,10 @@ int launch_parse(char **argv, struct launch *l, char *err, size_t errlen) {
       first = first ? first : a;
     } else {
       l->argv[k++] = argv[i];
-      /* the values of -e, -l, --device and --trace are not options */
+      /* the values of -e, -l, --device, --sync-debug, --trace and --check are not options */
       if ((strcmp(a, "-e") == 0 || strcmp(a, "-l") == 0 || strcmp(a, "--device") == 0 ||
-           strcmp(a, "--trace") == 0) && argv[i + 1] != NULL)
+           strcmp(a, "--sync-debug") == 0 || strcmp(a, "--trace") == 0 || strcmp(a, "--check") == 0) &&
+          argv[i + 1] != NULL)
         l->argv[k++] = argv[++i];
     }
   }

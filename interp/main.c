@@ -87,6 +87,8 @@ static void print_usage_lines(void) {
           "                 GPULUA_SYNC_DEBUG, else warn in the REPL and off in scripts)\n"
           "  --trace FILE   write a timeline of every op at exit: FILE.json (Chrome trace\n"
           "                 events: ui.perfetto.dev) or FILE.svg (default: env GPULUA_TRACE)\n"
+          "  --check races  fail an op that races with unordered work on another stream\n"
+          "                 (also env GPULUA_CHECK=races)\n"
           "  --             stop handling options\n"
           "  -              stop handling options and execute stdin\n"
           "Launcher options (each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
@@ -105,7 +107,8 @@ static void print_usage(const char *badoption) {
   fprintf(stderr, "%s: ", progname);
   if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
       strcmp(badoption, "--device=") == 0 || strcmp(badoption, "--trace") == 0 ||
-      strcmp(badoption, "--trace=") == 0)
+      strcmp(badoption, "--trace=") == 0 || strcmp(badoption, "--check") == 0 ||
+      strcmp(badoption, "--check=") == 0)
     fprintf(stderr, "'%s' needs argument\n", badoption);
   else if (strncmp(badoption, "--sync-debug", 12) == 0)
     fprintf(stderr, "'%s' needs argument off, warn or error\n", badoption);
@@ -227,7 +230,7 @@ static int is_sync_mode(const char *m) {
 }
 
 static int collectargs(char **argv, int *first, const char **device, const char **sync_debug,
-                       const char **trace) {
+                       const char **trace, const char **check) {
   int args = 0;
   int i;
   if (argv[0] == NULL) {
@@ -270,6 +273,11 @@ static int collectargs(char **argv, int *first, const char **device, const char 
           if (argv[i][8] == '\0')
             return has_error;
           *trace = argv[i] + 8;
+        } else if (strcmp(argv[i], "--check") == 0 || strncmp(argv[i], "--check=", 8) == 0) {
+          const char *v = argv[i][7] == '=' ? argv[i] + 8 : argv[++i];
+          if (v == NULL || v[0] == '-' || v[0] == '\0')
+            return has_error;
+          *check = v;
         } else {
           return has_error;
         }
@@ -333,7 +341,7 @@ static int runargs(gpulua *g, char **argv, int n) {
         break;
       case '-':
         if (strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--sync-debug") == 0 ||
-            strcmp(argv[i], "--trace") == 0)
+            strcmp(argv[i], "--trace") == 0 || strcmp(argv[i], "--check") == 0)
           i++;  /* skip its value */
         break;
     }
@@ -405,14 +413,35 @@ static int pmain(lua_State *L) {
   return 1;
 }
 
+/* The message for a --check value other than races, or NULL. */
+static const char *bad_check(const char *check, char *buf, size_t len) {
+  if (check == NULL || strcmp(check, "races") == 0)
+    return NULL;
+  snprintf(buf, len, "unknown --check value '%.64s' (expected races)", check);
+  return buf;
+}
+
+/* --check races: gpu.check_races(true) before anything runs. */
+static int check_races(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  lua_getglobal(L, "gpu");
+  lua_getfield(L, -1, "check_races");
+  lua_remove(L, -2);
+  lua_pushboolean(L, 1);
+  return cli_report(L, gpulua_pcall(g, 1, 0), progname);
+}
+
 /* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
 static int launch(struct launch *l) {
   int script;
-  const char *device = NULL, *sync_debug = NULL, *trace = NULL;
-  int args = collectargs(l->argv, &script, &device, &sync_debug, &trace);
+  const char *device = NULL, *sync_debug = NULL, *trace = NULL, *check = NULL;
+  int args = collectargs(l->argv, &script, &device, &sync_debug, &trace, &check);
+  char buf[160];
   const char *msg = NULL;
   if (args == has_error)
     print_usage(l->argv[script]);
+  else if (bad_check(check, buf, sizeof buf) != NULL)
+    msg = buf;
   else if (args & has_i)
     msg = "-n cannot be used with -i (the ranks have no REPL)";
   else if (script > 0 && strcmp(l->argv[script], "-") == 0 &&
@@ -427,7 +456,7 @@ static int launch(struct launch *l) {
 
 int main(int argc, char **argv) {
   struct cli c = {argc, argv, 0, 0, NULL, NULL};
-  const char *device = NULL, *trace = NULL;
+  const char *device = NULL, *trace = NULL, *check = NULL;
   struct launch l;
   char err[256];
   switch (launch_parse(argv, &l, err, sizeof err)) {
@@ -441,11 +470,14 @@ int main(int argc, char **argv) {
    * held back when a rank is killed. */
   if (getenv("GPULUA_LAUNCHER") != NULL)
     setvbuf(stdout, NULL, _IOLBF, 0);
-  c.args = collectargs(argv, &c.script, &device, &c.sync_debug, &trace);
+  c.args = collectargs(argv, &c.script, &device, &c.sync_debug, &trace, &check);
   if (c.args == has_error) {
     print_usage(argv[c.script]);
     return EXIT_FAILURE;
   }
+  char buf[160];
+  if (bad_check(check, buf, sizeof buf) != NULL)
+    return usage_error(buf);
   if (c.args & has_v)
     print_version();
   /* `gpulua -v` alone opens no device. */
@@ -463,8 +495,9 @@ int main(int argc, char **argv) {
     return EXIT_FAILURE;
   }
   const char *trace_env = getenv("GPULUA_TRACE");
-  if ((trace || (trace_env && *trace_env)) &&
-      cli_trace_start(c.g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0) {
+  if ((check != NULL && check_races(c.g) != LUA_OK) ||
+      ((trace || (trace_env && *trace_env)) &&
+       cli_trace_start(c.g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0)) {
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
