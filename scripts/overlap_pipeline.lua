@@ -3,6 +3,7 @@
 -- the module.
 --
 --   gpulua scripts/overlap_pipeline.lua [batches [elements_per_batch]] [passes=N|passes=auto]
+--                                       [trace=FILE.svg|FILE.json]
 --
 -- As in overlap.lua, every batch starts in its own pinned buffer filled
 -- before the timed region; they are handed to the module as `inputs`, so the
@@ -12,17 +13,21 @@
 -- in turn: exact), then y's sum, min and max, checked against the closed
 -- forms at the end.  passes=auto (the default) calibrates them so that one
 -- batch's compute takes about as long as one batch's copy.  Times come from
--- the module's events (timing = true).
+-- the module's events (timing = true).  trace=FILE writes the timeline of
+-- the timed pipeline alone (setup and checks left out) as an SVG picture or
+-- a Chrome trace (gpu.trace).
 
 local gpu = require "gpu"
 local pipeline = require "gpu.pipeline"
 
 local args = arg or {}
-local pos, passes_opt = {}, "auto"
+local pos, passes_opt, trace_file = {}, "auto", nil
 for i = 1, #args do
   local a = args[i]
   if a:match("^passes=") then
     passes_opt = a:sub(8)
+  elseif a:match("^trace=.") then
+    trace_file = a:sub(7)
   elseif a == "unsafe" then
     error("overlap_pipeline: no 'unsafe' variant: gpu.pipeline always orders its stages with events", 0)
   else
@@ -86,10 +91,15 @@ end
 local results = {}                         -- per batch: device scalars, read at the end
 gpu.synchronize()                          -- setup done; time only the pipeline
 
+if trace_file then gpu.trace.start() end
 local stats = pipeline.run {
   inputs = src, depth = 2, timing = true, name = "overlap_pipeline",
   compute = function(b, x) results[b] = compute(x, passes) end,
 }
+if trace_file then
+  gpu.trace.stop()
+  gpu.trace.write(trace_file)
+end
 
 -- check against closed forms: y[j] = 2b - 1 + 2(j-1)/n, all positive for b >= 1
 local bad = 0
