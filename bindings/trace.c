@@ -175,7 +175,8 @@ static int gpu_range_new(lua_State *L) {
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
   bind_site(L, ctx);
-  BIND_CHECK(L, ctx, dev_range_push(ctx, name, &r->id), "range");
+  /* the owner is the coroutine: each task nests its own ranges */
+  BIND_CHECK(L, ctx, dev_range_push(ctx, name, L, &r->id), "range");
   dev_ctx_retain(ctx);
   r->ctx = ctx;
   r->open = 1;

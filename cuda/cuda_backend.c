@@ -966,8 +966,8 @@ const dev_backend dev_cuda_backend = {
   .trace_start = cuda_trace_start,
   .trace_flush = cuda_trace_flush,
   .trace_free = cuda_trace_free,
-  .range_push = cuda_range_push,
-  .range_pop = cuda_range_pop,
+  .range_start = cuda_range_start,
+  .range_end = cuda_range_end,
 };
 
 /* Whether a usable GPU answers (for automatic selection).  Called before any

@@ -225,12 +225,14 @@ void cuda_trace_free(dev_ctx *ctx) {
   *slot = NULL;
 }
 
-void cuda_range_push(dev_ctx *ctx, const char *name) {
+/* Start/end ranges rather than push/pop: tasks on the one interpreter
+ * thread open ranges that overlap without nesting. */
+uint64_t cuda_range_start(dev_ctx *ctx, const char *name) {
   (void)ctx;
-  nvtxRangePushA(name);
+  return (uint64_t)nvtxRangeStartA(name);
 }
 
-void cuda_range_pop(dev_ctx *ctx) {
+void cuda_range_end(dev_ctx *ctx, uint64_t handle) {
   (void)ctx;
-  nvtxRangePop();
+  nvtxRangeEnd((nvtxRangeId_t)handle);
 }

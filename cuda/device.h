@@ -464,10 +464,12 @@ size_t dev_trace_copy(dev_ctx *ctx, size_t first, size_t n, dev_trace_rec *out);
 int dev_trace_stream_at(dev_ctx *ctx, int i, dev_trace_stream *out);
 
 /* A named range on the host track (and an NVTX range on cuda, for nsys).
- * Ranges nest: popping one that is not the innermost fails naming the
- * innermost, unless force, which also ends every range inside it.  Popping
- * an id that is not open does nothing. */
-int dev_range_push(dev_ctx *ctx, const char *name, uint64_t *id);
+ * Ranges of one owner (the bindings: a coroutine, so tasks that interleave
+ * each keep their own) nest: popping one that is not the owner's innermost
+ * fails naming it, unless force, which also ends the owner's ranges inside
+ * it.  Ranges of different owners may overlap.  Popping an id that is not
+ * open does nothing. */
+int dev_range_push(dev_ctx *ctx, const char *name, const void *owner, uint64_t *id);
 int dev_range_pop(dev_ctx *ctx, uint64_t id, int force);
 
 /* ---- ranks and collectives ------------------------------------------- */

@@ -72,8 +72,8 @@ typedef struct dev_backend {
   int (*trace_start)(dev_ctx *ctx);
   void (*trace_flush)(dev_ctx *ctx);
   void (*trace_free)(dev_ctx *ctx);
-  void (*range_push)(dev_ctx *ctx, const char *name);
-  void (*range_pop)(dev_ctx *ctx);
+  uint64_t (*range_start)(dev_ctx *ctx, const char *name);   /* may overlap others */
+  void (*range_end)(dev_ctx *ctx, uint64_t handle);
 } dev_backend;
 
 /* Compiled code and the lowered (mangled) names of the name expressions. */
@@ -274,8 +274,8 @@ int cuda_trace_coll(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, cons
 int cuda_trace_start(dev_ctx *ctx);
 void cuda_trace_flush(dev_ctx *ctx);
 void cuda_trace_free(dev_ctx *ctx);
-void cuda_range_push(dev_ctx *ctx, const char *name);
-void cuda_range_pop(dev_ctx *ctx);
+uint64_t cuda_range_start(dev_ctx *ctx, const char *name);
+void cuda_range_end(dev_ctx *ctx, uint64_t handle);
 #endif
 
 #endif

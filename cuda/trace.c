@@ -11,6 +11,9 @@
 
 typedef struct trange {
   uint64_t id;
+  const void *owner;
+  uint64_t handle;              /* the backend's (NVTX range id) */
+  uint16_t depth;               /* open ranges when it opened: its row */
   unsigned gen;                 /* session it was opened in; 0: none */
   uint64_t t0;
   char name[DEV_TRACE_NAME];
@@ -293,7 +296,7 @@ int dev_trace_stream_at(dev_ctx *ctx, int i, dev_trace_stream *out) {
 
 /* ---- ranges ----------------------------------------------------------- */
 
-int dev_range_push(dev_ctx *ctx, const char *name, uint64_t *id) {
+int dev_range_push(dev_ctx *ctx, const char *name, const void *owner, uint64_t *id) {
   struct dev_trace *tr = get_tr(ctx);
   if (!tr) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory opening a range");
   if (tr->nranges == tr->capranges) {
@@ -303,12 +306,15 @@ int dev_range_push(dev_ctx *ctx, const char *name, uint64_t *id) {
     tr->ranges = nr;
     tr->capranges = cap;
   }
-  trange *r = &tr->ranges[tr->nranges++];
+  trange *r = &tr->ranges[tr->nranges];
   r->id = ++tr->next_range;
+  r->owner = owner;
+  r->depth = (uint16_t)(tr->nranges < 65535 ? tr->nranges : 65535);
+  tr->nranges++;
   r->gen = ctx->trace_gen;
   copy_str(r->name, sizeof r->name, name);
   copy_str(r->site, sizeof r->site, ctx->site);
-  if (ctx->bk->range_push) ctx->bk->range_push(ctx, name);
+  r->handle = ctx->bk->range_start ? ctx->bk->range_start(ctx, name) : 0;
   r->t0 = dev_trace_now();
   *id = r->id;
   return DEV_OK;
@@ -325,27 +331,35 @@ int dev_range_pop(dev_ctx *ctx, uint64_t id, int force) {
   int i = tr ? tr->nranges - 1 : -1;
   while (i >= 0 && tr->ranges[i].id != id) i--;
   if (i < 0) return DEV_OK;
-  if (i != tr->nranges - 1 && !force) {
+  const void *owner = tr->ranges[i].owner;
+  int inner = tr->nranges - 1;   /* the owner's innermost */
+  while (tr->ranges[inner].owner != owner) inner--;
+  if (inner != i && !force) {
     char a[DEV_TRACE_NAME + DEV_SITE_LEN + 20], b[sizeof a];
     describe_range(a, sizeof a, &tr->ranges[i]);
-    describe_range(b, sizeof b, &tr->ranges[tr->nranges - 1]);
+    describe_range(b, sizeof b, &tr->ranges[inner]);
     return dev_fail(ctx, DEV_ERR_INVALID, "range %s is closed while %s is still open: ranges nest, "
                     "close the inner one first", a, b);
   }
   uint64_t t1 = dev_trace_now();
-  for (int j = tr->nranges - 1; j >= i; j--) {
+  int k = i;
+  for (int j = i; j < tr->nranges; j++) {
     trange *r = &tr->ranges[j];
-    if (ctx->bk->range_pop) ctx->bk->range_pop(ctx);
+    if (r->owner != owner) {   /* another owner's: stays open */
+      tr->ranges[k++] = *r;
+      continue;
+    }
+    if (ctx->bk->range_end) ctx->bk->range_end(ctx, r->handle);
     if (!r->gen) continue;
     dev_trace_rec rec;
     memset(&rec, 0, sizeof rec);
     rec.kind = DEV_TR_RANGE;
     rec.stream = -1;
-    rec.depth = (uint16_t)(j < 65535 ? j : 65535);
+    rec.depth = r->depth;
     memcpy(rec.name, r->name, sizeof rec.name);
     memcpy(rec.site, r->site, sizeof rec.site);
     dev_trace_add(ctx, r->gen, &rec, r->t0, t1);
   }
-  tr->nranges = i;
+  tr->nranges = k;
   return DEV_OK;
 }

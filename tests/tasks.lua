@@ -228,6 +228,71 @@ T.test("the race checker knows what a task awaited", function()
        "the same read without the await is a race")
 end)
 
+T.test("each task nests its own gpu.range", function()
+  local s <close> = gpu.stream()
+  gpu.trace.start()
+  for k = 1, 2 do
+    gpu.task(function()
+      local _ <close> = gpu.range("task " .. k)
+      gpu.sleep(20, { stream = s })
+      gpu.await(s:record())   -- the other task opens its range meanwhile
+      do
+        local _ <close> = gpu.range("inner " .. k)
+        coroutine.yield()
+      end
+    end)
+  end
+  local ok, err = pcall(gpu.run)
+  T.ok(ok, "ranges of interleaved tasks overlap without a nesting error")
+  if not ok then T.diag(err) end
+  local names = {}
+  for _, e in ipairs(gpu.trace.events()) do
+    if e.kind == "range" then names[#names + 1] = e.name end
+  end
+  gpu.trace.stop()
+  table.sort(names)
+  T.is(names, { "inner 1", "inner 2", "task 1", "task 2" }, "all four ranges are in the trace")
+  local a = gpu.range("a")
+  local b = gpu.range("b")
+  T.raises(function() a:close() end, "ranges nest", "within one coroutine, ranges still nest")
+  b:close()
+  a:close()
+end)
+
+T.test("a gpu.pipeline inside a task lets other tasks run", function()
+  local pipeline = require "gpu.pipeline"
+  local sums, steps_while_busy, pipe = {}, 0, nil
+  local before = gpu.stats().syncs
+  pipe = gpu.task(function()
+    return pipeline.run {
+      batches = 7, depth = 2,
+      input = { shape = { 256 }, dtype = "f32" },
+      output = { shape = { 256 }, dtype = "f32" },
+      load = function(i, pin) pin:fill(i) end,
+      compute = function(i, x, y)
+        gpu.sleep(5)            -- on the compute stream: the host stages must wait
+        x:mul(2, { out = y })
+      end,
+      sink = function(i, pout) sums[i] = pout:get(1) end,
+    }
+  end)
+  gpu.task(function()
+    while not pipe.done do
+      steps_while_busy = steps_while_busy + 1
+      coroutine.yield()
+    end
+  end)
+  gpu.run()
+  T.ok(pipe.done and not pipe.failed, "the pipeline task finished")
+  local want = {}
+  for i = 1, 7 do want[i] = 2.0 * i end
+  T.is(sums, want, "every batch's result, in order")
+  T.ok(steps_while_busy > 1, "the other task ran while the pipeline waited (" .. steps_while_busy .. " steps)")
+  T.is(pipe:result().batches, 7, "the task's result is the pipeline's stats")
+  T.ok(gpu.stats().syncs - before <= 2, "the pipeline's waits in a task are awaits, not syncs (" ..
+       (gpu.stats().syncs - before) .. ")")
+end)
+
 T.test("gpu.run(timeout) returns what is left", function()
   local s <close> = gpu.stream()
   gpu.sleep(200, { stream = s })
