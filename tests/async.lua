@@ -93,7 +93,7 @@ T.test("the default stream is ordered with blocking user streams", function()
 end)
 
 -- Runs `code` in a child gpulua with jitter on; returns its stdout and success.
-local BIN = arg and arg[-1] or "build/gpulua"
+local BIN = T.gpulua
 local function child(code, env)
   local cmd = string.format("%s %s -e '%s' 2>&1", env or "", BIN, code)
   local p = assert(io.popen(cmd))

@@ -5,7 +5,7 @@
 -- backend; `timeout 60` around each run only guards against a hang.
 local T = require "gpu.test"
 
-local BIN = arg and arg[-1] or "build/gpulua"
+local BIN = T.gpulua
 local DIR = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/launch/"
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end

@@ -10,22 +10,11 @@ local T = require "gpu.test"
 local pipeline = require "gpu.pipeline"
 local cases = dofile("tests/pipeline/cases.lua")
 
--- the interpreter: the lowest index of arg (options such as --device come between)
-local function interpreter()
-  local i = -1
-  while arg and arg[i - 1] do i = i - 1 end
-  return arg and arg[i]
-end
-local BIN = interpreter() or "build/gpulua"
+local BIN = T.gpulua
 local HOST = gpu.backend == "host"
 
 -- run a gpulua command line; combined output (or stdout only), and whether it exited 0
-local function run(env, args, stderr)
-  local p = assert(io.popen(string.format("%s %s %s %s", env, BIN, args, stderr or "2>&1")))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true
-end
+local run = T.run
 
 local function settle()
   collectgarbage(); collectgarbage(); gpu.synchronize()

@@ -8,12 +8,6 @@ local gpu = require "gpu"
 local T = require "gpu.test"
 
 local SRC = debug.getinfo(1, "S").short_src
--- the interpreter: the most negative index of arg (options come after it)
-local BIN = "build/gpulua"
-for i = -1, -100, -1 do
-  if not (arg and arg[i]) then break end
-  BIN = arg[i]
-end
 
 -- the line of the call
 local function here() return debug.getinfo(2, "l").currentline end
@@ -356,12 +350,7 @@ end)
 
 -- ---- in a child gpulua ---------------------------------------------------
 
-local function run(env, args)
-  local p = assert(io.popen(string.format("%s %s %s 2>&1", env, BIN, args)))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true
-end
+local run = T.run
 
 local RACY = [[local gpu = require "gpu"
 local s1, s2 = gpu.stream(), gpu.stream()

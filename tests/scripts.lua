@@ -4,15 +4,9 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-local BIN = arg and arg[-1] or "build/gpulua"
 
 -- run a gpulua command line; returns combined output, and whether it exited 0
-local function run(env, args)
-  local p = assert(io.popen(string.format("%s %s %s 2>&1", env, BIN, args)))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true
-end
+local run = T.run
 
 T.test("scripts/overlap.lua", function()
   local out, ok = run("", "scripts/overlap.lua 6 65536")

@@ -7,14 +7,6 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
--- the interpreter: the lowest index of arg (options come between)
-local function interpreter()
-  local i = -1
-  while arg[i - 1] do i = i - 1 end
-  return arg[i]
-end
-local BIN = interpreter() or "build/gpulua"
-
 local function syncs() return gpu.stats().syncs end
 
 -- The sync calls, each as a function of fresh objects (so each really waits
@@ -126,21 +118,7 @@ T.test("bad arguments", function()
   T.is(gpu.sync_debug(), "off", "a refused mode changes nothing")
 end)
 
--- run a gpulua command line; combined output, and whether it exited 0
-local function run(env, args)
-  local p = assert(io.popen(string.format("%s %s %s 2>&1", env, BIN, args)))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true
-end
-
-local function tmpscript(src)
-  local name = os.tmpname()
-  local f = assert(io.open(name, "w"))
-  f:write(src)
-  f:close()
-  return name
-end
+local run, tmpscript = T.run, T.tmpfile
 
 T.test("warn mode reports each sync site once, with its line", function()
   local name = tmpscript(table.concat({

@@ -6,13 +6,6 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-local function interpreter()
-  local i = -1
-  while arg[i - 1] do i = i - 1 end
-  return arg[i]
-end
-local BIN = interpreter() or "build/gpulua"
-
 T.test("await returns when the awaited work is done", function()
   local s <close> = gpu.stream()
   local results = {}
@@ -305,21 +298,8 @@ T.test("gpu.run(timeout) returns what is left", function()
   ev:close()
 end)
 
--- run a gpulua command line; combined output, and whether it exited 0
-local function run(args)
-  local p = assert(io.popen(string.format("%s %s 2>&1", BIN, args)))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true
-end
-
-local function tmpscript(src)
-  local name = os.tmpname()
-  local f = assert(io.open(name, "w"))
-  f:write(src)
-  f:close()
-  return name
-end
+local function run(args) return T.run("", args) end
+local tmpscript = T.tmpfile
 
 T.test("the CLI runs queued tasks after the main chunk", function()
   local name = tmpscript(table.concat({

@@ -5,23 +5,14 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
--- the interpreter: the lowest index of arg (options such as --device come after it)
-local BIN = "build/gpulua"
-if arg then
-  local i = -1
-  while arg[i - 1] do i = i - 1 end
-  BIN = arg[i] or BIN
-end
 local HOST = gpu.backend == "host"
 
 -- ---- helpers ---------------------------------------------------------------
 
 local function run(env, args)
   local t0 = gpu.clock()
-  local p = assert(io.popen(string.format("%s %s %s 2>&1", env, BIN, args)))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true, (gpu.clock() - t0) * 1e6
+  local out, ok = T.run(env, args)
+  return out, ok, (gpu.clock() - t0) * 1e6
 end
 
 local function slurp(path)

@@ -18,6 +18,8 @@
 -- Patterns are Lua patterns, also tried as plain text; a list means any of.
 -- Reference arithmetic: T.round_f32/f16/bf16(x)  T.wrap_int(x, bits, signed)
 -- T.cast(x, dtype) (the README's cast rules)  T.flatten  T.map.
+-- Child processes: T.gpulua (the binary running this test)  T.run(env, args
+-- [, redirect]) --> output, exited 0  T.tmpfile(contents) --> path.
 --
 -- Keep tensors, streams and events inside T.test functions (or close them):
 -- the leak check in T.done cannot collect what the main chunk still holds.
@@ -315,6 +317,35 @@ function T.done(opts)
 end
 
 function T.failures() return failures end
+
+-- child processes ----------------------------------------------------------
+
+-- The interpreter running this test: the lowest index of arg (its options,
+-- such as --device, come between it and the script).
+T.gpulua = "build/gpulua"
+if arg then
+  local i = -1
+  while arg[i - 1] do i = i - 1 end
+  T.gpulua = arg[i] or T.gpulua
+end
+
+-- Run `env gpulua args` through the shell; its output (stdout and stderr
+-- unless redirect says otherwise) and whether it exited 0.
+function T.run(env, args, redirect)
+  local p = assert(io.popen(string.format("%s %s %s %s", env or "", T.gpulua, args, redirect or "2>&1")))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
+-- A new temporary file holding contents; its path.
+function T.tmpfile(contents)
+  local name = os.tmpname()
+  local f = assert(io.open(name, "w"))
+  f:write(contents)
+  f:close()
+  return name
+end
 
 -- independent reference arithmetic -----------------------------------------
 
