@@ -17,6 +17,9 @@ int luaopen_gpu(lua_State *L);
  * without looking up a global that a script may have replaced. */
 int gpulua_bind_run(lua_State *L);
 int gpulua_bind_sync_debug(lua_State *L);
+/* While suspended, syncs are neither warned about nor refused (the REPL
+ * showing a result the person asked for). */
+void gpulua_bind_sync_suspend(lua_State *L, int suspend);
 
 /* Finish all queued work of this interpreter's device context (if it was
  * opened).  Returns LUA_OK, or pushes an error message and returns LUA_ERRRUN

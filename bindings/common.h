@@ -25,6 +25,9 @@ typedef struct gpu_state {
   int dflt;                    /* registry ref: the default stream's handle */
   lua_State *mainL;            /* for lua_warning from the sync-warning callback */
   int nwarned;                 /* sync warnings shown, each once (by hash) */
+  int sync_base;               /* gpu.sync_debug's mode: 0 off, 1 warn, 2 error */
+  int sync_main;               /* the main program's innermost gpu.nosync mode, -1 none */
+  int sync_suspended;          /* the REPL shows a result: off */
   uint64_t warned[SYNC_WARN_MAX];
 } gpu_state;
 
@@ -113,6 +116,13 @@ int bind_open_tensor(lua_State *L);
 int bind_open_kernel(lua_State *L);
 int bind_open_comm(lua_State *L);
 int bind_open_task(lua_State *L);
+/* The gpu.nosync mode slot (-1: none) of the running task, or of the main
+ * program outside tasks (task.c). */
+int *bind_sync_slot(lua_State *L);
+/* Set the device layer's sync policy from the mode in force for L, or for
+ * a task whose nosync slot is `slot` (about to be resumed). */
+void bind_sync_apply(lua_State *L);
+void bind_sync_apply_slot(lua_State *L, int slot);
 int bind_open_trace(lua_State *L);    /* gpu.trace, gpu.range */
 /* ranks in the job: the joined communicator's, else the environment's */
 int bind_ctx_world(lua_State *L);

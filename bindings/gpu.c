@@ -211,52 +211,80 @@ static void sync_warn(void *ud, const char *msg) {
     st->warned[st->nwarned++] = h;
     lua_warning(st->mainL, "gpulua: ", 1);
     lua_warning(st->mainL, msg, 0);
-  } else if (st->nwarned++ == SYNC_WARN_MAX) {
+  } else if (st->nwarned == SYNC_WARN_MAX) {
+    st->nwarned++;   /* once: then it stays past the table */
     lua_warning(st->mainL, "gpulua: more host-device sync warnings are not shown", 0);
   }
 }
 
-/* Sets the policy; "warn" also turns Lua warnings on, since asking for
- * them means wanting to see them. */
-static void set_sync_mode(lua_State *L, gpu_state *st, int mode) {
-  dev_set_sync_policy(st->ctx, mode == 0 ? DEV_SYNC_ALLOW : mode == 1 ? DEV_SYNC_WARN : DEV_SYNC_REFUSE);
-  if (mode == 1) lua_warning(L, "@on", 0);
+/* The mode in force: the innermost gpu.nosync scope of the running task
+ * (or of the main program outside tasks), else the base mode that
+ * gpu.sync_debug sets; "off" while the REPL shows a result. */
+static int effective_mode(lua_State *L, gpu_state *st) {
+  if (st->sync_suspended) return 0;
+  int o = *bind_sync_slot(L);
+  return o >= 0 ? o : st->sync_base;
 }
 
-static int sync_mode(gpu_state *st) {
-  dev_sync_policy p = dev_get_sync_policy(st->ctx);
-  return p == DEV_SYNC_ALLOW ? 0 : p == DEV_SYNC_WARN ? 1 : 2;
+static void set_policy(gpu_state *st, int m) {
+  dev_set_sync_policy(st->ctx, m == 0 ? DEV_SYNC_ALLOW : m == 1 ? DEV_SYNC_WARN : DEV_SYNC_REFUSE);
 }
 
-/* gpu.sync_debug([mode]) --> the previous mode */
+void bind_sync_apply(lua_State *L) {
+  gpu_state *st = bind_state(L);
+  set_policy(st, effective_mode(L, st));
+}
+
+void bind_sync_apply_slot(lua_State *L, int slot) {
+  gpu_state *st = bind_state(L);
+  set_policy(st, st->sync_suspended ? 0 : slot >= 0 ? slot : st->sync_base);
+}
+
+/* gpu.sync_debug([mode]) --> the mode in force before.  Sets the base mode;
+ * a gpu.nosync scope still open wins over it until it ends.  "warn" also
+ * turns Lua warnings on: asking for them means wanting to see them. */
 int gpulua_bind_sync_debug(lua_State *L) {
   gpu_state *st = bind_state(L);
-  int old = sync_mode(st);
-  if (!lua_isnoneornil(L, 1)) set_sync_mode(L, st, luaL_checkoption(L, 1, NULL, sync_modes));
+  int old = effective_mode(L, st);
+  if (!lua_isnoneornil(L, 1)) {
+    int m = luaL_checkoption(L, 1, NULL, sync_modes);
+    st->sync_base = m;
+    if (m == 1) lua_warning(L, "@on", 0);
+    bind_sync_apply(L);
+  }
   lua_pushstring(L, sync_modes[old]);
   return 1;
 }
 
-/* local _ <close> = gpu.nosync([mode]): syncs raise ("error", the default)
- * or warn until the scope ends; the previous mode comes back then, also when
- * the scope ends by an error. */
-static int gpu_nosync(lua_State *L) {
+void gpulua_bind_sync_suspend(lua_State *L, int suspend) {
   gpu_state *st = bind_state(L);
+  st->sync_suspended = suspend;
+  bind_sync_apply(L);
+}
+
+/* local _ <close> = gpu.nosync([mode]): syncs raise ("error", the default)
+ * or warn until the scope ends, also when it ends by an error.  The scope
+ * belongs to the running task (each task has its own), or to the main
+ * program outside tasks. */
+static int gpu_nosync(lua_State *L) {
   int mode = luaL_checkoption(L, 1, "error", sync_modes);
   int *saved = lua_newuserdatauv(L, sizeof(int), 0);
-  *saved = -1;
+  *saved = -2;   /* not open */
   luaL_setmetatable(L, GPULUA_NOSYNC);
-  int old = sync_mode(st);
-  set_sync_mode(L, st, mode);
-  *saved = old;
+  int *slot = bind_sync_slot(L);
+  *saved = *slot;
+  *slot = mode;
+  if (mode == 1) lua_warning(L, "@on", 0);
+  bind_sync_apply(L);
   return 1;
 }
 
 static int nosync_close(lua_State *L) {
   int *saved = luaL_checkudata(L, 1, GPULUA_NOSYNC);
-  if (*saved >= 0) {
-    set_sync_mode(L, bind_state(L), *saved);
-    *saved = -1;
+  if (*saved != -2) {
+    *bind_sync_slot(L) = *saved;
+    *saved = -2;
+    bind_sync_apply(L);
   }
   return 0;
 }
@@ -381,6 +409,19 @@ int luaopen_gpu(lua_State *L) {
     lua_pushcfunction(L, state_gc);
     lua_setfield(L, -2, "__gc");
     lua_setmetatable(L, -2);
+    st->sync_main = -1;
+    /* GPULUA_SYNC_DEBUG: the initial mode, for scripts and embedders alike;
+     * checked before anything is set up */
+    const char *env = getenv("GPULUA_SYNC_DEBUG");
+    if (env && *env) {
+      st->sync_base = -1;
+      for (int i = 0; sync_modes[i]; i++)
+        if (strcmp(env, sync_modes[i]) == 0) st->sync_base = i;
+      if (st->sync_base < 0) {
+        lua_pop(L, 2);
+        return luaL_error(L, "gpu: GPULUA_SYNC_DEBUG='%s' (expected off, warn or error)", env);
+      }
+    }
     char err[512];
     st->ctx = dev_open(spec, err, sizeof err);
     if (!st->ctx) {
@@ -397,15 +438,8 @@ int luaopen_gpu(lua_State *L) {
     lua_pushcfunction(L, nosync_close);
     lua_setfield(L, -2, "__close");
     lua_pop(L, 1);
-    /* GPULUA_SYNC_DEBUG: the initial mode, for scripts and embedders alike */
-    const char *env = getenv("GPULUA_SYNC_DEBUG");
-    if (env && *env) {
-      int m = -1;
-      for (int i = 0; sync_modes[i]; i++)
-        if (strcmp(env, sync_modes[i]) == 0) m = i;
-      if (m < 0) return luaL_error(L, "gpu: GPULUA_SYNC_DEBUG='%s' (expected off, warn or error)", env);
-      set_sync_mode(L, st, m);
-    }
+    if (st->sync_base == 1) lua_warning(L, "@on", 0);
+    bind_sync_apply(L);
     /* thread -> current stream; weak keys so finished coroutines go away */
     lua_newtable(L);
     lua_newtable(L);

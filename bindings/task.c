@@ -13,6 +13,7 @@
  * The loop state is a table in the registry: `queue`, the unfinished tasks in
  * creation order, and `by_thread`, coroutine -> task. */
 #include <string.h>
+#include <time.h>
 
 #include "bindings.h"
 #include "common.h"
@@ -28,6 +29,7 @@ static const char *const state_names[] = {"new", "ready", "running", "waiting fo
 typedef struct gpu_task {
   int state;
   int id;
+  int sync_slot;          /* its innermost gpu.nosync mode, -1 none */
   int observed;           /* its failure was raised to someone */
   dev_watch *w;           /* T_WAIT_DEV */
 } gpu_task;
@@ -92,6 +94,13 @@ static void drop_watch(gpu_task *t) {
   t->w = NULL;
 }
 
+int *bind_sync_slot(lua_State *L) {
+  gpu_task *t = current_task(L);
+  if (!t) return &bind_state(L)->sync_main;
+  lua_pop(L, 1);   /* the by_thread table keeps it */
+  return &t->sync_slot;
+}
+
 /* ---- gpu.task ----------------------------------------------------------- */
 
 static int task_new(lua_State *L) {
@@ -100,6 +109,7 @@ static int task_new(lua_State *L) {
   int nargs = lua_gettop(L) - 1;
   gpu_task *t = lua_newuserdatauv(L, sizeof *t, 3);
   memset(t, 0, sizeof *t);
+  t->sync_slot = -1;
   luaL_setmetatable(L, GPULUA_TASK);
   int ti = lua_gettop(L);
   lua_State *co = lua_newthread(L);
@@ -171,8 +181,13 @@ static void step(lua_State *L, int idx) {
   lua_pop(L, 1);
   int nargs = t->state == T_NEW ? lua_gettop(co) - 1 : 0;
   t->state = T_RUNNING;
+  /* Ctrl-C's hook (set on the main thread) reaches the task too */
+  if (lua_gethook(L)) lua_sethook(co, lua_gethook(L), lua_gethookmask(L), lua_gethookcount(L));
+  /* the task's own gpu.nosync scopes, for as long as it runs */
+  bind_sync_apply_slot(L, t->sync_slot);
   int nres = 0;
   int status = lua_resume(co, L, nargs, &nres);
+  bind_sync_apply(L);
   if (status == LUA_YIELD) {
     /* gpu.await set the state; a plain coroutine.yield just lets others run */
     if (t->state == T_RUNNING) t->state = T_READY;
@@ -234,6 +249,12 @@ static int awaited(lua_State *L, int queue, int idx) {
   return yes;
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Ctrl-C in the CLI sets a hook that fires at the next Lua instruction; the
  * loop runs none while it sleeps, so it gives the hook one. */
 static void let_hook_run(lua_State *L) {
@@ -289,13 +310,14 @@ static int loop_body(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   double timeout_s = lua_tonumber(L, 2);
   gpu_task *until = lua_touserdata(L, 1);
+  double deadline = timeout_s >= 0 ? now_s() + timeout_s : -1;
   push_loop(L);
   int loop = lua_gettop(L);
   lua_getfield(L, loop, "queue");
   int queue = lua_gettop(L);
-  double waited = 0;
   for (;;) {
     int ran = 0;
+    let_hook_run(L);
     lua_Integer n = (lua_Integer)lua_rawlen(L, queue);
     for (lua_Integer i = 1; i <= n; i++) {
       lua_rawgeti(L, queue, i);
@@ -309,6 +331,8 @@ static int loop_body(lua_State *L) {
     if (sweep_queue(L, loop, queue)) return lua_error(L);
     n = (lua_Integer)lua_rawlen(L, queue);
     if (n == 0 || (until && finished(until))) break;
+    double left = deadline >= 0 ? deadline - now_s() : 1;
+    if (left <= 0) break;   /* gpu.run(0): one round */
     if (ran) continue;
     /* Nothing could run: every task waits.  Sleep until the device makes
      * progress (begin before testing, so no completion is missed). */
@@ -327,15 +351,8 @@ static int loop_body(lua_State *L) {
       return luaL_error(L, "gpu.run: %d task%s await each other and nothing else (a cycle of gpu.await)",
                         (int)n, n == 1 ? "" : "s");
     }
-    double slice = 0.05;   /* wake now and then for Ctrl-C */
-    if (timeout_s >= 0) {
-      if (waited >= timeout_s) { dev_progress_end(ctx); break; }
-      if (timeout_s - waited < slice) slice = timeout_s - waited;
-    }
-    if (!dev_progress_wait(ctx, gen, slice)) {
-      waited += slice;
-      let_hook_run(L);
-    }
+    /* wake now and then for Ctrl-C */
+    dev_progress_wait(ctx, gen, left < 0.05 ? left : 0.05);
   }
   lua_pushinteger(L, (lua_Integer)lua_rawlen(L, queue));
   return 1;
@@ -397,6 +414,9 @@ static int gpu_await(lua_State *L) {
   lua_settop(L, 1);
   gpu_task *self = current_task(L);
   int me = self ? 2 : 0;
+  if (self && !lua_isyieldable(L))
+    return luaL_error(L, "gpu.await cannot yield here: the task is inside a C call that does not let "
+                         "it yield (table.sort, string.gsub, require, a metamethod ...); await outside it");
   gpu_task *u = test_task(L, 1);
   if (u) {
     if (u == self) return luaL_argerror(L, 1, "a task cannot await itself");
@@ -437,6 +457,7 @@ static int gpu_await(lua_State *L) {
     BIND_CHECK(L, ctx, dev_check_async(ctx), "await");
     return 0;
   }
+  drop_watch(self);
   self->w = w;
   self->state = T_WAIT_DEV;
   lua_pushvalue(L, 1);
@@ -483,10 +504,14 @@ static int task_result(lua_State *L) {
 static int task_cancel(lua_State *L) {
   gpu_task *t = check_task(L, 1);
   if (finished(t)) return 0;
-  if (t->state == T_RUNNING) return luaL_error(L, "task %d is running: a task cannot cancel itself", t->id);
-  drop_watch(t);
   lua_getiuservalue(L, 1, 1);
-  lua_resetthread(lua_tothread(L, -1));
+  lua_State *co = lua_tothread(L, -1);
+  lua_Debug ar;
+  /* running, or resuming another coroutine: its stack is in use */
+  if (co == L || t->state == T_RUNNING || (lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar)))
+    return luaL_error(L, "task %d is running: a task cannot cancel itself", t->id);
+  drop_watch(t);
+  lua_resetthread(co);
   lua_pop(L, 1);
   t->state = T_FAILED;
   t->observed = 1;

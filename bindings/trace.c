@@ -169,11 +169,14 @@ static int gpu_range_new(lua_State *L) {
   if (lua_type(L, 1) != LUA_TSTRING) return luaL_typeerror(L, 1, "string");
   const char *name = lua_tostring(L, 1);
   luaL_argcheck(L, lua_gettop(L) == 1, 2, "gpu.range takes a name only");
-  gpu_range *r = lua_newuserdatauv(L, sizeof *r, 1);
+  gpu_range *r = lua_newuserdatauv(L, sizeof *r, 2);
   memset(r, 0, sizeof *r);
   luaL_setmetatable(L, GPULUA_RANGE);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
+  /* the owner, kept alive while the range is: its address is not reused */
+  lua_pushthread(L);
+  lua_setiuservalue(L, -2, 2);
   bind_site(L, ctx);
   /* the owner is the coroutine: each task nests its own ranges */
   BIND_CHECK(L, ctx, dev_range_push(ctx, name, L, &r->id), "range");

@@ -465,7 +465,7 @@ int dev_buf_fence(dev_buf *b, int write) {
       int rc = entered ? DEV_OK : dev_sync_enter(ctx, "a host-access fence (queued work still uses the buffer)");
       entered = 1;
       if (rc == DEV_OK) rc = ctx->bk->pos_wait(u->s, pos);
-      if (rc) return rc;
+      if (rc) { dev_sync_leave(ctx); return rc; }
     }
   }
   if (ctx->race) race_fence(b, write);
@@ -522,8 +522,9 @@ static int check_open(dev_stream *s) {
 int dev_stream_synchronize(dev_stream *s) {
   dev_ctx *ctx = s->ctx;
   int rc = dev_sync_enter(ctx, "stream synchronize");
-  if (rc == DEV_OK) rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
   if (rc) return rc;
+  rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
+  if (rc) { dev_sync_leave(ctx); return rc; }
   if (ctx->race) race_host_waited(ctx, s, NULL);
   dev_sync_leave(ctx);
   sweep(ctx);
@@ -607,7 +608,7 @@ int dev_event_synchronize(dev_event *e) {
   if (rc0) return rc0;
   if (e->recorded) {
     int rc = ctx->bk->event_sync ? ctx->bk->event_sync(e) : ctx->bk->pos_wait(e->stream, e->pos);
-    if (rc) return rc;
+    if (rc) { dev_sync_leave(ctx); return rc; }
     if (ctx->race) race_host_waited(ctx, NULL, e);
   }
   dev_sync_leave(ctx);
@@ -655,7 +656,7 @@ int dev_synchronize(dev_ctx *ctx) {
   if (rc0) return rc0;
   for (dev_stream *s = ctx->streams; s; s = s->next) {
     int rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
-    if (rc) return rc;
+    if (rc) { dev_sync_leave(ctx); return rc; }
   }
   if (ctx->race) race_host_waited(ctx, NULL, NULL);
   dev_sync_leave(ctx);
@@ -678,10 +679,11 @@ static int watch_new(dev_ctx *ctx, dev_stream *s, uint64_t pos, dev_event *e, de
   dev_watch *w = calloc(1, sizeof *w);
   if (!w) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (watch)");
   w->ctx = ctx;
+  dev_ctx_retain(ctx);
   if (s && !ctx->bk->pos_done(s, pos)) {
     if (ctx->bk->watch) {
       int rc = ctx->bk->watch(ctx, s, pos, e, &w->impl);
-      if (rc) { free(w); return rc; }
+      if (rc) { dev_ctx_release(ctx); free(w); return rc; }
     }
     s->refs++;
     w->s = s;
@@ -712,9 +714,11 @@ int dev_watch_done(dev_watch *w) {
 
 void dev_watch_release(dev_watch *w) {
   if (!w) return;
-  if (w->impl) w->ctx->bk->watch_free(w->ctx, w->impl);
+  dev_ctx *ctx = w->ctx;
+  if (w->impl) ctx->bk->watch_free(ctx, w->impl);
   if (w->s) stream_unref(w->s);
   free(w);
+  dev_ctx_release(ctx);
 }
 
 void dev_progress_signal(dev_ctx *ctx) {
@@ -945,13 +949,16 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
                  (op->out.buf->kind == DEV_MEM_HOST || op->in[0].buf->kind == DEV_MEM_HOST);
   if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
   if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;
-  if ((rc = ctx->bk->submit(s, op))) return rc;
+  if ((rc = ctx->bk->submit(s, op))) {
+    if (pageable) dev_sync_abandon(ctx);
+    return rc;
+  }
   if (ctx->race) race_op(ctx, s, op, 1);
   if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
   for (int i = nb - 1; i >= 0; i--) note_use(BX(views[i]->buf), s, i == 0);
   count_op(ctx, op);
   if (pageable) {
-    if ((rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s)))) return rc;
+    if ((rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s)))) { dev_sync_leave(ctx); return rc; }
     if (ctx->race) race_host_waited(ctx, s, NULL);
     dev_sync_leave(ctx);
     prune(BX(op->out.buf));
@@ -991,8 +998,12 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
    * waits for the source's last writers on other streams: the host never
    * reads a value that queued work has yet to write. */
   if (!s) s = ctx->dflt;
-  if (!host_visible(src->buf)) rc = dev_sync_enter(ctx, "a device-to-host read");
-  if (rc == DEV_OK && !host_visible(src->buf) && !s->closed) {
+  int dev_src = !host_visible(src->buf);
+  if (dev_src && (rc = dev_sync_enter(ctx, "a device-to-host read"))) {
+    dev_buf_release(tmp);
+    return rc;
+  }
+  if (dev_src && !s->closed) {
     bufx *sx = BX(src->buf);
     if (ctx->race) race_read_wait(s, src->buf);
     prune(sx);
@@ -1003,7 +1014,9 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
     }
   }
   if (rc == DEV_OK) rc = dev_submit(ctx, s, &op);
-  if (rc == DEV_OK && !host_visible(src->buf)) {
+  /* refused (race, closed stream) or failed before the wait: no sync */
+  if (rc != DEV_OK && dev_src) dev_sync_abandon(ctx);
+  if (rc == DEV_OK && dev_src) {
     bufx *x = BX(tmp);
     for (int i = 0; i < x->nuse && rc == DEV_OK; i++)
       rc = ctx->bk->pos_wait(x->use[i].s, x->use[i].wpos);

@@ -172,6 +172,9 @@ void dev_progress_signal(dev_ctx *ctx);
  * sync policy.  `what` names the kind of wait ("stream synchronize"). */
 int dev_sync_enter(dev_ctx *ctx, const char *what);
 /* ... and ends there, once the wait is over (the span on the trace). */
+/* A sync entered that failed before it waited (the op it waits for was
+ * refused): not counted, no span.  dev_sync_leave is a no-op after it. */
+void dev_sync_abandon(dev_ctx *ctx);
 void dev_sync_leave(dev_ctx *ctx);
 
 /* cuda/trace.c, for the backends: the trace clock (CLOCK_MONOTONIC ns); a

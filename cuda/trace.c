@@ -182,6 +182,11 @@ void dev_trace_sync_open(dev_ctx *ctx, const char *what) {
   tr->sync_t0 = dev_trace_now();
 }
 
+void dev_sync_abandon(dev_ctx *ctx) {
+  ctx->st.syncs--;
+  if (ctx->tr) ctx->tr->sync_open = 0;
+}
+
 void dev_sync_leave(dev_ctx *ctx) {
   struct dev_trace *tr = ctx->tr;
   if (!tr || !tr->sync_open) return;

@@ -179,13 +179,12 @@ static void print_results(lua_State *L) {
   int n = lua_gettop(L);
   if (n > 0) {
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-    const char *mode = swap_sync_debug(L, "off");
+    gpulua_bind_sync_suspend(L, 1);
     lua_getglobal(L, "print");
     lua_insert(L, 1);
     if (lua_pcall(L, n, 0, 0) != LUA_OK)
       cli_message(NULL, lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
-    if (mode != NULL)
-      swap_sync_debug(L, mode);
+    gpulua_bind_sync_suspend(L, 0);
   }
 }
 

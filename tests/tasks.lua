@@ -286,6 +286,69 @@ T.test("a gpu.pipeline inside a task lets other tasks run", function()
        (gpu.stats().syncs - before) .. ")")
 end)
 
+T.test("each task has its own gpu.nosync scopes", function()
+  local s <close> = gpu.stream()
+  local d <close> = gpu.ones({4})
+  local seen = {}
+  local a = gpu.task(function()
+    local _ <close> = gpu.nosync()
+    gpu.sleep(20, { stream = s })
+    gpu.await(s:record())
+    seen.a = gpu.sync_debug()
+  end)
+  local b = gpu.task(function()
+    seen.b_before = gpu.sync_debug()
+    seen.b_item = pcall(function() return d:get(1) end)   -- a's scope must not refuse this
+    local _ <close> = gpu.nosync("warn")
+    gpu.sleep(40, { stream = s })
+    gpu.await(s:record())
+    seen.b = gpu.sync_debug()
+  end)
+  gpu.run()
+  T.is(seen.b_before, "off", "a task does not see another task's open nosync scope")
+  T.ok(seen.b_item, "so its sync is allowed")
+  T.is({ seen.a, seen.b }, { "error", "warn" }, "each task keeps its own scope across awaits")
+  T.is(gpu.sync_debug(), "off", "the scopes ended out of order: the main program's mode is untouched")
+  T.ok(a.done and b.done, "both tasks finished")
+  gpu.sync_debug("off")
+end)
+
+T.test("await where a task cannot yield, and cancel of a running task", function()
+  collectgarbage(); collectgarbage(); gpu.synchronize()
+  local streams_before = gpu.stats().streams
+  local s = gpu.stream()
+  local msg, cancel_msg, later
+  local t
+  t = gpu.task(function()
+    gpu.sleep(10, { stream = s })
+    local ok, e = pcall(table.sort, { 3, 2, 1 }, function(x, y) gpu.await(s); return x < y end)
+    msg = not ok and e
+    cancel_msg = select(2, pcall(function() t:cancel() end))
+    gpu.await(s)   -- the task is still consistent: a real await works
+    later = t.state
+  end)
+  gpu.run()
+  T.ok(msg and msg:find("gpu.await cannot yield here", 1, true), "await inside table.sort: a clear error")
+  T.ok(cancel_msg and cancel_msg:find("is running: a task cannot cancel itself", 1, true),
+       "a task cannot cancel itself")
+  T.is(later, "running", "the task went on and awaited normally")
+  s:close()
+  collectgarbage(); collectgarbage(); gpu.synchronize()
+  T.is(gpu.stats().streams, streams_before, "no stream is held by a lost watch")
+end)
+
+T.test("gpu.run(timeout) returns in time while a task keeps yielding", function()
+  local stop = false
+  local t = gpu.task(function()
+    while not stop do coroutine.yield() end
+  end)
+  T.is(gpu.run(0), 1, "gpu.run(0) runs one round and returns, the spinning task left")
+  T.is(gpu.run(0.01), 1, "gpu.run(0.01) returns too")
+  stop = true
+  T.is(gpu.run(), 0, "and the task ends once it may")
+  T.ok(t.done, "done")
+end)
+
 T.test("gpu.run(timeout) returns what is left", function()
   local s <close> = gpu.stream()
   gpu.sleep(200, { stream = s })
