@@ -5,6 +5,8 @@
 
 #include <lua.h>
 
+#include "gpulua.h"
+
 /* Registry key of an optional string set before `require "gpu"`: the device
  * spec ("host", "cuda", "cuda:N"); absent means env GPULUA_DEVICE, then auto. */
 #define GPULUA_REG_DEVICE "gpulua.device"
@@ -25,5 +27,23 @@ void gpulua_bind_sync_suspend(lua_State *L, int suspend);
  * opened).  Returns LUA_OK, or pushes an error message and returns LUA_ERRRUN
  * when queued work failed.  Never raises. */
 int gpulua_bind_finish(lua_State *L);
+
+/* The embedding API's entry points (embed.c): lua_CFunctions the runtime
+ * calls in protected mode; argument 1 is a light userdata as each says. */
+typedef struct gpulua_bind_wrap {
+  const gpulua_tensor_info *t;
+  void (*release)(void *ud, void *data);
+  void *ud;
+} gpulua_bind_wrap;
+typedef struct gpulua_bind_kernel {
+  const char *name, *params;
+  gpulua_kernel_fn fn;
+  void *ud;
+} gpulua_bind_kernel;
+int gpulua_bind_push_tensor(lua_State *L);      /* (wrap) -> tensor */
+int gpulua_bind_check_tensor(lua_State *L);     /* (gpulua_tensor_info *out, value) */
+int gpulua_bind_stream_handle(lua_State *L);    /* (void **out [, stream]) */
+int gpulua_bind_push_stream(lua_State *L);      /* (native or NULL) -> stream */
+int gpulua_bind_register_kernel(lua_State *L);  /* (kernel) */
 
 #endif

@@ -95,6 +95,11 @@ void bind_push_stream(lua_State *L, dev_stream *s);   /* retains s */
 dev_event *bind_check_event(lua_State *L, int idx);
 void bind_push_event(lua_State *L, dev_event *e);     /* takes ownership */
 
+/* kernels: a gpu.Kernel handle in the released state (m NULL), for a
+ * module made after it is pushed */
+typedef struct gpu_kernel_handle { dev_module *m; dev_kernel *k; } gpu_kernel_handle;
+gpu_kernel_handle *bind_new_kernel_handle(lua_State *L);
+
 /* tensors */
 gpu_tensor *bind_check_tensor(lua_State *L, int idx);
 gpu_tensor *bind_test_tensor(lua_State *L, int idx); /* NULL if not a tensor; raises if closed */

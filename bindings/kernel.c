@@ -17,7 +17,7 @@
 #define MAXPARAMS 128
 
 /* Each handle holds a reference on its module; NULL once closed. */
-typedef struct gpu_kernel { dev_module *m; dev_kernel *k; } gpu_kernel;
+typedef gpu_kernel_handle gpu_kernel;
 typedef struct gpu_launcher {
   const bind_type *tag;         /* &launcher_type: launches skip the checkudata lookup */
   dev_module *m;
@@ -412,6 +412,14 @@ static void push_module(lua_State *L, int ref) {
     lua_setfield(L, -2, k->sig.name);
   }
   luaL_setmetatable(L, GPULUA_MODULE);
+}
+
+gpu_kernel_handle *bind_new_kernel_handle(lua_State *L) {
+  gpu_kernel *g = lua_newuserdatauv(L, sizeof *g, 0);
+  g->m = NULL;
+  g->k = NULL;
+  luaL_setmetatable(L, GPULUA_KERNEL);
+  return g;
 }
 
 static gpu_modref *new_modref(lua_State *L) {

@@ -295,6 +295,24 @@ static int c_stream_init(dev_stream *s) {
     c->st = cudaStreamLegacy;
     return DEV_OK;
   }
+  if (s->wrap) {
+    /* the application's stream: its flags and priority, and it is not ours to destroy */
+    cudaStream_t st = (cudaStream_t)s->wrap;
+    unsigned flags = 0;
+    int prio = 0, least = 0, greatest = 0;
+    cudaError_t e = cudaStreamGetFlags(st, &flags);
+    if (e == cudaSuccess) e = cudaStreamGetPriority(st, &prio);
+    if (e != cudaSuccess) {
+      free(c);
+      s->impl = NULL;
+      return cuda_fail(s->ctx, e, "wrap a stream (is the handle a live cudaStream_t of this device?)");
+    }
+    cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    c->st = st;
+    s->nonblocking = (flags & cudaStreamNonBlocking) != 0;
+    s->priority = greatest < least && prio <= greatest ? DEV_PRIO_HIGH : DEV_PRIO_NORMAL;
+    return DEV_OK;
+  }
   int least = 0, greatest = 0;
   cudaDeviceGetStreamPriorityRange(&least, &greatest);
   int prio = s->priority > 0 ? greatest : least;
@@ -313,8 +331,36 @@ static void c_stream_fini(dev_stream *s) {
   if (!c) return;
   for (int i = 0; i < c->n; i++) ev_put(s->ctx, c->mk[(c->head + i) % MAXMARK].ev);
   if (s->ctx->comm) cuda_comm_forget_stream(s->ctx->comm, c->st);
-  if (!s->is_default) cudaStreamDestroy(c->st);
+  if (!s->is_default && !s->wrap) cudaStreamDestroy(c->st);
   free(c);
+}
+
+static void *c_stream_native(dev_stream *s) { return CST(s)->st; }
+
+/* Memory handed over by the application: is it what it claims to be? */
+static int c_check_ptr(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes) {
+  (void)bytes;
+  struct cudaPointerAttributes a;
+  cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+  if (e != cudaSuccess) return cuda_fail(ctx, e, "wrap memory");
+  int dev = CS(ctx)->device;
+  const char *is = a.type == cudaMemoryTypeDevice ? "device memory"
+                   : a.type == cudaMemoryTypeManaged ? "managed memory"
+                   : a.type == cudaMemoryTypeHost ? "pinned host memory" : "pageable host memory";
+  int ok;
+  switch (kind) {
+  case DEV_MEM_DEVICE:
+    ok = (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == dev;
+    break;
+  case DEV_MEM_PINNED: ok = a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeManaged; break;
+  default: ok = a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost; break;
+  }
+  if (ok) return DEV_OK;
+  if (kind == DEV_MEM_DEVICE && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged))
+    return dev_fail(ctx, DEV_ERR_INVALID, "wrap memory: %p is %s of cuda:%d, not of this context's cuda:%d",
+                    ptr, is, a.device, dev);
+  return dev_fail(ctx, DEV_ERR_INVALID, "wrap memory: %p is %s, not %s memory", ptr, is,
+                  dev_memkind_name(kind));
 }
 
 static int c_stream_idle(dev_stream *s) {
@@ -746,6 +792,19 @@ out:
 static int c_launch(dev_stream *s, const dev_launch *l) {
   dev_ctx *ctx = s->ctx;
   dev_kernel *k = l->k;
+  if (dev_kernel_is_cfunc(k)) {
+    /* the application's function enqueues its own work on the stream */
+    char msg[512];
+    if (dev_cfunc_run(l, CST(s)->st, msg, sizeof msg))
+      return dev_fail(ctx, DEV_ERR_DEVICE, "kernel '%s': %s", k->sig.name, msg);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+      char what[200];
+      snprintf(what, sizeof what, "kernel '%s' (a CUDA call of its C function)", k->sig.name);
+      return cuda_fail(ctx, e, what);
+    }
+    return DEV_OK;
+  }
   if (l->shared > k->shared_set) {
     CK(ctx, cudaFuncSetAttribute(k->handle, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l->shared),
        "kernel shared memory");
@@ -939,6 +998,8 @@ const dev_backend dev_cuda_backend = {
   .stream_fini = c_stream_fini,
   .stream_idle = c_stream_idle,
   .stream_pos = c_stream_pos,
+  .check_ptr = c_check_ptr,
+  .stream_native = c_stream_native,
   .pos_done = c_pos_done,
   .pos_wait = c_pos_wait,
   .watch = c_watch,

@@ -86,7 +86,7 @@ static int parse_spec(const char *spec, int *cuda, int *index) {
 }
 
 static int stream_new(dev_ctx *ctx, int priority, int nonblocking, int is_default,
-                      dev_stream **out) {
+                      void *wrap, dev_stream **out) {
   dev_stream *s = calloc(1, sizeof *s);
   if (!s) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory creating a stream");
   s->ctx = ctx;
@@ -94,6 +94,7 @@ static int stream_new(dev_ctx *ctx, int priority, int nonblocking, int is_defaul
   s->priority = priority;
   s->nonblocking = nonblocking;
   s->is_default = is_default;
+  s->wrap = wrap;
   s->id = ctx->next_stream_id++;
   int rc = ctx->bk->stream_init(s);
   if (rc) { free(s); return rc; }
@@ -166,7 +167,7 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   pthread_condattr_destroy(&ca);
   int rc = check_env(ctx);
   if (rc == DEV_OK) rc = ctx->bk->open(ctx, index);
-  if (rc == DEV_OK) rc = stream_new(ctx, DEV_PRIO_NORMAL, 0, 1, &ctx->dflt);
+  if (rc == DEV_OK) rc = stream_new(ctx, DEV_PRIO_NORMAL, 0, 1, NULL, &ctx->dflt);
   if (rc != DEV_OK) {
     snprintf(err, errlen, "%s", ctx->err);
     race_set(ctx, 0);
@@ -400,7 +401,12 @@ int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out) {
 
 int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
                  void (*release)(void *ud, void *ptr), void *ud, dev_buf **out) {
-  int rc = buf_insert(ctx, kind, ptr, bytes, out);
+  *out = NULL;
+  if ((unsigned)kind > DEV_MEM_HOST) return dev_fail(ctx, DEV_ERR_INVALID, "wrap: bad memory kind %d", (int)kind);
+  int rc;
+  if (ptr && bytes && ctx->bk->check_ptr && (rc = ctx->bk->check_ptr(ctx, kind, ptr, bytes))) return rc;
+  sweep(ctx);
+  rc = buf_insert(ctx, kind, ptr, bytes, out);
   if (rc) return rc;
   BX(*out)->wrapped = 1;
   BX(*out)->release = release;
@@ -485,11 +491,30 @@ dev_stream *dev_default_stream(dev_ctx *ctx) { return ctx->dflt; }
 
 int dev_stream_create(dev_ctx *ctx, int priority, int nonblocking, dev_stream **out) {
   sweep(ctx);
-  int rc = stream_new(ctx, priority, nonblocking, 0, out);
+  int rc = stream_new(ctx, priority, nonblocking, 0, NULL, out);
   if (rc) return rc;
   ctx->st.streams++;
   dev_ctx_retain(ctx);
   return DEV_OK;
+}
+
+int dev_stream_wrap(dev_ctx *ctx, void *native, dev_stream **out) {
+  *out = NULL;
+  if (!ctx->bk->stream_native)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED,
+                    "the %s backend has no native streams to wrap (only the NULL stream, "
+                    "which is gpulua's default stream)", ctx->bk->name);
+  if (!native) return dev_fail(ctx, DEV_ERR_INVALID, "wrap a stream: the handle is NULL");
+  sweep(ctx);
+  int rc = stream_new(ctx, DEV_PRIO_NORMAL, 0, 0, native, out);
+  if (rc) return rc;
+  ctx->st.streams++;
+  dev_ctx_retain(ctx);
+  return DEV_OK;
+}
+
+void *dev_stream_native(dev_stream *s) {
+  return s->ctx->bk->stream_native ? s->ctx->bk->stream_native(s) : NULL;
 }
 
 void dev_stream_retain(dev_stream *s) { s->refs++; }

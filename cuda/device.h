@@ -146,7 +146,11 @@ struct dev_buf {
 };
 
 int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out);
-/* Wrap memory owned by someone else; release(ud, ptr) is called when done. */
+/* Wrap memory owned by someone else; release(ud, ptr) is called on the
+ * interpreter thread once the last reference is gone and the work queued on
+ * it has finished (at a later device call, or at dev_close).  When ptr is
+ * not NULL and bytes > 0, a backend that can tell (cuda) checks that ptr is
+ * memory of that kind: DEV_ERR_INVALID otherwise. */
 int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
                  void (*release)(void *ud, void *ptr), void *ud, dev_buf **out);
 void dev_buf_retain(dev_buf *b);
@@ -411,6 +415,47 @@ typedef struct dev_launch {
  * -1 with a message. */
 int dev_launch_check(dev_ctx *ctx, const dev_kernel *k, const unsigned grid[3],
                      const unsigned block[3], size_t shared, char *err, size_t errlen);
+
+/* ---- what an embedding application hands over --------------------------- */
+/* A stream over the backend's own stream handle: on cuda a cudaStream_t the
+ * application created (gpulua never destroys it; it must stay valid while
+ * the context may use the stream: until the stream is released and its
+ * work is done, or the context is closed).  Its priority and blocking flag
+ * are the handle's.  The host backend has no such handles:
+ * DEV_ERR_UNSUPPORTED.  (NULL is not accepted: the caller maps CUDA's NULL
+ * stream to dev_default_stream.) */
+int dev_stream_wrap(dev_ctx *ctx, void *native, dev_stream **out);
+/* The backend's handle of s: on cuda its cudaStream_t (cudaStreamLegacy for
+ * the default stream); NULL on the host backend. */
+void *dev_stream_native(dev_stream *s);
+
+/* Kernels that are C functions of the application.  A launch calls fn:
+ *   host backend: on the stream's worker thread, in stream order, with
+ *     stream NULL; fn computes with the arguments' pointers;
+ *   cuda: on the interpreter thread when the launch is enqueued, with
+ *     stream the cudaStream_t; fn enqueues its own work there (a kernel,
+ *     a library call) and must not wait for it.
+ * args[i] points to parameter i's value as declared (a tensor: its data
+ * pointer), the array cudaLaunchKernel takes.  fn returns 0, or non-zero
+ * with a message in err: on cuda the launch fails at once; on the host
+ * backend as any failed queued op (the next check reports it). */
+typedef struct dev_cfunc_call {
+  const char *name;
+  const unsigned *grid, *block;
+  size_t shared;
+  int nargs;
+  void **args;
+  void *stream;
+  void *ud;
+} dev_cfunc_call;
+typedef int (*dev_cfunc)(const dev_cfunc_call *c, char *err, size_t errlen);
+/* A module of one kernel `name` whose parameters are the C declaration
+ * `params` ("const float *x, float *y, int n"); ud_free(ud) (may be NULL)
+ * runs when the module is unloaded.  Launches are checked as any kernel's
+ * (grid, block, argument types; a pointer to const only reads). */
+int dev_module_cfunc(dev_ctx *ctx, const char *name, const char *params, dev_cfunc fn,
+                     void *ud, void (*ud_free)(void *ud), dev_module **out);
+int dev_kernel_is_cfunc(const dev_kernel *k);
 
 /* ---- tracing ---------------------------------------------------------- */
 /* A session records every op (its stream, name, bytes, script line, start

@@ -74,6 +74,13 @@ typedef struct dev_backend {
   void (*trace_free)(dev_ctx *ctx);
   uint64_t (*range_start)(dev_ctx *ctx, const char *name);   /* may overlap others */
   void (*range_end)(dev_ctx *ctx, uint64_t handle);
+
+  /* Application objects, optional: is ptr memory of this kind (dev_buf_wrap);
+   * the native handle of a stream (dev_stream_native).  stream_init wraps
+   * s->wrap when it is set (dev_stream_wrap); a backend without
+   * stream_native cannot. */
+  int (*check_ptr)(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes);
+  void *(*stream_native)(dev_stream *s);
 } dev_backend;
 
 /* Compiled code and the lowered (mangled) names of the name expressions. */
@@ -108,6 +115,7 @@ struct dev_stream {
   dev_stream *next;       /* all streams of the context */
   void *impl;
   struct race_stream *race;   /* race checker state (race.c), NULL when unused */
+  void *wrap;             /* dev_stream_wrap: the application's handle (not ours to destroy) */
 };
 
 struct dev_event {
@@ -206,6 +214,12 @@ int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, voi
 dev_buf *dev_module_life(dev_module *m);
 dev_ctx *dev_module_ctx(const dev_module *m);
 const char *dev_op_name(const dev_kop *op);
+/* C function kernels (module.c): run the launch's function with stream (the
+ * cudaStream_t, NULL on host); 0, or -1 with its message in err.  A copy of
+ * a launch that owns its argument values (one free() releases it), for a
+ * backend that runs it later. */
+int dev_cfunc_run(const dev_launch *l, void *stream, char *err, size_t errlen);
+dev_launch *dev_launch_dup(const dev_launch *l);
 /* "all_reduce #3", or "a group of 2 sends/receives (#4)": the collectives
  * numbered seq in messages */
 void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq);

@@ -28,6 +28,7 @@ typedef struct item {
   item_kind kind;
   uint64_t seq;
   dev_kop op;                   /* IT_OP */
+  dev_launch *launch;           /* IT_OP of a launch: the copy op.launch points to */
   struct hstream *target;       /* IT_WAIT */
   uint64_t pos;
   hrec *rec;                    /* IT_RECORD */
@@ -99,6 +100,7 @@ static void run_item(hstream *hs, item *it) {
       dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
                      dev_op_name(&it->op), msg);
     if (it->tgen) trace_item(hs, it, t0);
+    free(it->launch);
     break;
   }
   case IT_WAIT: {
@@ -156,6 +158,7 @@ static int push(dev_stream *s, item *it) {
   if (!hs->started) {
     int e = pthread_create(&hs->th, NULL, worker, hs);
     if (e) {
+      free(it->launch);
       free(it);
       return dev_fail(s->ctx, DEV_ERR_DEVICE, "cannot start a stream worker thread: %s",
                       strerror(e));
@@ -407,6 +410,14 @@ static int h_submit(dev_stream *s, const dev_kop *op) {
   if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing an op");
   it->kind = IT_OP;
   it->op = *op;
+  if (op->kind == DEV_OP_LAUNCH) {
+    /* runs later: the argument values must outlive the caller's arrays */
+    if (!(it->launch = dev_launch_dup(op->launch))) {
+      free(it);
+      return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a launch");
+    }
+    it->op.launch = it->launch;
+  }
   return push(s, it);
 }
 

@@ -26,7 +26,7 @@
 #include <cblas.h>
 #endif
 
-#include "device.h"
+#include "devpriv.h"
 
 #define BLK 512
 #define TWO_PI 6.283185307179586476925286766559
@@ -969,7 +969,9 @@ int dev_host_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_MATMUL: return run_matmul(op, err, errlen);
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
   case DEV_OP_SLEEP: return run_sleep(op->ms);
-  case DEV_OP_LAUNCH: return fail(err, errlen, "run-time kernels need the cuda backend");
+  case DEV_OP_LAUNCH:
+    if (op->launch && dev_kernel_is_cfunc(op->launch->k)) return dev_cfunc_run(op->launch, NULL, err, errlen);
+    return fail(err, errlen, "run-time kernels need the cuda backend");
   }
   return fail(err, errlen, "unknown op kind %d", (int)op->kind);
 }

@@ -8,10 +8,18 @@
 
 #include "devpriv.h"
 
+/* The function of a C function kernel (its dev_kernel's handle). */
+typedef struct cfunc {
+  dev_cfunc fn;
+  void *ud;
+  void (*ud_free)(void *ud);
+} cfunc;
+
 struct dev_module {
   dev_ctx *ctx;
   int refs;
   void *impl;           /* the backend's loaded image */
+  cfunc *cf;            /* a C function kernel's (then impl is NULL) */
   dev_buf *life;        /* launches note a use of it; its release unloads the image */
   int from_cache;
   int n;
@@ -39,6 +47,10 @@ static void module_unload(void *ud, void *ptr)
   dev_module *m = ud;
   (void)ptr;
   if (m->impl) m->ctx->bk->module_unload(m->ctx, m->impl);
+  if (m->cf) {
+    if (m->cf->ud_free) m->cf->ud_free(m->cf->ud);
+    free(m->cf);
+  }
   free_kernels(m);
   free(m);
 }
@@ -311,4 +323,121 @@ int dev_launch_check(dev_ctx *ctx, const dev_kernel *k, const unsigned grid[3],
     return -1;
   }
   return 0;
+}
+
+/* ---- C function kernels -------------------------------------------------- */
+
+int dev_kernel_is_cfunc(const dev_kernel *k)
+{
+  return k && k->mod && k->mod->cf && k->handle == k->mod->cf;
+}
+
+int dev_module_cfunc(dev_ctx *ctx, const char *name, const char *params, dev_cfunc fn,
+                     void *ud, void (*ud_free)(void *ud), dev_module **out)
+{
+  *out = NULL;
+  if (!fn) return dev_fail(ctx, DEV_ERR_INVALID, "C kernel: the function is NULL");
+  if (!name || !*name) return dev_fail(ctx, DEV_ERR_INVALID, "C kernel: no name");
+  size_t nl = strlen(name);
+  if (nl >= sizeof(((dev_ksig *)0)->name))
+    return dev_fail(ctx, DEV_ERR_INVALID, "C kernel: the name is longer than %zu bytes",
+                    sizeof(((dev_ksig *)0)->name) - 1);
+  for (size_t i = 0; i < nl; i++) {
+    char c = name[i];
+    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && c >= '0' && c <= '9')))
+      return dev_fail(ctx, DEV_ERR_INVALID, "C kernel '%s': the name must be a C identifier", name);
+  }
+  if (!params) params = "";
+  /* The declaration read as a kernel's, so launches check arguments the same way. */
+  size_t len = nl + strlen(params) + 64;
+  char *decl = malloc(len);
+  if (!decl) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  snprintf(decl, len, "__global__ void %s(%s) {}", name, params);
+  char msg[512];
+  dev_ksig *sigs = NULL;
+  int n = 0;
+  int bad = dev_kernels_parse(decl, &sigs, &n, msg, sizeof msg);
+  free(decl);
+  if (bad) return dev_fail(ctx, DEV_ERR_INVALID, "C kernel '%s': parameters: %s", name, msg);
+  if (n != 1) {
+    dev_kernels_free(sigs, n);
+    return dev_fail(ctx, DEV_ERR_INVALID, "C kernel '%s': the parameters are not one declaration list", name);
+  }
+  for (int i = 0; i < sigs[0].nparams; i++) {
+    const dev_kparam *p = &sigs[0].params[i];
+    if (p->kind == DEV_KP_OTHER || p->kind == DEV_KP_RAW) {
+      int rc = dev_fail(ctx, DEV_ERR_INVALID, "C kernel '%s': parameter %d (%s) cannot be passed from Lua "
+                        "(use pointers, integers, float, double, __half, __nv_bfloat16 or bool)",
+                        name, i + 1, p->type);
+      dev_kernels_free(sigs, n);
+      return rc;
+    }
+  }
+  dev_module *m = calloc(1, sizeof *m);
+  cfunc *cf = calloc(1, sizeof *cf);
+  dev_kernel *k = calloc(1, sizeof *k);
+  if (!m || !cf || !k) {
+    free(m); free(cf); free(k);
+    dev_kernels_free(sigs, n);
+    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  }
+  m->ctx = ctx;
+  m->refs = 1;
+  m->cf = cf;
+  m->k = k;
+  m->n = 1;
+  k->mod = m;
+  k->sig = sigs[0];
+  sigs[0].params = NULL;
+  dev_kernels_free(sigs, n);
+  k->handle = cf;
+  k->max_threads = 1024;
+  k->max_dynamic_shared = SIZE_MAX;   /* the function's own kernels decide */
+  int rc = dev_buf_wrap_internal(ctx, NULL, module_unload, m, &m->life);
+  if (rc) { free(k->sig.params); free(k); free(cf); free(m); return rc; }
+  /* ud is the module's from here on */
+  cf->fn = fn;
+  cf->ud = ud;
+  cf->ud_free = ud_free;
+  *out = m;
+  return DEV_OK;
+}
+
+int dev_cfunc_run(const dev_launch *l, void *stream, char *err, size_t errlen)
+{
+  const cfunc *cf = l->k->handle;
+  dev_cfunc_call c = {l->k->sig.name, l->grid, l->block, l->shared, l->k->sig.nparams, l->args,
+                      stream, cf->ud};
+  if (errlen) err[0] = 0;
+  if (cf->fn(&c, err, errlen) == 0) return 0;
+  if (errlen && !err[0]) snprintf(err, errlen, "the C function failed (no message)");
+  return -1;
+}
+
+dev_launch *dev_launch_dup(const dev_launch *l)
+{
+  int np = l->k->sig.nparams, nb = l->nbufs;
+  /* one block: the launch, arg pointers, 8-byte value slots, buffers, writes */
+  size_t bytes = sizeof(dev_launch) + (size_t)np * (sizeof(void *) + 8) + (size_t)nb * (sizeof(dev_buf *) + 1);
+  dev_launch *c = malloc(bytes);
+  if (!c) return NULL;
+  *c = *l;
+  void **args = (void **)(c + 1);
+  uint64_t *vals = (uint64_t *)(args + np);
+  dev_buf **bufs = (dev_buf **)(vals + np);
+  unsigned char *writes = (unsigned char *)(bufs + nb);
+  for (int i = 0; i < np; i++) {
+    int size = l->k->sig.params[i].size;
+    vals[i] = 0;
+    memcpy(&vals[i], l->args[i], size > 0 && size <= 8 ? (size_t)size : 8);
+    args[i] = &vals[i];
+  }
+  if (nb) {
+    memcpy(bufs, l->bufs, (size_t)nb * sizeof *bufs);
+    memcpy(writes, l->writes, (size_t)nb);
+  }
+  c->args = args;
+  c->bufs = bufs;
+  c->writes = writes;
+  return c;
 }

@@ -17,9 +17,16 @@
  *           -lopenblas -lm -ldl -pthread        (-lopenblas only if make found OpenBLAS;
  *           a CUDA build adds /usr/local/cuda/lib64/libcudart_static.a -lrt -lstdc++)
  *
- * Instances: each gpulua_open() makes an independent interpreter (its own
- * lua_State and device context); several may live in one process and share no
- * state.  One instance must be used by one thread at a time.
+ * Instances and threads: each gpulua_open() makes an independent interpreter
+ * (its own lua_State and device context); several may live in one process and
+ * share no state, so different instances may be used from different threads
+ * at once.  One instance must be used by one thread at a time (every call
+ * taking g, and the Lua C API on gpulua_state(g)); gpulua_error(NULL) and
+ * the GPULUA_* constants are the only things usable from any thread.  Calls
+ * made back into the application: push_tensor's release callback runs on
+ * the thread using the instance, inside a gpulua call; a registered kernel
+ * function runs on that thread on cuda, and on a stream's worker thread on
+ * the host backend (so it must not touch the lua_State or call gpulua_*).
  *
  * Errors: no function here exits or aborts the host application.  Failing
  * calls return non-zero and keep a message (with a Lua traceback for runtime
@@ -29,6 +36,7 @@
 #define GPULUA_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <lua.h>
 
 #ifdef __cplusplus
@@ -107,6 +115,111 @@ int gpulua_synchronize(gpulua *g);
  * that uses the instance.  The device signals completions; no thread other
  * than the caller ever runs Lua. */
 int gpulua_poll(gpulua *g, double timeout_s);
+
+/* ---- tensors over the application's memory ------------------------------ */
+
+typedef enum gpulua_dtype {
+  GPULUA_F32, GPULUA_F64, GPULUA_F16, GPULUA_BF16, GPULUA_I8, GPULUA_U8, GPULUA_I32,
+  GPULUA_I64, GPULUA_BOOL
+} gpulua_dtype;
+
+/* Where the memory is: device memory (on the host backend, ordinary memory),
+ * pinned (page-locked) host memory, or ordinary pageable host memory. */
+typedef enum gpulua_memory { GPULUA_MEM_DEVICE, GPULUA_MEM_PINNED, GPULUA_MEM_HOST } gpulua_memory;
+
+#define GPULUA_MAXDIM 8
+
+typedef struct gpulua_tensor_info {
+  void *data;                        /* the first element */
+  gpulua_dtype dtype;
+  gpulua_memory memory;
+  int device;                        /* out: the CUDA device of the memory; -1 on the host backend */
+  int ndim;                          /* 0 (one element) to GPULUA_MAXDIM */
+  int64_t shape[GPULUA_MAXDIM];      /* each >= 1 */
+  int64_t strides[GPULUA_MAXDIM];    /* in elements, each >= 0 */
+  int strided;                       /* push: 0 = C order (strides ignored), 1 = strides as given;
+                                        gpulua_check_tensor sets 1 */
+} gpulua_tensor_info;
+
+/* Pushes a gpu.Tensor onto gpulua_state(g)'s stack that uses the
+ * application's memory t->data in place (no copy).  gpulua never frees it:
+ * once the tensor and every view of it are gone and the work queued on them
+ * has finished, release(ud, data) is called once (release may be NULL), on
+ * the thread that uses g, during a later gpulua call on g (at the latest in
+ * gpulua_close).  The application keeps the memory valid until then.
+ *
+ * On the cuda backend the memory must be what t->memory says (checked with
+ * cudaPointerGetAttributes: device memory of this instance's GPU, pinned
+ * memory, or pageable memory).  Returns 0, or non-zero with nothing pushed,
+ * release not called and the message in gpulua_error() (NULL data, a shape
+ * or stride out of range, a misaligned pointer, memory of another kind). */
+int gpulua_push_tensor(gpulua *g, const gpulua_tensor_info *t,
+                       void (*release)(void *ud, void *data), void *ud);
+
+/* Describes the tensor at stack index idx (pointer to its first element,
+ * dtype, memory, device, shape, strides) in *out.  Returns 0, or non-zero
+ * when the value is not an open gpu.Tensor.  The memory may still be in use
+ * by queued work: finish it (gpulua_synchronize) or order the application's
+ * work after it on gpulua_stream_handle's stream before touching it. */
+int gpulua_check_tensor(gpulua *g, int idx, gpulua_tensor_info *out);
+
+/* ---- streams --------------------------------------------------------------- */
+
+/* *out = the cudaStream_t of the gpu.Stream at stack index idx (idx 0: the
+ * current stream of the main program, gpu.current_stream()); the default
+ * stream is cudaStreamLegacy.  On the host backend *out = NULL.  Returns 0,
+ * or non-zero when the value is not an open gpu.Stream. */
+int gpulua_stream_handle(gpulua *g, int idx, void **out);
+
+/* Pushes a gpu.Stream that enqueues on the application's cudaStream_t
+ * `stream` (created by the application on this instance's GPU; gpulua
+ * never destroys it, and it must stay valid until gpulua_close(g)).  Work
+ * the application puts on that stream itself is ordered with gpulua's as
+ * CUDA orders it; gpulua's race checker does not see it.  stream == NULL
+ * pushes the default stream, on both backends (CUDA's NULL stream is the
+ * legacy default stream, as gpulua's is).  The host backend has no CUDA
+ * streams: any other handle fails there. */
+int gpulua_push_stream(gpulua *g, void *stream);
+
+/* ---- C functions as kernels ------------------------------------------------ */
+
+typedef struct gpulua_kernel_call {
+  const char *name;
+  unsigned grid[3], block[3];   /* the launch configuration, as given */
+  size_t shared;
+  int nargs;
+  void **args;      /* args[i] points to parameter i's value, typed as declared (a tensor: its
+                       data pointer): the array cudaLaunchKernel takes */
+  void *stream;     /* cuda: the cudaStream_t to enqueue on; host backend: NULL */
+  void *ud;
+  char *err;        /* on failure, write a message here (errlen bytes) and return non-zero */
+  size_t errlen;
+} gpulua_kernel_call;
+
+typedef int (*gpulua_kernel_fn)(const gpulua_kernel_call *call);
+
+/* Registers fn as the kernel gpu.kernels[name], launched from Lua as any
+ * run-time kernel: gpu.kernels.scale{grid = g, block = b}(x, 2.0, n).
+ * params declares its parameters in C ("float *x, float a, int n"; a
+ * pointer to const only reads its tensor): arguments are checked against
+ * them and, with the race checker on, ordered by them.
+ *
+ *   host backend: fn runs on the stream's worker thread, in stream order
+ *     after the work before it, with call->stream NULL; it computes with
+ *     the pointers (grid and block are for it to interpret).
+ *   cuda: fn runs on the calling thread when the launch is enqueued, with
+ *     call->stream the stream; it enqueues its work there (its own kernel
+ *     through cudaLaunchKernel or <<<>>>, a library call, a copy) and must
+ *     not wait for it.
+ *
+ * A non-zero return is a failed launch: on cuda a Lua error at the launch's
+ * script line; on the host backend an asynchronous error naming the kernel
+ * and line, raised at the next sync, as for any queued op.  ud is passed
+ * as call->ud; it must stay valid until gpulua_close(g).  Returns 0, or
+ * non-zero (a name that is not a C identifier or is taken, params that do
+ * not parse or have a type Lua cannot pass, fn NULL). */
+int gpulua_register_kernel(gpulua *g, const char *name, const char *params,
+                           gpulua_kernel_fn fn, void *ud);
 
 /* The message of the most recent failure on g ("" if none), owned by g and
  * valid until the next call on g.  gpulua_error(NULL) explains a NULL handle

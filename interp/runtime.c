@@ -232,3 +232,72 @@ void gpulua_close(gpulua *g) {
   free(g->err);
   free(g);
 }
+
+/* ---- tensors, streams and kernels of the application --------------------- */
+
+/* Call a binding entry point f(arg [, value at idx]) in protected mode,
+ * leaving nres results; errors (argument messages, not tracebacks) go to
+ * gpulua_error.  idx 0: no value. */
+static int call_entry(gpulua *g, lua_CFunction f, void *arg, int idx, int nres, const char *fname) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  lua_State *L = g->L;
+  int top = lua_gettop(L);
+  if (idx != 0) {
+    if (idx > top || (idx < 0 && -idx > top) || idx <= LUA_REGISTRYINDEX) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "%s: stack index %d is not valid (the stack has %d values)", fname, idx, top);
+      set_error(g, msg);
+      return LUA_ERRRUN;
+    }
+    idx = lua_absindex(L, idx);
+  }
+  if (!lua_checkstack(L, 3)) {
+    set_error(g, "not enough memory (Lua stack)");
+    return LUA_ERRMEM;
+  }
+  lua_pushcfunction(L, f);
+  lua_pushlightuserdata(L, arg);
+  if (idx != 0)
+    lua_pushvalue(L, idx);
+  int status = lua_pcall(L, idx != 0 ? 2 : 1, nres, 0);
+  if (status != LUA_OK) {
+    set_error(g, top_message(L));
+    lua_settop(L, top);
+  }
+  return status;
+}
+
+int gpulua_push_tensor(gpulua *g, const gpulua_tensor_info *t,
+                       void (*release)(void *ud, void *data), void *ud) {
+  gpulua_bind_wrap w = {t, release, ud};
+  return call_entry(g, gpulua_bind_push_tensor, &w, 0, 1, "gpulua_push_tensor");
+}
+
+int gpulua_check_tensor(gpulua *g, int idx, gpulua_tensor_info *out) {
+  if (out == NULL) {
+    if (g != NULL && g->L != NULL)
+      set_error(g, "gpulua_check_tensor: out is NULL");
+    return LUA_ERRRUN;
+  }
+  return call_entry(g, gpulua_bind_check_tensor, out, idx, 0, "gpulua_check_tensor");
+}
+
+int gpulua_stream_handle(gpulua *g, int idx, void **out) {
+  if (out == NULL) {
+    if (g != NULL && g->L != NULL)
+      set_error(g, "gpulua_stream_handle: out is NULL");
+    return LUA_ERRRUN;
+  }
+  return call_entry(g, gpulua_bind_stream_handle, out, idx, 0, "gpulua_stream_handle");
+}
+
+int gpulua_push_stream(gpulua *g, void *stream) {
+  return call_entry(g, gpulua_bind_push_stream, stream, 0, 1, "gpulua_push_stream");
+}
+
+int gpulua_register_kernel(gpulua *g, const char *name, const char *params,
+                           gpulua_kernel_fn fn, void *ud) {
+  gpulua_bind_kernel k = {name, params, fn, ud};
+  return call_entry(g, gpulua_bind_register_kernel, &k, 0, 0, "gpulua_register_kernel");
+}
