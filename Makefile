@@ -8,6 +8,10 @@
 #   make test-gpu    on a GPU machine: the suite and tests/gpu on the cuda backend
 #   make test-gpu-sanitize  the same under compute-sanitizer (memcheck on every
 #                    file; racecheck and synccheck on the kernel tests)
+#   make install     PREFIX=/usr/local (and DESTDIR=): bin/gpulua, lib/libgpulua.a,
+#                    lib/libgpulua.so*, include/gpulua.h, lib/lua/5.4/gpu.so (the
+#                    bindings for a stock lua5.4), share/lua/5.4/gpu/*.lua (the
+#                    stdlib, also embedded), lib/pkgconfig/gpulua.pc; make uninstall
 #   make run         build, then run scripts/overlap.lua  (alias: make example)
 #   make bench       on a GPU machine: bench/*.lua through gpulua beside the raw
 #                    CUDA C reference (build/bench/ref), the raw NCCL all_reduce
@@ -20,8 +24,8 @@
 #
 # Variables: NOBUILD=1 runs suite/test/run/bench on the existing build without
 # building anything (a build copied to a machine without the toolchain);
-# BUILD (build dir), LUA_A, LUA_INC, NVCC, PROVE, PROVE_FLAGS; CFLAGS and
-# LDFLAGS are appended to ours.
+# BUILD (build dir), LUA_A, LUA_SO, LUA_INC, NVCC, PROVE, PROVE_FLAGS; CFLAGS
+# and LDFLAGS are appended to ours.
 
 .DEFAULT_GOAL := all
 MAKEFLAGS += --no-builtin-rules
@@ -60,6 +64,9 @@ ifeq ($(origin LUA_INC),undefined)
 LUA_INC := $(or $(patsubst -I%,%,$(firstword $(filter -I%,$(if $(call pkgconf_has,lua5.4),$(shell $(PKGCONF) --cflags lua5.4))))),/usr/include/lua5.4)
 endif
 LUA_FOUND := $(if $(and $(wildcard $(LUA_A)),$(wildcard $(LUA_INC)/lua.h)),yes)
+# libgpulua.so links the shared liblua (one Lua per process with the
+# application's); gpu.so links no Lua at all (the loading lua5.4 has it).
+LUA_SO ?= $(LUA_A:.a=.so)
 
 ifeq ($(call pkgconf_has,libedit),yes)
 EDIT_FOUND := yes
@@ -100,19 +107,20 @@ ifeq ($(SANITIZE),1)
 OPT := -O1 -g
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer
 SUITE_ENV := ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
-             UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+             UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 GPULUA_SANITIZE=1
 endif
-ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -pthread -MMD -MP $(DEFS) $(INCLUDES) $(CFLAGS)
+# -fPIC: one set of objects serves libgpulua.a, libgpulua.so and gpu.so.
+ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -fPIC -pthread -MMD -MP $(DEFS) $(INCLUDES) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
-NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -Icuda $(NVCC_EXTRA)
+NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP -Icuda $(NVCC_EXTRA)
 SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------
 
 # cuda/cuda_*.c and cuda/k_*.cu are the CUDA backend, built when nvcc is found.
-LIB_SRC := $(sort $(if $(CUDA_FOUND),$(wildcard cuda/*.c),$(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c))) $(wildcard bindings/*.c) interp/runtime.c)
+LIB_SRC := $(sort $(if $(CUDA_FOUND),$(wildcard cuda/*.c),$(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c))) $(wildcard bindings/*.c) interp/runtime.c interp/preload.c)
 CU_SRC := $(if $(CUDA_FOUND),$(sort $(wildcard cuda/k_*.cu)))
-CLI_SRC := $(sort $(filter-out interp/runtime.c interp/embed.c,$(wildcard interp/*.c)))
+CLI_SRC := $(sort $(filter-out interp/runtime.c interp/embed.c interp/preload.c interp/luamod.c,$(wildcard interp/*.c)))
 CTEST_SRC := $(sort $(wildcard tests/embed/*.c tests/unit/*.c))
 STDLIB_LUA := $(sort $(shell find stdlib -name '*.lua' 2>/dev/null))
 # Directories too, so adding or removing a module regenerates the table.
@@ -136,6 +144,16 @@ EMBED := $(BUILD)/embed
 BENCH_REF := $(BUILD)/bench/ref
 BENCH_NCCL_REF := $(BUILD)/bench/nccl_ref
 BENCH_NCCL_FOUND := $(if $(and $(CUDA_FOUND),$(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard $(CUDA_HOME)/lib64/libnccl.so)),yes)
+# The shared library, the Lua module and the pkg-config file (see "shared
+# library, Lua module, install" below).
+VERSION := $(shell sed -n 's/^\#define GPULUA_VERSION_STRING "\(.*\)"/\1/p' interp/gpulua.h)
+SOVERSION := $(firstword $(subst ., ,$(VERSION)))
+SO := $(BUILD)/libgpulua.so.$(VERSION)
+LUAMOD := $(BUILD)/gpu.so
+PC_IN := $(BUILD)/gpulua.pc.in
+STAGE := $(BUILD)/stage
+EXAMPLES := $(BUILD)/example/app $(BUILD)/example/app-static
+TWOSTATES := $(if $(wildcard $(LUA_SO)),$(BUILD)/tests/luamod/twostates)
 BENCH_BUILT := $(if $(CUDA_FOUND),$(if $(filter 1,$(SANITIZE)),,$(BENCH_REF) $(if $(BENCH_NCCL_FOUND),$(BENCH_NCCL_REF))))
 
 # Building needs liblua; `deps` and `clean` do not, nor anything under NOBUILD=1.
@@ -149,7 +167,8 @@ endif
 endif
 endif
 
-.PHONY: all lib tests suite test test-asan test-gpu test-gpu-sanitize run example bench deps clean
+.PHONY: all lib tests suite test test-asan test-gpu test-gpu-sanitize run example bench deps clean \
+        install uninstall FORCE
 
 ifneq ($(and $(filter deps,$(MAKECMDGOALS)),$(filter-out deps,$(MAKECMDGOALS))),)
 # `make deps run`: what was detected above predates the install, so the other
@@ -158,19 +177,25 @@ $(filter-out deps,$(MAKECMDGOALS)): deps
 	@$(MAKE) --no-print-directory $@
 else
 
-all: $(LIB) $(BIN) $(BENCH_BUILT)
+all: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN) $(BENCH_BUILT)
 lib: $(LIB)
-tests: $(CTESTS)
+tests: $(CTESTS) $(EXAMPLES) $(TWOSTATES)
 
-$(BUILD)/obj/%.o: %.c
+# Objects are rebuilt when the flags change (a build dir from before -fPIC).
+$(BUILD)/cflags: FORCE
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(ALL_CFLAGS)' '$(NVCCFLAGS)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+
+$(BUILD)/obj/%.o: %.c $(BUILD)/cflags
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-$(BUILD)/obj/%.o: %.cu
+$(BUILD)/obj/%.o: %.cu $(BUILD)/cflags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-$(BUILD)/obj/gen/stdlib.o: $(BUILD)/gen/stdlib.c
+$(BUILD)/obj/gen/stdlib.o: $(BUILD)/gen/stdlib.c $(BUILD)/cflags
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -204,6 +229,119 @@ $(BENCH_NCCL_REF): bench/nccl_ref.cu
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(LUA_A) $(SYSLIBS)
+
+# ---- shared library, Lua module, install ------------------------------------
+
+# libgpulua.so exports the public API alone: the functions gpulua.h declares.
+$(BUILD)/libgpulua.map: interp/gpulua.h
+	@mkdir -p $(@D)
+	{ echo '{ global:'; \
+	  sed -n 's/^[a-zA-Z_][a-zA-Z_ ]*[ *]\(gpulua_[a-z_]*\)(.*/    \1;/p' $<; \
+	  echo '  local: *;'; echo '};'; } > $@
+
+$(BUILD)/gpu.map:
+	@mkdir -p $(@D)
+	printf '{ global: luaopen_gpu; local: *; };\n' > $@
+
+$(SO): $(LIB_OBJ) $(BUILD)/libgpulua.map
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libgpulua.so.$(SOVERSION) \
+	  -Wl,--version-script=$(BUILD)/libgpulua.map -Wl,-z,defs -o $@ $(LIB_OBJ) $(LUA_SO) $(SYSLIBS)
+
+# gpu.so: the library's objects without the runtime, with luamod.c's
+# luaopen_gpu in front of the bindings' own (renamed in a copy of its object;
+# see interp/luamod.c), and without Lua: its symbols come from the lua5.4
+# that loads the module, so no -z defs here.
+OBJCOPY ?= objcopy
+LUAMOD_OBJ := $(filter-out $(BUILD)/obj/interp/runtime.o $(BUILD)/obj/bindings/gpu.o,$(LIB_OBJ)) \
+              $(BUILD)/obj/luamod/gpu.o $(BUILD)/obj/interp/luamod.o
+$(BUILD)/obj/luamod/gpu.o: $(BUILD)/obj/bindings/gpu.o
+	@mkdir -p $(@D)
+	$(OBJCOPY) --redefine-sym luaopen_gpu=gpulua_luamod_core $< $@
+
+$(LUAMOD): $(LUAMOD_OBJ) $(BUILD)/gpu.map
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,--version-script=$(BUILD)/gpu.map -o $@ $(LUAMOD_OBJ) $(SYSLIBS)
+
+# gpulua.pc with this build's link flags; @PREFIX@ is filled in at install.
+# Rewritten only when it changes (the flags depend on what make found).
+PC_LIBS_PRIVATE := $(BLAS_LIBS) $(if $(CUDA_FOUND),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++) -lm -ldl -pthread
+$(PC_IN): gpulua.pc.in interp/gpulua.h FORCE
+	@mkdir -p $(@D)
+	@sed -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS@|$(strip $(SAN))|' \
+	  -e 's|@LIBS_PRIVATE@|$(strip $(PC_LIBS_PRIVATE))|' $< > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; echo "generated $@"; fi
+FORCE:
+
+# make install PREFIX=/usr/local [DESTDIR=/tmp/pkg]: GNU conventions; PREFIX
+# (or prefix) is what the installed gpulua.pc says, DESTDIR only prepended.
+# gpu.so goes where Debian's lua5.4 looks for /usr/local
+# (package.cpath: /usr/local/lib/lua/5.4/?.so); the stdlib modules are also
+# installed as Lua files (share/lua/5.4/gpu/, on lua5.4's package.path),
+# though gpulua and gpu.so have them embedded and do not read these.
+# NOBUILD=1: install what $(BUILD) already holds, building nothing.
+PREFIX ?= $(or $(prefix),/usr/local)
+INSTALL ?= install
+STDLIB_REL := $(STDLIB_LUA:stdlib/%=%)
+# $(1): where the files go (DESTDIR + PREFIX); $(2): the prefix gpulua.pc names
+define install_tree
+	$(INSTALL) -d $(1)/bin $(1)/include $(1)/lib/pkgconfig $(1)/lib/lua/5.4 $(1)/share/lua/5.4
+	$(INSTALL) -m 755 $(BIN) $(1)/bin/gpulua
+	$(INSTALL) -m 644 $(LIB) $(1)/lib/libgpulua.a
+	$(INSTALL) -m 755 $(SO) $(1)/lib/$(notdir $(SO))
+	ln -sf $(notdir $(SO)) $(1)/lib/libgpulua.so.$(SOVERSION)
+	ln -sf libgpulua.so.$(SOVERSION) $(1)/lib/libgpulua.so
+	$(INSTALL) -m 644 interp/gpulua.h $(1)/include/gpulua.h
+	$(INSTALL) -m 755 $(LUAMOD) $(1)/lib/lua/5.4/gpu.so
+	for f in $(STDLIB_REL); do $(INSTALL) -D -m 644 stdlib/$$f $(1)/share/lua/5.4/$$f || exit 1; done
+	sed 's|@PREFIX@|$(2)|' $(PC_IN) > $(1)/lib/pkgconfig/gpulua.pc
+endef
+INSTALLED := bin/gpulua lib/libgpulua.a lib/$(notdir $(SO)) lib/libgpulua.so.$(SOVERSION) lib/libgpulua.so \
+             include/gpulua.h lib/lua/5.4/gpu.so lib/pkgconfig/gpulua.pc $(STDLIB_REL:%=share/lua/5.4/%)
+
+
+# The suite's install: $(STAGE), a tree as `make install PREFIX=$(STAGE)`
+# makes, and the example application built against it through pkg-config,
+# as an application would be: shared (libgpulua.so and liblua5.4.so at run
+# time), and with libgpulua.a and liblua5.4.a inside (runs where no Lua is
+# installed, e.g. the GPU machines; only libc, libm, OpenBLAS and libstdc++
+# shared).  Run by tests/install.lua.
+STAGE_PKGCONF = PKG_CONFIG_PATH=$(abspath $(STAGE))/lib/pkgconfig $(or $(PKGCONF),$(error pkg-config not found: the example is built with it (make deps)))
+EXAMPLE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g
+$(STAGE)/.installed: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN) interp/gpulua.h $(STDLIB_LUA)
+	rm -rf $(STAGE)
+	$(call install_tree,$(abspath $(STAGE)),$(abspath $(STAGE)))
+	touch $@
+
+$(BUILD)/example/app: tests/embed/example/app.c $(STAGE)/.installed
+	@mkdir -p $(@D)
+	flags=$$($(STAGE_PKGCONF) --cflags --libs gpulua) || exit 1; \
+	$(CC) $(EXAMPLE_CFLAGS) -o $@ $< $$flags
+
+# -Wl,-Bstatic takes the archives of what `--libs` names (gpulua, lua5.4);
+# `--static --libs` adds their dependencies, and --as-needed drops the
+# shared libgpulua and liblua it names again (all their symbols are taken).
+$(BUILD)/example/app-static: tests/embed/example/app.c $(STAGE)/.installed
+	@mkdir -p $(@D)
+	cflags=$$($(STAGE_PKGCONF) --static --cflags gpulua) && libs=$$($(STAGE_PKGCONF) --libs gpulua) && \
+	  static=$$($(STAGE_PKGCONF) --static --libs gpulua) || exit 1; \
+	$(CC) $(EXAMPLE_CFLAGS) -o $@ $< $$cflags -Wl,-Bstatic $$libs -Wl,-Bdynamic -Wl,--as-needed $$static
+
+# Two lua_States of one process, each requiring gpu.so (tests/luamod.lua);
+# liblua5.4.so is the process's Lua, as lua5.4's is for the module.
+$(BUILD)/tests/luamod/twostates: tests/luamod/twostates.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LUA_SO)
+
+ifneq ($(NOBUILD),1)
+install: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN)
+endif
+install:
+	$(call install_tree,$(DESTDIR)$(PREFIX),$(PREFIX))
+
+# Removes the files install made, and the Lua directories if left empty.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
+	for d in $(sort $(dir $(STDLIB_REL:%=share/lua/5.4/%))) share/lua/5.4 share/lua lib/lua/5.4 lib/lua; do \
+	  rmdir $(DESTDIR)$(PREFIX)/$$d 2>/dev/null || true; done
 
 ifeq ($(NOBUILD),1)
 SUITE_DEPS :=

@@ -49,18 +49,6 @@ static int msghandler(lua_State *L) {
   return 1;
 }
 
-/* package.preload loader of one embedded module; upvalue 1 is its index in
- * gpulua_stdlib.  Receives (name, extra) from require like a file loader. */
-static int stdlib_loader(lua_State *L) {
-  lua_Integer i = lua_tointeger(L, lua_upvalueindex(1));
-  const struct gpulua_stdlib_entry *e = &gpulua_stdlib[i];
-  if (luaL_loadbuffer(L, e->src, e->len, e->chunkname) != LUA_OK)
-    return lua_error(L);
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, 1);
-  return 1;
-}
-
 /* Everything that builds the state runs here, in protected mode, so an error
  * (a device that cannot be opened, out of memory) comes back as a status. */
 static int setup_state(lua_State *L) {
@@ -71,14 +59,8 @@ static int setup_state(lua_State *L) {
   }
   if (o->open_libs)
     luaL_openlibs(L);
-  /* registry._PRELOAD is the table the package library exposes as
-   * package.preload, so this works whether or not `package` is open yet. */
+  gpulua_stdlib_preload(L);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  for (lua_Integer i = 0; gpulua_stdlib[i].name != NULL; i++) {
-    lua_pushinteger(L, i);
-    lua_pushcclosure(L, stdlib_loader, 1);
-    lua_setfield(L, -2, gpulua_stdlib[i].name);
-  }
   lua_pushcfunction(L, luaopen_gpu);
   lua_setfield(L, -2, "gpu");
   lua_pop(L, 1);
