@@ -1,9 +1,12 @@
 # gpulua — the one Makefile.
 #
-#   make             build/libgpulua.a and build/gpulua (prints what it found)
+#   make             build/libgpulua.a, build/libgpulua.so.<version>, build/gpu.so
+#                    (the Lua module) and build/gpulua (prints what it found)
 #   make test        build, run the suite (prove over tests/*.lua and the C
 #                    tests), then the same suite under ASan+UBSan (test-asan)
-#   make suite       the suite of one build only, no sanitizer run
+#   make suite       the suite of one build only, no sanitizer run (it first
+#                    installs into $(BUILD)/stage and builds the example
+#                    application against it: $(BUILD)/example/)
 #   make test-asan   the suite in a separate ASan+UBSan build, build-asan/
 #   make test-gpu    on a GPU machine: the suite and tests/gpu on the cuda backend
 #   make test-gpu-sanitize  the same under compute-sanitizer (memcheck on every
