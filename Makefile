@@ -266,7 +266,8 @@ $(LUAMOD): $(LUAMOD_OBJ) $(BUILD)/gpu.map
 
 # gpulua.pc with this build's link flags; @PREFIX@ is filled in at install.
 # Rewritten only when it changes (the flags depend on what make found).
-PC_LIBS_PRIVATE := $(BLAS_LIBS) $(if $(CUDA_FOUND),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++) -lm -ldl -pthread
+# Libs.private: what libgpulua.a needs beside Lua, the link's SYSLIBS.
+PC_LIBS_PRIVATE = $(SYSLIBS)
 $(PC_IN): gpulua.pc.in interp/gpulua.h FORCE
 	@mkdir -p $(@D)
 	@sed -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS@|$(strip $(SAN))|' \
