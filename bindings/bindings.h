@@ -26,4 +26,12 @@ void gpulua_bind_sync_suspend(lua_State *L, int suspend);
  * when queued work failed.  Never raises. */
 int gpulua_bind_finish(lua_State *L);
 
+/* DLPack (bindings/dlpack.c), for the runtime's protected calls behind
+ * gpulua_to_dlpack / gpulua_push_dlpack (gpulua.h).  export: (tensor, out,
+ * versioned) with out a light userdata DLManagedTensor ** (or
+ * DLManagedTensorVersioned **), set on success; import: (m, versioned), m a
+ * light userdata, pushes the tensor and owns m on success only. */
+int gpulua_bind_dlpack_export(lua_State *L);
+int gpulua_bind_dlpack_import(lua_State *L);
+
 #endif
