@@ -297,6 +297,10 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
     snprintf(err, errlen, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128) : "unexpected end of file");
     return -1;
   }
+  if (n >= 4 && memcmp(pre, "PK\3\4", 4) == 0) {
+    snprintf(err, errlen, "not a .npy file (it is a zip archive: .npz files are not supported; unzip it)");
+    return -1;
+  }
   if (memcmp(pre, NPY_MAGIC, n < NPY_MAGIC_LEN ? n : NPY_MAGIC_LEN) != 0 || n == 0) {
     snprintf(err, errlen, "not a .npy file (bad magic: it does not start with \\x93NUMPY)");
     return -1;

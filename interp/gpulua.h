@@ -264,9 +264,8 @@ int gpulua_to_dlpack(gpulua *g, int idx, DLManagedTensor **out);
  * (gpulua has no empty tensors), lanes other than 1, a dtype gpulua does not
  * have (f32 f64 f16 bf16 i8 u8 i32 i64 bool), a misaligned first element,
  * negative strides or strides that overflow, device types other than those
- * above, kDLCUDA on the
- * host backend or on another GPU, and the same m pushed again while a tensor
- * from the first push is alive. */
+ * above, kDLCUDA on the host backend or on another GPU, and the same m pushed
+ * again while the tensor from the first push is alive. */
 int gpulua_push_dlpack(gpulua *g, DLManagedTensor *m);
 
 #if defined(DLPACK_MAJOR_VERSION) && DLPACK_MAJOR_VERSION >= 1
