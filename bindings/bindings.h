@@ -46,4 +46,12 @@ int gpulua_bind_stream_handle(lua_State *L);    /* (void **out [, stream]) */
 int gpulua_bind_push_stream(lua_State *L);      /* (native or NULL) -> stream */
 int gpulua_bind_register_kernel(lua_State *L);  /* (kernel) */
 
+/* DLPack (bindings/dlpack.c), for the runtime's protected calls behind
+ * gpulua_to_dlpack / gpulua_push_dlpack (gpulua.h).  export: (tensor, out,
+ * versioned) with out a light userdata DLManagedTensor ** (or
+ * DLManagedTensorVersioned **), set on success; import: (m, versioned), m a
+ * light userdata, pushes the tensor and owns m on success only. */
+int gpulua_bind_dlpack_export(lua_State *L);
+int gpulua_bind_dlpack_import(lua_State *L);
+
 #endif

@@ -129,6 +129,8 @@ int *bind_sync_slot(lua_State *L);
 void bind_sync_apply(lua_State *L);
 void bind_sync_apply_slot(lua_State *L, int slot);
 int bind_open_trace(lua_State *L);    /* gpu.trace, gpu.range */
+int bind_open_npy(lua_State *L);      /* gpu.load, t:save (.npy files) */
+int bind_open_dlpack(lua_State *L);   /* gpu.from_dlpack */
 /* ranks in the job: the joined communicator's, else the environment's */
 int bind_ctx_world(lua_State *L);
 

@@ -458,6 +458,8 @@ int luaopen_gpu(lua_State *L) {
   bind_open_comm(L);
   bind_open_task(L);
   bind_open_trace(L);
+  bind_open_npy(L);
+  bind_open_dlpack(L);
   return 1;
 }
 

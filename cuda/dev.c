@@ -24,6 +24,8 @@ typedef struct bufx {
   void (*release)(void *ud, void *ptr);
   void *ud;
   struct race_buf *race;            /* race checker state (race.c) */
+  struct bufx *defer_next;          /* ctx->deferred, under defer_mu */
+  int async_pending;                /* releases waiting there, under defer_mu */
 } bufx;
 
 #define BX(b) ((bufx *)(b))
@@ -160,6 +162,11 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   ctx->jitter = j && *j && strcmp(j, "0") != 0;
   pthread_mutex_init(&ctx->async_mu, NULL);
   pthread_mutex_init(&ctx->progress_mu, NULL);
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&ctx->defer_mu, &ma);
+  pthread_mutexattr_destroy(&ma);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -174,6 +181,7 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
     if (ctx->bk_state) ctx->bk->close(ctx);
     pthread_mutex_destroy(&ctx->async_mu);
     pthread_mutex_destroy(&ctx->progress_mu);
+    pthread_mutex_destroy(&ctx->defer_mu);
     pthread_cond_destroy(&ctx->progress_cv);
     free(ctx);
     return NULL;
@@ -201,6 +209,7 @@ static void ctx_destroy(dev_ctx *ctx) {
   ctx->bk->close(ctx);
   pthread_mutex_destroy(&ctx->async_mu);
   pthread_mutex_destroy(&ctx->progress_mu);
+  pthread_mutex_destroy(&ctx->defer_mu);
   pthread_cond_destroy(&ctx->progress_cv);
   free(ctx);
 }
@@ -208,11 +217,40 @@ static void ctx_destroy(dev_ctx *ctx) {
 void dev_ctx_retain(dev_ctx *ctx) { ctx->refs++; }
 
 void dev_ctx_release(dev_ctx *ctx) {
+  if (ctx->owner_gone) {
+    /* after dev_close: DLPack deleters on any thread share refs */
+    pthread_mutex_lock(&ctx->defer_mu);
+    int last = --ctx->refs == 0;
+    pthread_mutex_unlock(&ctx->defer_mu);
+    if (last) ctx_destroy(ctx);
+    return;
+  }
   if (--ctx->refs == 0) ctx_destroy(ctx);
 }
 
 static void sweep(dev_ctx *ctx);
 static void stream_unref(dev_stream *s);
+static void buf_release(dev_buf *b);
+
+/* The releases other threads deferred to this one (the owner), one buffer
+ * at a time: a release may defer another (an import of our own export). */
+static void drain_deferred(dev_ctx *ctx) {
+  if (!atomic_load(&ctx->defer_flag)) return;
+  for (;;) {
+    pthread_mutex_lock(&ctx->defer_mu);
+    bufx *x = ctx->deferred;
+    if (!x) {
+      atomic_store(&ctx->defer_flag, 0);
+      pthread_mutex_unlock(&ctx->defer_mu);
+      return;
+    }
+    ctx->deferred = x->defer_next;
+    int n = x->async_pending;
+    x->async_pending = 0;
+    pthread_mutex_unlock(&ctx->defer_mu);
+    while (n-- > 0) buf_release(&x->b);
+  }
+}
 
 void dev_close(dev_ctx *ctx) {
   if (!ctx || ctx->closing) return;
@@ -223,6 +261,22 @@ void dev_close(dev_ctx *ctx) {
   /* after the queued collectives: the peers see this rank leave */
   if (ctx->comm && ctx->bk->comm_close) ctx->bk->comm_close(ctx);
   sweep(ctx);
+  /* From here on no owner thread drains deferred releases: DLPack exports
+   * still alive keep their buffers (and the context) until their deleters,
+   * which then release under defer_mu on whatever thread calls them. */
+  pthread_mutex_lock(&ctx->defer_mu);
+  ctx->owner_gone = 1;
+  bufx *left = ctx->deferred;
+  ctx->deferred = NULL;
+  atomic_store(&ctx->defer_flag, 0);
+  pthread_mutex_unlock(&ctx->defer_mu);
+  while (left) {
+    bufx *x = left;
+    left = x->defer_next;
+    int n = x->async_pending;
+    x->async_pending = 0;
+    while (n-- > 0) dev_buf_release(&x->b);
+  }
   dev_ctx_release(ctx);
 }
 
@@ -354,6 +408,7 @@ static void buf_free(bufx *x) {
 /* Free dead buffers whose uses are over, and released streams that are idle. */
 static void sweep(dev_ctx *ctx) {
   ctx->refs++;  /* the frees below may drop the last reference */
+  drain_deferred(ctx);
   for (bufx *x = ctx->bufs, *nx; x; x = nx) {
     nx = x->next;
     if (!x->dead) continue;
@@ -364,6 +419,8 @@ static void sweep(dev_ctx *ctx) {
     ns = s->next;
     if (s->released && s->refs == 0 && ctx->bk->stream_idle(s)) stream_destroy(s);
   }
+  /* a freed import of one of our exports releases the export's buffer */
+  drain_deferred(ctx);
   dev_ctx_release(ctx);
 }
 
@@ -426,7 +483,36 @@ int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, voi
 void dev_buf_retain(dev_buf *b) { b->refs++; }
 
 void dev_buf_release(dev_buf *b) {
-  if (!b || --b->refs > 0) return;
+  if (!b) return;
+  if (b->ctx->owner_gone) dev_buf_release_async(b);
+  else buf_release(b);
+}
+
+void dev_buf_release_async(dev_buf *b) {
+  if (!b) return;
+  dev_ctx *ctx = b->ctx;
+  pthread_mutex_lock(&ctx->defer_mu);
+  if (!ctx->owner_gone) {
+    bufx *x = BX(b);
+    if (x->async_pending++ == 0) {
+      x->defer_next = ctx->deferred;
+      ctx->deferred = x;
+    }
+    atomic_store(&ctx->defer_flag, 1);
+    pthread_mutex_unlock(&ctx->defer_mu);
+    return;
+  }
+  /* the owner is gone: release here, one thread at a time, holding the
+   * context so that only the last of us destroys it, after unlocking */
+  ctx->refs++;
+  buf_release(b);
+  int last = --ctx->refs == 0;
+  pthread_mutex_unlock(&ctx->defer_mu);
+  if (last) ctx_destroy(ctx);
+}
+
+static void buf_release(dev_buf *b) {
+  if (--b->refs > 0) return;
   bufx *x = BX(b);
   dev_ctx *ctx = b->ctx;
   prune(x);
@@ -460,7 +546,7 @@ static void note_use(bufx *x, dev_stream *s, int write) {
   x->use[x->nuse++] = (buf_use){s, write ? 0 : pos, write ? pos : 0};
 }
 
-int dev_buf_fence(dev_buf *b, int write) {
+static int buf_wait(dev_buf *b, int write, const char *what) {
   bufx *x = BX(b);
   dev_ctx *ctx = b->ctx;
   int entered = 0;
@@ -468,7 +554,7 @@ int dev_buf_fence(dev_buf *b, int write) {
     buf_use *u = &x->use[i];
     uint64_t pos = write ? (u->rpos > u->wpos ? u->rpos : u->wpos) : u->wpos;
     if (pos && !ctx->bk->pos_done(u->s, pos)) {
-      int rc = entered ? DEV_OK : dev_sync_enter(ctx, "a host-access fence (queued work still uses the buffer)");
+      int rc = entered ? DEV_OK : dev_sync_enter(ctx, what);
       entered = 1;
       if (rc == DEV_OK) rc = ctx->bk->pos_wait(u->s, pos);
       if (rc) { dev_sync_leave(ctx); return rc; }
@@ -478,6 +564,14 @@ int dev_buf_fence(dev_buf *b, int write) {
   if (entered) dev_sync_leave(ctx);
   prune(x);
   return dev_check_async(ctx);
+}
+
+int dev_buf_fence(dev_buf *b, int write) {
+  return buf_wait(b, write, "a host-access fence (queued work still uses the buffer)");
+}
+
+int dev_buf_wait(dev_buf *b, const char *what) {
+  return buf_wait(b, 1, what ? what : "waiting for queued work on a buffer");
 }
 
 int dev_buf_idle(dev_buf *b) {

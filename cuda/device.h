@@ -162,6 +162,18 @@ int dev_buf_fence(dev_buf *b, int write);
 /* 1 when no queued work uses the buffer. */
 int dev_buf_idle(dev_buf *b);
 
+/* ---- buffers shared with other libraries (DLPack) ---------------------- */
+/* Wait for every queued op that reads or writes b, any kind of memory:
+ * afterwards another library may read or write it at once.  A counted sync
+ * ("<what> waits for the device") when it had to wait. */
+int dev_buf_wait(dev_buf *b, const char *what);
+/* dev_buf_release from any thread (a DLPack consumer's deleter).  While the
+ * context is open the release is queued and done by the owner thread at its
+ * next allocation, synchronize or dev_close; the memory stays valid until
+ * then.  After dev_close the release happens in the calling thread, under
+ * the context's lock, and the last one frees the context. */
+void dev_buf_release_async(dev_buf *b);
+
 /* ---- streams and events ---------------------------------------------- */
 enum { DEV_PRIO_LOW = -1, DEV_PRIO_NORMAL = 0, DEV_PRIO_HIGH = 1 };
 

@@ -170,6 +170,15 @@ struct dev_ctx {
 
   struct race_ctx *race;  /* the race checker, while it is on (one branch per hook when off) */
   unsigned race_gen;      /* times it was turned on: older per-object state is stale */
+
+  /* dev_buf_release_async (DLPack deleters, any thread): buffers whose
+   * releases wait for the owner thread, under defer_mu (recursive); once
+   * owner_gone (dev_close returned) every release and every change of refs
+   * happens under defer_mu instead. */
+  pthread_mutex_t defer_mu;
+  struct bufx *deferred;  /* linked through bufx.defer_next */
+  atomic_int defer_flag;  /* deferred is not empty: a lock-free test for sweeps */
+  int owner_gone;
 };
 
 /* From any thread: queued work finished; wakes dev_progress_wait (cheap when

@@ -12,10 +12,11 @@
  *     fprintf(stderr, "%s\n", gpulua_error(g));
  *   gpulua_close(g);
  *
- * Build:  cc -I<gpulua>/interp $(pkg-config --cflags lua5.4) app.c \
- *           <gpulua>/build/libgpulua.a /usr/lib/x86_64-linux-gnu/liblua5.4.a \
- *           -lopenblas -lm -ldl -pthread        (-lopenblas only if make found OpenBLAS;
- *           a CUDA build adds /usr/local/cuda/lib64/libcudart_static.a -lrt -lstdc++)
+ * Build, after `make install PREFIX=...` (PKG_CONFIG_PATH=PREFIX/lib/pkgconfig):
+ *   cc app.c $(pkg-config --cflags --libs gpulua)      (libgpulua.so, liblua5.4.so)
+ * or with gpulua and Lua inside the binary:
+ *   cc app.c $(pkg-config --static --cflags gpulua) -Wl,-Bstatic $(pkg-config --libs gpulua) \
+ *      -Wl,-Bdynamic -Wl,--as-needed $(pkg-config --static --libs gpulua)
  *
  * Instances and threads: each gpulua_open() makes an independent interpreter
  * (its own lua_State and device context); several may live in one process and
@@ -229,6 +230,166 @@ const char *gpulua_error(gpulua *g);
 /* Finishes queued work, releases the interpreter and every device object it
  * holds, and frees the handle.  gpulua_close(NULL) does nothing. */
 void gpulua_close(gpulua *g);
+
+/* ---- DLPack ---------------------------------------------------------------
+ *
+ * Tensors cross to and from other libraries (PyTorch, CuPy, JAX, ...) as
+ * DLPack managed tensors, without copying.  The declarations below follow
+ * the published DLPack ABI (dlpack.h 1.x, which keeps the 0.8 layout of the
+ * legacy DLManagedTensor); they are skipped when the application included
+ * the real dlpack.h first, and the real one is skipped when included after
+ * this header (same include guard), so either order compiles.
+ *
+ * Memory kinds:  "device" tensors are kDLCUDA with device_id = this
+ * instance's GPU on the cuda backend; "pinned" are kDLCUDAHost; "host" are
+ * kDLCPU.  On the host backend there is no GPU: every tensor, "device" ones
+ * included, is exported as kDLCPU (device_id 0), and importing kDLCUDA fails.
+ * kDLCUDA imports must be on this instance's GPU; kDLCUDAManaged and other
+ * device types are refused.
+ *
+ * Ordering: the legacy protocol carries no stream.  gpulua_to_dlpack first
+ * waits for every queued op that reads or writes the tensor (a counted sync
+ * when it has to wait; refused under gpu.nosync), so the consumer may read and
+ * write the memory at once, on any stream.  An imported tensor must be ready
+ * when it is pushed: the producer has finished writing it.
+ *
+ * Lifetime and threads: an export keeps the tensor's memory alive (not the
+ * Lua object) until the consumer calls its deleter, which it may do from
+ * any thread, also after gpulua_close: the memory (and what the device
+ * layer needs to free it) outlives the instance until then.  While the
+ * instance is open, a deleter called on another thread only queues the
+ * release; the owner thread frees the memory at its next allocation or
+ * synchronize.  An import owns the managed tensor once the push succeeds:
+ * gpulua calls its deleter exactly once, on the thread using the instance
+ * (or in gpulua_close), after the last tensor viewing the memory is closed
+ * or collected and every op queued on it has finished.
+ */
+#ifndef DLPACK_DLPACK_H_
+#define DLPACK_DLPACK_H_
+
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 1
+
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} DLPackVersion;
+
+#ifdef __cplusplus
+typedef enum : int32_t {
+#else
+typedef enum {
+#endif
+  kDLCPU = 1,
+  kDLCUDA = 2,
+  kDLCUDAHost = 3,          /* page-locked host memory (cudaMallocHost) */
+  kDLOpenCL = 4,
+  kDLVulkan = 7,
+  kDLMetal = 8,
+  kDLVPI = 9,
+  kDLROCM = 10,
+  kDLROCMHost = 11,
+  kDLExtDev = 12,
+  kDLCUDAManaged = 13,
+  kDLOneAPI = 14,
+  kDLWebGPU = 15,
+  kDLHexagon = 16,
+  kDLMAIA = 17,
+  kDLTrn = 18
+} DLDeviceType;
+
+typedef struct {
+  DLDeviceType device_type;
+  int32_t device_id;        /* 0 for host memory of any kind */
+} DLDevice;
+
+typedef enum {
+  kDLInt = 0U,
+  kDLUInt = 1U,
+  kDLFloat = 2U,
+  kDLOpaqueHandle = 3U,
+  kDLBfloat = 4U,
+  kDLComplex = 5U,
+  kDLBool = 6U,
+  kDLFloat8_e3m4 = 7U,
+  kDLFloat8_e4m3 = 8U,
+  kDLFloat8_e4m3b11fnuz = 9U,
+  kDLFloat8_e4m3fn = 10U,
+  kDLFloat8_e4m3fnuz = 11U,
+  kDLFloat8_e5m2 = 12U,
+  kDLFloat8_e5m2fnuz = 13U,
+  kDLFloat8_e8m0fnu = 14U,
+  kDLFloat6_e2m3fn = 15U,
+  kDLFloat6_e3m2fn = 16U,
+  kDLFloat4_e2m1fn = 17U
+} DLDataTypeCode;
+
+/* code is a DLDataTypeCode; gpulua's dtypes all have lanes = 1 */
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+  void *data;               /* base pointer; the first element is at data + byte_offset */
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;           /* ndim sizes */
+  int64_t *strides;         /* ndim strides in elements; NULL: compact C order */
+  uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;        /* the producer's */
+  void (*deleter)(struct DLManagedTensor *self);   /* may be NULL */
+} DLManagedTensor;
+
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+#define DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (1UL << 2UL)
+
+typedef struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned *self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+#endif /* DLPACK_DLPACK_H_ */
+
+/* Export the tensor at index idx of gpulua_state(g)'s stack, without
+ * copying: *out describes its memory (data + byte_offset, shape, strides in
+ * elements, never NULL) and keeps it alive until the consumer calls
+ * (*out)->deleter(*out), exactly once, from any thread.  Waits for queued
+ * work on the tensor first (see Ordering).  Returns 0, or non-zero with the
+ * message in gpulua_error() (not a tensor, a closed tensor, a sync refused by
+ * gpu.nosync, out of memory); *out is then NULL.  The stack is unchanged. */
+int gpulua_to_dlpack(gpulua *g, int idx, DLManagedTensor **out);
+
+/* Push a tensor viewing m's memory onto gpulua_state(g)'s stack, without
+ * copying.  On success (0) the tensor owns m and gpulua calls m->deleter(m)
+ * once (see Lifetime); on failure (non-zero, message in gpulua_error(),
+ * nothing pushed) the caller still owns m and must call its deleter itself.
+ * Refused: m NULL, data NULL, ndim above 8 or negative, a size of 0 or less
+ * (gpulua has no empty tensors), lanes other than 1, a dtype gpulua does not
+ * have (f32 f64 f16 bf16 i8 u8 i32 i64 bool), a misaligned first element,
+ * negative strides or strides that overflow, device types other than those
+ * above, kDLCUDA on the host backend or on another GPU, and the same m pushed
+ * again while the tensor from the first push is alive. */
+int gpulua_push_dlpack(gpulua *g, DLManagedTensor *m);
+
+#if defined(DLPACK_MAJOR_VERSION) && DLPACK_MAJOR_VERSION >= 1
+/* The same for the versioned struct of DLPack 1.x (available when the
+ * dlpack.h in use is 1.x, or when this header declared it).  Exports carry
+ * version 1.1 and flags 0.  Imports are refused when the major version is
+ * not 1 (call the deleter yourself, as the spec says) or the tensor is
+ * marked read-only: gpulua tensors are always writable. */
+int gpulua_to_dlpack_versioned(gpulua *g, int idx, DLManagedTensorVersioned **out);
+int gpulua_push_dlpack_versioned(gpulua *g, DLManagedTensorVersioned *m);
+#endif
 
 #ifdef __cplusplus
 }

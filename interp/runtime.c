@@ -283,3 +283,83 @@ int gpulua_register_kernel(gpulua *g, const char *name, const char *params,
   gpulua_bind_kernel k = {name, params, fn, ud};
   return call_entry(g, gpulua_bind_register_kernel, &k, 0, 0, "gpulua_register_kernel");
 }
+
+/* ---- DLPack ------------------------------------------------------------- */
+
+/* Run f(value at idx or nothing, p, versioned) protected, without a
+ * traceback (these are API errors, not script errors), leaving nresults. */
+static int dlpack_call(gpulua *g, const char *fname, lua_CFunction f, int idx, void *p, int versioned,
+                       int nresults) {
+  lua_State *L = g->L;
+  if (!lua_checkstack(L, 4)) {
+    set_error(g, "not enough Lua stack");
+    return LUA_ERRMEM;
+  }
+  lua_pushcfunction(L, f);
+  int nargs = 2;
+  if (idx) {
+    lua_pushvalue(L, idx);
+    nargs = 3;
+  }
+  lua_pushlightuserdata(L, p);
+  lua_pushboolean(L, versioned);
+  int status = lua_pcall(L, nargs, nresults, 0);
+  if (status != LUA_OK) {
+    const char *msg = top_message(L);
+    size_t n = strlen(fname) + strlen(msg) + 3;
+    char *m = malloc(n);
+    if (m != NULL) {
+      /* the bindings' import messages name the function already */
+      if (strncmp(msg, fname, strlen(fname)) == 0)
+        snprintf(m, n, "%s", msg);
+      else
+        snprintf(m, n, "%s: %s", fname, msg);
+    }
+    set_error(g, m ? m : msg);
+    free(m);
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+/* out: a DLManagedTensor ** or DLManagedTensorVersioned **, already NULLed */
+static int to_dlpack(gpulua *g, const char *fname, int idx, void *out, int versioned) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  char msg[128];
+  if (out == NULL || lua_type(g->L, idx) == LUA_TNONE) {
+    if (out == NULL)
+      snprintf(msg, sizeof msg, "%s: out is NULL", fname);
+    else
+      snprintf(msg, sizeof msg, "%s: stack index %d is not valid", fname, idx);
+    set_error(g, msg);
+    return LUA_ERRRUN;
+  }
+  return dlpack_call(g, fname, gpulua_bind_dlpack_export, lua_absindex(g->L, idx), out, versioned, 0);
+}
+
+static int push_dlpack(gpulua *g, const char *fname, void *m, int versioned) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  return dlpack_call(g, fname, gpulua_bind_dlpack_import, 0, m, versioned, 1);
+}
+
+int gpulua_to_dlpack(gpulua *g, int idx, DLManagedTensor **out) {
+  if (out != NULL)
+    *out = NULL;
+  return to_dlpack(g, "gpulua_to_dlpack", idx, out, 0);
+}
+
+int gpulua_push_dlpack(gpulua *g, DLManagedTensor *m) {
+  return push_dlpack(g, "gpulua_push_dlpack", m, 0);
+}
+
+int gpulua_to_dlpack_versioned(gpulua *g, int idx, DLManagedTensorVersioned **out) {
+  if (out != NULL)
+    *out = NULL;
+  return to_dlpack(g, "gpulua_to_dlpack_versioned", idx, out, 1);
+}
+
+int gpulua_push_dlpack_versioned(gpulua *g, DLManagedTensorVersioned *m) {
+  return push_dlpack(g, "gpulua_push_dlpack_versioned", m, 1);
+}

@@ -1,0 +1,321 @@
+/* DLPack: tensors shared with other libraries without copying.  The public
+ * side (the struct declarations, gpulua_to_dlpack, gpulua_push_dlpack) is in
+ * interp/gpulua.h; here are the two conversions and gpu.from_dlpack(p), for
+ * a script that an application hands a managed tensor to as a light
+ * userdata. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bindings.h"
+#include "common.h"
+#include "gpulua.h"
+
+/* The registry key of a weak-valued table: managed tensor address -> the
+ * tensor handle its import made (a second import of a live one is refused). */
+static const char imports_key = 0;
+
+/* ---- dtypes and devices --------------------------------------------------- */
+
+static DLDataType to_dl_dtype(dev_dtype t) {
+  DLDataType d = {kDLFloat, 32, 1};
+  switch (t) {
+  case DEV_F32: d.code = kDLFloat; d.bits = 32; break;
+  case DEV_F64: d.code = kDLFloat; d.bits = 64; break;
+  case DEV_F16: d.code = kDLFloat; d.bits = 16; break;
+  case DEV_BF16: d.code = kDLBfloat; d.bits = 16; break;
+  case DEV_I8: d.code = kDLInt; d.bits = 8; break;
+  case DEV_U8: d.code = kDLUInt; d.bits = 8; break;
+  case DEV_I32: d.code = kDLInt; d.bits = 32; break;
+  case DEV_I64: d.code = kDLInt; d.bits = 64; break;
+  case DEV_BOOL: d.code = kDLBool; d.bits = 8; break;
+  default: break;
+  }
+  return d;
+}
+
+static int from_dl_dtype(DLDataType d, dev_dtype *out) {
+  for (int t = 0; t < DEV_NDTYPE; t++) {
+    DLDataType x = to_dl_dtype((dev_dtype)t);
+    if (x.code == d.code && x.bits == d.bits) {
+      *out = (dev_dtype)t;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static const char *dl_code_name(unsigned code) {
+  static const char *const names[] = {"int", "uint", "float", "opaque handle", "bfloat", "complex", "bool"};
+  return code < sizeof names / sizeof names[0] ? names[code] : code <= kDLFloat4_e2m1fn ? "float8/6/4" : "unknown";
+}
+
+static const char *dl_device_name(int type) {
+  switch (type) {
+  case kDLCPU: return "kDLCPU";
+  case kDLCUDA: return "kDLCUDA";
+  case kDLCUDAHost: return "kDLCUDAHost";
+  case kDLCUDAManaged: return "kDLCUDAManaged";
+  case kDLROCM: return "kDLROCM";
+  case kDLROCMHost: return "kDLROCMHost";
+  case kDLOpenCL: return "kDLOpenCL";
+  case kDLVulkan: return "kDLVulkan";
+  case kDLMetal: return "kDLMetal";
+  case kDLOneAPI: return "kDLOneAPI";
+  default: return "an unknown device type";
+  }
+}
+
+static int host_backend(dev_ctx *ctx) { return strcmp(dev_backend_name(ctx), "host") == 0; }
+
+/* ---- export --------------------------------------------------------------- */
+
+/* One allocation per export: both struct flavours (one is used), and the
+ * shape and strides they point to. */
+typedef struct dl_export {
+  DLManagedTensor legacy;
+  DLManagedTensorVersioned versioned;
+  dev_buf *buf;
+  int64_t shape[DEV_MAXDIM], strides[DEV_MAXDIM];
+} dl_export;
+
+/* Any thread, also after gpulua_close: the device layer defers or locks. */
+static void export_free(dl_export *e) {
+  dev_buf_release_async(e->buf);
+  free(e);
+}
+static void legacy_deleter(DLManagedTensor *m) { if (m) export_free(m->manager_ctx); }
+static void versioned_deleter(DLManagedTensorVersioned *m) { if (m) export_free(m->manager_ctx); }
+
+/* (tensor, out: a DLManagedTensor ** or DLManagedTensorVersioned **, versioned)
+ * Called by the runtime in protected mode; *out is set only on success (the
+ * runtime has set it to NULL). */
+int gpulua_bind_dlpack_export(lua_State *L) {
+  void *out = lua_touserdata(L, 2);
+  int versioned = lua_toboolean(L, 3);
+  gpu_tensor *t = bind_test_tensor_handle(L, 1);
+  if (!t) return luaL_error(L, "not a gpu.Tensor (got %s)", bind_typename(L, 1));
+  if (!t->v.buf) return luaL_error(L, "the tensor is closed");
+  dev_ctx *ctx = bind_ctx(L);
+  bind_call_site(L, ctx, "to_dlpack");
+  /* the consumer may read or write at once, on any stream */
+  if (dev_buf_wait(t->v.buf, "a DLPack export") != DEV_OK) bind_raise(L, ctx, "to_dlpack");
+  dl_export *e = calloc(1, sizeof *e);
+  if (!e) return luaL_error(L, "to_dlpack: out of memory");
+  /* nothing below raises */
+  const dev_view *v = &t->v;
+  DLTensor *dl = versioned ? &e->versioned.dl_tensor : &e->legacy.dl_tensor;
+  e->buf = v->buf;
+  dl->data = v->buf->ptr;
+  dl->byte_offset = v->offset;
+  dl->ndim = v->ndim;
+  dl->dtype = to_dl_dtype(v->dtype);
+  for (int d = 0; d < v->ndim; d++) {
+    e->shape[d] = v->shape[d];
+    e->strides[d] = v->stride[d];
+  }
+  dl->shape = e->shape;
+  dl->strides = e->strides;
+  dl->device.device_id = 0;
+  if (host_backend(ctx)) {
+    dl->device.device_type = kDLCPU;
+  } else if (v->buf->kind == DEV_MEM_DEVICE) {
+    dl->device.device_type = kDLCUDA;
+    dl->device.device_id = v->buf->device;
+  } else {
+    dl->device.device_type = v->buf->kind == DEV_MEM_PINNED ? kDLCUDAHost : kDLCPU;
+  }
+  dev_buf_retain(v->buf);
+  if (versioned) {
+    e->versioned.version.major = DLPACK_MAJOR_VERSION;
+    e->versioned.version.minor = DLPACK_MINOR_VERSION;
+    e->versioned.manager_ctx = e;
+    e->versioned.deleter = versioned_deleter;
+    e->versioned.flags = 0;
+    *(DLManagedTensorVersioned **)out = &e->versioned;
+  } else {
+    e->legacy.manager_ctx = e;
+    e->legacy.deleter = legacy_deleter;
+    *(DLManagedTensor **)out = &e->legacy;
+  }
+  return 0;
+}
+
+/* ---- import --------------------------------------------------------------- */
+
+/* Raise: an argument error when the script called (arg > 0), else a plain
+ * message for the C API.  Formats with snprintf: lua_pushfstring lacks %llu. */
+static int import_fail(lua_State *L, int arg, const char *fname, const char *fmt, ...)
+  __attribute__((format(printf, 4, 5)));
+static int import_fail(lua_State *L, int arg, const char *fname, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (arg > 0) return luaL_argerror(L, arg, msg);
+  return luaL_error(L, "%s: %s", fname, msg);
+}
+
+static void release_legacy(void *ud, void *ptr) {
+  (void)ptr;
+  DLManagedTensor *m = ud;
+  if (m->deleter) m->deleter(m);
+}
+
+static void release_versioned(void *ud, void *ptr) {
+  (void)ptr;
+  DLManagedTensorVersioned *m = ud;
+  if (m->deleter) m->deleter(m);
+}
+
+/* Push the weak table of imports. */
+static void push_imports(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &imports_key) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &imports_key);
+}
+
+/* Push a tensor viewing p's memory (a DLManagedTensor, or a
+ * DLManagedTensorVersioned if versioned), owning p on success only: every
+ * check, and the one Lua allocation, come before the wrap. */
+static int push_import(lua_State *L, void *p, int versioned, int arg, const char *fname) {
+  if (!p) return import_fail(L, arg, fname, "the managed tensor is NULL");
+  const DLTensor *dl;
+  if (versioned) {
+    const DLManagedTensorVersioned *mv = p;
+    if (mv->version.major != DLPACK_MAJOR_VERSION)
+      return import_fail(L, arg, fname, "DLPack version %u.%u (this gpulua reads %d.x)",
+                         (unsigned)mv->version.major, (unsigned)mv->version.minor, DLPACK_MAJOR_VERSION);
+    if (mv->flags & DLPACK_FLAG_BITMASK_READ_ONLY)
+      return import_fail(L, arg, fname, "the tensor is read-only (gpulua tensors are always writable)");
+    dl = &mv->dl_tensor;
+  } else {
+    dl = &((const DLManagedTensor *)p)->dl_tensor;
+  }
+  dev_ctx *ctx = bind_ctx(L);
+  if (dl->ndim < 0 || dl->ndim > DEV_MAXDIM)
+    return import_fail(L, arg, fname, "ndim %d (gpulua tensors have 0 to %d dims)", (int)dl->ndim, DEV_MAXDIM);
+  if (dl->dtype.lanes != 1)
+    return import_fail(L, arg, fname, "dtype with %u lanes (only 1 is supported)", (unsigned)dl->dtype.lanes);
+  dev_dtype dt;
+  if (from_dl_dtype(dl->dtype, &dt))
+    return import_fail(L, arg, fname, "unsupported dtype (code %u '%s', %u bits); gpulua has f32 f64 f16 "
+                       "bf16 i8 u8 i32 i64 bool", (unsigned)dl->dtype.code, dl_code_name(dl->dtype.code),
+                       (unsigned)dl->dtype.bits);
+  dev_memkind kind;
+  switch ((int)dl->device.device_type) {
+  case kDLCPU: kind = DEV_MEM_HOST; break;
+  case kDLCUDAHost: kind = DEV_MEM_PINNED; break;
+  case kDLCUDA:
+    if (host_backend(ctx))
+      return import_fail(L, arg, fname, "kDLCUDA memory cannot be used on the host backend (no GPU)");
+    if (dl->device.device_id != dev_current_device(ctx))
+      return import_fail(L, arg, fname, "kDLCUDA memory of device %d; this interpreter drives device %d",
+                         (int)dl->device.device_id, dev_current_device(ctx));
+    kind = DEV_MEM_DEVICE;
+    break;
+  default:
+    return import_fail(L, arg, fname, "device type %d (%s) is not supported (kDLCPU, kDLCUDAHost or kDLCUDA)",
+                       (int)dl->device.device_type, dl_device_name((int)dl->device.device_type));
+  }
+  if (!dl->data) return import_fail(L, arg, fname, "data is NULL");
+  if (dl->ndim > 0 && !dl->shape) return import_fail(L, arg, fname, "shape is NULL");
+  dev_view v;
+  memset(&v, 0, sizeof v);
+  v.dtype = dt;
+  v.ndim = dl->ndim;
+  int64_t expect = 1, hi = 0;
+  for (int d = dl->ndim - 1; d >= 0; d--) {
+    if (dl->shape[d] <= 0)
+      return import_fail(L, arg, fname, "size %lld in dim %d (gpulua has no empty tensors)",
+                         (long long)dl->shape[d], d + 1);
+    v.shape[d] = dl->shape[d];
+    v.stride[d] = dl->strides ? dl->strides[d] : expect;
+    /* the kernels walk views forwards only */
+    if (v.stride[d] < 0)
+      return import_fail(L, arg, fname, "negative stride %lld in dim %d is not supported",
+                         (long long)v.stride[d], d + 1);
+    if (__builtin_mul_overflow(expect, dl->shape[d], &expect) || expect > ((int64_t)1 << 56))
+      return import_fail(L, arg, fname, "too many elements");
+    /* the last element lies hi elements after the first */
+    uint64_t ext;
+    if (__builtin_mul_overflow((uint64_t)(v.shape[d] - 1), (uint64_t)v.stride[d], &ext) ||
+        ext > (uint64_t)(INT64_MAX / 16))
+      return import_fail(L, arg, fname, "stride %lld in dim %d is too large", (long long)v.stride[d], d + 1);
+    hi += (int64_t)ext;
+  }
+  size_t esz = dev_dtype_size(dt), bytes;
+  uintptr_t first = (uintptr_t)dl->data, end;
+  if (__builtin_add_overflow(first, (uintptr_t)dl->byte_offset, &first))
+    return import_fail(L, arg, fname, "byte_offset %llu runs past the address space",
+                       (unsigned long long)dl->byte_offset);
+  if (first & (esz - 1))
+    return import_fail(L, arg, fname, "the first element (data + byte_offset) is not aligned to %zu bytes", esz);
+  if (__builtin_mul_overflow((size_t)hi + 1, esz, &bytes) || __builtin_add_overflow(first, (uintptr_t)bytes, &end))
+    return import_fail(L, arg, fname, "the elements span more than the address space");
+
+  /* a second import of a managed tensor that a live tensor owns */
+  push_imports(L);
+  lua_rawgetp(L, -1, p);
+  gpu_tensor *old = bind_test_tensor_handle(L, -1);
+  if (old && old->v.buf)
+    return import_fail(L, arg, fname, "this managed tensor was imported already and its tensor is alive");
+  lua_pop(L, 1);
+  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
+  memset(t, 0, sizeof *t);
+  t->tag = &bind_tensor_type;
+  luaL_setmetatable(L, GPULUA_TENSOR);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, -3, p);
+  lua_remove(L, -2);
+  /* ownership passes here, and nothing after raises */
+  dev_buf *b;
+  if (dev_buf_wrap(ctx, kind, (void *)first, bytes, versioned ? release_versioned : release_legacy, p, &b) !=
+      DEV_OK)
+    return bind_raise(L, ctx, fname);
+  t->v = v;
+  t->v.buf = b;
+  return 1;
+}
+
+/* (lightuserdata m, versioned) -> tensor, for the runtime's protected call */
+int gpulua_bind_dlpack_import(lua_State *L) {
+  return push_import(L, lua_touserdata(L, 1), lua_toboolean(L, 2), 0,
+                     lua_toboolean(L, 2) ? "gpulua_push_dlpack_versioned" : "gpulua_push_dlpack");
+}
+
+/* gpu.from_dlpack(p [, {versioned = true}]): p a light userdata, a
+ * DLManagedTensor * (or DLManagedTensorVersioned *) that the application
+ * handed to the script.  Returned: the tensor owns p.  Raised: p is still the
+ * application's. */
+static int gpu_from_dlpack(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TLIGHTUSERDATA)
+    return luaL_typeerror(L, 1, "light userdata (a DLManagedTensor * from the application)");
+  bind_check_opts(L, 2, "versioned");
+  int versioned = 0;
+  int ty = bind_opt_field(L, 2, "versioned");
+  if (ty != LUA_TNIL && ty != LUA_TBOOLEAN)
+    return luaL_error(L, "bad option 'versioned' (boolean expected, got %s)", luaL_typename(L, -1));
+  versioned = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return push_import(L, lua_touserdata(L, 1), versioned, 1, "from_dlpack");
+}
+
+static const luaL_Reg funcs[] = {
+  {"from_dlpack", gpu_from_dlpack},
+  {NULL, NULL}
+};
+
+int bind_open_dlpack(lua_State *L) {
+  luaL_setfuncs(L, funcs, 0);
+  return 0;
+}
