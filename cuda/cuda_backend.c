@@ -255,6 +255,11 @@ static int c_open(dev_ctx *ctx, int device) {
 static void c_close(dev_ctx *ctx) {
   cstate *cs = CS(ctx);
   if (!cs) return;
+  /* The last release may come from another thread (a DLPack deleter after
+   * gpulua_close), whose current device need not be ours. */
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+  if (prev != cs->device) cudaSetDevice(cs->device);
   cudaDeviceSynchronize();
   for (pblock *b = cs->pinned_free, *nb; b; b = nb) {
     nb = b->next;
@@ -268,6 +273,7 @@ static void c_close(dev_ctx *ctx) {
   if (cs->flag_host) cudaFreeHost(cs->flag_host);
   if (cs->side) cudaStreamDestroy(cs->side);
   for (int i = 0; i < cs->nnotify; i++) cudaStreamDestroy(cs->notify[i]);
+  if (prev >= 0 && prev != cs->device) cudaSetDevice(prev);
   cudaGetLastError();
   free(cs);
   ctx->bk_state = NULL;
