@@ -123,6 +123,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_OBJ := $(call obj,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC)) $(BUILD)/obj/gen/stdlib.o
 CLI_OBJ := $(call obj,$(CLI_SRC))
 CTESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
+PTY_TOOL := $(BUILD)/tests/tools/pty
 # Keep the C tests' objects, which only a pattern rule mentions.  Only those:
 # a bare .SECONDARY makes every target intermediate, and then a missing
 # library object is not rebuilt while the library is newer than its sources.
@@ -160,7 +161,12 @@ else
 
 all: $(LIB) $(BIN) $(BENCH_BUILT)
 lib: $(LIB)
-tests: $(CTESTS)
+tests: $(CTESTS) $(PTY_TOOL)
+
+# The pseudo-terminal driver of tests/repl.lua (a tool, not a TAP test).
+$(PTY_TOOL): $(BUILD)/obj/tests/tools/pty.o
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $<
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)

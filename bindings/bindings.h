@@ -26,4 +26,8 @@ void gpulua_bind_sync_suspend(lua_State *L, int suspend);
  * when queued work failed.  Never raises. */
 int gpulua_bind_finish(lua_State *L);
 
+/* This interpreter's device context, NULL while the gpu module is not open:
+ * for the CLI (Ctrl-C's dev_interrupt, the REPL's prompt). */
+struct dev_ctx *gpulua_bind_dev(lua_State *L);
+
 #endif
