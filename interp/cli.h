@@ -18,6 +18,9 @@ int cli_report(lua_State *L, int status, const char *pname);
  * work runs on).  The SIGINT handler before the call is restored after it. */
 int cli_docall(gpulua *g, int narg, int nres);
 
+/* How many Ctrl-Cs cli_docall has taken so far. */
+unsigned cli_sigints(void);
+
 /* gpu.run(): the queued tasks, in protected mode; reports an error itself. */
 int cli_run_tasks(gpulua *g);
 

@@ -48,6 +48,7 @@ struct cli {
  * handler has no other way to find them; the program has one interpreter). */
 static lua_State *globalL = NULL;
 static dev_ctx *globalctx = NULL;
+static volatile sig_atomic_t sigints;   /* Ctrl-Cs cli_docall took */
 
 static void setsignal(int sig, void (*handler)(int), struct sigaction *old) {
   struct sigaction sa;
@@ -72,6 +73,7 @@ static void lstop(lua_State *L, lua_Debug *ar) {
 static void laction(int sig) {
   int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
   setsignal(sig, SIG_DFL, NULL);
+  sigints++;
   if (globalctx != NULL)
     dev_interrupt(globalctx);
   lua_sethook(globalL, lstop, flag, 1);
@@ -164,6 +166,8 @@ int cli_docall(gpulua *g, int narg, int nres) {
     dev_interrupt_take(globalctx);
   return status;
 }
+
+unsigned cli_sigints(void) { return (unsigned)sigints; }
 
 static void print_version(void) {
   printf("gpulua %s (%s, REPL line editing: %s)\n", GPULUA_VERSION_STRING, LUA_RELEASE,

@@ -525,6 +525,31 @@ static void print_results(gpulua *g) {
   }
 }
 
+/* The tasks the statement queued run before the next prompt.  Once Ctrl-C
+ * interrupted that, they stay queued and get one round per statement
+ * (gpu.run(0)) until they are done or gpu.run() is called: the prompt does
+ * not block on them again. */
+static void run_tasks(gpulua *g, int *held) {
+  lua_State *L = gpulua_state(g);
+  unsigned before = cli_sigints();
+  lua_pushcfunction(L, gpulua_bind_run);
+  if (*held)
+    lua_pushinteger(L, 0);
+  int status = cli_docall(g, *held ? 1 : 0, 1);
+  if (status == LUA_OK) {
+    if (lua_tointeger(L, -1) == 0)
+      *held = 0;
+  } else {
+    fflush(stdout);
+    cli_report(L, status, NULL);
+    if (cli_sigints() != before) {
+      *held = 1;
+      cli_message(NULL, "(the tasks stay queued; gpu.run() waits for them)");
+    }
+  }
+  lua_settop(L, 0);
+}
+
 int cli_repl_has_libedit(void) {
 #ifdef GPULUA_HAVE_LIBEDIT
   return 1;
@@ -545,7 +570,7 @@ void cli_repl(gpulua *g, int sync_warn) {
   if (repl.tty)
     edit_init();
 #endif
-  int status;
+  int status, held = 0;
   while ((status = loadline(L)) != LOAD_EOF) {
     if (status == READ_INTR)
       continue;
@@ -557,9 +582,8 @@ void cli_repl(gpulua *g, int sync_warn) {
       fflush(stdout);
       cli_report(L, status, NULL);
     }
-    /* tasks the statement queued run before the next prompt */
     lua_settop(L, 0);
-    cli_run_tasks(g);
+    run_tasks(g, &held);
     fflush(stdout);
   }
   lua_settop(L, 0);

@@ -9,6 +9,8 @@
  *
  *   send TEXT     write TEXT to the terminal (C escapes: \n \r \t \e \\ \xHH;
  *                 \x03 is Ctrl-C, \x04 Ctrl-D)
+ *   type TEXT     send TEXT once the terminal is in raw mode (a line editor
+ *                 reads it), as a person typing at a prompt would
  *   expect TEXT   wait until TEXT appears in the output after the end of the
  *                 previous match (same escapes)
  *   sleep MS      let MS milliseconds pass (reading output meanwhile)
@@ -137,7 +139,15 @@ static int run_script(double timeout) {
     if (sp) *sp = '\0';
     size_t alen = unescape(a, arg);
     double deadline = now() + timeout;
-    if (strcmp(line, "send") == 0) {
+    if (strcmp(line, "type") == 0) {
+      for (;;) {
+        struct termios t;
+        if (tcgetattr(master, &t) == 0 && !(t.c_lflag & ICANON)) break;
+        if (now() > deadline) return fail("timeout waiting for raw mode to type '%s'", a);
+        pump(5);
+      }
+    }
+    if (strcmp(line, "send") == 0 || strcmp(line, "type") == 0) {
       for (size_t off = 0; off < alen;) {
         ssize_t n = write(master, arg + off, alen - off);
         if (n < 0 && errno != EINTR && errno != EAGAIN) return fail("send: %s", strerror(errno));
