@@ -13,6 +13,7 @@
  * printed, each result goes to stdout as its statement ends and errors to
  * stderr. */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,21 @@ static void catch_sigint(void) {
   sa.sa_flags = 0;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
+}
+
+/* Wait until the terminal has input, or Ctrl-C (-1).  SIGINT is blocked
+ * until ppoll unblocks it atomically, so a Ctrl-C that comes just before the
+ * wait is not lost. */
+static int wait_input(int fd) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigprocmask(SIG_BLOCK, &block, &old);
+  struct pollfd p = {fd, POLLIN, 0};
+  while (!repl.intr && ppoll(&p, 1, NULL, &old) < 0 && errno == EINTR) {
+  }
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return repl.intr ? -1 : 0;
 }
 
 /* ---- prompts ------------------------------------------------------------ */
@@ -130,7 +146,6 @@ static void history_close(void) {
   repl.history = NULL;
 }
 #else
-static void history_open(void) {}
 static void saveline(const char *line) { (void)line; }
 static void history_close(void) {}
 #endif
@@ -317,7 +332,7 @@ static int getc_intr(FILE *f) {
   unsigned char c;
   int fd = f != NULL ? fileno(f) : 0;
   for (;;) {
-    if (repl.intr)   /* Ctrl-C before libedit began to read */
+    if (wait_input(fd) < 0)
       return EOF;
     ssize_t n = read(fd, &c, 1);
     if (n == 1)
@@ -353,7 +368,8 @@ static int read_plain(lua_State *L, const char *prompt) {
   }
   char *b = NULL;
   size_t cap = 0;
-  ssize_t n = getline(&b, &cap, stdin);
+  /* a terminal gives a line per read, so stdin holds nothing buffered here */
+  ssize_t n = repl.tty && wait_input(0) < 0 ? -1 : getline(&b, &cap, stdin);
   if (n < 0) {
     free(b);
     if (repl.intr) {
