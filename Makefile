@@ -134,6 +134,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_OBJ := $(call obj,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC)) $(BUILD)/obj/gen/stdlib.o
 CLI_OBJ := $(call obj,$(CLI_SRC))
 CTESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
+PTY_TOOL := $(BUILD)/tests/tools/pty
 # Keep the C tests' objects, which only a pattern rule mentions.  Only those:
 # a bare .SECONDARY makes every target intermediate, and then a missing
 # library object is not rebuilt while the library is newer than its sources.
@@ -182,7 +183,12 @@ else
 
 all: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN) $(BENCH_BUILT)
 lib: $(LIB)
-tests: $(CTESTS) $(EXAMPLES) $(TWOSTATES)
+tests: $(CTESTS) $(EXAMPLES) $(TWOSTATES) $(PTY_TOOL)
+
+# The pseudo-terminal driver of tests/repl.lua (a tool, not a TAP test).
+$(PTY_TOOL): $(BUILD)/obj/tests/tools/pty.o
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $<
 
 # Objects are rebuilt when the flags change (a build dir from before -fPIC).
 $(BUILD)/cflags: FORCE

@@ -54,4 +54,8 @@ int gpulua_bind_register_kernel(lua_State *L);  /* (kernel) */
 int gpulua_bind_dlpack_export(lua_State *L);
 int gpulua_bind_dlpack_import(lua_State *L);
 
+/* This interpreter's device context, NULL while the gpu module is not open:
+ * for the CLI (Ctrl-C's dev_interrupt, the REPL's prompt). */
+struct dev_ctx *gpulua_bind_dev(lua_State *L);
+
 #endif

@@ -463,6 +463,13 @@ int luaopen_gpu(lua_State *L) {
   return 1;
 }
 
+struct dev_ctx *gpulua_bind_dev(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key);
+  gpu_state *st = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return st ? st->ctx : NULL;
+}
+
 int gpulua_bind_finish(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key);
   gpu_state *st = lua_touserdata(L, -1);

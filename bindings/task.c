@@ -351,8 +351,8 @@ static int loop_body(lua_State *L) {
       return luaL_error(L, "gpu.run: %d task%s await each other and nothing else (a cycle of gpu.await)",
                         (int)n, n == 1 ? "" : "s");
     }
-    /* wake now and then for Ctrl-C */
-    dev_progress_wait(ctx, gen, left < 0.05 ? left : 0.05);
+    /* wake now and then for Ctrl-C's hook; an interrupt (dev_interrupt) ends the wait */
+    if (dev_progress_wait(ctx, gen, left < 0.05 ? left : 0.05) < 0) return bind_raise(L, ctx, "gpu.run");
   }
   lua_pushinteger(L, (lua_Integer)lua_rawlen(L, queue));
   return 1;

@@ -7,9 +7,11 @@
  * buffer release, a wait), and eagerly after ops that touch host memory, so
  * that host-access fences wait for exactly the copy that fills a buffer. */
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -387,12 +389,35 @@ static int c_pos_done(dev_stream *s, uint64_t pos) {
   return c_stream_idle(s);
 }
 
-static int c_pos_wait(dev_stream *s, uint64_t pos) {
+/* cudaStreamSynchronize (ev NULL) or cudaEventSynchronize; interruptible
+ * (intr): polls instead, returning cudaErrorNotReady once dev_interrupt is
+ * pending.  It yields between polls and never sleeps: that is what the
+ * runtime's own wait does by default (cudaDeviceScheduleAuto spins or yields
+ * while the machine has a core per context), so a sync wakes as soon. */
+static cudaError_t c_sync(dev_ctx *ctx, cudaStream_t st, cudaEvent_t ev, int intr) {
+  if (!intr) return ev ? cudaEventSynchronize(ev) : cudaStreamSynchronize(st);
+  for (;;) {
+    cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(st);
+    if (e != cudaErrorNotReady) return e;
+    cudaGetLastError();
+    if (dev_intr_pending(ctx)) return e;
+    sched_yield();
+  }
+}
+
+#define CK_SYNC(ctx, e, intr)                                                   \
+  do {                                                                          \
+    if ((e) == cudaErrorNotReady && (intr)) return DEV_ERR_INTERRUPTED;         \
+    if ((e) != cudaSuccess) return cuda_fail((ctx), (e), "synchronize");        \
+  } while (0)
+
+static int c_wait(dev_stream *s, uint64_t pos, int intr) {
   cstream *c = CST(s);
   if (pos <= c->known_done) return DEV_OK;
   if (pos >= c->enq) {
     /* everything queued: one call, no marker to record (the round trip) */
-    CK(s->ctx, cudaStreamSynchronize(c->st), "synchronize");
+    cudaError_t e = c_sync(s->ctx, c->st, NULL, intr);
+    CK_SYNC(s->ctx, e, intr);
     c->known_done = c->enq;
     while (c->n > 0) {
       ev_put(s->ctx, c->mk[c->head].ev);
@@ -406,12 +431,16 @@ static int c_pos_wait(dev_stream *s, uint64_t pos) {
   int rc = marker_for(s, pos, &m);
   if (rc) return rc;
   uint64_t covered = m->covered;
-  CK(s->ctx, cudaEventSynchronize(m->ev), "synchronize");
+  cudaError_t e = c_sync(s->ctx, NULL, m->ev, intr);
+  CK_SYNC(s->ctx, e, intr);
   if (covered > c->known_done) c->known_done = covered;
   retire(s);
   check_flag(s->ctx);
   return DEV_OK;
 }
+
+static int c_pos_wait(dev_stream *s, uint64_t pos) { return c_wait(s, pos, 0); }
+static int c_pos_wait_intr(dev_stream *s, uint64_t pos) { return c_wait(s, pos, 1); }
 
 static int c_stream_wait(dev_stream *s, dev_stream *other, uint64_t pos) {
   if (c_pos_done(other, pos)) return DEV_OK;
@@ -453,7 +482,9 @@ static int c_event_query(dev_event *e) {
 }
 
 static int c_event_sync(dev_event *e) {
-  CK(e->ctx, cudaEventSynchronize((cudaEvent_t)e->impl), "synchronize");
+  int intr = dev_intr_enabled(e->ctx);
+  cudaError_t r = c_sync(e->ctx, NULL, (cudaEvent_t)e->impl, intr);
+  CK_SYNC(e->ctx, r, intr);
   check_flag(e->ctx);
   return DEV_OK;
 }
@@ -1008,6 +1039,7 @@ const dev_backend dev_cuda_backend = {
   .stream_native = c_stream_native,
   .pos_done = c_pos_done,
   .pos_wait = c_pos_wait,
+  .pos_wait_intr = c_pos_wait_intr,
   .watch = c_watch,
   .watch_done = c_watch_done,
   .watch_free = c_watch_free,

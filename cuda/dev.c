@@ -1,6 +1,7 @@
 /* The device layer shared by every backend: context, counters, validation of
  * ops, and buffer lifetime (a buffer is freed only once the streams that used
  * it are past their last use). */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +255,7 @@ static void drain_deferred(dev_ctx *ctx) {
 
 void dev_close(dev_ctx *ctx) {
   if (!ctx || ctx->closing) return;
+  dev_interrupt_enable(ctx, 0);
   ctx->sync_policy = DEV_SYNC_ALLOW;   /* closing always waits, quietly */
   ctx->sync_warn = NULL;
   dev_synchronize(ctx);
@@ -315,6 +317,34 @@ void dev_set_site(dev_ctx *ctx, const char *site) {
 }
 
 void dev_count_sync(dev_ctx *ctx) { ctx->st.syncs++; }
+
+/* ---- interrupts --------------------------------------------------------- */
+
+void dev_interrupt_enable(dev_ctx *ctx, int on) {
+  atomic_store(&ctx->intr_on, on != 0);
+  if (!on) atomic_store(&ctx->intr, 0);
+}
+
+/* Async-signal-safe: lock-free atomics only. */
+void dev_interrupt(dev_ctx *ctx) {
+  if (ctx && atomic_load(&ctx->intr_on)) atomic_store(&ctx->intr, 1);
+}
+
+int dev_interrupt_take(dev_ctx *ctx) { return atomic_exchange(&ctx->intr, 0) != 0; }
+
+/* A backend wait that gave up: the interrupt is taken, the message set. */
+static int intr_check(dev_ctx *ctx, int rc) {
+  if (rc != DEV_ERR_INTERRUPTED) return rc;
+  atomic_store(&ctx->intr, 0);
+  return dev_fail(ctx, DEV_ERR_INTERRUPTED, "interrupted");
+}
+
+/* The wait of a counted sync: interruptible while enabled. */
+static int sync_wait(dev_ctx *ctx, dev_stream *s, uint64_t pos) {
+  if (ctx->bk->pos_wait_intr && atomic_load(&ctx->intr_on))
+    return intr_check(ctx, ctx->bk->pos_wait_intr(s, pos));
+  return ctx->bk->pos_wait(s, pos);
+}
 
 void dev_set_sync_policy(dev_ctx *ctx, dev_sync_policy p) { ctx->sync_policy = p; }
 dev_sync_policy dev_get_sync_policy(dev_ctx *ctx) { return ctx->sync_policy; }
@@ -556,7 +586,7 @@ static int buf_wait(dev_buf *b, int write, const char *what) {
     if (pos && !ctx->bk->pos_done(u->s, pos)) {
       int rc = entered ? DEV_OK : dev_sync_enter(ctx, what);
       entered = 1;
-      if (rc == DEV_OK) rc = ctx->bk->pos_wait(u->s, pos);
+      if (rc == DEV_OK) rc = sync_wait(ctx, u->s, pos);
       if (rc) { dev_sync_leave(ctx); return rc; }
     }
   }
@@ -642,7 +672,7 @@ int dev_stream_synchronize(dev_stream *s) {
   dev_ctx *ctx = s->ctx;
   int rc = dev_sync_enter(ctx, "stream synchronize");
   if (rc) return rc;
-  rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
+  rc = sync_wait(ctx, s, ctx->bk->stream_pos(s));
   if (rc) { dev_sync_leave(ctx); return rc; }
   if (ctx->race) race_host_waited(ctx, s, NULL);
   dev_sync_leave(ctx);
@@ -726,7 +756,7 @@ int dev_event_synchronize(dev_event *e) {
   int rc0 = dev_sync_enter(ctx, "event synchronize");
   if (rc0) return rc0;
   if (e->recorded) {
-    int rc = ctx->bk->event_sync ? ctx->bk->event_sync(e) : ctx->bk->pos_wait(e->stream, e->pos);
+    int rc = ctx->bk->event_sync ? intr_check(ctx, ctx->bk->event_sync(e)) : sync_wait(ctx, e->stream, e->pos);
     if (rc) { dev_sync_leave(ctx); return rc; }
     if (ctx->race) race_host_waited(ctx, NULL, e);
   }
@@ -774,7 +804,7 @@ int dev_synchronize(dev_ctx *ctx) {
   int rc0 = dev_sync_enter(ctx, "device synchronize");
   if (rc0) return rc0;
   for (dev_stream *s = ctx->streams; s; s = s->next) {
-    int rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
+    int rc = sync_wait(ctx, s, ctx->bk->stream_pos(s));
     if (rc) { dev_sync_leave(ctx); return rc; }
   }
   if (ctx->race) race_host_waited(ctx, NULL, NULL);
@@ -870,11 +900,26 @@ int dev_progress_wait(dev_ctx *ctx, uint64_t gen, double timeout_s) {
   dl.tv_sec += (time_t)(ns / 1000000000);
   dl.tv_nsec = (long)(ns % 1000000000);
   pthread_mutex_lock(&ctx->progress_mu);
-  int rc = 0;
-  while (ctx->progress_gen == gen && rc == 0) rc = pthread_cond_timedwait(&ctx->progress_cv, &ctx->progress_mu, &dl);
+  int rc = 0, intr = 0;
+  /* in slices of 50 ms while an interrupt may come (nothing signals it) */
+  while (ctx->progress_gen == gen && rc == 0 && !(intr = dev_intr_pending(ctx))) {
+    struct timespec until = dl;
+    if (atomic_load(&ctx->intr_on)) {
+      clock_gettime(CLOCK_MONOTONIC, &until);
+      until.tv_nsec += 50000000;
+      if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
+      if (until.tv_sec > dl.tv_sec || (until.tv_sec == dl.tv_sec && until.tv_nsec > dl.tv_nsec)) until = dl;
+    }
+    rc = pthread_cond_timedwait(&ctx->progress_cv, &ctx->progress_mu, &until);
+    if (rc == ETIMEDOUT && (until.tv_sec != dl.tv_sec || until.tv_nsec != dl.tv_nsec)) rc = 0;
+  }
   int moved = ctx->progress_gen != gen;
   pthread_mutex_unlock(&ctx->progress_mu);
   dev_progress_end(ctx);
+  if (!moved && intr) {
+    intr_check(ctx, DEV_ERR_INTERRUPTED);
+    return -1;
+  }
   return moved;
 }
 
@@ -1077,7 +1122,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   for (int i = nb - 1; i >= 0; i--) note_use(BX(views[i]->buf), s, i == 0);
   count_op(ctx, op);
   if (pageable) {
-    if ((rc = ctx->bk->pos_wait(s, ctx->bk->stream_pos(s)))) { dev_sync_leave(ctx); return rc; }
+    if ((rc = sync_wait(ctx, s, ctx->bk->stream_pos(s)))) { dev_sync_leave(ctx); return rc; }
     if (ctx->race) race_host_waited(ctx, s, NULL);
     dev_sync_leave(ctx);
     prune(BX(op->out.buf));
@@ -1138,7 +1183,7 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
   if (rc == DEV_OK && dev_src) {
     bufx *x = BX(tmp);
     for (int i = 0; i < x->nuse && rc == DEV_OK; i++)
-      rc = ctx->bk->pos_wait(x->use[i].s, x->use[i].wpos);
+      rc = sync_wait(ctx, x->use[i].s, x->use[i].wpos);
     if (rc == DEV_OK && ctx->race) race_host_waited(ctx, s, NULL);
     prune(x);
     dev_sync_leave(ctx);

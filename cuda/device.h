@@ -32,7 +32,8 @@ typedef enum {
   DEV_ERR_DEVICE,       /* the backend failed (driver/library text in the message) */
   DEV_ERR_ASYNC,        /* earlier queued work failed; message names op and site */
   DEV_ERR_SYNC,         /* a sync refused by the sync policy (gpu.nosync) */
-  DEV_ERR_RACE          /* the race checker refused an op: nothing was enqueued */
+  DEV_ERR_RACE,         /* the race checker refused an op: nothing was enqueued */
+  DEV_ERR_INTERRUPTED   /* dev_interrupt: the host gave up waiting; the work runs on */
 } dev_status;
 
 typedef struct dev_ctx dev_ctx;
@@ -219,11 +220,29 @@ void dev_watch_release(dev_watch *w);
 /* Sleeping until some watched work finishes, without losing a wakeup:
  *   gen = dev_progress_begin(ctx); test the watches;
  *   none done: dev_progress_wait(ctx, gen, timeout_s), else dev_progress_end(ctx).
- * wait returns 1 when something finished since begin, 0 at the timeout; it
- * ends the begin either way. */
+ * wait returns 1 when something finished since begin, 0 at the timeout, -1
+ * when interrupted (dev_interrupt; the message says so); it ends the begin
+ * in every case. */
 uint64_t dev_progress_begin(dev_ctx *ctx);
 int dev_progress_wait(dev_ctx *ctx, uint64_t gen, double timeout_s);
 void dev_progress_end(dev_ctx *ctx);
+
+/* ---- interrupting the host's waits (Ctrl-C) --------------------------- */
+/* While enabled, the host's waits for the device (every counted sync:
+ * synchronize, device-to-host reads, host-access fences, pageable copies)
+ * and dev_progress_wait give up when the context is interrupted: they
+ * return DEV_ERR_INTERRUPTED with the message "interrupted", and the queued
+ * work runs on and finishes as usual.  dev_interrupt is async-signal-safe
+ * (a signal handler calls it): it marks the context, and the wait in
+ * progress, or the next one that has to wait, takes the mark.
+ * dev_interrupt_take takes a pending mark without waiting (1 if there was
+ * one): for a caller that interrupts otherwise (a Lua hook), or that drops a
+ * stale mark once the interrupted statement has ended.  Off by default: an
+ * interruptible wait polls on cuda (cudaStreamQuery) where a plain one
+ * blocks in the driver; dev_close turns it off (closing always waits). */
+void dev_interrupt_enable(dev_ctx *ctx, int on);
+void dev_interrupt(dev_ctx *ctx);
+int dev_interrupt_take(dev_ctx *ctx);
 
 /* ---- tensors as the device layer sees them --------------------------- */
 /* A strided view of a buffer.  Strides are in elements; a 0-dim view has one

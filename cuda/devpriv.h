@@ -26,13 +26,17 @@ typedef struct dev_backend {
   uint64_t (*stream_pos)(dev_stream *s);   /* position after the last enqueued item */
   int (*pos_done)(dev_stream *s, uint64_t pos);
   int (*pos_wait)(dev_stream *s, uint64_t pos);
+  /* optional: pos_wait that returns DEV_ERR_INTERRUPTED (no message) when
+   * dev_intr_pending, checked at least every 50 ms */
+  int (*pos_wait_intr)(dev_stream *s, uint64_t pos);
   int (*stream_wait)(dev_stream *s, dev_stream *other, uint64_t pos);
 
   int (*event_init)(dev_event *e);
   void (*event_fini)(dev_event *e);
   int (*event_record)(dev_event *e, dev_stream *s);   /* sets e->stream, e->pos */
   int (*event_query)(dev_event *e);   /* optional: 1 done, 0 pending, <0 error */
-  int (*event_sync)(dev_event *e);    /* optional */
+  int (*event_sync)(dev_event *e);    /* optional; interruptible as pos_wait_intr
+                                         when dev_intr_enabled */
   int (*event_wait)(dev_stream *s, dev_event *e);   /* optional: s waits for e's last record */
   int (*event_elapsed)(dev_event *a, dev_event *b, double *ms);
   /* optional: a completion signal for stream s at pos, or for e's last
@@ -179,7 +183,13 @@ struct dev_ctx {
   struct bufx *deferred;  /* linked through bufx.defer_next */
   atomic_int defer_flag;  /* deferred is not empty: a lock-free test for sweeps */
   int owner_gone;
+  /* dev_interrupt: set from a signal handler, taken by a wait */
+  atomic_int intr_on;     /* interruptible waits enabled */
+  atomic_int intr;        /* an interrupt is pending */
 };
+
+static inline int dev_intr_enabled(dev_ctx *ctx) { return atomic_load(&ctx->intr_on); }
+static inline int dev_intr_pending(dev_ctx *ctx) { return atomic_load(&ctx->intr); }
 
 /* From any thread: queued work finished; wakes dev_progress_wait (cheap when
  * nobody waits: one atomic load). */

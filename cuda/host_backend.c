@@ -8,6 +8,7 @@
  * legacy rules: before an item goes on it, it waits for the blocking user
  * streams, and an item on a blocking user stream first waits for it. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,7 +157,12 @@ static void *worker(void *arg) {
 static int push(dev_stream *s, item *it) {
   hstream *hs = s->impl;
   if (!hs->started) {
+    /* the worker takes no signals: Ctrl-C reaches the interpreter thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int e = pthread_create(&hs->th, NULL, worker, hs);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e) {
       free(it->launch);
       free(it);
@@ -302,6 +308,24 @@ static int h_pos_wait(dev_stream *s, uint64_t pos) {
   return DEV_OK;
 }
 
+/* Wakes at every finished item, and every 50 ms to see an interrupt. */
+static int h_pos_wait_intr(dev_stream *s, uint64_t pos) {
+  hstream *hs = s->impl;
+  if (atomic_load(&hs->done) >= pos) return DEV_OK;
+  int rc = DEV_OK;
+  pthread_mutex_lock(&hs->mu);
+  while (atomic_load(&hs->done) < pos) {
+    if (dev_intr_pending(s->ctx)) { rc = DEV_ERR_INTERRUPTED; break; }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);   /* the condition variable's clock */
+    dl.tv_nsec += 50000000;
+    if (dl.tv_nsec >= 1000000000) { dl.tv_sec++; dl.tv_nsec -= 1000000000; }
+    pthread_cond_timedwait(&hs->donecv, &hs->mu, &dl);
+  }
+  pthread_mutex_unlock(&hs->mu);
+  return rc;
+}
+
 static int h_stream_wait(dev_stream *s, dev_stream *other, uint64_t pos) {
   int rc = legacy_order(s);
   if (rc) return rc;
@@ -433,6 +457,7 @@ const dev_backend dev_host_backend = {
   .stream_pos = h_stream_pos,
   .pos_done = h_pos_done,
   .pos_wait = h_pos_wait,
+  .pos_wait_intr = h_pos_wait_intr,
   .stream_wait = h_stream_wait,
   .event_init = h_event_init,
   .event_fini = h_event_fini,

@@ -13,8 +13,13 @@ void cli_message(const char *pname, const char *msg);
 /* If status is an error, print the message on top of the stack and pop it. */
 int cli_report(lua_State *L, int status, const char *pname);
 
-/* gpulua_pcall with Ctrl-C turned into a Lua error ("interrupted!") while it runs. */
+/* gpulua_pcall with Ctrl-C turned into a Lua error while it runs: "interrupted!"
+ * in Lua code, "<call>: interrupted" in a wait for the device (the queued
+ * work runs on).  The SIGINT handler before the call is restored after it. */
 int cli_docall(gpulua *g, int narg, int nres);
+
+/* How many Ctrl-Cs cli_docall has taken so far. */
+unsigned cli_sigints(void);
 
 /* gpu.run(): the queued tasks, in protected mode; reports an error itself. */
 int cli_run_tasks(gpulua *g);
@@ -26,6 +31,9 @@ int set_sync_debug(gpulua *g, const char *mode);
  * sync_warn, host-device syncs in entered statements warn (printing the
  * results does not). */
 void cli_repl(gpulua *g, int sync_warn);
+
+/* 1 when the REPL was built with libedit (line editing, history, completion). */
+int cli_repl_has_libedit(void);
 
 /* --trace FILE (label: how the user gave it, for messages): start tracing;
  * at exit write the file.  Both print their error and return non-zero. */

@@ -18,6 +18,7 @@
 
 #include "bindings.h"
 #include "cli.h"
+#include "device.h"
 #include "gpulua.h"
 #include "launch.h"
 
@@ -43,29 +44,38 @@ struct cli {
   const char *sync_debug;   /* --sync-debug MODE, or NULL */
 };
 
-/* The state the SIGINT handler interrupts (a signal handler has no other
- * way to find it; the program has one interpreter). */
+/* The state and device context the SIGINT handler interrupts (a signal
+ * handler has no other way to find them; the program has one interpreter). */
 static lua_State *globalL = NULL;
+static dev_ctx *globalctx = NULL;
+static volatile sig_atomic_t sigints;   /* Ctrl-Cs cli_docall took */
 
-static void setsignal(int sig, void (*handler)(int)) {
+static void setsignal(int sig, void (*handler)(int), struct sigaction *old) {
   struct sigaction sa;
   sa.sa_handler = handler;
   sa.sa_flags = 0;
   sigemptyset(&sa.sa_mask);
-  sigaction(sig, &sa, NULL);
+  sigaction(sig, &sa, old);
 }
 
+/* The interrupt reaches Lua code here, unless a wait for the device took it
+ * first (it raised "interrupted" itself). */
 static void lstop(lua_State *L, lua_Debug *ar) {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
-  luaL_error(L, "interrupted!");
+  if (globalctx == NULL || dev_interrupt_take(globalctx))
+    luaL_error(L, "interrupted!");
 }
 
-/* Ctrl-C: a second one kills the program; the first sets a hook that raises
- * at the next Lua instruction. */
+/* Ctrl-C: a second one kills the program; the first interrupts a wait for
+ * the device in progress and sets a hook that raises at the next Lua
+ * instruction, whichever comes first. */
 static void laction(int sig) {
   int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
-  setsignal(sig, SIG_DFL);
+  setsignal(sig, SIG_DFL, NULL);
+  sigints++;
+  if (globalctx != NULL)
+    dev_interrupt(globalctx);
   lua_sethook(globalL, lstop, flag, 1);
 }
 
@@ -140,15 +150,28 @@ int cli_report(lua_State *L, int status, const char *pname) {
 }
 
 int cli_docall(gpulua *g, int narg, int nres) {
-  globalL = gpulua_state(g);
-  setsignal(SIGINT, laction);
+  lua_State *L = gpulua_state(g);
+  struct sigaction old;
+  globalL = L;
+  globalctx = gpulua_bind_dev(L);
+  if (globalctx != NULL)
+    dev_interrupt_take(globalctx);   /* a Ctrl-C from before the call */
+  setsignal(SIGINT, laction, &old);
   int status = gpulua_pcall(g, narg, nres);
-  setsignal(SIGINT, SIG_DFL);
+  sigaction(SIGINT, &old, NULL);
+  /* an interrupt the call did not take ends with it */
+  if (lua_gethook(L) == lstop)
+    lua_sethook(L, NULL, 0, 0);
+  if (globalctx != NULL)
+    dev_interrupt_take(globalctx);
   return status;
 }
 
+unsigned cli_sigints(void) { return (unsigned)sigints; }
+
 static void print_version(void) {
-  printf("gpulua %s (%s)\n", GPULUA_VERSION_STRING, LUA_RELEASE);
+  printf("gpulua %s (%s, REPL line editing: %s)\n", GPULUA_VERSION_STRING, LUA_RELEASE,
+         cli_repl_has_libedit() ? "libedit" : "none");
   fflush(stdout);
 }
 
@@ -494,6 +517,9 @@ int main(int argc, char **argv) {
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
+  /* Ctrl-C interrupts waits for the device too (cli_docall) */
+  if (gpulua_bind_dev(L) != NULL)
+    dev_interrupt_enable(gpulua_bind_dev(L), 1);
   const char *trace_env = getenv("GPULUA_TRACE");
   if ((check != NULL && check_races(c.g) != LUA_OK) ||
       ((trace || (trace_env && *trace_env)) &&
