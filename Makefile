@@ -113,9 +113,9 @@ SUITE_ENV := ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
              UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 GPULUA_SANITIZE=1
 endif
 # -fPIC: one set of objects serves libgpulua.a, libgpulua.so and gpu.so.
-ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -fPIC -pthread -MMD -MP $(DEFS) $(INCLUDES) $(CFLAGS)
+ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -fPIC -fno-semantic-interposition -pthread -MMD -MP $(DEFS) $(INCLUDES) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
-NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP -Icuda $(NVCC_EXTRA)
+NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fno-semantic-interposition -MMD -MP -Icuda $(NVCC_EXTRA)
 SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------
