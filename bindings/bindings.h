@@ -53,6 +53,8 @@ int gpulua_bind_register_kernel(lua_State *L);  /* (kernel) */
  * light userdata, pushes the tensor and owns m on success only. */
 int gpulua_bind_dlpack_export(lua_State *L);
 int gpulua_bind_dlpack_import(lua_State *L);
+/* (m, versioned) -> a gpu.DLPack capsule owning m (on success only) */
+int gpulua_bind_dlpack_capsule(lua_State *L);
 
 /* This interpreter's device context, NULL while the gpu module is not open:
  * for the CLI (Ctrl-C's dev_interrupt, the REPL's prompt). */

@@ -11,6 +11,7 @@
 #define GPULUA_STREAM "gpu.Stream"
 #define GPULUA_EVENT "gpu.Event"
 #define GPULUA_TENSOR "gpu.Tensor"
+#define GPULUA_DLPACK "gpu.DLPack"      /* a DLPack capsule handed to scripts */
 #define GPULUA_STATE "gpu.State"          /* metatable name */
 #define GPULUA_STATE_KEY "gpulua.state"   /* registry key of the state */
 #define GPULUA_USING "gpu.Using"

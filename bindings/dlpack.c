@@ -15,7 +15,6 @@
 
 /* The registry key of a weak-valued table: managed tensor address -> the
  * tensor handle its import made (a second import of a live one is refused). */
-static const char imports_key = 0;
 
 /* ---- dtypes and devices --------------------------------------------------- */
 
@@ -171,19 +170,6 @@ static void release_versioned(void *ud, void *ptr) {
   if (m->deleter) m->deleter(m);
 }
 
-/* Push the weak table of imports. */
-static void push_imports(lua_State *L) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &imports_key) == LUA_TTABLE) return;
-  lua_pop(L, 1);
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "v");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &imports_key);
-}
-
 /* Push a tensor viewing p's memory (a DLManagedTensor, or a
  * DLManagedTensorVersioned if versioned), owning p on success only: every
  * check, and the one Lua allocation, come before the wrap. */
@@ -263,24 +249,18 @@ static int push_import(lua_State *L, void *p, int versioned, int arg, const char
   if (__builtin_mul_overflow((size_t)hi + 1, esz, &bytes) || __builtin_add_overflow(first, (uintptr_t)bytes, &end))
     return import_fail(L, arg, fname, "the elements span more than the address space");
 
-  /* a second import of a managed tensor that a live tensor owns */
-  push_imports(L);
-  lua_rawgetp(L, -1, p);
-  gpu_tensor *old = bind_test_tensor_handle(L, -1);
-  if (old && old->v.buf)
-    return import_fail(L, arg, fname, "this managed tensor was imported already and its tensor is alive");
-  lua_pop(L, 1);
+  /* a second import of a managed tensor whose memory gpulua still holds */
+  void (*release)(void *, void *) = versioned ? release_versioned : release_legacy;
+  if (dev_buf_wrapping(ctx, release, p))
+    return import_fail(L, arg, fname, "this managed tensor was imported already and gpulua still holds "
+                       "its memory");
   gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
   t->tag = &bind_tensor_type;
   luaL_setmetatable(L, GPULUA_TENSOR);
-  lua_pushvalue(L, -1);
-  lua_rawsetp(L, -3, p);
-  lua_remove(L, -2);
   /* ownership passes here, and nothing after raises */
   dev_buf *b;
-  if (dev_buf_wrap(ctx, kind, (void *)first, bytes, versioned ? release_versioned : release_legacy, p, &b) !=
-      DEV_OK)
+  if (dev_buf_wrap(ctx, kind, (void *)first, bytes, release, p, &b) != DEV_OK)
     return bind_raise(L, ctx, fname);
   t->v = v;
   t->v.buf = b;
@@ -293,21 +273,53 @@ int gpulua_bind_dlpack_import(lua_State *L) {
                      lua_toboolean(L, 2) ? "gpulua_push_dlpack_versioned" : "gpulua_push_dlpack");
 }
 
-/* gpu.from_dlpack(p [, {versioned = true}]): p a light userdata, a
- * DLManagedTensor * (or DLManagedTensorVersioned *) that the application
- * handed to the script.  Returned: the tensor owns p.  Raised: p is still the
- * application's. */
+/* A managed tensor the application hands to scripts (gpulua_push_dlpack_capsule):
+ * a full userdata, so a script can neither forge nor reuse one.  It owns m
+ * until gpu.from_dlpack consumes it (then the tensor does); an unused one
+ * calls m's deleter when collected or closed.  m NULL: used or released. */
+typedef struct dl_capsule { void *m; int versioned; } dl_capsule;
+
+static int capsule_release(lua_State *L) {
+  dl_capsule *c = luaL_checkudata(L, 1, GPULUA_DLPACK);
+  void *m = c->m;
+  c->m = NULL;
+  if (m) {
+    if (c->versioned) release_versioned(m, NULL);
+    else release_legacy(m, NULL);
+  }
+  return 0;
+}
+
+static int capsule_tostring(lua_State *L) {
+  dl_capsule *c = luaL_checkudata(L, 1, GPULUA_DLPACK);
+  lua_pushfstring(L, "gpu.DLPack (%s%s)", c->versioned ? "versioned, " : "", c->m ? "unused" : "used");
+  return 1;
+}
+
+/* (lightuserdata m, versioned) -> capsule, for the runtime's protected call;
+ * owns m on success only */
+int gpulua_bind_dlpack_capsule(lua_State *L) {
+  void *m = lua_touserdata(L, 1);
+  int versioned = lua_toboolean(L, 2);
+  if (!m) return luaL_error(L, "the managed tensor is NULL");
+  dl_capsule *c = lua_newuserdatauv(L, sizeof *c, 0);
+  c->m = NULL;
+  c->versioned = versioned;
+  luaL_setmetatable(L, GPULUA_DLPACK);
+  c->m = m;
+  return 1;
+}
+
+/* gpu.from_dlpack(capsule): the tensor over the capsule's managed tensor,
+ * which it owns from then on; the capsule is used up.  Raised: the capsule
+ * keeps it. */
 static int gpu_from_dlpack(lua_State *L) {
-  if (lua_type(L, 1) != LUA_TLIGHTUSERDATA)
-    return luaL_typeerror(L, 1, "light userdata (a DLManagedTensor * from the application)");
-  bind_check_opts(L, 2, "versioned");
-  int versioned = 0;
-  int ty = bind_opt_field(L, 2, "versioned");
-  if (ty != LUA_TNIL && ty != LUA_TBOOLEAN)
-    return luaL_error(L, "bad option 'versioned' (boolean expected, got %s)", luaL_typename(L, -1));
-  versioned = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return push_import(L, lua_touserdata(L, 1), versioned, 1, "from_dlpack");
+  dl_capsule *c = luaL_testudata(L, 1, GPULUA_DLPACK);
+  if (!c) return luaL_typeerror(L, 1, GPULUA_DLPACK " (a capsule from gpulua_push_dlpack_capsule)");
+  if (!c->m) return luaL_argerror(L, 1, "the capsule was used already (a DLPack tensor is imported once)");
+  push_import(L, c->m, c->versioned, 1, "from_dlpack");
+  c->m = NULL;
+  return 1;
 }
 
 static const luaL_Reg funcs[] = {
@@ -315,7 +327,17 @@ static const luaL_Reg funcs[] = {
   {NULL, NULL}
 };
 
+static const luaL_Reg capsule_meta[] = {
+  {"__gc", capsule_release},
+  {"__close", capsule_release},
+  {"__tostring", capsule_tostring},
+  {NULL, NULL}
+};
+
 int bind_open_dlpack(lua_State *L) {
+  luaL_newmetatable(L, GPULUA_DLPACK);
+  luaL_setfuncs(L, capsule_meta, 0);
+  lua_pop(L, 1);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

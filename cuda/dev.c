@@ -510,6 +510,12 @@ int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, voi
   return DEV_OK;
 }
 
+int dev_buf_wrapping(dev_ctx *ctx, void (*release)(void *ud, void *ptr), const void *ud) {
+  for (bufx *x = ctx->bufs; x; x = x->next)
+    if (x->wrapped && x->release == release && x->ud == ud) return 1;
+  return 0;
+}
+
 void dev_buf_retain(dev_buf *b) { b->refs++; }
 
 void dev_buf_release(dev_buf *b) {

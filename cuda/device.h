@@ -154,6 +154,10 @@ int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out);
  * memory of that kind: DEV_ERR_INVALID otherwise. */
 int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
                  void (*release)(void *ud, void *ptr), void *ud, dev_buf **out);
+/* 1 when a buffer of the context still wraps memory with this release and
+ * ud (alive, or released and waiting for its queued work): the memory is
+ * still in gpulua's hands. */
+int dev_buf_wrapping(dev_ctx *ctx, void (*release)(void *ud, void *ptr), const void *ud);
 void dev_buf_retain(dev_buf *b);
 void dev_buf_release(dev_buf *b);
 /* Before the calling thread touches host-visible memory: wait for queued work

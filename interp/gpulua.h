@@ -147,7 +147,11 @@ typedef struct gpulua_tensor_info {
  * once the tensor and every view of it are gone and the work queued on them
  * has finished, release(ud, data) is called once (release may be NULL), on
  * the thread that uses g, during a later gpulua call on g (at the latest in
- * gpulua_close).  The application keeps the memory valid until then.
+ * gpulua_close).  The application keeps the memory valid until then.  One
+ * exception: when the tensor (or a view) was exported with gpulua_to_dlpack,
+ * the memory also lives until the consumer calls that export's deleter, and
+ * if that happens after gpulua_close, release runs then, on the deleter's
+ * thread.
  *
  * On the cuda backend the memory must be what t->memory says (checked with
  * cudaPointerGetAttributes: device memory of this instance's GPU, pinned
@@ -262,7 +266,9 @@ void gpulua_close(gpulua *g);
  * synchronize.  An import owns the managed tensor once the push succeeds:
  * gpulua calls its deleter exactly once, on the thread using the instance
  * (or in gpulua_close), after the last tensor viewing the memory is closed
- * or collected and every op queued on it has finished.
+ * or collected and every op queued on it has finished; except when that
+ * tensor was itself exported again: then the import's deleter runs when the
+ * re-export's deleter does, on that thread, possibly after gpulua_close.
  */
 #ifndef DLPACK_DLPACK_H_
 #define DLPACK_DLPACK_H_
@@ -378,8 +384,15 @@ int gpulua_to_dlpack(gpulua *g, int idx, DLManagedTensor **out);
  * have (f32 f64 f16 bf16 i8 u8 i32 i64 bool), a misaligned first element,
  * negative strides or strides that overflow, device types other than those
  * above, kDLCUDA on the host backend or on another GPU, and the same m pushed
- * again while the tensor from the first push is alive. */
+ * again while gpulua still holds the memory of the first push. */
 int gpulua_push_dlpack(gpulua *g, DLManagedTensor *m);
+
+/* For a script to import: push a gpu.DLPack capsule that owns m (on success;
+ * on failure the caller keeps it).  gpu.from_dlpack(capsule) in a script
+ * makes the tensor, which then owns m; a capsule is used once, and one that
+ * is never used calls m->deleter(m) when it is collected.  A script cannot
+ * make or reuse a capsule, so a stale pointer never reaches gpulua. */
+int gpulua_push_dlpack_capsule(gpulua *g, DLManagedTensor *m);
 
 #if defined(DLPACK_MAJOR_VERSION) && DLPACK_MAJOR_VERSION >= 1
 /* The same for the versioned struct of DLPack 1.x (available when the
@@ -389,6 +402,7 @@ int gpulua_push_dlpack(gpulua *g, DLManagedTensor *m);
  * marked read-only: gpulua tensors are always writable. */
 int gpulua_to_dlpack_versioned(gpulua *g, int idx, DLManagedTensorVersioned **out);
 int gpulua_push_dlpack_versioned(gpulua *g, DLManagedTensorVersioned *m);
+int gpulua_push_dlpack_capsule_versioned(gpulua *g, DLManagedTensorVersioned *m);
 #endif
 
 #ifdef __cplusplus

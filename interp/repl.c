@@ -395,7 +395,8 @@ static int push_cstring(lua_State *L) {
 /* Shows the prompt, reads one line and pushes it without its newline. */
 static int read_push(lua_State *L, int firstline) {
   const char *prompt = push_prompt(L, firstline);
-  repl.intr = 0;
+  /* a Ctrl-C since the last read (while a line compiled, between
+   * statements) is not dropped: it cancels this read at once */
   catch_sigint();
   int r;
 #ifdef GPULUA_HAVE_LIBEDIT
@@ -416,13 +417,20 @@ static int read_push(lua_State *L, int firstline) {
   } else
 #endif
     r = read_plain(L, repl.tty ? prompt : NULL);
+  if (r == READ_LINE && repl.intr) {
+    lua_pop(L, 1);      /* Ctrl-C came during the read: the line is dropped */
+    r = READ_INTR;
+  }
   if (r == READ_LINE)
     lua_remove(L, -2);  /* the prompt */
   else
     lua_pop(L, 1);
-  if (r == READ_INTR && repl.tty) {
-    fputs("\n", stdout);
-    fflush(stdout);
+  if (r == READ_INTR) {
+    repl.intr = 0;
+    if (repl.tty) {
+      fputs("\n", stdout);
+      fflush(stdout);
+    }
   }
   return r;
 }

@@ -327,11 +327,12 @@ static int to_dlpack(gpulua *g, const char *fname, int idx, void *out, int versi
   if (g == NULL || g->L == NULL)
     return LUA_ERRRUN;
   char msg[128];
-  if (out == NULL || lua_type(g->L, idx) == LUA_TNONE) {
+  int top = lua_gettop(g->L);
+  if (out == NULL || idx == 0 || idx <= LUA_REGISTRYINDEX || idx > top || (idx < 0 && -idx > top)) {
     if (out == NULL)
       snprintf(msg, sizeof msg, "%s: out is NULL", fname);
     else
-      snprintf(msg, sizeof msg, "%s: stack index %d is not valid", fname, idx);
+      snprintf(msg, sizeof msg, "%s: stack index %d is not valid (the stack has %d values)", fname, idx, top);
     set_error(g, msg);
     return LUA_ERRRUN;
   }
@@ -362,4 +363,18 @@ int gpulua_to_dlpack_versioned(gpulua *g, int idx, DLManagedTensorVersioned **ou
 
 int gpulua_push_dlpack_versioned(gpulua *g, DLManagedTensorVersioned *m) {
   return push_dlpack(g, "gpulua_push_dlpack_versioned", m, 1);
+}
+
+static int push_capsule(gpulua *g, const char *fname, void *m, int versioned) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  return dlpack_call(g, fname, gpulua_bind_dlpack_capsule, 0, m, versioned, 1);
+}
+
+int gpulua_push_dlpack_capsule(gpulua *g, DLManagedTensor *m) {
+  return push_capsule(g, "gpulua_push_dlpack_capsule", m, 0);
+}
+
+int gpulua_push_dlpack_capsule_versioned(gpulua *g, DLManagedTensorVersioned *m) {
+  return push_capsule(g, "gpulua_push_dlpack_capsule_versioned", m, 1);
 }

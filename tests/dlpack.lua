@@ -1,11 +1,11 @@
--- gpu.from_dlpack from a script: only a light userdata that the application
--- hands over is a managed tensor, so a script alone can only get it wrong.
--- The imports themselves (a pointer handed over by a C function the
--- application registers, ownership, deleters) are in tests/embed/test_dlpack.c.
+-- gpu.from_dlpack from a script: only a gpu.DLPack capsule that the
+-- application pushed (gpulua_push_dlpack_capsule) is a managed tensor, so a
+-- script alone can only get it wrong.  The imports themselves (capsules,
+-- ownership, deleters, a bare pointer refused) are in tests/embed/test_dlpack.c.
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-T.test("gpu.from_dlpack refuses what is not a light userdata", function()
+T.test("gpu.from_dlpack refuses what is not a gpu.DLPack capsule", function()
   local t = gpu.ones({ 2 })
   local cases = {
     { "nil", function() gpu.from_dlpack() end },
@@ -16,7 +16,7 @@ T.test("gpu.from_dlpack refuses what is not a light userdata", function()
     { "a full userdata", function() gpu.from_dlpack(io.stdout) end },
   }
   for _, c in ipairs(cases) do
-    T.raises_at(c[2], "bad argument #1 to 'from_dlpack' %(light userdata %(a DLManagedTensor %* from the application%) expected",
+    T.raises_at(c[2], "bad argument #1 to 'from_dlpack' %(gpu.DLPack %(a capsule from gpulua_push_dlpack_capsule%) expected",
       c[1])
   end
   T.is((t + 1):sum():item(), 4.0, "the runtime still works")

@@ -11,6 +11,18 @@ local PTY = DIR and DIR .. "/tests/tools/pty"
 local f = PTY and io.open(PTY)
 if f then f:close() else PTY = nil end
 local NO_PTY = "no pty driver beside " .. BIN .. " (make tests builds it)"
+-- A machine without pseudo-terminals (a container with no /dev/pts) skips
+-- the terminal sessions, saying why; any other failure of the driver fails.
+if PTY then
+  local probe = T.tmpfile("wait\n")
+  local h = io.popen(string.format("%q -t 10 -- /bin/sh -c true < %q 2>&1", PTY, probe))
+  local out = h:read("a")
+  h:close()
+  os.remove(probe)
+  if out:find("pty: posix_openpt", 1, true) then
+    PTY, NO_PTY = nil, "this machine has no pseudo-terminals: " .. out:gsub("%s+$", "")
+  end
+end
 
 local version = T.run("", "-v")
 local LIBEDIT = version:find("line editing: libedit", 1, true) ~= nil
@@ -80,7 +92,7 @@ T.test("prompt, expressions, several results, statements", function()
   has(out, HOST, "the prompt names the device: " .. HOST)
   has(out, "\n2\n", "1 + 1 prints 2")
   has(out, "1\ttwo\tnil", "several results print tab-separated")
-  T.ok(not out:find("x = 6 %* 7\n[^\n]*\n" .. HOST:gsub("%p", "%%%0")) or true, "an assignment prints nothing")
+  T.ok(out:find("x = 6 * 7\n" .. HOST, 1, true), "an assignment prints nothing (the next prompt follows its echo)")
   has(out, "pty: exit 0", "Ctrl-D exits with status 0")
 end)
 
@@ -172,7 +184,8 @@ T.test("Ctrl-C: at the prompt, in Lua code, in waits for the device", function()
     send "abc def", { "sleep", 100 }, send "\3", prompt(),
     send "for i = 1, 2 do\n", expect "...> ", send "\3", prompt(),
     send "print('fresh' .. ' statement')\n", expect "fresh statement", prompt(),
-    send "while true do end\n", { "sleep", 200 }, key "\3", expect "interrupted!", prompt(),
+    send "print('loop' .. 'ing'); while true do end\n", expect "looping", { "sleep", 200 }, key "\3",
+    expect "interrupted!", prompt(),
     -- 'wait' .. 'ing' shows as "waiting" only once it runs, not in the echo
     send "s = gpu.stream(); gpu.sleep(3000, {stream = s}); print('wait' .. 'ing'); s:synchronize()\n",
     expect "waiting", { "sleep", 300 }, key "\3", expect "interrupted", prompt(),

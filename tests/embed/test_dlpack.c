@@ -314,8 +314,15 @@ static app_tensor *app_new(int n, int *deleted) {
 }
 
 static int managed_deleted;
-/* make_managed(n) -> light userdata: an application tensor handed to Lua */
+static gpulua *capsule_g;
+/* make_managed(n) -> a gpu.DLPack capsule: an application tensor handed to Lua */
 static int app_make_managed(lua_State *L) {
+  app_tensor *a = app_new((int)luaL_checkinteger(L, 1), &managed_deleted);
+  if (gpulua_push_dlpack_capsule(capsule_g, &a->m) != 0) return luaL_error(L, "%s", gpulua_error(capsule_g));
+  return 1;
+}
+/* raw_pointer(n) -> light userdata: what gpu.from_dlpack must refuse */
+static int app_raw_pointer(lua_State *L) {
   app_tensor *a = app_new((int)luaL_checkinteger(L, 1), &managed_deleted);
   lua_pushlightuserdata(L, &a->m);
   return 1;
@@ -405,29 +412,55 @@ static void test_import(void) {
   gpulua_synchronize(g);
   ok(deleted == 1, "its versioned deleter ran once");
 
-  /* the Lua side: gpu.from_dlpack of a pointer the application hands over */
+  /* the Lua side: gpu.from_dlpack of a capsule the application hands over */
   lua_register(L, "make_managed", app_make_managed);
+  lua_register(L, "raw_pointer", app_raw_pointer);
   lua_register(L, "free_managed", app_free_managed);
+  capsule_g = g;
   managed_deleted = 0;
-  ok(run(g, "local t = gpu.from_dlpack(make_managed(4))\n"
+  ok(run(g, "local c = make_managed(4)\n"
+            "assert(tostring(c) == 'gpu.DLPack (unused)', tostring(c))\n"
+            "local t = gpu.from_dlpack(c)\n"
+            "assert(tostring(c) == 'gpu.DLPack (used)', tostring(c))\n"
             "assert(t.device == 'host' and t:sum():item() == 10)\n"
-            "t = nil; collectgarbage(); collectgarbage()"),
-     "gpu.from_dlpack(light userdata) imports");
+            "t = nil; c = nil; collectgarbage(); collectgarbage()"),
+     "gpu.from_dlpack(capsule) imports");
   gpulua_synchronize(g);
-  ok(managed_deleted == 1, "and the deleter ran once after collection");
+  ok(managed_deleted == 1, "and the deleter ran once after collection (the used capsule does not call it)");
   managed_deleted = 0;
-  ok(run(g, "local p = make_managed(4)\n"
-            "local ok, err = pcall(gpu.from_dlpack, p, {versioned = 3})\n"
-            "assert(not ok and err:find('versioned'), err)\n"
-            "ok, err = pcall(gpu.from_dlpack, p, {colour = 1})\n"
-            "assert(not ok and err:find('unknown option'), err)\n"
-            "local t = gpu.from_dlpack(p)\n"
-            "ok, err = pcall(gpu.from_dlpack, p)\n"
-            "assert(not ok and err:find('imported already'), err)\n"
+  ok(run(g, "local c = make_managed(4)\n"
+            "local t = gpu.from_dlpack(c)\n"
+            "local ok, err = pcall(gpu.from_dlpack, c)\n"
+            "assert(not ok and err:find('used already'), err)\n"
             "t = nil; collectgarbage()"),
-     "bad options raise and leave the pointer the application's; a second import of a live one raises");
+     "a capsule is used once: a second gpu.from_dlpack raises");
   gpulua_synchronize(g);
   ok(managed_deleted == 1, "one import, one deleter call");
+  managed_deleted = 0;
+  ok(run(g, "do local c <close> = make_managed(4) end\n"
+            "local c2 = make_managed(2); c2 = nil; collectgarbage(); collectgarbage()"),
+     "unused capsules, closed and collected");
+  ok(managed_deleted == 2, "an unused capsule calls the deleter itself (%d calls)", managed_deleted);
+  managed_deleted = 0;
+  ok(run(g, "local p = raw_pointer(4)\n"
+            "local ok, err = pcall(gpu.from_dlpack, p)\n"
+            "assert(not ok and err:find('gpu.DLPack', 1, true) and err:find('light userdata', 1, true), err)\n"
+            "free_managed(p)"),
+     "a bare pointer is refused: a script cannot pass a stale or forged one");
+  ok(managed_deleted == 1, "(the application freed it)");
+
+  /* the same managed tensor pushed again while a view still holds its memory */
+  deleted = 0;
+  a = app_new(6, &deleted);
+  st = gpulua_push_dlpack(g, &a->m);
+  lua_setglobal(L, "A");
+  ok(st == 0 && run(g, "V = A:narrow(1, 2, 3); A = nil; collectgarbage(); collectgarbage()"),
+     "an import, a view of it, the import collected");
+  st = gpulua_push_dlpack(g, &a->m);
+  ok(st != 0 && contains(gpulua_error(g), "imported already"),
+     "pushing it again while the view holds the memory is refused: %s", gpulua_error(g));
+  ok(run(g, "V = nil; collectgarbage(); collectgarbage()") && gpulua_synchronize(g) == 0 && deleted == 1,
+     "the deleter ran once, after the view (%d calls)", deleted);
 
   /* round trip: our own export imported back shares the memory */
   run(g, "orig = gpu.tensor({1, 2, 3}, {dtype = 'i32', device = 'pinned'})");
