@@ -102,6 +102,9 @@ typedef struct gpu_kernel_handle { dev_module *m; dev_kernel *k; } gpu_kernel_ha
 gpu_kernel_handle *bind_new_kernel_handle(lua_State *L);
 
 /* tensors */
+/* Push a gpu.Tensor in the released state (no buffer): the caller acquires
+ * its memory next, so an error in between leaks nothing. */
+gpu_tensor *bind_push_tensor_handle(lua_State *L);
 gpu_tensor *bind_check_tensor(lua_State *L, int idx);
 gpu_tensor *bind_test_tensor(lua_State *L, int idx); /* NULL if not a tensor; raises if closed */
 

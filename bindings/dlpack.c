@@ -254,10 +254,7 @@ static int push_import(lua_State *L, void *p, int versioned, int arg, const char
   if (dev_buf_wrapping(ctx, release, p))
     return import_fail(L, arg, fname, "this managed tensor was imported already and gpulua still holds "
                        "its memory");
-  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
-  t->tag = &bind_tensor_type;
-  luaL_setmetatable(L, GPULUA_TENSOR);
+  gpu_tensor *t = bind_push_tensor_handle(L);
   /* ownership passes here, and nothing after raises */
   dev_buf *b;
   if (dev_buf_wrap(ctx, kind, (void *)first, bytes, release, p, &b) != DEV_OK)

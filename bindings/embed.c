@@ -63,10 +63,7 @@ int gpulua_bind_push_tensor(lua_State *L) {
     return luaL_error(L, "%s: data %p is not aligned to its %s elements (%d bytes)", fn, ti->data,
                       dev_dtype_name(v.dtype), (int)el);
   size_t bytes = (size_t)(last + 1) * el;
-  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
-  t->tag = &bind_tensor_type;
-  luaL_setmetatable(L, GPULUA_TENSOR);
+  gpu_tensor *t = bind_push_tensor_handle(L);
   dev_ctx *ctx = bind_ctx(L);
   dev_buf *b;
   if (dev_buf_wrap(ctx, (dev_memkind)ti->memory, ti->data, bytes, w->release, w->ud, &b) != DEV_OK)

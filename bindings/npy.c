@@ -359,10 +359,7 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
 
 /* A new tensor in released state, then its memory (push, then acquire). */
 static gpu_tensor *push_tensor(lua_State *L, dev_memkind kind, const npy_header *h) {
-  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
-  t->tag = &bind_tensor_type;
-  luaL_setmetatable(L, GPULUA_TENSOR);
+  gpu_tensor *t = bind_push_tensor_handle(L);
   dev_ctx *ctx = bind_ctx(L);
   dev_buf *b;
   if (dev_buf_alloc(ctx, kind, h->nbytes, &b) != DEV_OK) bind_raise(L, ctx, "load");

@@ -44,13 +44,18 @@ gpu_tensor *bind_test_tensor(lua_State *L, int idx) {
 
 static const char *kind_name(const gpu_tensor *t) { return dev_memkind_name(t->v.buf->kind); }
 
-/* Push a tensor in released state, then allocate: an error leaks nothing. */
-static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int ndim,
-                              const int64_t *shape, const char *fname) {
+gpu_tensor *bind_push_tensor_handle(lua_State *L) {
   gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
   t->tag = &bind_tensor_type;
   luaL_setmetatable(L, GPULUA_TENSOR);
+  return t;
+}
+
+/* Push a tensor in released state, then allocate: an error leaks nothing. */
+static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int ndim,
+                              const int64_t *shape, const char *fname) {
+  gpu_tensor *t = bind_push_tensor_handle(L);
   dev_ctx *ctx = bind_ctx(L);
   size_t bytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
   dev_buf *b;
@@ -69,10 +74,7 @@ static gpu_tensor *new_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, 
 
 /* A new handle on the same storage (views); base at stack index idx. */
 static gpu_tensor *new_view(lua_State *L, int idx) {
-  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
-  t->tag = &bind_tensor_type;
-  luaL_setmetatable(L, GPULUA_TENSOR);
+  gpu_tensor *t = bind_push_tensor_handle(L);
   gpu_tensor *base = bind_check_tensor(L, idx);
   t->v = base->v;
   dev_buf_retain(t->v.buf);

@@ -21,25 +21,14 @@ local APP_DIR = "tests/embed/example"
 local SCRIPT = APP_DIR .. "/pipeline.lua"
 local N = 8192
 
--- Runs a shell command; its output (stdout and stderr) and exit code.
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code
-end
+-- A shell command with stderr in its output; output and exit status.
+local function sh(cmd) return T.sh(cmd .. " 2>&1") end
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local function have(tool) return select(2, sh("command -v " .. tool .. " >/dev/null")) == 0 end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = T.readfile
 
 local function exists(path) return read(path) ~= nil end
 

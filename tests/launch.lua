@@ -11,13 +11,7 @@ local DIR = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/launch/"
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 local function helper(name) return q(DIR .. name) end
 
--- Runs a shell command; returns its output and exit status (128 + signal if killed).
-local function sh(cmd)
-  local p = assert(io.popen(cmd))
-  local out = p:read("a")
-  local _, how, code = p:close()
-  return out, how == "exit" and code or 128 + code
-end
+local sh = T.sh
 
 -- Runs `gpulua <args>` under timeout; redirect defaults to 2>&1.
 local function run(args, redirect)

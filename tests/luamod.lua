@@ -16,12 +16,8 @@ local T = require "gpu.test"
 local BUILD = T.gpulua:match("^(.*)/[^/]*$") or "."
 local MOD = BUILD .. "/gpu.so"
 
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code
-end
+-- A shell command with stderr in its output; output and exit status.
+local function sh(cmd) return T.sh(cmd .. " 2>&1") end
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 

@@ -49,12 +49,7 @@ local function file(bytes)
   return p
 end
 
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local slurp = T.readfile
 
 -- numpy.save's header for a C-order array, written out independently
 local function numpy_header(descr, shape)

@@ -15,13 +15,7 @@ local function run(env, args)
   return out, ok, (gpu.clock() - t0) * 1e6
 end
 
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local slurp = T.readfile
 
 local function spit(path, s)
   local f = assert(io.open(path, "w"))

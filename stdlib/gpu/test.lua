@@ -338,6 +338,24 @@ function T.run(env, args, redirect)
   return out, ok == true
 end
 
+-- Run a shell command; its output (stdout only, unless cmd redirects) and
+-- its exit status (128 + signal when a signal ended it).
+function T.sh(cmd)
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  local _, how, code = p:close()
+  return out, how == "exit" and code or 128 + code
+end
+
+-- The whole contents of a file, or nil when it cannot be opened.
+function T.readfile(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
 -- A new temporary file holding contents; its path.
 function T.tmpfile(contents)
   local name = os.tmpname()
