@@ -30,6 +30,9 @@ typedef struct gpu_state {
   int sync_main;               /* the main program's innermost gpu.nosync mode, -1 none */
   int sync_suspended;          /* the REPL shows a result: off */
   uint64_t warned[SYNC_WARN_MAX];
+  size_t gc_floor;             /* memory.c: garbage a kind may gather, at least */
+  size_t gc_limit[DEV_NMEMKIND];   /* bytes live per kind past which the collector runs */
+  size_t gc_young, gc_young_step;  /* bytes allocated since the last collection step, and the step */
 } gpu_state;
 
 /* Each handle type starts with a tag, the address of its type's bind_type:
@@ -135,6 +138,14 @@ void bind_sync_apply_slot(lua_State *L, int slot);
 int bind_open_trace(lua_State *L);    /* gpu.trace, gpu.range */
 int bind_open_npy(lua_State *L);      /* gpu.load, t:save (.npy files) */
 int bind_open_dlpack(lua_State *L);   /* gpu.from_dlpack */
+int bind_open_memory(lua_State *L);   /* gpu.memory, gpu.empty_cache, gpu.reset_peak_memory */
+void bind_memory_init(gpu_state *st); /* once the context is open */
+/* Memory for a new tensor, made for the stream of the opts table at index
+ * opts (0: the current stream).  Keeps Lua's collector in step with the
+ * memory tensors hold; out of memory, collects, waits for the work that
+ * still uses freed memory and retries, then raises "<fname>: out of memory
+ * ..." with the figures.  May run finalizers: fetch raw pointers after it. */
+dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int opts, const char *fname);
 /* ranks in the job: the joined communicator's, else the environment's */
 int bind_ctx_world(lua_State *L);
 

@@ -294,20 +294,6 @@ static void setint(lua_State *L, const char *k, lua_Integer v) {
   lua_setfield(L, -2, k);
 }
 
-static int gpu_memory(lua_State *L) {
-  dev_meminfo m;
-  dev_get_meminfo(bind_ctx(L), &m);
-  lua_createtable(L, 0, 7);
-  setint(L, "allocated", (lua_Integer)m.allocated);
-  setint(L, "reserved", (lua_Integer)m.reserved);
-  setint(L, "peak", (lua_Integer)m.peak);
-  setint(L, "pinned", (lua_Integer)m.pinned);
-  setint(L, "pinned_peak", (lua_Integer)m.pinned_peak);
-  setint(L, "host", (lua_Integer)m.host);
-  setint(L, "host_peak", (lua_Integer)m.host_peak);
-  return 1;
-}
-
 static int gpu_stats(lua_State *L) {
   dev_stats s;
   dev_get_stats(bind_ctx(L), &s);
@@ -383,7 +369,6 @@ static const luaL_Reg gpu_funcs[] = {
   {"device_info", gpu_device_info},
   {"set_device", gpu_set_device},
   {"synchronize", gpu_synchronize},
-  {"memory", gpu_memory},
   {"stats", gpu_stats},
   {"sync_debug", gpulua_bind_sync_debug},
   {"nosync", gpu_nosync},
@@ -434,6 +419,7 @@ int luaopen_gpu(lua_State *L) {
     st->mainL = lua_tothread(L, -1);
     lua_pop(L, 1);
     dev_set_sync_warn(st->ctx, sync_warn, st);
+    bind_memory_init(st);
     luaL_newmetatable(L, GPULUA_NOSYNC);
     lua_pushcfunction(L, nosync_close);
     lua_setfield(L, -2, "__close");
@@ -460,6 +446,7 @@ int luaopen_gpu(lua_State *L) {
   bind_open_trace(L);
   bind_open_npy(L);
   bind_open_dlpack(L);
+  bind_open_memory(L);
   return 1;
 }
 

@@ -360,9 +360,7 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
 /* A new tensor in released state, then its memory (push, then acquire). */
 static gpu_tensor *push_tensor(lua_State *L, dev_memkind kind, const npy_header *h) {
   gpu_tensor *t = bind_push_tensor_handle(L);
-  dev_ctx *ctx = bind_ctx(L);
-  dev_buf *b;
-  if (dev_buf_alloc(ctx, kind, h->nbytes, &b) != DEV_OK) bind_raise(L, ctx, "load");
+  dev_buf *b = bind_alloc(L, kind, h->nbytes, 0, "load");
   t->v.dtype = h->dt;
   dev_view_set_contiguous(&t->v, h->ndim, h->shape);
   t->v.buf = b;

@@ -52,14 +52,13 @@ gpu_tensor *bind_push_tensor_handle(lua_State *L) {
   return t;
 }
 
-/* Push a tensor in released state, then allocate: an error leaks nothing. */
+/* Push a tensor in released state, then allocate: an error leaks nothing.
+ * Made for the stream of the opts table at index opts (0: the current one). */
 static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int ndim,
-                              const int64_t *shape, const char *fname) {
+                              const int64_t *shape, int opts, const char *fname) {
   gpu_tensor *t = bind_push_tensor_handle(L);
-  dev_ctx *ctx = bind_ctx(L);
   size_t bytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
-  dev_buf *b;
-  if (dev_buf_alloc(ctx, kind, bytes, &b) != DEV_OK) bind_raise(L, ctx, fname);
+  dev_buf *b = bind_alloc(L, kind, bytes, opts, fname);
   t->v.dtype = dt;
   dev_view_set_contiguous(&t->v, ndim, shape);
   t->v.buf = b;
@@ -67,9 +66,9 @@ static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int 
 }
 
 static gpu_tensor *new_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, int ndim,
-                            const int64_t *shape, const char *fname) {
+                            const int64_t *shape, int opts, const char *fname) {
   if (!like->v.buf) luaL_error(L, "%s: tensor is closed", fname);
-  return new_tensor(L, like->v.buf->kind, dt, ndim, shape, fname);
+  return new_tensor(L, like->v.buf->kind, dt, ndim, shape, opts, fname);
 }
 
 /* A new handle on the same storage (views); base at stack index idx. */
@@ -304,12 +303,13 @@ static int fill_new(lua_State *L, const char *fname, int value_kind) {
   dev_scalar v = {1, 0, 0};
   if (value_kind == 1) { v.i = 1; v.f = 1; }
   if (value_kind == 2) v = check_scalar(L, 2, dt, 2, NULL);
-  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, fname);
+  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, opts, fname);
   if (value_kind == 0) {
     dev_ctx *ctx = bind_ctx(L);
     dev_stream *s = opts_stream(L, opts);
     bind_call_site(L, ctx, fname);
-    if (dev_memset(ctx, s, t->v.buf, 0, 0, t->v.buf->bytes) != DEV_OK) bind_raise(L, ctx, fname);
+    size_t nbytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
+    if (dev_memset(ctx, s, t->v.buf, 0, 0, nbytes) != DEV_OK) bind_raise(L, ctx, fname);
   } else if (value_kind > 0) {
     dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
     submit(L, opts, &op, 0, 0, 0, fname);
@@ -327,7 +327,7 @@ static int tensor_pinned(lua_State *L) {
   int ndim = check_shape(L, 1, shape, "shape");
   bind_check_opts(L, 2, "dtype");
   dev_dtype dt = opt_dtype(L, 2, DEV_F32);
-  new_tensor(L, DEV_MEM_PINNED, dt, ndim, shape, "pinned");
+  new_tensor(L, DEV_MEM_PINNED, dt, ndim, shape, 0, "pinned");
   return 1;
 }
 
@@ -371,7 +371,7 @@ static int tensor_arange(lua_State *L) {
   }
   if (!dev_dtype_is_float(dt) && !allint)
     return luaL_error(L, "bad option 'dtype' (arange with non-integer bounds needs a float dtype)");
-  gpu_tensor *t = new_tensor(L, kind, dt, 1, &n, "arange");
+  gpu_tensor *t = new_tensor(L, kind, dt, 1, &n, opts, "arange");
   dev_kop op = {.kind = DEV_OP_ARANGE, .out = t->v, .s0 = start, .s1 = step};
   submit(L, opts, &op, 0, 0, 0, "arange");
   return 1;
@@ -427,7 +427,7 @@ static int random_new(lua_State *L, int normal) {
     st->offset += (uint64_t)n;
   }
   lua_pop(L, 1);
-  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, fname);
+  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, 2, fname);
   dev_kop op = {.kind = DEV_OP_RAND, .code = normal ? DEV_RAND_NORMAL : DEV_RAND_UNIFORM,
                 .out = t->v, .s0 = a, .s1 = b, .seed = seed, .offset = offset};
   submit(L, 2, &op, 0, 0, 0, fname);
@@ -493,7 +493,7 @@ static int tensor_from(lua_State *L) {
   void *stage = lua_newuserdatauv(L, (size_t)n * 8, 0);
   fl.p.f = stage;
   flatten(L, 1, 0, ndim, shape, &fl);
-  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, "tensor");
+  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, 2, "tensor");
   upload(L, t->v, lua_gettop(L), fl.isint, stage, 2, "tensor");
   return 1;
 }
@@ -928,7 +928,7 @@ static int t_copy(lua_State *L) {
 static int t_clone(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   bind_check_opts(L, 2, "stream");
-  new_like(L, t, t->v.dtype, t->v.ndim, t->v.shape, "clone");
+  new_like(L, t, t->v.dtype, t->v.ndim, t->v.shape, 2, "clone");
   copy_into(L, lua_gettop(L), 1, lua_istable(L, 2) ? 2 : 0);
   return 1;
 }
@@ -965,21 +965,21 @@ static int t_to(lua_State *L) {
   dev_view tv = t->v;
   dev_memkind tkind = t->v.buf->kind;
   if (kind == tkind && dt == tv.dtype) {
-    new_tensor(L, kind, dt, tv.ndim, tv.shape, "to");
+    new_tensor(L, kind, dt, tv.ndim, tv.shape, opts, "to");
     copy_into(L, lua_gettop(L), 1, opts);
     return 1;
   }
   /* Cast where the data is, then move it. */
   int src = 1;
   if (dt != tv.dtype) {
-    gpu_tensor *c = new_tensor(L, tkind, dt, tv.ndim, tv.shape, "to");
+    gpu_tensor *c = new_tensor(L, tkind, dt, tv.ndim, tv.shape, opts, "to");
     dev_kop op = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1, .out = c->v};
     op.in[0] = tv;
     src = lua_gettop(L);
     submit(L, opts, &op, 0, 1, 0, "to");
   }
   if (kind != tkind) {
-    new_tensor(L, kind, dt, tv.ndim, tv.shape, "to");
+    new_tensor(L, kind, dt, tv.ndim, tv.shape, opts, "to");
     copy_into(L, lua_gettop(L), src, opts);
   }
   return 1;
@@ -1033,7 +1033,7 @@ static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_d
                            const int64_t *shape, const char *fname) {
   if (bind_opt_field(L, opts, "out") == LUA_TNIL) {
     lua_pop(L, 1);
-    return new_like(L, like, dt, ndim, shape, fname);
+    return new_like(L, like, dt, ndim, shape, opts, fname);
   }
   gpu_tensor *o = bind_test_tensor_handle(L, -1);
   if (!o) luaL_error(L, "bad option 'out' to '%s' (gpu.Tensor expected, got %s)", fname, luaL_typename(L, -1));
@@ -1225,7 +1225,7 @@ static int reduce(lua_State *L, dev_redop code) {
     }
   }
   dev_view tv = t->v;
-  gpu_tensor *o = new_like(L, t, out, ndim, shape, fname);
+  gpu_tensor *o = new_like(L, t, out, ndim, shape, 2, fname);
   dev_kop op = {.kind = DEV_OP_REDUCE, .code = code, .nin = 1, .dim = dim, .out = o->v};
   op.in[0] = tv;
   submit(L, lua_istable(L, 2) ? 2 : 0, &op, 0, 1, 0, fname);

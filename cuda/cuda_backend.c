@@ -22,7 +22,6 @@
 
 #define MAXMARK 64
 #define NREC 64                /* ops remembered per stream, to name a failed one */
-#define PINNED_CACHE_MAX ((size_t)1 << 30)
 #define NNOTIFY 16
 
 typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
@@ -38,7 +37,6 @@ typedef struct cstream {
   oprec rec[NREC];             /* op at position p is rec[p % NREC] */
 } cstream;
 
-typedef struct pblock { void *p; size_t n; struct pblock *next; } pblock;
 
 /* cuBLAS, resolved at run time */
 typedef int (*cublas_create_t)(void **);
@@ -56,8 +54,6 @@ typedef struct cstate {
   int launch_blocking;
   cudaEvent_t *evpool;         /* spare marker events */
   int nev, capev;
-  pblock *pinned_free;         /* pinned blocks whose uses are over, for reuse */
-  size_t pinned_cached;
   void *cublas_lib, *cublas;
   cublas_setstream_t cublas_setstream;
   cublas_gemmex_t cublas_gemmex;
@@ -263,11 +259,6 @@ static void c_close(dev_ctx *ctx) {
   if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
   if (prev != cs->device) cudaSetDevice(cs->device);
   cudaDeviceSynchronize();
-  for (pblock *b = cs->pinned_free, *nb; b; b = nb) {
-    nb = b->next;
-    cudaFreeHost(b->p);
-    free(b);
-  }
   for (int i = 0; i < cs->nev; i++) cudaEventDestroy(cs->evpool[i]);
   free(cs->evpool);
   if (cs->cublas) cs->cublas_destroy(cs->cublas);
@@ -575,86 +566,71 @@ static void c_watch_free(dev_ctx *ctx, void *impl) {
   cwatch_unref(impl);
 }
 
+static size_t phys_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  return pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : 0;
+}
+
+/* The device layer caches blocks above this (dev.c), and asks only when none
+ * fits.  Device memory comes from the device's stream-ordered pool. */
 static int c_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
   cstate *cs = CS(ctx);
   cudaError_t e;
   /* Host memory beyond RAM would only fail later, page by page. */
-  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-  if (kind != DEV_MEM_DEVICE && pages > 0 && psize > 0 && bytes > (size_t)pages * (size_t)psize)
-    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of %s memory "
-                    "(more than the machine's %.1f MiB)", bytes / 1048576.0,
-                    dev_memkind_name(kind), (double)pages * psize / 1048576.0);
+  size_t phys = phys_memory();
+  if (kind != DEV_MEM_DEVICE && phys && bytes > phys) return DEV_ERR_NOMEM;
   switch (kind) {
   case DEV_MEM_DEVICE:
     e = cudaMallocAsync(out, bytes, cs->side);
-    if (e != cudaSuccess && e != cudaErrorMemoryAllocation) return cuda_fail(ctx, e, "allocate");
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      size_t fr = 0, tot = 0;
-      cudaMemGetInfo(&fr, &tot);
-      cudaGetLastError();
-      return dev_fail(ctx, DEV_ERR_NOMEM,
-                      "out of memory: cannot allocate %.1f MiB of device memory "
-                      "(%.1f MiB allocated by this interpreter, %.1f MiB free of %.1f MiB)",
-                      bytes / 1048576.0, ctx->mem.allocated / 1048576.0, fr / 1048576.0,
-                      tot / 1048576.0);
-    }
-    return DEV_OK;
-  case DEV_MEM_PINNED: {
-    /* Reuse a cached block of exactly this size: its uses are over. */
-    for (pblock **pb = &cs->pinned_free; *pb; pb = &(*pb)->next) {
-      if ((*pb)->n != bytes) continue;
-      pblock *b = *pb;
-      *pb = b->next;
-      *out = b->p;
-      cs->pinned_cached -= b->n;
-      free(b);
-      return DEV_OK;
-    }
+    break;
+  case DEV_MEM_PINNED:
     e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
-    if (e != cudaSuccess && e != cudaErrorMemoryAllocation) return cuda_fail(ctx, e, "allocate pinned");
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of pinned memory",
-                      bytes / 1048576.0);
-    }
-    return DEV_OK;
-  }
+    break;
   default: {
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, rounded);
-    if (!p)
-      return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of host memory",
-                      bytes / 1048576.0);
-    *out = p;
-    return DEV_OK;
+    *out = aligned_alloc(64, rounded);
+    return *out ? DEV_OK : DEV_ERR_NOMEM;
   }
   }
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return DEV_ERR_NOMEM;
+  }
+  if (e != cudaSuccess) return cuda_fail(ctx, e, kind == DEV_MEM_DEVICE ? "allocate" : "allocate pinned");
+  return DEV_OK;
 }
 
 static void c_free(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes) {
-  cstate *cs = CS(ctx);
+  (void)bytes;
   switch (kind) {
   case DEV_MEM_DEVICE:
     /* dev.c frees only once every use is over, so the side stream may free now. */
-    if (cudaFreeAsync(p, cs->side) != cudaSuccess) cudaGetLastError();
+    if (cudaFreeAsync(p, CS(ctx)->side) != cudaSuccess) cudaGetLastError();
     break;
-  case DEV_MEM_PINNED: {
-    pblock *b = cs->pinned_cached + bytes <= PINNED_CACHE_MAX ? malloc(sizeof *b) : NULL;
-    if (!b) {
-      if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
-      break;
-    }
-    b->p = p;
-    b->n = bytes;
-    b->next = cs->pinned_free;
-    cs->pinned_free = b;
-    cs->pinned_cached += bytes;
+  case DEV_MEM_PINNED:
+    if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
     break;
-  }
   default:
     free(p);
   }
+}
+
+static size_t c_mem_total(dev_ctx *ctx, dev_memkind kind) {
+  if (kind != DEV_MEM_DEVICE) return phys_memory();
+  size_t fr = 0, tot = 0;
+  if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) cudaGetLastError();
+  (void)ctx;
+  return tot;
+}
+
+/* The pool keeps what was freed into it (release threshold: all): give it
+ * back once the side stream's frees are done. */
+static void c_trim(dev_ctx *ctx) {
+  cstate *cs = CS(ctx);
+  cudaMemPool_t pool;
+  if (cudaStreamSynchronize(cs->side) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, cs->device) == cudaSuccess)
+    cudaMemPoolTrimTo(pool, 0);
+  cudaGetLastError();
 }
 
 /* ---- ops -------------------------------------------------------------- */
@@ -1053,6 +1029,8 @@ const dev_backend dev_cuda_backend = {
   .event_elapsed = c_event_elapsed,
   .alloc = c_alloc,
   .free = c_free,
+  .mem_total = c_mem_total,
+  .trim = c_trim,
   .submit = c_submit,
   .module_load = c_module_load,
   .module_unload = c_module_unload,

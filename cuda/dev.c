@@ -12,16 +12,26 @@
 
 /* A buffer with its use list: for each stream that touched it, the stream
  * position after its last read and its last write. */
-typedef struct buf_use { dev_stream *s; uint64_t rpos, wpos; } buf_use;
+typedef struct buf_use {
+  dev_stream *s;
+  uint64_t rpos, wpos;
+  uint64_t waited;                  /* fences: id + 1 of the last stream made to wait */
+} buf_use;
 
 typedef struct bufx {
   dev_buf b;
   buf_use *use;
   int nuse, cap;
-  int dead;                         /* refs hit 0, waiting for its uses */
+  /* a reused block: its previous owners' uses still queued (wpos), which
+   * other streams wait for before they touch it */
+  buf_use *fence;
+  int nfence, fcap;
+  size_t block;                     /* bytes of its cache block (0: wrapped) */
+  int cls;                          /* its size class */
+  int dead;                         /* wrapped, refs hit 0, waiting for its uses */
   int wrapped;                      /* memory owned by someone else */
   int internal;                     /* the device layer's own: not in the stats */
-  struct bufx *prev, *next;         /* ctx->bufs */
+  struct bufx *prev, *next;         /* ctx->bufs, ctx->dead or a cache list */
   void (*release)(void *ud, void *ptr);
   void *ud;
   struct race_buf *race;            /* race checker state (race.c) */
@@ -30,6 +40,15 @@ typedef struct bufx {
 } bufx;
 
 #define BX(b) ((bufx *)(b))
+
+/* The cache of blocks (see "buffers" below): per memory kind and size class,
+ * blocks no queued work uses, and blocks still used by queued work. */
+#define MIN_BLOCK 256
+#define NCLASS (8 * 56 + 9)
+struct dev_memcache {
+  bufx *ready[DEV_NMEMKIND][NCLASS];
+  bufx *pending[DEV_NMEMKIND][NCLASS];
+};
 
 struct race_buf **dev_buf_racep(dev_buf *b) { return &BX(b)->race; }
 
@@ -102,6 +121,7 @@ static int stream_new(dev_ctx *ctx, int priority, int nonblocking, int is_defaul
   int rc = ctx->bk->stream_init(s);
   if (rc) { free(s); return rc; }
   s->next = ctx->streams;
+  if (ctx->streams) ctx->streams->prev = s;
   ctx->streams = s;
   *out = s;
   return DEV_OK;
@@ -173,7 +193,9 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&ctx->progress_cv, &ca);
   pthread_condattr_destroy(&ca);
-  int rc = check_env(ctx);
+  ctx->cache = calloc(1, sizeof *ctx->cache);
+  int rc = ctx->cache ? check_env(ctx) : DEV_ERR_NOMEM;
+  if (!ctx->cache) snprintf(ctx->err, sizeof ctx->err, "out of memory");
   if (rc == DEV_OK) rc = ctx->bk->open(ctx, index);
   if (rc == DEV_OK) rc = stream_new(ctx, DEV_PRIO_NORMAL, 0, 1, NULL, &ctx->dflt);
   if (rc != DEV_OK) {
@@ -184,6 +206,7 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
     pthread_mutex_destroy(&ctx->progress_mu);
     pthread_mutex_destroy(&ctx->defer_mu);
     pthread_cond_destroy(&ctx->progress_cv);
+    free(ctx->cache);
     free(ctx);
     return NULL;
   }
@@ -193,14 +216,23 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
 static void stream_destroy(dev_stream *s) {
   dev_ctx *ctx = s->ctx;
   if (s->race) race_stream_gone(s);
-  for (dev_stream **p = &ctx->streams; *p; p = &(*p)->next)
-    if (*p == s) { *p = s->next; break; }
+  if (s->prev) s->prev->next = s->next; else ctx->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  if (s->released) {
+    if (s->rel_prev) s->rel_prev->rel_next = s->rel_next; else ctx->released = s->rel_next;
+    if (s->rel_next) s->rel_next->rel_prev = s->rel_prev;
+  }
   ctx->bk->stream_fini(s);
   free(s);
 }
 
+static void cache_free_all(dev_ctx *ctx);
+
 static void ctx_destroy(dev_ctx *ctx) {
   race_set(ctx, 0);
+  cache_free_all(ctx);
+  free(ctx->cache);
+  ctx->cache = NULL;
   while (ctx->streams) {
     dev_stream *s = ctx->streams;
     ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
@@ -230,6 +262,7 @@ void dev_ctx_release(dev_ctx *ctx) {
 }
 
 static void sweep(dev_ctx *ctx);
+static void sweep_all(dev_ctx *ctx);
 static void stream_unref(dev_stream *s);
 static void buf_release(dev_buf *b);
 
@@ -262,7 +295,8 @@ void dev_close(dev_ctx *ctx) {
   ctx->closing = 1;
   /* after the queued collectives: the peers see this rank leave */
   if (ctx->comm && ctx->bk->comm_close) ctx->bk->comm_close(ctx);
-  sweep(ctx);
+  sweep_all(ctx);
+  cache_free_all(ctx);
   /* From here on no owner thread drains deferred releases: DLPack exports
    * still alive keep their buffers (and the context) until their deleters,
    * which then release under defer_mu on whatever thread calls them. */
@@ -380,82 +414,353 @@ void dev_get_stats(dev_ctx *ctx, dev_stats *out) {
   out->max_concurrent = atomic_load(&ctx->max_running);
 }
 
-void dev_get_meminfo(dev_ctx *ctx, dev_meminfo *out) { *out = ctx->mem; }
-
 /* ---- buffers ---------------------------------------------------------- */
 
-/* Drop the uses that the streams are already past. */
-static void prune(bufx *x) {
-  dev_ctx *ctx = x->b.ctx;
+/* Memory comes from a cache of blocks, one list per memory kind and size
+ * class (8 classes per power of two: at most 12.5% above the request, 256
+ * bytes at least).  A buffer whose last reference goes returns its block at
+ * once, with its queued uses: the block is "ready" when the streams are past
+ * them, "pending" until then.  A pending block goes only to a new buffer made
+ * for a stream that is ordered after every one of those uses (the same
+ * stream, or CUDA's default-stream rules); the old uses become the new
+ * buffer's fences, which work on any other stream waits for (and host access
+ * too), so reuse never needs the script's help.  Host-visible blocks are
+ * reused only when ready: the host touches them without a stream.  No
+ * allocation does work that grows with the number of live buffers. */
+
+static int size_class(size_t n, size_t *block) {
+  if (n <= MIN_BLOCK) { *block = MIN_BLOCK; return 0; }
+  int e = 63 - __builtin_clzll((unsigned long long)(n - 1));   /* 2^e < n <= 2^(e+1) */
+  size_t unit = (size_t)1 << (e - 3);
+  size_t k = (n - ((size_t)1 << e) + unit - 1) / unit;         /* 1..8 */
+  *block = ((size_t)1 << e) + k * unit;
+  return (e - 8) * 8 + (int)k;
+}
+
+/* Work queued on s from now on runs after everything queued on o so far:
+ * the same stream, or CUDA's legacy default stream and a blocking stream. */
+static int ordered_after(const dev_stream *s, const dev_stream *o) {
+  return s == o || (s->is_default && !o->nonblocking) || (o->is_default && !s->nonblocking);
+}
+
+static uint64_t use_last(const buf_use *u) { return u->rpos > u->wpos ? u->rpos : u->wpos; }
+
+/* Drop the uses (or fences) that the streams are already past. */
+static void prune_uses(dev_ctx *ctx, buf_use *use, int *n) {
   int j = 0;
-  for (int i = 0; i < x->nuse; i++) {
-    buf_use *u = &x->use[i];
-    uint64_t last = u->rpos > u->wpos ? u->rpos : u->wpos;
-    if (ctx->bk->pos_done(u->s, last)) {
-      stream_unref(u->s);
-    } else {
-      x->use[j++] = *u;
+  for (int i = 0; i < *n; i++) {
+    if (ctx->bk->pos_done(use[i].s, use_last(&use[i]))) stream_unref(use[i].s);
+    else use[j++] = use[i];
+  }
+  *n = j;
+}
+
+static void prune(bufx *x) {
+  if (x->nuse) prune_uses(x->b.ctx, x->use, &x->nuse);
+  if (x->nfence) prune_uses(x->b.ctx, x->fence, &x->nfence);
+}
+
+static void list_push(bufx **head, bufx *x) {
+  x->prev = NULL;
+  x->next = *head;
+  if (*head) (*head)->prev = x;
+  *head = x;
+}
+
+static void list_unlink(bufx **head, bufx *x) {
+  if (x->prev) x->prev->next = x->next; else *head = x->next;
+  if (x->next) x->next->prev = x->prev;
+  x->prev = x->next = NULL;
+}
+
+static void account_live(dev_ctx *ctx, dev_memkind kind, size_t bytes, int sign) {
+  if (sign > 0) {
+    ctx->mlive[kind] += bytes;
+    if (ctx->mlive[kind] > ctx->mpeak[kind]) ctx->mpeak[kind] = ctx->mlive[kind];
+  } else {
+    ctx->mlive[kind] -= bytes;
+  }
+}
+
+/* A block goes back to the backend: no use of it is queued any more. */
+static void block_free(dev_ctx *ctx, bufx *x) {
+  ctx->bk->free(ctx, x->b.kind, x->b.ptr, x->block);
+  ctx->mreserved[x->b.kind] -= x->block;
+  free(x->use);
+  free(x->fence);
+  free(x);
+}
+
+/* Return the ready blocks of a kind (of every kind: -1) to the backend;
+ * pending blocks whose uses are over first become ready. */
+static void cache_trim(dev_ctx *ctx, int kind) {
+  if (!ctx->cache) return;
+  for (int k = 0; k < DEV_NMEMKIND; k++) {
+    if (kind >= 0 && k != kind) continue;
+    for (int c = 0; c < NCLASS; c++) {
+      for (bufx *x = ctx->cache->pending[k][c], *nx; x; x = nx) {
+        nx = x->next;
+        prune(x);
+        if (x->nuse == 0) {
+          list_unlink(&ctx->cache->pending[k][c], x);
+          list_push(&ctx->cache->ready[k][c], x);
+        }
+      }
+      while (ctx->cache->ready[k][c]) {
+        bufx *x = ctx->cache->ready[k][c];
+        list_unlink(&ctx->cache->ready[k][c], x);
+        block_free(ctx, x);
+      }
     }
   }
-  x->nuse = j;
 }
 
-static void account(dev_ctx *ctx, dev_memkind kind, size_t bytes, int sign) {
-  size_t *live, *peak;
-  switch (kind) {
-  case DEV_MEM_DEVICE: live = &ctx->mem.allocated; peak = &ctx->mem.peak; break;
-  case DEV_MEM_PINNED: live = &ctx->mem.pinned; peak = &ctx->mem.pinned_peak; break;
-  default: live = &ctx->mem.host; peak = &ctx->mem.host_peak; break;
-  }
-  if (sign > 0) {
-    *live += bytes;
-    if (*live > *peak) *peak = *live;
-    if (kind == DEV_MEM_DEVICE) ctx->mem.reserved += bytes;
-  } else {
-    *live -= bytes;
-    if (kind == DEV_MEM_DEVICE) ctx->mem.reserved -= bytes;
-  }
+/* Pending blocks whose uses are over become ready (after a sync). */
+static void cache_settle(dev_ctx *ctx) {
+  for (int k = 0; k < DEV_NMEMKIND; k++)
+    for (int c = 0; c < NCLASS; c++)
+      for (bufx *x = ctx->cache->pending[k][c], *nx; x; x = nx) {
+        nx = x->next;
+        prune(x);
+        if (x->nuse == 0) {
+          list_unlink(&ctx->cache->pending[k][c], x);
+          list_push(&ctx->cache->ready[k][c], x);
+        }
+      }
 }
 
+/* A stream's handle is closed: the cached blocks' uses of it that are over
+ * let go of it, so that it can be freed once idle. */
+static void cache_forget_stream(dev_ctx *ctx, dev_stream *s) {
+  for (int k = 0; k < DEV_NMEMKIND; k++)
+    for (int c = 0; c < NCLASS; c++)
+      for (bufx *x = ctx->cache->pending[k][c], *nx; x; x = nx) {
+        nx = x->next;
+        int j = 0;
+        for (int i = 0; i < x->nuse; i++) {
+          buf_use *u = &x->use[i];
+          if (u->s == s && ctx->bk->pos_done(s, use_last(u))) stream_unref(s);
+          else x->use[j++] = *u;
+        }
+        x->nuse = j;
+        if (x->nuse == 0) {
+          list_unlink(&ctx->cache->pending[k][c], x);
+          list_push(&ctx->cache->ready[k][c], x);
+        }
+      }
+}
+
+/* Every block back to the backend, waiting for the uses still queued
+ * (dev_close; the context's end). */
+static void cache_free_all(dev_ctx *ctx) {
+  if (!ctx->cache) return;
+  for (int k = 0; k < DEV_NMEMKIND; k++)
+    for (int c = 0; c < NCLASS; c++) {
+      while (ctx->cache->pending[k][c]) {
+        bufx *x = ctx->cache->pending[k][c];
+        list_unlink(&ctx->cache->pending[k][c], x);
+        for (int i = 0; i < x->nuse; i++) {
+          ctx->bk->pos_wait(x->use[i].s, use_last(&x->use[i]));
+          stream_unref(x->use[i].s);
+        }
+        x->nuse = 0;
+        block_free(ctx, x);
+      }
+      while (ctx->cache->ready[k][c]) {
+        bufx *x = ctx->cache->ready[k][c];
+        list_unlink(&ctx->cache->ready[k][c], x);
+        block_free(ctx, x);
+      }
+    }
+  if (ctx->bk->trim) ctx->bk->trim(ctx);
+}
+
+/* A block for a new buffer of this kind and class, made for stream s (NULL:
+ * none in particular), from the cache; NULL when none fits. */
+static bufx *cache_take(dev_ctx *ctx, dev_memkind kind, int cls, dev_stream *s) {
+  struct dev_memcache *mc = ctx->cache;
+  bufx *x = mc->ready[kind][cls];
+  if (x) {
+    list_unlink(&mc->ready[kind][cls], x);
+    return x;
+  }
+  bufx **pend = &mc->pending[kind][cls];
+  if (!*pend) return NULL;
+  /* a block the stream is ordered after: no wait, no device query */
+  if (s && kind == DEV_MEM_DEVICE) {
+    for (x = *pend; x; x = x->next) {
+      int ok = 1;
+      for (int i = 0; ok && i < x->nuse; i++) ok = ordered_after(s, x->use[i].s);
+      if (ok) { list_unlink(pend, x); return x; }
+    }
+  }
+  for (x = *pend; x; x = x->next) {
+    prune(x);
+    if (x->nuse == 0) { list_unlink(pend, x); return x; }
+  }
+  return NULL;
+}
+
+/* The buffer's last reference is gone and its memory is ours: back to the
+ * cache, with the uses still queued (its fences among them). */
+static void cache_put(dev_ctx *ctx, bufx *x) {
+  for (int i = 0; i < x->nfence; i++) {
+    /* a fence is a use of the block like any other */
+    buf_use *f = &x->fence[i];
+    int j = 0;
+    while (j < x->nuse && x->use[j].s != f->s) j++;
+    if (j < x->nuse) {
+      if (use_last(f) > x->use[j].wpos) x->use[j].wpos = use_last(f);
+      stream_unref(f->s);
+      continue;
+    }
+    if (x->nuse == x->cap) {
+      int cap = x->cap ? 2 * x->cap : 4;
+      buf_use *nu = realloc(x->use, (size_t)cap * sizeof *nu);
+      /* out of memory: wait instead, so the block stays safe */
+      if (!nu) { ctx->bk->pos_wait(f->s, use_last(f)); stream_unref(f->s); continue; }
+      x->use = nu;
+      x->cap = cap;
+    }
+    x->use[x->nuse++] = (buf_use){f->s, 0, use_last(f), 0};
+  }
+  x->nfence = 0;
+  if (x->race) { race_buf_gone(x->race); x->race = NULL; }
+  if (ctx->closing) {
+    /* no cache past dev_close: wait, then free */
+    for (int i = 0; i < x->nuse; i++) {
+      ctx->bk->pos_wait(x->use[i].s, use_last(&x->use[i]));
+      stream_unref(x->use[i].s);
+    }
+    x->nuse = 0;
+    block_free(ctx, x);
+    return;
+  }
+  list_push(x->nuse ? &ctx->cache->pending[x->b.kind][x->cls] : &ctx->cache->ready[x->b.kind][x->cls], x);
+}
+
+/* A wrapped buffer (not ours) or a block leaves for good. */
 static void buf_free(bufx *x) {
   dev_ctx *ctx = x->b.ctx;
-  if (x->prev) x->prev->next = x->next; else ctx->bufs = x->next;
-  if (x->next) x->next->prev = x->prev;
   for (int i = 0; i < x->nuse; i++) stream_unref(x->use[i].s);
-  if (x->wrapped) {
-    if (x->release) x->release(x->ud, x->b.ptr);
-  } else {
-    ctx->bk->free(ctx, x->b.kind, x->b.ptr, x->b.bytes);
-    account(ctx, x->b.kind, x->b.bytes, -1);
-  }
-  if (!x->internal) ctx->st.buffers--;
+  for (int i = 0; i < x->nfence; i++) stream_unref(x->fence[i].s);
   if (x->race) race_buf_gone(x->race);
+  if (x->release) x->release(x->ud, x->b.ptr);
   free(x->use);
+  free(x->fence);
   free(x);
   dev_ctx_release(ctx);
 }
 
-/* Free dead buffers whose uses are over, and released streams that are idle. */
+/* Work that per allocation must not grow with what is alive: deferred
+ * releases, dead wrapped buffers whose uses are over, released streams that
+ * are idle (those only every 64th call: their test may ask the device). */
 static void sweep(dev_ctx *ctx) {
+  if (!atomic_load(&ctx->defer_flag) && !ctx->dead && !ctx->released) return;
   ctx->refs++;  /* the frees below may drop the last reference */
   drain_deferred(ctx);
-  for (bufx *x = ctx->bufs, *nx; x; x = nx) {
+  for (bufx *x = ctx->dead, *nx; x; x = nx) {
     nx = x->next;
-    if (!x->dead) continue;
     prune(x);
-    if (x->nuse == 0) buf_free(x);   /* unlinks x only: nx stays valid */
+    if (x->nuse == 0 && x->nfence == 0) {
+      list_unlink(&ctx->dead, x);
+      buf_free(x);
+    }
   }
-  for (dev_stream *s = ctx->streams, *ns; s; s = ns) {
-    ns = s->next;
-    if (s->released && s->refs == 0 && ctx->bk->stream_idle(s)) stream_destroy(s);
+  if (ctx->released && (ctx->sweeps++ & 63) == 0) {
+    for (dev_stream *s = ctx->released, *ns; s; s = ns) {
+      ns = s->rel_next;
+      if (s->refs == 0 && ctx->bk->stream_idle(s)) stream_destroy(s);
+    }
   }
   /* a freed import of one of our exports releases the export's buffer */
   drain_deferred(ctx);
   dev_ctx_release(ctx);
 }
 
-static int buf_insert(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
-                      dev_buf **out) {
+/* The released streams, every one checked now (a sync, dev_close). */
+static void sweep_all(dev_ctx *ctx) {
+  ctx->sweeps = 0;
+  sweep(ctx);
+}
+
+static int nomem(dev_ctx *ctx, dev_memkind kind, size_t bytes) {
+  size_t total = ctx->bk->mem_total(ctx, kind);
+  return dev_fail(ctx, DEV_ERR_NOMEM,
+                  "out of memory: cannot allocate %.1f MiB of %s memory (%.1f MiB in use by live "
+                  "tensors, %.1f MiB cached, %.1f MiB total)",
+                  bytes / 1048576.0, dev_memkind_name(kind), ctx->mlive[kind] / 1048576.0,
+                  (ctx->mreserved[kind] - ctx->mlive[kind]) / 1048576.0, total / 1048576.0);
+}
+
+int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s, dev_buf **out) {
+  *out = NULL;
+  if ((unsigned)kind >= DEV_NMEMKIND) return dev_fail(ctx, DEV_ERR_INVALID, "alloc: bad memory kind %d", (int)kind);
+  if (bytes == 0) bytes = 1;
+  sweep(ctx);
+  size_t block;
+  int cls = size_class(bytes, &block);
+  bufx *x = cache_take(ctx, kind, cls, s);
+  if (x) {
+    /* the previous owner's queued uses: fences of the new buffer */
+    buf_use *f = x->fence;
+    int fcap = x->fcap;
+    x->fence = x->use;
+    x->nfence = x->nuse;
+    x->fcap = x->cap;
+    x->use = f;
+    x->cap = fcap;
+    x->nuse = 0;
+    for (int i = 0; i < x->nfence; i++)
+      x->fence[i] = (buf_use){x->fence[i].s, 0, use_last(&x->fence[i]), 0};
+  } else {
+    void *p = NULL;
+    if (block < bytes) return nomem(ctx, kind, bytes);
+    int rc = ctx->bk->alloc(ctx, kind, block, &p);
+    if (rc == DEV_ERR_NOMEM) {
+      /* the cache's other sizes go back first */
+      cache_trim(ctx, kind);
+      rc = ctx->bk->alloc(ctx, kind, block, &p);
+    }
+    if (rc == DEV_ERR_NOMEM) return nomem(ctx, kind, block);
+    if (rc) return rc;
+    x = calloc(1, sizeof *x);
+    if (!x) {
+      ctx->bk->free(ctx, kind, p, block);
+      return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (buffer header)");
+    }
+    x->b.ptr = p;
+    x->b.kind = kind;
+    x->block = block;
+    x->cls = cls;
+    ctx->mreserved[kind] += block;
+  }
+  x->b.ctx = ctx;
+  /* the block's size, never the request's: a queued op of the block's
+   * previous owner may still check its views against it */
+  x->b.bytes = x->block;
+  x->b.device = ctx->device;
+  x->b.refs = 1;
+  x->dead = 0;
+  list_push(&ctx->bufs, x);
+  account_live(ctx, kind, block, +1);
+  ctx->st.buffers++;
+  dev_ctx_retain(ctx);
+  *out = &x->b;
+  return DEV_OK;
+}
+
+int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out) {
+  return dev_buf_alloc_on(ctx, kind, bytes, NULL, out);
+}
+
+int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
+                 void (*release)(void *ud, void *ptr), void *ud, dev_buf **out) {
+  *out = NULL;
+  if ((unsigned)kind >= DEV_NMEMKIND) return dev_fail(ctx, DEV_ERR_INVALID, "wrap: bad memory kind %d", (int)kind);
+  int rc;
+  if (ptr && bytes && ctx->bk->check_ptr && (rc = ctx->bk->check_ptr(ctx, kind, ptr, bytes))) return rc;
+  sweep(ctx);
   bufx *x = calloc(1, sizeof *x);
   if (!x) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (buffer header)");
   x->b.ctx = ctx;
@@ -464,40 +769,13 @@ static int buf_insert(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
   x->b.kind = kind;
   x->b.device = ctx->device;
   x->b.refs = 1;
-  x->next = ctx->bufs;
-  if (ctx->bufs) ctx->bufs->prev = x;
-  ctx->bufs = x;
+  x->wrapped = 1;
+  x->release = release;
+  x->ud = ud;
+  list_push(&ctx->bufs, x);
   ctx->st.buffers++;
   dev_ctx_retain(ctx);
   *out = &x->b;
-  return DEV_OK;
-}
-
-int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out) {
-  *out = NULL;
-  if (bytes == 0) bytes = 1;
-  sweep(ctx);
-  void *p = NULL;
-  int rc = ctx->bk->alloc(ctx, kind, bytes, &p);
-  if (rc) return rc;
-  rc = buf_insert(ctx, kind, p, bytes, out);
-  if (rc) { ctx->bk->free(ctx, kind, p, bytes); return rc; }
-  account(ctx, kind, bytes, +1);
-  return DEV_OK;
-}
-
-int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
-                 void (*release)(void *ud, void *ptr), void *ud, dev_buf **out) {
-  *out = NULL;
-  if ((unsigned)kind > DEV_MEM_HOST) return dev_fail(ctx, DEV_ERR_INVALID, "wrap: bad memory kind %d", (int)kind);
-  int rc;
-  if (ptr && bytes && ctx->bk->check_ptr && (rc = ctx->bk->check_ptr(ctx, kind, ptr, bytes))) return rc;
-  sweep(ctx);
-  rc = buf_insert(ctx, kind, ptr, bytes, out);
-  if (rc) return rc;
-  BX(*out)->wrapped = 1;
-  BX(*out)->release = release;
-  BX(*out)->ud = ud;
   return DEV_OK;
 }
 
@@ -511,8 +789,9 @@ int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, voi
 }
 
 int dev_buf_wrapping(dev_ctx *ctx, void (*release)(void *ud, void *ptr), const void *ud) {
-  for (bufx *x = ctx->bufs; x; x = x->next)
-    if (x->wrapped && x->release == release && x->ud == ud) return 1;
+  for (int dead = 0; dead < 2; dead++)
+    for (bufx *x = dead ? ctx->dead : ctx->bufs; x; x = x->next)
+      if (x->wrapped && x->release == release && x->ud == ud) return 1;
   return 0;
 }
 
@@ -551,15 +830,49 @@ static void buf_release(dev_buf *b) {
   if (--b->refs > 0) return;
   bufx *x = BX(b);
   dev_ctx *ctx = b->ctx;
+  list_unlink(&ctx->bufs, x);
+  if (!x->internal) ctx->st.buffers--;
+  if (!x->wrapped) {
+    account_live(ctx, b->kind, x->block, -1);
+    cache_put(ctx, x);
+    dev_ctx_release(ctx);
+    return;
+  }
   prune(x);
-  if (x->nuse == 0) { buf_free(x); return; }
+  if (x->nuse == 0 && x->nfence == 0) { buf_free(x); return; }
   if (ctx->closing) {
-    for (int i = 0; i < x->nuse; i++)
-      ctx->bk->pos_wait(x->use[i].s, x->use[i].rpos > x->use[i].wpos ? x->use[i].rpos : x->use[i].wpos);
+    for (int i = 0; i < x->nuse; i++) ctx->bk->pos_wait(x->use[i].s, use_last(&x->use[i]));
+    for (int i = 0; i < x->nfence; i++) ctx->bk->pos_wait(x->fence[i].s, use_last(&x->fence[i]));
     buf_free(x);
     return;
   }
   x->dead = 1;
+  list_push(&ctx->dead, x);
+}
+
+/* Before an op on s touches x: wait for the fences of a reused block that s
+ * is not ordered after.  Each stream waits once per fence. */
+static int apply_fences(bufx *x, dev_stream *s) {
+  dev_ctx *ctx = s->ctx;
+  int rc = DEV_OK;
+  for (int i = 0; i < x->nfence && rc == DEV_OK; i++) {
+    buf_use *f = &x->fence[i];
+    if (ordered_after(s, f->s) || f->waited == s->id + 1) continue;
+    if (!ctx->bk->pos_done(f->s, f->wpos)) rc = ctx->bk->stream_wait(s, f->s, f->wpos);
+    f->waited = s->id + 1;
+  }
+  return rc;
+}
+
+static int fence_op_bufs(dev_stream *s, dev_buf *const *bufs, int n) {
+  for (int i = 0; i < n; i++) {
+    bufx *x = BX(bufs[i]);
+    if (x->nfence) {
+      int rc = apply_fences(x, s);
+      if (rc) return rc;
+    }
+  }
+  return DEV_OK;
 }
 
 static void note_use(bufx *x, dev_stream *s, int write) {
@@ -579,21 +892,26 @@ static void note_use(bufx *x, dev_stream *s, int write) {
     x->cap = cap;
   }
   s->refs++;
-  x->use[x->nuse++] = (buf_use){s, write ? 0 : pos, write ? pos : 0};
+  x->use[x->nuse++] = (buf_use){s, write ? 0 : pos, write ? pos : 0, 0};
 }
 
 static int buf_wait(dev_buf *b, int write, const char *what) {
   bufx *x = BX(b);
   dev_ctx *ctx = b->ctx;
   int entered = 0;
-  for (int i = 0; i < x->nuse; i++) {
-    buf_use *u = &x->use[i];
-    uint64_t pos = write ? (u->rpos > u->wpos ? u->rpos : u->wpos) : u->wpos;
-    if (pos && !ctx->bk->pos_done(u->s, pos)) {
-      int rc = entered ? DEV_OK : dev_sync_enter(ctx, what);
-      entered = 1;
-      if (rc == DEV_OK) rc = sync_wait(ctx, u->s, pos);
-      if (rc) { dev_sync_leave(ctx); return rc; }
+  for (int fence = 0; fence < 2; fence++) {
+    buf_use *use = fence ? x->fence : x->use;
+    int n = fence ? x->nfence : x->nuse;
+    for (int i = 0; i < n; i++) {
+      buf_use *u = &use[i];
+      /* a fence (the previous owner's use) always counts as a write */
+      uint64_t pos = fence ? u->wpos : write ? use_last(u) : u->wpos;
+      if (pos && !ctx->bk->pos_done(u->s, pos)) {
+        int rc = entered ? DEV_OK : dev_sync_enter(ctx, what);
+        entered = 1;
+        if (rc == DEV_OK) rc = sync_wait(ctx, u->s, pos);
+        if (rc) { dev_sync_leave(ctx); return rc; }
+      }
     }
   }
   if (ctx->race) race_fence(b, write);
@@ -612,7 +930,60 @@ int dev_buf_wait(dev_buf *b, const char *what) {
 
 int dev_buf_idle(dev_buf *b) {
   prune(BX(b));
-  return BX(b)->nuse == 0;
+  return BX(b)->nuse == 0 && BX(b)->nfence == 0;
+}
+
+/* ---- memory figures and the cache ------------------------------------- */
+
+void dev_get_meminfo(dev_ctx *ctx, dev_meminfo *out) {
+  memset(out, 0, sizeof *out);
+  out->allocated = ctx->mlive[DEV_MEM_DEVICE];
+  out->peak = ctx->mpeak[DEV_MEM_DEVICE];
+  out->reserved = ctx->mreserved[DEV_MEM_DEVICE];
+  out->pinned = ctx->mlive[DEV_MEM_PINNED];
+  out->pinned_peak = ctx->mpeak[DEV_MEM_PINNED];
+  out->pinned_reserved = ctx->mreserved[DEV_MEM_PINNED];
+  out->host = ctx->mlive[DEV_MEM_HOST];
+  out->host_peak = ctx->mpeak[DEV_MEM_HOST];
+  out->host_reserved = ctx->mreserved[DEV_MEM_HOST];
+}
+
+size_t dev_mem_live(dev_ctx *ctx, dev_memkind kind) {
+  return (unsigned)kind < DEV_NMEMKIND ? ctx->mlive[kind] : 0;
+}
+
+size_t dev_mem_total(dev_ctx *ctx, dev_memkind kind) {
+  return (unsigned)kind < DEV_NMEMKIND ? ctx->bk->mem_total(ctx, kind) : 0;
+}
+
+void dev_reset_peak(dev_ctx *ctx) {
+  for (int k = 0; k < DEV_NMEMKIND; k++) ctx->mpeak[k] = ctx->mlive[k];
+}
+
+void dev_empty_cache(dev_ctx *ctx) {
+  sweep(ctx);
+  cache_trim(ctx, -1);
+  if (ctx->bk->trim) ctx->bk->trim(ctx);
+}
+
+int dev_mem_reclaim(dev_ctx *ctx, dev_memkind kind) {
+  if ((unsigned)kind >= DEV_NMEMKIND) return DEV_OK;
+  sweep_all(ctx);
+  int waited = 0, rc = DEV_OK;
+  for (int c = 0; c < NCLASS; c++) {
+    for (bufx *x = ctx->cache->pending[kind][c]; x; x = x->next) {
+      for (int i = 0; i < x->nuse && rc == DEV_OK; i++) {
+        if (ctx->bk->pos_done(x->use[i].s, use_last(&x->use[i]))) continue;
+        waited = 1;
+        rc = ctx->bk->pos_wait(x->use[i].s, use_last(&x->use[i]));
+      }
+    }
+  }
+  /* not refused under gpu.nosync (running out of memory is worse), but counted */
+  if (waited) ctx->st.syncs++;
+  cache_trim(ctx, kind);
+  if (ctx->bk->trim) ctx->bk->trim(ctx);
+  return rc ? rc : dev_check_async(ctx);
 }
 
 /* ---- streams and events --------------------------------------------- */
@@ -654,6 +1025,10 @@ static void stream_unref(dev_stream *s) {
   if (--s->refs > 0 || s->is_default) return;
   dev_ctx *ctx = s->ctx;
   s->released = 1;
+  s->rel_prev = NULL;
+  s->rel_next = ctx->released;
+  if (ctx->released) ctx->released->rel_prev = s;
+  ctx->released = s;
   ctx->st.streams--;
   if (ctx->closing) {
     ctx->bk->pos_wait(s, ctx->bk->stream_pos(s));
@@ -666,6 +1041,7 @@ static void stream_unref(dev_stream *s) {
 void dev_stream_release(dev_stream *s) {
   if (!s || s->is_default) return;
   s->closed = 1;
+  cache_forget_stream(s->ctx, s);
   stream_unref(s);
 }
 
@@ -816,7 +1192,8 @@ int dev_synchronize(dev_ctx *ctx) {
   if (ctx->race) race_host_waited(ctx, NULL, NULL);
   dev_sync_leave(ctx);
   for (bufx *x = ctx->bufs; x; x = x->next) prune(x);
-  sweep(ctx);
+  cache_settle(ctx);
+  sweep_all(ctx);
   return dev_check_async(ctx);
 }
 
@@ -1087,6 +1464,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     /* Always on the device, even when every tensor is pinned. */
     const dev_launch *l = op->launch;
     if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
+    if ((rc = fence_op_bufs(s, l->bufs, l->nbufs))) return rc;
     if ((rc = ctx->bk->submit(s, op))) return rc;
     if (ctx->race) race_op(ctx, s, op, 1);
     if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
@@ -1118,6 +1496,9 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   int pageable = op->kind == DEV_OP_COPY &&
                  (op->out.buf->kind == DEV_MEM_HOST || op->in[0].buf->kind == DEV_MEM_HOST);
   if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
+  dev_buf *bufs[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < nb; i++) bufs[i] = views[i]->buf;
+  if ((rc = fence_op_bufs(s, bufs, nb))) return rc;
   if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;
   if ((rc = ctx->bk->submit(s, op))) {
     if (pageable) dev_sync_abandon(ctx);
@@ -1365,6 +1746,13 @@ int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n) {
   if ((rc = check_open(s))) return rc;
   if ((rc = coll_check(ctx, c, n))) return rc;
   if (ctx->race && (rc = race_coll(ctx, s, c, n, 0))) return rc;
+  for (int i = 0; i < n; i++) {
+    dev_buf *bufs[2] = {NULL, NULL};
+    int k = 0;
+    if (c[i].kind != DEV_COLL_RECV) bufs[k++] = c[i].send.buf;
+    if (c[i].kind != DEV_COLL_SEND) bufs[k++] = c[i].recv.buf;
+    if ((rc = fence_op_bufs(s, bufs, k))) return rc;
+  }
   if ((rc = ctx->bk->coll(s, c, n, ctx->coll_seq + 1))) return rc;
   if (ctx->race) race_coll(ctx, s, c, n, 1);
   if (ctx->trace_gen) dev_trace_note_stream(ctx, s);

@@ -23,6 +23,7 @@ typedef enum {
 } dev_dtype;
 
 typedef enum { DEV_MEM_DEVICE, DEV_MEM_PINNED, DEV_MEM_HOST } dev_memkind;
+#define DEV_NMEMKIND 3
 
 typedef enum {
   DEV_OK = 0,
@@ -97,11 +98,12 @@ typedef struct dev_stats {
   int64_t max_concurrent;     /* most ops seen running at once (host backend) */
 } dev_stats;
 
+/* Bytes of cache blocks (the request rounded up to its size class): held by
+ * live buffers, their high-water mark, and reserved (live + cached). */
 typedef struct dev_meminfo {
-  size_t allocated, peak;     /* device memory */
-  size_t reserved;            /* device memory held by the backend (>= allocated) */
-  size_t pinned, pinned_peak;
-  size_t host, host_peak;     /* pageable memory held for tensors */
+  size_t allocated, peak, reserved;                /* device memory */
+  size_t pinned, pinned_peak, pinned_reserved;     /* page-locked host memory */
+  size_t host, host_peak, host_reserved;           /* pageable memory held for tensors */
 } dev_meminfo;
 
 void dev_get_stats(dev_ctx *ctx, dev_stats *out);
@@ -138,7 +140,7 @@ int dev_races_checked(dev_ctx *ctx);
 struct dev_buf {
   dev_ctx *ctx;
   void *ptr;
-  size_t bytes;
+  size_t bytes;           /* usable: the request rounded up to its size class */
   dev_memkind kind;
   int device;
   /* private to device layer */
@@ -146,7 +148,26 @@ struct dev_buf {
   void *priv;
 };
 
+/* Memory comes from a cache (see dev.c): a block freed while queued work on
+ * a stream still uses it may go at once to a buffer allocated for a stream
+ * ordered after that work (dev_buf_alloc_on with that stream); any other
+ * stream, and the host, wait for that work before they touch the buffer.
+ * s NULL: only blocks no queued work uses.  Out of memory is DEV_ERR_NOMEM
+ * with the figures in the message, after the cache's unused blocks were
+ * returned to the backend. */
 int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out);
+int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s, dev_buf **out);
+/* Bytes of live buffers of a kind, and what the kind has in all. */
+size_t dev_mem_live(dev_ctx *ctx, dev_memkind kind);
+size_t dev_mem_total(dev_ctx *ctx, dev_memkind kind);
+void dev_reset_peak(dev_ctx *ctx);
+/* Cached blocks no queued work uses go back to the system. */
+void dev_empty_cache(dev_ctx *ctx);
+/* After an allocation of this kind failed (and the caller freed what it
+ * could): wait for the queued work that still uses cached blocks of the kind
+ * (only that; counted as a sync, never refused), then return every cached
+ * block of the kind to the system, so that a retry can succeed. */
+int dev_mem_reclaim(dev_ctx *ctx, dev_memkind kind);
 /* Wrap memory owned by someone else; release(ud, ptr) is called on the
  * interpreter thread once the last reference is gone and the work queued on
  * it has finished (at a later device call, or at dev_close).  When ptr is

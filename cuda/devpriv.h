@@ -47,8 +47,15 @@ typedef struct dev_backend {
   int (*watch_done)(dev_ctx *ctx, void *impl);
   void (*watch_free)(dev_ctx *ctx, void *impl);
 
+  /* Memory for the device layer's cache (dev.c), which calls alloc only
+   * when no cached block fits, and free only for blocks no queued work uses.
+   * alloc fails with DEV_ERR_NOMEM (no message needed) when memory of the
+   * kind is exhausted; mem_total is what the kind has in all; trim, optional,
+   * returns what the backend itself keeps (a driver pool) to the system. */
   int (*alloc)(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out);
   void (*free)(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes);
+  size_t (*mem_total)(dev_ctx *ctx, dev_memkind kind);
+  void (*trim)(dev_ctx *ctx);
   int (*submit)(dev_stream *s, const dev_kop *op);
 
   /* Run-time kernels; NULL on a backend without them. */
@@ -116,7 +123,8 @@ struct dev_stream {
   int released;           /* no references left: free once idle */
   int priority, nonblocking, is_default;
   uint64_t id;
-  dev_stream *next;       /* all streams of the context */
+  dev_stream *next, *prev;          /* all streams of the context */
+  dev_stream *rel_next, *rel_prev;  /* released ones, waiting to drain */
   void *impl;
   struct race_stream *race;   /* race checker state (race.c), NULL when unused */
   void *wrap;             /* dev_stream_wrap: the application's handle (not ours to destroy) */
@@ -142,8 +150,15 @@ struct dev_ctx {
   char site[DEV_SITE_LEN];
   dev_stream *dflt;
   dev_stream *streams;
+  dev_stream *released;   /* released streams, freed once idle */
+  unsigned sweeps;
   uint64_t next_stream_id;
   struct bufx *bufs;      /* every live buffer */
+  struct bufx *dead;      /* wrapped buffers released, waiting for their uses */
+  struct dev_memcache *cache;   /* cached blocks per kind and size class (dev.c) */
+  /* bytes per memory kind: held by live buffers, their high-water mark,
+   * and taken from the backend (live + cached) */
+  size_t mlive[DEV_NMEMKIND], mpeak[DEV_NMEMKIND], mreserved[DEV_NMEMKIND];
   int jitter;             /* GPULUA_HOST_JITTER */
 
   dev_stats st;           /* interpreter-thread counters */
@@ -151,7 +166,6 @@ struct dev_ctx {
   void (*sync_warn)(void *ud, const char *msg);
   void *sync_warn_ud;
   const char *call;       /* the API call now running, for sync messages */
-  dev_meminfo mem;
   atomic_int running;     /* ops running now (host workers) */
   atomic_llong max_running;
 

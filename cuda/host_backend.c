@@ -366,21 +366,15 @@ static int h_event_elapsed(dev_event *a, dev_event *b, double *ms) {
   return DEV_OK;
 }
 
+/* Every kind of memory comes from RAM here, each capped at the capacity
+ * (GPULUA_HOST_MEMORY): what the cache holds counts, as a driver's would. */
 static int h_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
   hstate *st = ctx->bk_state;
-  size_t live = kind == DEV_MEM_DEVICE ? ctx->mem.allocated
-              : kind == DEV_MEM_PINNED ? ctx->mem.pinned : ctx->mem.host;
-  if (bytes > st->capacity || live > st->capacity - bytes)
-    return dev_fail(ctx, DEV_ERR_NOMEM,
-                    "out of memory: cannot allocate %.1f MiB of %s memory "
-                    "(%.1f MiB in use, %.1f MiB total)",
-                    bytes / 1048576.0, dev_memkind_name(kind), live / 1048576.0,
-                    st->capacity / 1048576.0);
+  size_t held = ctx->mreserved[kind];
+  if (bytes > st->capacity || held > st->capacity - bytes) return DEV_ERR_NOMEM;
   size_t rounded = (bytes + 63) & ~(size_t)63;
   void *p = aligned_alloc(64, rounded);
-  if (!p)
-    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory: cannot allocate %.1f MiB of %s memory",
-                    bytes / 1048576.0, dev_memkind_name(kind));
+  if (!p) return DEV_ERR_NOMEM;
   *out = p;
   return DEV_OK;
 }
@@ -388,6 +382,11 @@ static int h_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
 static void h_free(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes) {
   (void)ctx; (void)kind; (void)bytes;
   free(p);
+}
+
+static size_t h_mem_total(dev_ctx *ctx, dev_memkind kind) {
+  (void)kind;
+  return ((hstate *)ctx->bk_state)->capacity;
 }
 
 static int h_comm_open(dev_ctx *ctx, const dev_rank_info *ri) {
@@ -465,6 +464,7 @@ const dev_backend dev_host_backend = {
   .event_elapsed = h_event_elapsed,
   .alloc = h_alloc,
   .free = h_free,
+  .mem_total = h_mem_total,
   .submit = h_submit,
   .comm_open = h_comm_open,
   .comm_connect = h_comm_connect,

@@ -107,6 +107,10 @@ gpulua *gpulua_open(const gpulua_options *o) {
     free(g);
     return NULL;
   }
+  /* Generational, as lua.c: a loop's temporary tensors die young, and a
+   * young collection finds them without marking the whole heap (README,
+   * "Memory"). */
+  lua_gc(g->L, LUA_GCGEN, 0, 0);
   lua_pushcfunction(g->L, setup_state);
   lua_pushlightuserdata(g->L, &opt);
   if (lua_pcall(g->L, 1, 0, 0) != LUA_OK) {

@@ -1,0 +1,127 @@
+/* Memory that follows the script: gpu.memory, gpu.empty_cache,
+ * gpu.reset_peak_memory, and bind_alloc, through which every tensor gets its
+ * memory.
+ *
+ * Lua's collector counts a tensor's handle (a few dozen bytes), not the
+ * memory behind it, so a loop of temporaries (`local y = (x * 2 + 1):relu()`)
+ * would fill a device before a collection ever ran.  So each allocation
+ * checks the bytes that live buffers of its kind hold against a limit set at
+ * the last full collection: the bytes live then, plus as much again (at
+ * least gc_floor).  Past it, a collection step runs first (a young
+ * collection in generational mode, where the temporaries are), and a full
+ * collection if that did not bring the kind under its limit.  Below the
+ * limits, a young collection every gc_floor / 8 bytes allocated keeps a
+ * loop's temporaries few (their blocks are reused while warm).  The limit is
+ * then live + max(live, gc_floor) with live <= the largest live set L, so
+ * the bytes held never exceed 2 L + gc_floor (the bound the README states).
+ * Out of memory, an allocation collects in full, waits for the queued work
+ * that still uses freed blocks of its kind (only that) and retries before it
+ * raises with the figures. */
+#include <string.h>
+
+#include "common.h"
+
+/* A full collection just ran: every kind's limit from what is live now. */
+static void gc_reset(gpu_state *st) {
+  for (int k = 0; k < DEV_NMEMKIND; k++) {
+    size_t live = dev_mem_live(st->ctx, (dev_memkind)k);
+    st->gc_limit[k] = live + (live > st->gc_floor ? live : st->gc_floor);
+  }
+}
+
+void bind_memory_init(gpu_state *st) {
+  size_t f = dev_mem_total(st->ctx, DEV_MEM_DEVICE) / 32;
+  if (f < ((size_t)1 << 20)) f = (size_t)1 << 20;
+  if (f > ((size_t)256 << 20)) f = (size_t)256 << 20;
+  st->gc_floor = f;
+  st->gc_young_step = f / 8;
+  gc_reset(st);
+}
+
+static void collect(lua_State *L, gpu_state *st, dev_memkind kind, size_t bytes) {
+  lua_gc(L, LUA_GCSTEP, 0);
+  if (dev_mem_live(st->ctx, kind) + bytes <= st->gc_limit[kind]) return;
+  lua_gc(L, LUA_GCCOLLECT);
+  gc_reset(st);
+}
+
+/* The stream the new tensor is made for: opts.stream, else the current one;
+ * looked up after any collection (a finalizer may close streams). */
+static dev_stream *alloc_stream(lua_State *L, int opts) {
+  return opts ? bind_opt_stream(L, opts) : bind_current_stream(L);
+}
+
+dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int opts, const char *fname) {
+  gpu_state *st = bind_state(L);
+  dev_ctx *ctx = st->ctx;
+  if (dev_mem_live(ctx, kind) + bytes > st->gc_limit[kind]) {
+    collect(L, st, kind, bytes);
+    st->gc_young = 0;
+  } else if ((st->gc_young += bytes) > st->gc_young_step) {
+    /* a young collection now and then keeps the blocks of a loop's
+     * temporaries few and warm in the caches, long before any limit */
+    lua_gc(L, LUA_GCSTEP, 0);
+    st->gc_young = 0;
+  }
+  dev_buf *b;
+  int rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
+  if (rc == DEV_ERR_NOMEM) {
+    lua_gc(L, LUA_GCCOLLECT);
+    gc_reset(st);
+    rc = dev_mem_reclaim(ctx, kind);
+    if (rc == DEV_OK) rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
+  }
+  if (rc != DEV_OK) bind_raise(L, ctx, fname);
+  return b;
+}
+
+static void setint(lua_State *L, const char *k, size_t v) {
+  lua_pushinteger(L, (lua_Integer)v);
+  lua_setfield(L, -2, k);
+}
+
+static int gpu_memory(lua_State *L) {
+  gpu_state *st = bind_state(L);
+  dev_meminfo m;
+  dev_get_meminfo(st->ctx, &m);
+  lua_createtable(L, 0, 10);
+  setint(L, "allocated", m.allocated);
+  setint(L, "reserved", m.reserved);
+  setint(L, "peak", m.peak);
+  setint(L, "pinned", m.pinned);
+  setint(L, "pinned_reserved", m.pinned_reserved);
+  setint(L, "pinned_peak", m.pinned_peak);
+  setint(L, "host", m.host);
+  setint(L, "host_reserved", m.host_reserved);
+  setint(L, "host_peak", m.host_peak);
+  setint(L, "gc_floor", st->gc_floor);
+  return 1;
+}
+
+static void no_args(lua_State *L) {
+  if (!lua_isnone(L, 1)) luaL_argerror(L, 1, "no arguments expected");
+}
+
+static int gpu_empty_cache(lua_State *L) {
+  no_args(L);
+  dev_empty_cache(bind_ctx(L));
+  return 0;
+}
+
+static int gpu_reset_peak_memory(lua_State *L) {
+  no_args(L);
+  dev_reset_peak(bind_ctx(L));
+  return 0;
+}
+
+static const luaL_Reg funcs[] = {
+  {"memory", gpu_memory},
+  {"empty_cache", gpu_empty_cache},
+  {"reset_peak_memory", gpu_reset_peak_memory},
+  {NULL, NULL}
+};
+
+int bind_open_memory(lua_State *L) {
+  luaL_setfuncs(L, funcs, 0);
+  return 0;
+}
