@@ -26,7 +26,24 @@ B.sizes = {
   ov_big = B.quick and 1 << 16 or 1 << 24,   -- elements per batch (f32)
   ov_small = B.quick and 1 << 12 or 1 << 18,
   ov_runs = 3,
+  -- bench/alloc.lua, no raw C twin (bench/torch_peer.py keeps these in step)
+  alloc_calls = B.quick and 200 or 20000,  -- calls per repeat of an allocating form
+  alloc_reps = B.quick and 5 or 11,
+  live_calls = B.quick and 500 or 2000,    -- calls per repeat beside a live set
+  live_tensors = { 1000, 100000 },         -- live sets: the small, the large
+  live_streams = { 1000, 100000 },
+  stream_calls = B.quick and 100 or 1000,
+  loop_elems = B.quick and 16 << 20 or 256 << 20,  -- the temporaries loop, f32
+  loop_iters = B.quick and 30 or 300,
+  loop_warm = B.quick and 1 or 10,         -- iterations before the timed loops
+  loop_reps = B.quick and 1 or 3,
 }
+
+-- a count as a key part: 1000 "1k", 100000 "100k"
+function B.count_name(n)
+  if n >= 1000 and n % 1000 == 0 then return string.format("%dk", n // 1000) end
+  return tostring(n)
+end
 
 -- The all_reduce sweep (bench/allreduce.lua; plan_iters in bench/nccl_ref.cu
 -- computes the same counts): f32 sizes from 8 B up by 8x (to 1 GiB, quick: to

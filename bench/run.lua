@@ -5,13 +5,17 @@
 -- on all of them), and the PyTorch peer where it imports; prints one table of
 -- every row with its ratio to the raw C figure of the same run and its
 -- target, and appends it, with the device, driver and date, to
--- bench/RESULTS.md.
+-- bench/RESULTS.md.  bench/alloc.lua times the allocating forms users write
+-- (`local u = t + 1` in a loop) and has no raw C twin: its targets are
+-- against the PyTorch column (bench/torch_peer.py times the same forms) or
+-- absolute (ratios of its own rows).
 --
 --   GPULUA=build/gpulua BENCH_REF=build/bench/ref BENCH_NCCL_REF=build/bench/nccl_ref \
 --     build/gpulua --device host bench/run.lua
 --
 -- Environment: BENCH_QUICK=1 small sizes (a smoke test; also runs the Lua
--- scripts on the host backend where no GPU answers); BENCH_RESULTS=FILE
+-- scripts on the host backend where no GPU answers, which is where the
+-- host backend's targets of bench/alloc.lua are judged); BENCH_RESULTS=FILE
 -- where to append the table (default: bench/RESULTS.md for a full run on a
 -- GPU, nowhere otherwise); BENCH_TORCH=0 skips the PyTorch peer;
 -- BENCH_ONLY=ops,allreduce,startup,torch runs only the parts named.
@@ -154,7 +158,7 @@ if ONLY ~= "" then notes[#notes + 1] = "BENCH_ONLY=" .. ONLY .. ": the other par
 if have_ref and want("ops") then run_program("raw", REF .. (B.quick and " quick" or "") .. " all") end
 
 if run_scripts then
-  for _, script in ipairs { "launch.lua", "copy.lua", "matmul.lua" } do
+  for _, script in ipairs { "launch.lua", "alloc.lua", "copy.lua", "matmul.lua" } do
     run_program("gpulua", string.format("%s %s %s/%s", GPULUA, DEV, HERE, script))
   end
   -- Enqueue costs are a few microseconds and drift with the host's clocks
@@ -351,12 +355,31 @@ end
 
 -- targets, from the issue; kind: "le_ratio" gpulua <= x * raw, "le_plus"
 -- gpulua <= raw + x, "ge_ratio" gpulua >= x * raw, "ge_abs" gpulua >= x,
--- "le_abs" gpulua <= x
+-- "le_abs" gpulua <= x, "le_torch" gpulua <= x * PyTorch; on = "host": the
+-- target holds on the host backend only, elsewhere the row is informational
 local ORDER = {
   { "enqueue_empty", "le_ratio", 1.10 },
   { "enqueue_fill", "le_ratio", 1.10 },
   { "roundtrip_empty", "le_plus", 0.5 },
   { "roundtrip_fill", "le_plus", 0.5 },
+  -- bench/alloc.lua: the in-place rows are the baseline ("no slower than today")
+  { "alloc_empty_1", "le_torch", 1.0 },
+  { "alloc_empty_256k", "le_torch", 1.0 },
+  { "alloc_add_1", "le_torch", 1.0 },
+  { "alloc_add_256k", "le_torch", 1.0 },
+  { "alloc_chain_1", "le_torch", 1.0 },
+  { "alloc_chain_256k", "le_torch", 1.0 },
+  { "inplace_add_1" },
+  { "inplace_add_256k" },
+  { "alloc_vs_inplace_256k", "le_abs", 1.5, on = "host" },
+  { "alloc_live_1k" },
+  { "alloc_live_100k" },
+  { "alloc_live_ratio", "le_abs", 1.5 },
+  { "stream_live_1k" },
+  { "stream_live_100k" },
+  { "stream_live_ratio", "le_abs", 1.5 },
+  { "loop_1g_its" },
+  { "loop_1g_peak" },
   { "h2d", "ge_ratio", 0.98 },
   { "d2h", "ge_ratio", 0.98 },
   { "bidir", "ge_ratio", 0.98 },
@@ -383,7 +406,8 @@ for i, spec in ipairs(ORDER) do
   end
 end
 
-local FMT = { us = "%.2f", ["GB/s"] = "%.1f", eff = "%.3f", ["TFLOP/s"] = "%.1f", ms = "%.1f", x = "%.3f" }
+local FMT = { us = "%.2f", ["GB/s"] = "%.1f", eff = "%.3f", ["TFLOP/s"] = "%.1f", ms = "%.1f", x = "%.3f",
+              ["it/s"] = "%.1f", GiB = "%.2f" }
 
 local function num(v, unit, fmt)
   if v == nil then return "n/a" end
@@ -396,15 +420,19 @@ local function target_text(kind, x, unit)
   if kind == "ge_ratio" then return string.format(">= %d%% of raw C", math.floor(x * 100 + 0.5)) end
   if kind == "ge_abs" then return string.format(">= %s", x) end
   if kind == "le_abs" then return string.format("<= %s %s", x, unit) end
+  if kind == "le_torch" then return x == 1 and "<= PyTorch" or string.format("<= %.2fx PyTorch", x) end
   return ""
 end
 
-local function verdict(kind, x, g, raw)
+local function verdict(kind, x, g, raw, torch)
   if not kind then return "" end
   if g == nil then return "n/a" end
   local ok
   if kind == "le_abs" then ok = g <= x
   elseif kind == "ge_abs" then ok = g >= x
+  elseif kind == "le_torch" then
+    if torch == nil then return "n/a" end
+    ok = g <= x * torch
   elseif raw == nil then return "n/a"
   elseif kind == "le_ratio" then ok = g <= x * raw
   elseif kind == "le_plus" then ok = g <= raw + x
@@ -448,9 +476,15 @@ for _, spec in ipairs(ORDER) do
     if spec.label then label = string.format(spec.label, label) end
     local ratio = (g and raw and raw ~= 0) and string.format("%.3f", g / raw) or ""
     if spec.diff and ratio ~= "" then ratio = string.format("%s (%+.2f %s)", ratio, g - raw, unit) end
-    local v = verdict(kind, x, g, raw)
+    local target = target_text(kind, x, unit)
+    -- a target of one backend only: shown, not judged, on the other
+    if spec.on and spec.on ~= (have_gpu and "cuda" or "host") then
+      target = string.format("%s backend: %s", spec.on, target)
+      kind = nil
+    end
+    local v = verdict(kind, x, g, raw, r and r.torch)
     if v == "MISS" then missed[#missed + 1] = label end
-    local cells = { label, unit, num(g, unit, spec.fmt), num(raw, unit, spec.fmt), ratio, target_text(kind, x, unit), v }
+    local cells = { label, unit, num(g, unit, spec.fmt), num(raw, unit, spec.fmt), ratio, target, v }
     if have_torch then cells[#cells + 1] = r and r.torch and num(r.torch, unit, spec.fmt) or "" end
     lines[#lines + 1] = "| " .. table.concat(cells, " | ") .. " |"
   end

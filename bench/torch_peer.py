@@ -1,7 +1,9 @@
 """PyTorch peer for `make bench`: the rows of bench/*.lua measured through
 PyTorch with the same sizes, repeats and timing (sizes as bench/benchlib.lua),
 printed as `row KEY VALUE UNIT LABEL` / `check KEY ok|FAILED why` lines for
-bench/run.lua.  Needs a CUDA build of torch; BENCH_QUICK=1 for small sizes."""
+bench/run.lua.  The allocating forms of bench/alloc.lua are written as a
+PyTorch user writes them.  Needs a CUDA build of torch; BENCH_QUICK=1 for
+small sizes."""
 import os
 import statistics
 import sys
@@ -15,6 +17,9 @@ COPY_BYTES, COPY_WARM, COPY_REPS = ((8 << 20) if QUICK else (256 << 20)), 2, (3 
 MM_N = 512 if QUICK else 8192
 MM = {"f32": (1, 3) if QUICK else (2, 5), "bf16": (1, 3) if QUICK else (3, 10)}
 OV_BATCHES, OV_BIG, OV_SMALL, OV_RUNS = (8, 1 << 16, 1 << 12, 3) if QUICK else (32, 1 << 24, 1 << 18, 3)
+ALLOC_CALLS, ALLOC_REPS = (200, 5) if QUICK else (20000, 11)
+LIVE_CALLS, LIVE_TENSORS = (500 if QUICK else 2000), (1000, 100000)
+LOOP_ELEMS, LOOP_ITERS, LOOP_WARM, LOOP_REPS = (16 << 20, 30, 1, 1) if QUICK else (256 << 20, 300, 10, 3)
 
 failed = False
 
@@ -31,6 +36,19 @@ def check(key, ok, why=""):
 
 def size_label(what, nbytes):
     return f"{what} {nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{what} {nbytes >> 10} KiB"
+
+
+def bytes_label(nbytes):
+    """as bench/benchlib.lua's bytes_names: 64 MiB, 1 GiB"""
+    for unit in ("B", "KiB", "MiB"):
+        if nbytes < 1024 or nbytes % 1024:
+            return f"{nbytes} {unit}"
+        nbytes //= 1024
+    return f"{nbytes} GiB"
+
+
+def count_name(n):
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
 
 
 def event():
@@ -78,6 +96,141 @@ def bench_launch(s):
                 s.synchronize()
         row("roundtrip_fill", per_call(ROUNDTRIPS, trips), "us", "launch + stream sync, fill of 1 element")
         check("roundtrip_fill", t.item() == ROUNDTRIPS, f"element is {t.item()}")
+
+
+def per_call(n, body, reps=ALLOC_REPS):
+    """median us per call of body(n) (n calls), host wall time; the device
+    drained between repeats outside the timed part; r = 0 warms up"""
+    v = []
+    for r in range(reps + 1):
+        t0 = time.perf_counter()
+        body(n)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        if r > 0:
+            v.append((t1 - t0) / n * 1e6)
+    return statistics.median(v)
+
+
+def minmax(u):
+    return u.min().item(), u.max().item()
+
+
+def bench_loop_1g():
+    """the 1 GiB temporaries loop: iterations per second, and the peak of
+    allocated memory from a reset just before the timed loops"""
+    n, iters = LOOP_ELEMS, LOOP_ITERS
+    what = f"{bytes_label(n * 4)} x {iters}"
+    t = torch.ones(n, device="cuda")
+    for _ in range(LOOP_WARM):
+        u = (t * 2 + 1).relu()
+    del u
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    its, done = [], 0
+    for _ in range(LOOP_REPS):
+        done = 0
+        t0 = time.perf_counter()
+        for i in range(iters):
+            u = (t * 2 + 1).relu()
+            done = i + 1
+        torch.cuda.synchronize()
+        its.append(iters / (time.perf_counter() - t0))
+        del u  # each timed loop starts as the first: no result of the last one alive
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30
+    row("loop_1g_its", statistics.median(its), "it/s", f"`u = (t * 2 + 1).relu()` loop, {what}")
+    row("loop_1g_peak", peak, "GiB", f"peak memory of that loop, {what}")
+    print(f"note loop_1g loop_1g torch: {what}, warm-up {LOOP_WARM} iterations, median of {LOOP_REPS} loops; "
+          "peak: torch.cuda.max_memory_allocated since reset_peak_memory_stats()", flush=True)
+    lo, hi = minmax((t * 2 + 1).relu())
+    check("loop_1g", done == iters and lo == 3 and hi == 3,
+          f"{done} of {iters} iterations, last result in [{lo}, {hi}], want 3")
+
+
+def alloc_row(got, key, label, n, body, last, want):
+    """an allocating form: body(calls) is the timed loop, last() one more
+    result of it; every element equal to want (None: any), and the loop's
+    memory all freed"""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    us = per_call(ALLOC_CALLS, body)
+    row(key, us, "us", label)
+    got[key] = us
+    u = last()
+    numel, lo, hi = u.numel(), want, want
+    if want is not None:
+        lo, hi = minmax(u)
+    del u
+    torch.cuda.synchronize()
+    left = torch.cuda.memory_allocated() - base
+    check(key, numel == n and lo == want and hi == want and left == 0,
+          f"{numel} elements (want {n}), values in [{lo}, {hi}] (want {want}), {left} bytes left after the loop")
+
+
+def bench_alloc_sized(got, n, tag, what):
+    def empties(calls):
+        for _ in range(calls):
+            u = torch.empty(n, device="cuda")
+
+    alloc_row(got, "alloc_empty_" + tag, f"`u = torch.empty(n, device='cuda')`, {what}", n, empties,
+              lambda: torch.empty(n, device="cuda"), None)
+    t = torch.ones(n, device="cuda")
+
+    def adds(calls):
+        for _ in range(calls):
+            u = t + 1
+
+    alloc_row(got, "alloc_add_" + tag, f"`u = t + 1`, {what}", n, adds, lambda: t + 1, 2)
+
+    def chains(calls):
+        for _ in range(calls):
+            u = (t * 2 + 1).relu()
+
+    alloc_row(got, "alloc_chain_" + tag, f"`u = (t * 2 + 1).relu()`, {what}", n, chains,
+              lambda: (t * 2 + 1).relu(), 3)
+
+    def inplace(calls):
+        for _ in range(calls):
+            t.add_(1)
+
+    key = "inplace_add_" + tag
+    got[key] = per_call(ALLOC_CALLS, inplace)
+    row(key, got[key], "us", f"`t.add_(1)`, {what}")
+    want = 1 + ALLOC_CALLS * (ALLOC_REPS + 1)
+    lo, hi = minmax(t)
+    check(key, lo == want and hi == want, f"values in [{lo}, {hi}], want {want}")
+
+
+def bench_alloc():
+    got = {}
+    for n, tag, what in ((1, "1", "1 element"), (1 << 18, "256k", "2^18 f32 (1 MiB)")):
+        bench_alloc_sized(got, n, tag, what)
+    if "alloc_add_256k" in got and "inplace_add_256k" in got:
+        row("alloc_vs_inplace_256k", got["alloc_add_256k"] / got["inplace_add_256k"], "x",
+            "`u = t + 1` / `t.add_(1)`, 2^18 f32 (1 MiB)")
+    print(f"note alloc alloc rows torch: {ALLOC_CALLS} calls per repeat, median of {ALLOC_REPS}", flush=True)
+
+    # the caching allocator beside a live set; streams have no twin here:
+    # torch.cuda.Stream() hands out streams of a fixed pool and has no close
+    def empties(calls):
+        for _ in range(calls):
+            u = torch.empty(1, device="cuda")
+
+    us = []
+    for count in LIVE_TENSORS:
+        key = "alloc_live_" + count_name(count)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_stats().get("active.all.current", 0)
+        keep = [torch.empty(1, device="cuda") for _ in range(count)]
+        us.append(per_call(LIVE_CALLS, empties))
+        row(key, us[-1], "us", f"`u = torch.empty(1, device='cuda')`, {count} live")
+        alive = torch.cuda.memory_stats().get("active.all.current", 0) - base
+        check(key, alive == count and len(keep) == count, f"{alive} live after the loop, want {count}")
+        del keep
+    row("alloc_live_ratio", us[1] / us[0], "x",
+        f"torch.empty(1), {count_name(LIVE_TENSORS[1])} live / {count_name(LIVE_TENSORS[0])} live")
+    print(f"note live live rows torch: torch.empty {LIVE_CALLS} calls per repeat, median of {ALLOC_REPS}; "
+          "no stream rows (torch.cuda.Stream() hands out streams of a fixed pool)", flush=True)
 
 
 def bench_copy(s, s2):
@@ -238,7 +391,8 @@ def main():
         return 1
     print(f"info torch {torch.__version__} on {torch.cuda.get_device_name(0)}", flush=True)
     s, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-    for name, fn in (("launch", lambda: bench_launch(s)), ("copy", lambda: bench_copy(s, s2)),
+    for name, fn in (("launch", lambda: bench_launch(s)), ("alloc", bench_alloc), ("loop_1g", bench_loop_1g),
+                     ("copy", lambda: bench_copy(s, s2)),
                      ("matmul", lambda: bench_matmul(s)),
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
                      ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL))):
