@@ -29,7 +29,7 @@ B.sizes = {
   -- bench/alloc.lua, no raw C twin (bench/torch_peer.py keeps these in step)
   alloc_calls = B.quick and 200 or 20000,  -- calls per repeat of an allocating form
   alloc_reps = B.quick and 5 or 11,
-  live_calls = B.quick and 500 or 2000,    -- calls per repeat beside a live set
+  live_calls = B.quick and 5000 or 20000,  -- calls per repeat beside a live set (a few GC cycles)
   live_tensors = { 1000, 100000 },         -- live sets: the small, the large
   live_streams = { 1000, 100000 },
   stream_calls = B.quick and 100 or 1000,
