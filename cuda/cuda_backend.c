@@ -26,8 +26,10 @@
 
 typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
 
-/* What enqueued the op at a position: its name and script line. */
-typedef struct oprec { const char *name; char site[DEV_SITE_LEN]; } oprec;
+/* What enqueued the op at a position: its name and script line, and
+ * whether it runs the application's or the script's own code (a kernel that
+ * can assert or fault; the built-in ops cannot). */
+typedef struct oprec { const char *name; char site[DEV_SITE_LEN]; int user; } oprec;
 
 typedef struct cstream {
   cudaStream_t st;
@@ -83,8 +85,11 @@ static int is_sticky(cudaError_t e) {
   }
 }
 
-/* The op that failed: the first unfinished op of each stream with work
- * queued.  With one candidate it is exact; otherwise all are named. */
+/* The op that failed, per stream with work queued: the first unfinished
+ * kernel of the script's or application's own (built-in ops do not assert
+ * or fault, and the markers that would tell they are done may lie ahead of
+ * them), else the first unfinished op.  With one candidate it is exact;
+ * otherwise all are named. */
 static void describe_failed(dev_ctx *ctx, char *buf, size_t n) {
   int found = 0;
   size_t k = 0;
@@ -93,6 +98,9 @@ static void describe_failed(dev_ctx *ctx, char *buf, size_t n) {
     cstream *c = CST(s);
     if (!c || c->enq <= c->known_done) continue;
     uint64_t pos = c->known_done + 1;
+    uint64_t from = c->enq - pos >= NREC ? c->enq - NREC + 1 : pos;   /* the ops still remembered */
+    for (uint64_t p = from; p <= c->enq; p++)
+      if (c->rec[p % NREC].user) { pos = p; break; }
     const oprec *r = c->enq - pos < NREC ? &c->rec[pos % NREC] : NULL;
     k += (size_t)snprintf(buf + k, n - k, "%s'%s'%s%s", found ? " or " : "",
                           r && r->name ? r->name : "an op",
@@ -845,12 +853,13 @@ static int touches_host(const dev_kop *op) {
 
 /* Bookkeeping after an op is on the stream: its position and name, a marker
  * after it when it touches host memory, and GPULUA_LAUNCH_BLOCKING's wait. */
-static int enqueued(dev_stream *s, const char *name, int host) {
+static int enqueued(dev_stream *s, const char *name, int host, int user) {
   dev_ctx *ctx = s->ctx;
   cstream *c = CST(s);
   c->enq++;
   oprec *r = &c->rec[c->enq % NREC];
   r->name = name;
+  r->user = user;
   memcpy(r->site, ctx->site, sizeof r->site);
   if (host) {
     marker *m;
@@ -885,7 +894,7 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
     rc = cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
                                                 : DEV_OK;
   }
-  rc = rc ? rc : enqueued(s, dev_op_name(op), touches_host(op));
+  rc = rc ? rc : enqueued(s, dev_op_name(op), touches_host(op), op->kind == DEV_OP_LAUNCH);
   return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
 }
 
@@ -925,7 +934,7 @@ static int c_coll(dev_stream *s, const dev_coll *g, int n, uint64_t seq) {
   cuda_tmark tm = {NULL};
   int rc = ctx->trace_gen ? cuda_trace_begin(ctx, CST(s)->st, &tm) : DEV_OK;
   if (rc == DEV_OK) rc = cuda_comm_run(ctx->comm, CST(s)->st, g, n, seq);
-  rc = rc ? rc : enqueued(s, n > 1 ? "group" : dev_coll_name(g[0].kind), 0);
+  rc = rc ? rc : enqueued(s, n > 1 ? "group" : dev_coll_name(g[0].kind), 0, 0);
   return tm.ev ? cuda_trace_coll(ctx, CST(s)->st, &tm, (int64_t)s->id, g, n, rc) : rc;
 }
 

@@ -345,6 +345,35 @@ T.test("a device-side assert: the error text and the line", function()
   if not out:find("cudaErrorAssert", 1, true) then T.diag(out) end
 end)
 
+-- Built-in ops queued before the failing kernel and not yet known to be done
+-- must not take the blame (issue 21, item 4).
+local ASSERT_AFTER = [[
+local gpu = require "gpu"
+local m = gpu.compile([==[
+extern "C" __device__ void __assertfail(const char *msg, const char *file, unsigned line,
+                                        const char *fn, size_t charsize);
+extern "C" __global__ void positive(const int *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && x[i] < 0) __assertfail("x[i] >= 0", "positive.cu", 5, "positive", 1);
+}
+]==])
+gpu.synchronize()
+local bad = gpu.arange(-5, 5, { dtype = "i32" })
+local doubled = bad * 2
+m.positive { grid = 1, block = 32 } (doubled, 10)
+local ok, err = pcall(gpu.synchronize)
+print("first:", err)
+]]
+
+T.test("a device-side assert after built-in ops: the kernel is blamed, not the ops before it", function()
+  local out = child(ASSERT_AFTER)
+  T.ok(out:find("first:%s+[^\n]*'positive' enqueued at [^\n]*:13[^\n]*cudaErrorAssert"),
+       "the error names the kernel and its line (13)")
+  T.ok(not out:find("'arange' enqueued", 1, true) and not out:find("'mul' enqueued", 1, true),
+       "not the arange or the mul queued before it")
+  if not out:find("'positive' enqueued", 1, true) then T.diag(out) end
+end)
+
 T.test("GPULUA_LAUNCH_BLOCKING=1: the error is raised by the launch itself", function()
   local out = child(ILLEGAL, "GPULUA_LAUNCH_BLOCKING=1")
   T.ok(not out:find("enqueued\n", 1, true), "the launch line raises")
