@@ -21,4 +21,55 @@ T.test("--trace to a file that cannot be written gives the OS message", function
   T.ok(not ok and out:find(oserr, 1, true) ~= nil, "GPULUA_TRACE too: " .. (out:match("[^\n]*") or ""))
 end)
 
+-- ---- send and recv ------------------------------------------------------------
+
+T.test("send and recv name the function and the argument", function()
+  local t <close> = gpu.ones({ 4 })
+  T.raises_at(function() gpu.send(t, 0.5) end,
+              "bad argument #2 to 'send' %(number has no integer representation%)", "send(t, 0.5)")
+  T.raises_at(function() gpu.recv(t, 0.5) end,
+              "bad argument #2 to 'recv' %(number has no integer representation%)", "recv(t, 0.5)")
+  T.raises_at(function() gpu.send(t, "one") end, "bad argument #2 to 'send' %(number expected, got string%)",
+              "send(t, 'one')")
+  T.raises_at(function() gpu.recv(t) end, "bad argument #2 to 'recv' %(number expected, got no value%)",
+              "recv(t)")
+  T.raises_at(function() gpu.send(t, 3) end, "bad argument #2 to 'send' %(3 is not a rank: the world has 1%)",
+              "send(t, 3)")
+  T.raises_at(function() gpu.recv(t, -1) end, "bad argument #2 to 'recv' %(%-1 is not a rank: the world has 1%)",
+              "recv(t, -1)")
+  T.raises_at(function() gpu.broadcast(t, { root = 0.5 }) end,
+              "bad option 'root' %(number has no integer representation%)", "broadcast root = 0.5")
+end)
+
+T.test("send and recv argument errors in a job of 2 ranks", function()
+  local script = T.tmpfile([[
+local t = gpu.ones({4})
+local peer = 1 - gpu.rank
+for _, c in ipairs {
+  { "send", function() gpu.send(t, 0.5) end },
+  { "recv", function() gpu.recv(t, 2) end },
+} do
+  local ok, err = pcall(c[2])
+  print("msg", c[1], err)
+end
+-- the job is still fine
+if gpu.rank == 0 then gpu.send(gpu.full({4}, 7), peer) else gpu.recv(t, peer) end
+gpu.synchronize()
+print("value", t:get(1))
+]])
+  local out, ok = T.run("", "-n 2 --prefix --device host " .. script)
+  T.ok(ok, "the job exits 0")
+  for rank = 0, 1 do
+    T.ok(out:find("[rank " .. rank .. "] msg\tsend\t" .. script
+                  .. ":4: bad argument #2 to 'send' (number has no integer representation)", 1, true) ~= nil,
+         "rank " .. rank .. ": send(t, 0.5) at its line")
+    T.ok(out:find("[rank " .. rank .. "] msg\trecv\t" .. script
+                  .. ":5: bad argument #2 to 'recv' (2 is not a rank: the world has 2)", 1, true) ~= nil,
+         "rank " .. rank .. ": recv(t, 2) at its line")
+  end
+  T.ok(out:find("[rank 1] value\t7.0", 1, true) ~= nil, "a good send and recv still work")
+  if not ok then T.diag(out) end
+  os.remove(script)
+end)
+
 T.done()
