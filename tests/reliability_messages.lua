@@ -72,4 +72,16 @@ print("value", t:get(1))
   os.remove(script)
 end)
 
+-- ---- the README ------------------------------------------------------------------
+
+T.test("the README names only gpu.try_ functions that exist", function()
+  local readme = T.readfile("README.md")
+  if not readme then return T.skip("README.md", "not found from " .. os.getenv("PWD")) end
+  local missing = {}
+  for name in readme:gmatch("gpu%.(try_[%w_]*)") do
+    if gpu[name] == nil then missing[#missing + 1] = "gpu." .. name end
+  end
+  T.is(missing, {}, "every gpu.try_ function mentioned exists")
+end)
+
 T.done()
