@@ -125,21 +125,42 @@ static dev_cred check_red(lua_State *L, int opts) {
   return r;
 }
 
-static int check_rank_arg(lua_State *L, int idx, const char *what) {
+/* The rank at idx; else NULL, and *why says what is wrong with the value
+ * (in Lua's own words where it has them: 0.5 is a number with no integer
+ * representation, not "no rank number"). */
+static int rank_at(lua_State *L, int idx, const char **why) {
   int isint;
   lua_Integer v = lua_tointegerx(L, idx, &isint);
-  if (!isint) luaL_error(L, "bad %s (a rank number expected, got %s)", what, luaL_typename(L, idx));
-  if (v < 0 || v >= bind_ctx_world(L))
-    luaL_error(L, "bad %s (%I is not a rank: the world has %d)", what, v, bind_ctx_world(L));
+  *why = NULL;
+  if (!isint) {
+    *why = lua_type(L, idx) == LUA_TNUMBER
+               ? "number has no integer representation"
+               : lua_pushfstring(L, "a rank number expected, got %s", luaL_typename(L, idx));
+    return -1;
+  }
+  int world = bind_ctx_world(L);
+  if (v < 0 || v >= world) {
+    *why = lua_pushfstring(L, "%I is not a rank: the world has %d", v, world);
+    return -1;
+  }
   return (int)v;
+}
+
+/* Argument arg, a rank: "bad argument #2 to 'send' (...)" as luaL_check*. */
+static int check_rank_arg(lua_State *L, int arg) {
+  luaL_checkinteger(L, arg);   /* Lua's messages for a non-number and for 0.5 */
+  const char *why;
+  int r = rank_at(L, arg, &why);
+  if (why) luaL_argerror(L, arg, why);
+  return r;
 }
 
 static int opt_rank(lua_State *L, int opts, const char *field, int dflt) {
   int r = dflt;
   if (bind_opt_field(L, opts, field) != LUA_TNIL) {
-    char what[64];
-    snprintf(what, sizeof what, "option '%s'", field);
-    r = check_rank_arg(L, lua_gettop(L), what);
+    const char *why;
+    r = rank_at(L, lua_gettop(L), &why);
+    if (why) luaL_error(L, "bad option '%s' (%s)", field, why);
   }
   lua_pop(L, 1);
   return r;
@@ -256,10 +277,11 @@ static int comm_reduce_scatter(lua_State *L) {
  * the group's list; outside: enqueued at once as a group of one. */
 static int p2p(lua_State *L, dev_coll_kind kind, const char *fname) {
   bind_check_tensor(L, 1);
+  /* the arguments in order, and all of them before joining the job */
+  int peer = check_rank_arg(L, 2);
   bind_check_opts(L, 3, "stream");
   int opts = lua_istable(L, 3) ? 3 : 0;
   join(L, fname, 0, 1);
-  int peer = check_rank_arg(L, 2, "peer (argument #2)");
   lua_rawgetp(L, LUA_REGISTRYINDEX, &group_key);
   if (lua_istable(L, -1)) {
     int list = lua_gettop(L);

@@ -217,9 +217,10 @@ static void sync_warn(void *ud, const char *msg) {
   }
 }
 
-/* The mode in force: the innermost gpu.nosync scope of the running task
+/* The mode in force: the newest open gpu.nosync scope of the running task
  * (or of the main program outside tasks), else the base mode that
- * gpu.sync_debug sets; "off" while the REPL shows a result. */
+ * gpu.sync_debug sets; "off" while the REPL shows a result.  The scopes
+ * themselves live in task.c, with the tasks that own them. */
 static int effective_mode(lua_State *L, gpu_state *st) {
   if (st->sync_suspended) return 0;
   int o = *bind_sync_slot(L);
@@ -241,8 +242,11 @@ void bind_sync_apply_slot(lua_State *L, int slot) {
 }
 
 /* gpu.sync_debug([mode]) --> the mode in force before.  Sets the base mode;
- * a gpu.nosync scope still open wins over it until it ends.  "warn" also
- * turns Lua warnings on: asking for them means wanting to see them. */
+ * a gpu.nosync scope still open wins over it until it ends.  Finding the
+ * mode in force ends the scopes that a coroutine which died of an error left
+ * open (bind_sync_slot), and the policy is set again, so no stale scope
+ * outlives this call.  "warn" also turns Lua warnings on: asking for them
+ * means wanting to see them. */
 int gpulua_bind_sync_debug(lua_State *L) {
   gpu_state *st = bind_state(L);
   int old = effective_mode(L, st);
@@ -250,8 +254,8 @@ int gpulua_bind_sync_debug(lua_State *L) {
     int m = luaL_checkoption(L, 1, NULL, sync_modes);
     st->sync_base = m;
     if (m == 1) lua_warning(L, "@on", 0);
-    bind_sync_apply(L);
   }
+  bind_sync_apply(L);
   lua_pushstring(L, sync_modes[old]);
   return 1;
 }
@@ -260,33 +264,6 @@ void gpulua_bind_sync_suspend(lua_State *L, int suspend) {
   gpu_state *st = bind_state(L);
   st->sync_suspended = suspend;
   bind_sync_apply(L);
-}
-
-/* local _ <close> = gpu.nosync([mode]): syncs raise ("error", the default)
- * or warn until the scope ends, also when it ends by an error.  The scope
- * belongs to the running task (each task has its own), or to the main
- * program outside tasks. */
-static int gpu_nosync(lua_State *L) {
-  int mode = luaL_checkoption(L, 1, "error", sync_modes);
-  int *saved = lua_newuserdatauv(L, sizeof(int), 0);
-  *saved = -2;   /* not open */
-  luaL_setmetatable(L, GPULUA_NOSYNC);
-  int *slot = bind_sync_slot(L);
-  *saved = *slot;
-  *slot = mode;
-  if (mode == 1) lua_warning(L, "@on", 0);
-  bind_sync_apply(L);
-  return 1;
-}
-
-static int nosync_close(lua_State *L) {
-  int *saved = luaL_checkudata(L, 1, GPULUA_NOSYNC);
-  if (*saved != -2) {
-    *bind_sync_slot(L) = *saved;
-    *saved = -2;
-    bind_sync_apply(L);
-  }
-  return 0;
 }
 
 static void setint(lua_State *L, const char *k, lua_Integer v) {
@@ -371,7 +348,6 @@ static const luaL_Reg gpu_funcs[] = {
   {"synchronize", gpu_synchronize},
   {"stats", gpu_stats},
   {"sync_debug", gpulua_bind_sync_debug},
-  {"nosync", gpu_nosync},
   {"seed", gpu_seed},
   {"sleep", gpu_sleep},
   {NULL, NULL}
@@ -420,10 +396,6 @@ int luaopen_gpu(lua_State *L) {
     lua_pop(L, 1);
     dev_set_sync_warn(st->ctx, sync_warn, st);
     bind_memory_init(st);
-    luaL_newmetatable(L, GPULUA_NOSYNC);
-    lua_pushcfunction(L, nosync_close);
-    lua_setfield(L, -2, "__close");
-    lua_pop(L, 1);
     if (st->sync_base == 1) lua_warning(L, "@on", 0);
     bind_sync_apply(L);
     /* thread -> current stream; weak keys so finished coroutines go away */

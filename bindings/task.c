@@ -11,7 +11,11 @@
  * for the device.
  *
  * The loop state is a table in the registry: `queue`, the unfinished tasks in
- * creation order, and `by_thread`, coroutine -> task. */
+ * creation order, `by_thread`, coroutine -> task, `running`, the task being
+ * resumed, and `scopes`, the open gpu.nosync scopes of each owner.
+ *
+ * gpu.nosync scopes live here because each belongs to a task (or to the main
+ * program): see "gpu.nosync scopes" below. */
 #include <string.h>
 #include <time.h>
 
@@ -29,7 +33,7 @@ static const char *const state_names[] = {"new", "ready", "running", "waiting fo
 typedef struct gpu_task {
   int state;
   int id;
-  int sync_slot;          /* its innermost gpu.nosync mode, -1 none */
+  int sync_slot;          /* the mode of its newest open gpu.nosync scope, -1 none */
   int observed;           /* its failure was raised to someone */
   dev_watch *w;           /* T_WAIT_DEV */
 } gpu_task;
@@ -57,6 +61,8 @@ static void push_loop(lua_State *L) {
   lua_setfield(L, -2, "depth");     /* loops running (0 or 1) */
   lua_pushinteger(L, 0);
   lua_setfield(L, -2, "next_id");
+  lua_pushinteger(L, 0);
+  lua_setfield(L, -2, "next_scope");
   lua_pushvalue(L, -1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &loop_key);
 }
@@ -94,11 +100,177 @@ static void drop_watch(gpu_task *t) {
   t->w = NULL;
 }
 
+/* ---- gpu.nosync scopes ---------------------------------------------------
+ *
+ * A scope belongs to its owner: the task being resumed when it opened (a
+ * plain coroutine inside a task counts as that task), else the main
+ * program.  loop.scopes[owner] holds the owner's open scopes, seq -> scope
+ * (the main program's under a light userdata key); the newest one is in
+ * force.  Closing a scope removes it from its owner's list and nothing else,
+ * so scopes may close in any order and from any task, and one never closed
+ * ends when it is collected.  Nothing is written back into whatever task
+ * happens to run at the time. */
+
+static const char *const sync_modes[] = {"off", "warn", "error", NULL};
+static const char main_owner = 0;   /* the key of the main program's scopes */
+
+/* user values: 1 the owner (a gpu.Task, or false: the main program), 2 the
+ * coroutine that opened it */
+typedef struct nosync_scope {
+  lua_Integer seq;   /* its place in the opening order; 0 once closed */
+  int mode;
+  gpu_state *st;     /* for __gc, which must not raise once the runtime is closed */
+} nosync_scope;
+
+/* Pushes the task being resumed, or nil. */
+static gpu_task *push_running(lua_State *L) {
+  push_loop(L);
+  lua_getfield(L, -1, "running");
+  lua_replace(L, -2);
+  return lua_touserdata(L, -1);
+}
+
+/* Pushes the list of open scopes of the owner at idx (a task, or anything
+ * else for the main program), or nil when it has none. */
+static void push_scopes(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  push_loop(L);
+  if (lua_getfield(L, -1, "scopes") != LUA_TTABLE) {
+    lua_remove(L, -2);
+    return;   /* nil: no scope ever opened */
+  }
+  if (lua_touserdata(L, idx)) lua_pushvalue(L, idx);
+  else lua_pushlightuserdata(L, (void *)&main_owner);
+  lua_rawget(L, -2);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+/* The mode of the owner at idx, from its open scopes: the newest one's, -1
+ * none.  Scopes whose coroutine died of an error are ended on the way: they
+ * stay pending there until the coroutine is closed or collected, and no
+ * code of that coroutine can run again.  Stores the mode in the owner's
+ * slot. */
+static int owner_mode(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  gpu_task *t = lua_touserdata(L, idx);
+  int *slot = t ? &t->sync_slot : &bind_state(L)->sync_main;
+  int mode = -1;
+  push_scopes(L, idx);
+  if (lua_istable(L, -1)) {
+    int list = lua_gettop(L);
+    lua_Integer newest = 0;
+    lua_pushnil(L);
+    while (lua_next(L, list)) {
+      nosync_scope *s = lua_touserdata(L, -1);
+      lua_getiuservalue(L, -1, 2);
+      lua_State *co = lua_tothread(L, -1);
+      lua_pop(L, 1);
+      if (co && lua_status(co) != LUA_OK && lua_status(co) != LUA_YIELD) {
+        s->seq = 0;
+        lua_pushvalue(L, -2);
+        lua_pushnil(L);
+        lua_rawset(L, list);   /* clearing a field during lua_next is allowed */
+      } else if (s->seq > newest) {
+        newest = s->seq;
+        mode = s->mode;
+      }
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  *slot = mode;
+  return mode;
+}
+
 int *bind_sync_slot(lua_State *L) {
-  gpu_task *t = current_task(L);
-  if (!t) return &bind_state(L)->sync_main;
-  lua_pop(L, 1);   /* the by_thread table keeps it */
-  return &t->sync_slot;
+  gpu_task *t = push_running(L);
+  owner_mode(L, -1);
+  lua_pop(L, 1);   /* the queue keeps the task */
+  return t ? &t->sync_slot : &bind_state(L)->sync_main;
+}
+
+/* local _ <close> = gpu.nosync([mode]): syncs raise ("error", the default)
+ * or warn until the scope ends, also when it ends by an error. */
+static int gpu_nosync(lua_State *L) {
+  int mode = luaL_checkoption(L, 1, "error", sync_modes);
+  gpu_state *st = bind_state(L);
+  lua_settop(L, 0);
+  nosync_scope *s = lua_newuserdatauv(L, sizeof *s, 2);   /* 1 */
+  s->seq = 0;   /* not open until it is in its owner's list */
+  s->mode = mode;
+  s->st = st;
+  luaL_setmetatable(L, GPULUA_NOSYNC);
+  if (!push_running(L)) {   /* 2: the owner */
+    lua_pop(L, 1);
+    lua_pushboolean(L, 0);
+  }
+  lua_pushvalue(L, 2);
+  lua_setiuservalue(L, 1, 1);
+  lua_pushthread(L);
+  lua_setiuservalue(L, 1, 2);
+  push_loop(L);   /* 3 */
+  if (lua_getfield(L, 3, "scopes") != LUA_TTABLE) {
+    lua_pop(L, 1);
+    /* weak keys: a finished task goes away once its scopes have */
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, 3, "scopes");
+  }
+  push_scopes(L, 2);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    /* weak values: a scope dropped unclosed is collected (and its __gc ends it) */
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    if (lua_touserdata(L, 2)) lua_pushvalue(L, 2);
+    else lua_pushlightuserdata(L, (void *)&main_owner);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 4);
+  }
+  lua_getfield(L, 3, "next_scope");
+  lua_Integer seq = lua_tointeger(L, -1) + 1;
+  lua_pop(L, 1);
+  lua_pushinteger(L, seq);
+  lua_setfield(L, 3, "next_scope");
+  lua_pushvalue(L, 1);
+  lua_rawseti(L, -2, seq);
+  s->seq = seq;
+  owner_mode(L, 2);
+  if (mode == 1) lua_warning(L, "@on", 0);
+  bind_sync_apply(L);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* __close and __gc: the scope leaves its owner's list, and the mode in force
+ * is set again for whatever runs now (which may be another task).  Never
+ * raises. */
+static int nosync_close(lua_State *L) {
+  nosync_scope *s = luaL_checkudata(L, 1, GPULUA_NOSYNC);
+  if (s->seq == 0) return 0;
+  lua_Integer seq = s->seq;
+  s->seq = 0;
+  if (!s->st->ctx) return 0;   /* the runtime is closed: nothing to restore */
+  lua_getiuservalue(L, 1, 1);
+  int owner = lua_gettop(L);
+  push_scopes(L, owner);
+  if (lua_istable(L, -1)) {
+    lua_pushnil(L);
+    lua_rawseti(L, -2, seq);
+  }
+  lua_pop(L, 1);
+  owner_mode(L, owner);
+  lua_pop(L, 1);
+  bind_sync_apply(L);
+  return 0;
 }
 
 /* ---- gpu.task ----------------------------------------------------------- */
@@ -183,10 +355,17 @@ static void step(lua_State *L, int idx) {
   t->state = T_RUNNING;
   /* Ctrl-C's hook (set on the main thread) reaches the task too */
   if (lua_gethook(L)) lua_sethook(co, lua_gethook(L), lua_gethookmask(L), lua_gethookcount(L));
-  /* the task's own gpu.nosync scopes, for as long as it runs */
-  bind_sync_apply_slot(L, t->sync_slot);
+  /* the task's own gpu.nosync scopes, for as long as it runs; scopes it
+   * opens are its own */
+  push_loop(L);
+  lua_pushvalue(L, idx);
+  lua_setfield(L, -2, "running");
+  bind_sync_apply_slot(L, owner_mode(L, idx));
   int nres = 0;
   int status = lua_resume(co, L, nargs, &nres);
+  lua_pushnil(L);
+  lua_setfield(L, -2, "running");
+  lua_pop(L, 1);
   bind_sync_apply(L);
   if (status == LUA_YIELD) {
     /* gpu.await set the state; a plain coroutine.yield just lets others run */
@@ -536,6 +715,7 @@ static const luaL_Reg funcs[] = {
   {"task", task_new},
   {"await", gpu_await},
   {"run", gpulua_bind_run},
+  {"nosync", gpu_nosync},
   {NULL, NULL}
 };
 
@@ -546,6 +726,13 @@ int bind_open_task(lua_State *L) {
     lua_pushcfunction(L, task_tostring);
     lua_setfield(L, -2, "__tostring");
     lua_pushcfunction(L, task_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, GPULUA_NOSYNC)) {
+    lua_pushcfunction(L, nosync_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, nosync_close);
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);

@@ -48,10 +48,14 @@
 --   name      label of the progress line (default "pipeline").
 --
 -- The buffers are the module's: they are closed when run returns (or
--- raises), as are its streams and events.  An error in a stage propagates
--- as it was raised; work already enqueued finishes on its own (an
--- asynchronous failure of it surfaces at a later sync, as for any queued
--- work).  The host
+-- raises), as are its streams and events; a stage that closes one it was
+-- lent raises, naming the stage.  An error in a stage propagates as it was
+-- raised; work already enqueued finishes on its own (an asynchronous
+-- failure of it surfaces at a later sync, as for any queued work).  What
+-- fails in the module's own work (making its buffers, a copy, a wait that
+-- meets an asynchronous error) raises at the script line that called run,
+-- naming the batch.  Outside a coroutine a stage cannot yield: that error
+-- names the stage and points at the line that yielded.  The host
 -- waits (before load refills a pinned buffer, before sink, at the end) use
 -- gpu.await where it exists, so inside a gpu.task only that task waits;
 -- else ev:synchronize().  load and sink are host stages: device work they
@@ -112,6 +116,93 @@ end
 local Bad = {}
 local function bad(fmt, ...)
   error(setmetatable({ msg = "pipeline.run: " .. string.format(fmt, ...) }, Bad))
+end
+
+-- ---- errors met while running ------------------------------------------------
+
+local getinfo = debug and debug.getinfo
+
+-- "file:line: " of the function `level` levels up from where()'s caller,
+-- as error(msg, level) would prefix it ("" where there is no line)
+local function where(level)
+  local info = getinfo and getinfo(level + 1, "Sl")
+  if info and info.currentline and info.currentline > 0 then
+    return info.short_src .. ":" .. info.currentline .. ": "
+  end
+  return ""
+end
+
+-- Raised at the script line that called run: a position inside this file
+-- tells the script nothing.
+local function raise(P, msg)
+  error(P.where .. "pipeline.run: " .. msg, 0)
+end
+
+local function fail(P, what, err)
+  if type(err) ~= "string" then error(err, 0) end
+  raise(P, what .. ": " .. (err:gsub("^[^\n]-pipeline%.lua:%d+: ", "", 1)))
+end
+
+local function checked(P, what, arg, ok, ...)
+  if not ok then fail(P, string.format(what, arg), (...)) end
+  return ...
+end
+
+-- fn(...), the module's own work: a failure is raised as fail() says, what
+-- (a format of one argument, arg) naming what was being done
+local function guard(P, what, arg, fn, ...)
+  return checked(P, what, arg, pcall(fn, ...))
+end
+
+local function stage_name(P, name, i)
+  local fn = P[name]
+  local info = type(fn) == "function" and getinfo and getinfo(fn, "S")
+  if info and info.linedefined > 0 then
+    return string.format("%s (batch %d, defined at %s:%d)", name, i, info.short_src, info.linedefined)
+  end
+  return string.format("%s (batch %d)", name, i)
+end
+
+-- the buffer a stage was lent must still be open when it returns
+local function check_open(P, name, i, buf, what)
+  if buf and buf.closed then
+    raise(P, string.format("%s closed its %s buffer, which the module only lends it for the batch "
+                           .. "(copy what must outlive the stage; leave the buffer open)",
+                           stage_name(P, name, i), what))
+  end
+end
+
+-- coroutine.yield raises with no position where nothing can yield: point
+-- at the stage's line that yielded, and name the stage
+local function on_stage_error(P)
+  return function(e)
+    if type(e) ~= "string" or not e:find("^attempt to yield") or not getinfo then return e end
+    local raiser = getinfo(2, "S")
+    if not raiser or raiser.what ~= "C" then return e end
+    for level = 3, 40 do
+      local info = getinfo(level, "Sl")
+      if not info then break end
+      if info.currentline > 0 then
+        return string.format("%s:%d: pipeline.run: %s (batch %d): %s (a stage can yield only when "
+                             .. "pipeline.run runs in a coroutine, such as a gpu.task)",
+                             info.short_src, info.currentline, P.stage, P.batch, e)
+      end
+    end
+    return e
+  end
+end
+
+local function stage_done(ok, ...)
+  if not ok then error((...), 0) end
+  return ...
+end
+
+-- P[name](i, ...).  Where a yield cannot work (the main program, or across
+-- a C call) the stage runs under xpcall, so a yield's error can be told.
+local function call_stage(P, name, i, ...)
+  if coroutine.isyieldable() then return P[name](i, ...) end
+  P.stage, P.batch = name, i
+  return stage_done(xpcall(P[name], P.on_error, i, ...))
 end
 
 local function pos_int(v)
@@ -340,28 +431,30 @@ local function run(P, R)
   local in_bytes = numel(P.in_shape) * DTYPE_SIZE[P.in_dtype]
   local out_bytes = output and numel(P.out_shape) * DTYPE_SIZE[P.out_dtype] or 0
 
-  local h2d = own(R, gpu.stream())
-  local comp = own(R, gpu.stream())
-  local d2h = output and own(R, gpu.stream()) or nil
-  local last = d2h or comp                     -- the stream of each batch's last stage
-
-  -- slot k serves batches k, k + nslots, ...; its events mark where its
-  -- latest batch is, so the next batch in the slot can wait for exactly that
-  local slots = {}
-  for k = 1, nslots do
-    local s = {
-      dev_in = own(R, gpu.empty(P.in_shape, { dtype = P.in_dtype })),
-      h2d_done = own(R, gpu.event { timing = false }),
-      comp_done = own(R, gpu.event { timing = false }),
-    }
-    if not P.inputs then s.pin_in = own(R, gpu.pinned(P.in_shape, { dtype = P.in_dtype })) end
-    if output then
-      s.dev_out = own(R, gpu.empty(P.out_shape, { dtype = P.out_dtype }))
-      s.pin_out = own(R, gpu.pinned(P.out_shape, { dtype = P.out_dtype }))
-      s.d2h_done = own(R, gpu.event { timing = false })
+  local h2d, comp, d2h, slots = guard(P, "making its streams, events and %d sets of buffers", nslots, function()
+    local h2d = own(R, gpu.stream())
+    local comp = own(R, gpu.stream())
+    local d2h = output and own(R, gpu.stream()) or nil
+    -- slot k serves batches k, k + nslots, ...; its events mark where its
+    -- latest batch is, so the next batch in the slot can wait for exactly that
+    local slots = {}
+    for k = 1, nslots do
+      local s = {
+        dev_in = own(R, gpu.empty(P.in_shape, { dtype = P.in_dtype })),
+        h2d_done = own(R, gpu.event { timing = false }),
+        comp_done = own(R, gpu.event { timing = false }),
+      }
+      if not P.inputs then s.pin_in = own(R, gpu.pinned(P.in_shape, { dtype = P.in_dtype })) end
+      if output then
+        s.dev_out = own(R, gpu.empty(P.out_shape, { dtype = P.out_dtype }))
+        s.pin_out = own(R, gpu.pinned(P.out_shape, { dtype = P.out_dtype }))
+        s.d2h_done = own(R, gpu.event { timing = false })
+      end
+      slots[k] = s
     end
-    slots[k] = s
-  end
+    return h2d, comp, d2h, slots
+  end)
+  local last = d2h or comp                     -- the stream of each batch's last stage
 
   local stats = { depth = P.depth, load_seconds = 0, sink_seconds = 0, waits = 0, wait_seconds = 0 }
   local function host_wait(ev)
@@ -393,11 +486,12 @@ local function run(P, R)
   -- j's, as nothing of batch j + nslots has been enqueued yet
   local function retire(j)
     local s = slots[(j - 1) % nslots + 1]
-    host_wait(output and s.d2h_done or s.comp_done)
+    guard(P, "waiting for batch %d to finish", j, host_wait, output and s.d2h_done or s.comp_done)
     local t0 = gpu.clock()
     local result = s.result
     s.result = nil
-    P.sink(j, s.pin_out, result)
+    call_stage(P, "sink", j, s.pin_out, result)
+    check_open(P, "sink", j, s.pin_out, "pinned output")
     stats.sink_seconds = stats.sink_seconds + (gpu.clock() - t0)
     done = done + 1
   end
@@ -405,6 +499,25 @@ local function run(P, R)
   local timeline = P.timing and {} or nil
   local function mark(stream)
     return timeline and own(R, stream:record { timing = true }) or nil
+  end
+
+  -- batch i's H2D: dev_in is free once batch i - nslots's compute is done reading it
+  local function enqueue_h2d(i, s, src)
+    if i > nslots then h2d:wait(s.comp_done) end
+    local h0 = mark(h2d)
+    s.dev_in:copy(src, { stream = h2d })
+    local h1 = mark(h2d)
+    s.h2d_done:record(h2d)
+    return h0, h1
+  end
+
+  local function enqueue_d2h(s)
+    d2h:wait(s.comp_done)
+    local d0 = mark(d2h)
+    s.pin_out:copy(s.dev_out, { stream = d2h })
+    local d1 = mark(d2h)
+    s.d2h_done:record(d2h)
+    return d0, d1
   end
 
   stats.setup_seconds = gpu.clock() - t_setup
@@ -417,14 +530,17 @@ local function run(P, R)
     local s = slots[k]
     local src
     if P.inputs then
-      src = P.inputs[(i - 1) % #P.inputs + 1]
+      local j = (i - 1) % #P.inputs + 1
+      src = P.inputs[j]
+      if src.closed then raise(P, string.format("inputs[%d] is closed (batch %d)", j, i)) end
     else
       -- the pinned buffer may still be read by batch i - nslots's H2D: load
       -- gets it once that is done, whatever it writes the buffer with (not
       -- only through ops, which the runtime's host-access fence would stop)
-      if i > nslots then host_wait(s.h2d_done) end
+      if i > nslots then guard(P, "waiting to load batch %d", i, host_wait, s.h2d_done) end
       local t0 = gpu.clock()
-      local more = P.load(i, s.pin_in)
+      local more = call_stage(P, "load", i, s.pin_in)
+      check_open(P, "load", i, s.pin_in, "pinned input")
       stats.load_seconds = stats.load_seconds + (gpu.clock() - t0)
       if not P.batches and not more then break end
       src = s.pin_in
@@ -434,12 +550,7 @@ local function run(P, R)
     if P.sink and i > nslots then retire(i - nslots) end
 
     local tl = timeline and {} or nil
-    -- H2D: dev_in is free once batch i - nslots's compute is done reading it
-    if i > nslots then h2d:wait(s.comp_done) end
-    local h0 = mark(h2d)
-    s.dev_in:copy(src, { stream = h2d })
-    local h1 = mark(h2d)
-    s.h2d_done:record(h2d)
+    local h0, h1 = guard(P, "the H2D copy of batch %d", i, enqueue_h2d, i, s, src)
 
     -- compute: after its data has arrived, and (output) after batch
     -- i - nslots's D2H has read dev_out (the host has seen that D2H done in
@@ -450,20 +561,16 @@ local function run(P, R)
     do
       local _ <close> = gpu.using(comp)
       c0 = mark(comp)
-      local result = P.compute(i, s.dev_in, s.dev_out)
+      local result = call_stage(P, "compute", i, s.dev_in, s.dev_out)
+      check_open(P, "compute", i, s.dev_in, "device input")
+      check_open(P, "compute", i, s.dev_out, "device output")
       c1 = mark(comp)
       if P.sink then s.result = result end
     end
     s.comp_done:record(comp)
 
     local d0, d1
-    if output then
-      d2h:wait(s.comp_done)
-      d0 = mark(d2h)
-      s.pin_out:copy(s.dev_out, { stream = d2h })
-      d1 = mark(d2h)
-      s.d2h_done:record(d2h)
-    end
+    if output then d0, d1 = guard(P, "the D2H copy of batch %d", i, enqueue_d2h, s) end
     if tl then
       tl.h2d, tl.compute, tl.d2h = { h0, h1 }, { c0, c1 }, d0 and { d0, d1 } or nil
       timeline[i] = tl
@@ -490,12 +597,12 @@ local function run(P, R)
   end
   if track then
     for j = head, tail do
-      drain(track[j])
+      guard(P, "waiting for batch %d to finish", j, drain, track[j])   -- track[j] is batch j's
       done = done + 1
       progress:update(done)
     end
   end
-  if stop then drain(stop) end
+  if stop then guard(P, "finishing its %d batches", b, drain, stop) end
 
   stats.seconds = gpu.clock() - t_start
   stats.batches = b
@@ -528,6 +635,8 @@ function M.run(spec, ...)
     if getmetatable(P) == Bad then error(P.msg, 2) end
     error(P, 0)
   end
+  P.where = where(2)
+  P.on_error = on_stage_error(P)
   local R <close> = setmetatable({ n = 0 }, Owned)
   return run(P, R)
 end

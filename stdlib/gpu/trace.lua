@@ -345,7 +345,10 @@ function M._cli_start(path)
   if gpu.world_size and gpu.world_size > 1 then
     path = path:gsub("(%.[%w]+)$", ".rank" .. gpu.rank .. "%1")
   end
-  local f, oerr = io_open and io_open(path, "w")
+  -- not `io_open and io_open(...)`: an `and` keeps only io.open's first
+  -- result, and its message (the OS error) would be lost
+  local f, oerr = nil, "the io library is not loaded"
+  if io_open then f, oerr = io_open(path, "w") end
   if not f then error("cannot write the trace: " .. tostring(oerr), 0) end
   f:close()
   M.start()
