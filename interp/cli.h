@@ -7,6 +7,9 @@
 
 #include "gpulua.h"
 
+/* The program's name for messages (from argv[0]; "gpulua" without one). */
+extern const char *cli_progname;
+
 /* Print "pname: msg" (or just msg when pname is NULL) on stderr. */
 void cli_message(const char *pname, const char *msg);
 

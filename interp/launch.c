@@ -675,7 +675,7 @@ static void loop(struct job *j) {
     }
     int rc = poll(j->pfd, (nfds_t)nfd, timeout);
     if (rc < 0 && errno != EINTR) {
-      fprintf(stderr, "gpulua: poll: %s\n", strerror(errno));
+      fprintf(stderr, "%s: poll: %s\n", j->opt->progname, strerror(errno));
       signal_all(j, SIGKILL);
       for (int i = 0; i < j->n; i++)
         if (j->r[i].live) {
@@ -727,7 +727,7 @@ static void print_tail(struct rank *r) {
 /* Prints the cause (if any) and returns the program's exit status. */
 static int summary(struct job *j) {
   if (j->spawn_err != 0) {
-    fprintf(stderr, "gpulua: cannot start rank %d: %s\n", j->spawn_rank, strerror(j->spawn_err));
+    fprintf(stderr, "%s: cannot start rank %d: %s\n", j->opt->progname, j->spawn_rank, strerror(j->spawn_err));
     return 1;
   }
   if (j->fatal)
@@ -736,15 +736,15 @@ static int summary(struct job *j) {
     struct rank *r = &j->r[j->failed];
     int st = r->status;
     if (WIFSIGNALED(st))
-      fprintf(stderr, "gpulua: rank %d failed: killed by signal %d (%s)\n", r->rank, WTERMSIG(st),
+      fprintf(stderr, "%s: rank %d failed: killed by signal %d (%s)\n", j->opt->progname, r->rank, WTERMSIG(st),
               strsignal(WTERMSIG(st)));
     else
-      fprintf(stderr, "gpulua: rank %d failed: exit status %d\n", r->rank, WEXITSTATUS(st));
+      fprintf(stderr, "%s: rank %d failed: exit status %d\n", j->opt->progname, r->rank, WEXITSTATUS(st));
     print_tail(r);
     return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
   }
   if (j->stopsig != 0) {
-    fprintf(stderr, "gpulua: stopped all ranks on signal %d (%s)\n", j->stopsig,
+    fprintf(stderr, "%s: stopped all ranks on signal %d (%s)\n", j->opt->progname, j->stopsig,
             strsignal(j->stopsig));
     return 128 + j->stopsig;
   }
@@ -787,7 +787,7 @@ int launch_run(const struct launch *o) {
     j->pst = calloc(2 * (size_t)o->nproc + 1, sizeof *j->pst);
   }
   if (j == NULL || j->r == NULL || j->pfd == NULL || j->pst == NULL) {
-    fprintf(stderr, "gpulua: not enough memory for %d ranks\n", o->nproc);
+    fprintf(stderr, "%s: not enough memory for %d ranks\n", o->progname, o->nproc);
     goto out;
   }
   j->opt = o;
@@ -805,12 +805,12 @@ int launch_run(const struct launch *o) {
   j->prefix = o->prefix >= 0 ? o->prefix : (isatty(1) || isatty(2));
   j->port = o->master_port;
   if (j->port == 0 && (e = free_port(&j->port)) != 0) {
-    fprintf(stderr, "gpulua: cannot find a free port on 127.0.0.1: %s\n", strerror(e));
+    fprintf(stderr, "%s: cannot find a free port on 127.0.0.1: %s\n", o->progname, strerror(e));
     goto out;
   }
 
   if (pipe2(sp, O_CLOEXEC | O_NONBLOCK) != 0) {
-    fprintf(stderr, "gpulua: pipe: %s\n", strerror(errno));
+    fprintf(stderr, "%s: pipe: %s\n", o->progname, strerror(errno));
     goto out;
   }
   j->sigr = sp[0];

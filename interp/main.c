@@ -22,7 +22,10 @@
 #include "gpulua.h"
 #include "launch.h"
 
-static const char *const progname = "gpulua";
+/* The program's name in messages: argv[0] without its directories (lua.c
+ * uses argv[0] whole; the name alone reads the same whether the program was
+ * found on PATH or given by its path, and under the launcher). */
+const char *cli_progname = "gpulua";
 
 /* bits of `args` (as lua.c) */
 #define has_error 1   /* bad option */
@@ -110,11 +113,11 @@ static void print_usage_lines(void) {
           "                 127.0.0.1 and a free port)\n"
           "  --prefix       write each output line as '[rank R] line' (default on a terminal)\n"
           "  --no-prefix    write output lines as they are\n",
-          progname, progname);
+          cli_progname, cli_progname);
 }
 
 static void print_usage(const char *badoption) {
-  fprintf(stderr, "%s: ", progname);
+  fprintf(stderr, "%s: ", cli_progname);
   if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
       strcmp(badoption, "--device=") == 0 || strcmp(badoption, "--trace") == 0 ||
       strcmp(badoption, "--trace=") == 0 || strcmp(badoption, "--check") == 0 ||
@@ -128,7 +131,7 @@ static void print_usage(const char *badoption) {
 }
 
 static int usage_error(const char *msg) {
-  fprintf(stderr, "%s: %s\n", progname, msg);
+  fprintf(stderr, "%s: %s\n", cli_progname, msg);
   print_usage_lines();
   return EXIT_FAILURE;
 }
@@ -169,10 +172,19 @@ int cli_docall(gpulua *g, int narg, int nres) {
 
 unsigned cli_sigints(void) { return (unsigned)sigints; }
 
+/* gpulua's version, then Lua's copyright line as lua.c prints it. */
 static void print_version(void) {
   printf("gpulua %s (%s, REPL line editing: %s)\n", GPULUA_VERSION_STRING, LUA_RELEASE,
          cli_repl_has_libedit() ? "libedit" : "none");
+  printf("%s\n", LUA_COPYRIGHT);
   fflush(stdout);
+}
+
+static void set_progname(const char *argv0) {
+  if (argv0 == NULL || argv0[0] == '\0')
+    return;
+  const char *slash = strrchr(argv0, '/');
+  cli_progname = slash != NULL && slash[1] != '\0' ? slash + 1 : argv0;
 }
 
 /* arg[0] is the script (or the interpreter when there is none); the
@@ -190,7 +202,7 @@ static void createargtable(lua_State *L, char **argv, int argc, int script) {
 static int dochunk(gpulua *g, int status) {
   if (status == LUA_OK)
     status = cli_docall(g, 0, 0);
-  return cli_report(gpulua_state(g), status, progname);
+  return cli_report(gpulua_state(g), status, cli_progname);
 }
 
 static int dofile(gpulua *g, const char *name) {
@@ -216,7 +228,7 @@ static int dolibrary(gpulua *g, char *globname) {
   int status = cli_docall(g, 1, 1);
   if (status == LUA_OK)
     lua_setglobal(L, globname);
-  return cli_report(L, status, progname);
+  return cli_report(L, status, cli_progname);
 }
 
 /* Push arg[1..#arg] for the main chunk. */
@@ -242,7 +254,7 @@ static int handle_script(gpulua *g, char **argv) {
     int n = pushargs(L);
     status = cli_docall(g, n, LUA_MULTRET);
   }
-  return cli_report(L, status, progname);
+  return cli_report(L, status, cli_progname);
 }
 
 /* Checks all options before anything runs.  Returns the has_* mask, or
@@ -390,13 +402,13 @@ int set_sync_debug(gpulua *g, const char *mode) {
   lua_State *L = gpulua_state(g);
   lua_pushcfunction(L, gpulua_bind_sync_debug);
   lua_pushstring(L, mode);
-  return cli_report(L, cli_docall(g, 1, 0), progname);
+  return cli_report(L, cli_docall(g, 1, 0), cli_progname);
 }
 
 int cli_run_tasks(gpulua *g) {
   lua_State *L = gpulua_state(g);
   lua_pushcfunction(L, gpulua_bind_run);
-  return cli_report(L, cli_docall(g, 0, 0), progname);
+  return cli_report(L, cli_docall(g, 0, 0), cli_progname);
 }
 
 /* The body of the program, run in protected mode (as lua.c's pmain). */
@@ -451,7 +463,7 @@ static int check_races(gpulua *g) {
   lua_getfield(L, -1, "check_races");
   lua_remove(L, -2);
   lua_pushboolean(L, 1);
-  return cli_report(L, gpulua_pcall(g, 1, 0), progname);
+  return cli_report(L, gpulua_pcall(g, 1, 0), cli_progname);
 }
 
 /* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
@@ -482,10 +494,12 @@ int main(int argc, char **argv) {
   const char *device = NULL, *trace = NULL, *check = NULL;
   struct launch l;
   char err[256];
+  set_progname(argv[0]);
   switch (launch_parse(argv, &l, err, sizeof err)) {
     case -1:
       return usage_error(err);
     case 1:
+      l.progname = cli_progname;
       return launch(&l);
   }
   /* Under the launcher stdout is a pipe: write whole lines as they come, as
@@ -513,7 +527,7 @@ int main(int argc, char **argv) {
   c.g = gpulua_open(&o);
   lua_State *L = gpulua_state(c.g);
   if (L == NULL) {
-    cli_message(progname, gpulua_error(c.g));
+    cli_message(cli_progname, gpulua_error(c.g));
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
@@ -531,11 +545,11 @@ int main(int argc, char **argv) {
   lua_pushlightuserdata(L, &c);
   int status = lua_pcall(L, 1, 1, 0);
   int result = lua_toboolean(L, -1);
-  cli_report(L, status, progname);
+  cli_report(L, status, cli_progname);
   /* The main chunk's queued work is part of the run: finish it and fail on
    * an asynchronous error. */
   if (status == LUA_OK && result && gpulua_synchronize(c.g) != LUA_OK) {
-    cli_message(progname, gpulua_error(c.g));
+    cli_message(cli_progname, gpulua_error(c.g));
     result = 0;
   }
   if (cli_trace_finish(c.g) != 0)
