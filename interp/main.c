@@ -6,10 +6,13 @@
  * lua.c: --device; an error in a chunk read from stdin also exits 1; queued
  * device work is finished before exit and an asynchronous failure exits 1.
  * `gpulua -n N script.lua` runs the script on N ranks (launch.c). */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -185,6 +188,44 @@ static void set_progname(const char *argv0) {
     return;
   const char *slash = strrchr(argv0, '/');
   cli_progname = slash != NULL && slash[1] != '\0' ? slash + 1 : argv0;
+}
+
+/* ---- a rank under the launcher ------------------------------------------ */
+
+/* The launcher's pipe for failure notes (GPULUA_LAUNCHER_FD), or -1. */
+static int launcher_fd = -1;
+
+/* Takes the pipe from the environment, out of reach of the script's own
+ * child processes (a gpulua among them would take it for its own). */
+static void launcher_open(void) {
+  const char *s = getenv("GPULUA_LAUNCHER_FD");
+  if (s == NULL)
+    return;
+  char *end;
+  long fd = strtol(s, &end, 10);
+  struct stat st;
+  if (getenv("GPULUA_LAUNCHER") != NULL && s[0] >= '0' && s[0] <= '9' && *end == '\0' && fd > 2 &&
+      fd < 1L << 20 && fstat((int)fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
+      fcntl((int)fd, F_SETFD, FD_CLOEXEC) == 0)
+    launcher_fd = (int)fd;
+  unsetenv("GPULUA_LAUNCHER_FD");
+}
+
+/* This rank has failed: it tells the launcher before it leaves the job
+ * (gpulua_close), so that a peer failing because it left is noted after it
+ * and the launcher names this rank (launch.c).  The SIGTERM that the
+ * launcher then sends every rank must not cut short this one's own exit
+ * (finishing its queued work, its trace): it is ignored from here on. */
+static void launcher_note_failure(void) {
+  if (launcher_fd < 0)
+    return;
+  char note[32];
+  int n = snprintf(note, sizeof note, "%ld\n", (long)getpid());
+  while (write(launcher_fd, note, (size_t)n) < 0 && errno == EINTR) {
+  }
+  close(launcher_fd);
+  launcher_fd = -1;
+  setsignal(SIGTERM, SIG_IGN, NULL);
 }
 
 /* arg[0] is the script (or the interpreter when there is none); the
@@ -507,6 +548,7 @@ int main(int argc, char **argv) {
    * held back when a rank is killed. */
   if (getenv("GPULUA_LAUNCHER") != NULL)
     setvbuf(stdout, NULL, _IOLBF, 0);
+  launcher_open();
   c.args = collectargs(argv, &c.script, &device, &c.sync_debug, &trace, &check);
   if (c.args == has_error) {
     print_usage(argv[c.script]);
@@ -528,6 +570,7 @@ int main(int argc, char **argv) {
   lua_State *L = gpulua_state(c.g);
   if (L == NULL) {
     cli_message(cli_progname, gpulua_error(c.g));
+    launcher_note_failure();
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
@@ -538,6 +581,7 @@ int main(int argc, char **argv) {
   if ((check != NULL && check_races(c.g) != LUA_OK) ||
       ((trace || (trace_env && *trace_env)) &&
        cli_trace_start(c.g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0)) {
+    launcher_note_failure();
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
@@ -546,14 +590,19 @@ int main(int argc, char **argv) {
   int status = lua_pcall(L, 1, 1, 0);
   int result = lua_toboolean(L, -1);
   cli_report(L, status, cli_progname);
+  if (status != LUA_OK || !result)
+    launcher_note_failure();
   /* The main chunk's queued work is part of the run: finish it and fail on
    * an asynchronous error. */
   if (status == LUA_OK && result && gpulua_synchronize(c.g) != LUA_OK) {
     cli_message(cli_progname, gpulua_error(c.g));
+    launcher_note_failure();
     result = 0;
   }
   if (cli_trace_finish(c.g) != 0)
     result = 0;
+  if (status != LUA_OK || !result)
+    launcher_note_failure();
   gpulua_close(c.g);
   return (result && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -13,7 +13,8 @@
 
 static int report(lua_State *L, const char *label) {
   const char *msg = lua_tostring(L, -1);
-  fprintf(stderr, "%s: %s: %s\n", cli_progname, label, msg ? msg : "(error object is not a string)");
+  fprintf(stderr, "%s: %s: %s\n", cli_progname, label,
+          msg ? msg : "(error object is not a string)");
   fflush(stderr);
   lua_pop(L, 1);
   return 1;

@@ -78,6 +78,53 @@ local function prompt() return { "expect", "\n" .. HOST } end
 
 -- ---- item 3: the launcher blames the rank that failed first -------------
 
+T.test("-n 4: the rank that fails first is named when the others fail because it left", function()
+  -- the issue's reproducer: rank 2 raises after a collective; the others
+  -- then fail in the next one because rank 2 left
+  local script = T.tmpfile([[
+local t = gpu.ones{4}; gpu.all_reduce(t)
+if gpu.rank == 2 then gpu.sleep(500); gpu.synchronize(); error("rank 2 gives up") end
+gpu.all_reduce(t)
+]])
+  local name = script .. ":2: rank 2 gives up"
+  for run = 1, 3 do
+    local out, code = sh(string.format("timeout 60 %s -n 4 --device host %s", q(BIN), q(script)))
+    local ok = T.is(code, 1, "run " .. run .. ": exit status 1")
+    ok = T.ok(out:find("gpulua: rank 2 failed: exit status 1\n", 1, true) ~= nil,
+              "run " .. run .. ": the summary names rank 2") and ok
+    ok = T.ok(out:find("\n  rank 2: gpulua: " .. name .. "\n", 1, true) ~= nil,
+              "run " .. run .. ": with its message") and ok
+    ok = T.ok(not out:find("gpulua: rank [013] failed"), "run " .. run .. ": no other rank is blamed") and ok
+    ok = T.ok(out:find("rank 2 left the job", 1, true) ~= nil,
+              "run " .. run .. ": the others say they failed because rank 2 left") and ok
+    if not ok then T.diag(out) end
+  end
+  os.remove(script)
+end)
+
+T.test("-n 2: the first failure is named, not the first rank to exit", function()
+  -- rank 1 fails first but exits last (its queued work is finished first);
+  -- rank 0 fails later on its own and exits first
+  local script = T.tmpfile([[
+gpu.barrier()
+if gpu.rank == 1 then
+  gpu.sleep(800)
+  error("rank 1 fails first")
+end
+os.execute("sleep 0.3")
+error("rank 0 fails second")
+]])
+  local out, code = sh(string.format("timeout 60 %s -n 2 --device host %s", q(BIN), q(script)))
+  local ok = T.is(code, 1, "exit status 1 (rank 1's own)")
+  ok = T.ok(out:find("gpulua: rank 1 failed: exit status 1\n", 1, true) ~= nil,
+            "the summary names rank 1, which failed first") and ok
+  ok = T.ok(out:find("\n  rank 1: gpulua: " .. script .. ":4: rank 1 fails first\n", 1, true) ~= nil,
+            "with its message") and ok
+  ok = T.ok(not out:find("gpulua: rank 0 failed", 1, true), "rank 0, which exited first, is not blamed") and ok
+  if not ok then T.diag(out) end
+  os.remove(script)
+end)
+
 -- ---- item 5: stock lua5.4 and gpu.so: errors left in queued work ------------
 
 local NO_LUA
