@@ -156,6 +156,23 @@ local c = a:div(z)
 print("queued")
 ]]
 
+T.test("lua5.4 + gpu.so: an error left in queued work is reported at exit", function()
+  if NO_LUA then return T.skip("lua5.4 + gpu.so", NO_LUA) end
+  local out, err, code, path = lua54(DIV)
+  T.is(out, "queued\n", "the script ran to its end")
+  if not T.ok(err:find("gpu: " .. path .. ":4: 'div' failed: integer division by zero", 1, true) ~= nil,
+              "stderr says 'gpu: <line>: 'div' failed: ...'") then T.diag(err) end
+  T.is(code, 1, "exit status 1, not 0")
+  out, err, code = lua54(DIV .. "os.exit(true, true)\n")
+  T.ok(err:find("'div' failed", 1, true) ~= nil, "os.exit(true, true) closes the state: reported")
+  T.is(code, 1, "... and exit status 1")
+  out, err, code = lua54(DIV .. "os.exit(3, true)\n")
+  T.ok(err:find("'div' failed", 1, true) ~= nil, "os.exit(3, true): reported")
+  T.is(code, 3, "... the script's own status 3 stays")
+  out, err, code = lua54(DIV:gsub("a:div%(z%)", "a:div(a)"))
+  T.is({ err, code }, { "", 0 }, "queued work that succeeds: nothing on stderr, exit status 0")
+end)
+
 -- ---- item 8: the program's name, -v --------------------------------------
 
 T.test("messages name the program as argv[0] does", function()
