@@ -48,6 +48,7 @@ struct cli {
   int args;     /* has_* bits */
   gpulua *g;
   const char *sync_debug;   /* --sync-debug MODE, or NULL */
+  int repl_tty;             /* a REPL session on a terminal ran */
 };
 
 /* The state and device context the SIGINT handler interrupts (a signal
@@ -174,6 +175,54 @@ int cli_docall(gpulua *g, int narg, int nres) {
 }
 
 unsigned cli_sigints(void) { return (unsigned)sigints; }
+
+/* ---- finishing the queued work at exit ----------------------------------- */
+
+/* Ctrl-C while the program finishes the queued work: the first interrupts
+ * the wait, a second kills the program (as lua.c's second Ctrl-C). */
+static void finish_action(int sig) {
+  setsignal(sig, SIG_DFL, NULL);
+  sigints++;
+  if (globalctx != NULL)
+    dev_interrupt(globalctx);
+}
+
+static int is_interrupt(gpulua *g) { return strcmp(gpulua_error(g), "interrupted") == 0; }
+
+#define FINISH_INTERRUPTED (-1)
+
+/* Finishes the run's queued work before the program exits: LUA_OK, an
+ * asynchronous error (gpulua_error), or FINISH_INTERRUPTED when Ctrl-C
+ * stopped the wait.  With `say` (the end of a REPL session on a terminal,
+ * where a silent wait looks like a hang) a wait that has to block first
+ * says what it waits for: the first wait is a probe with an interrupt
+ * already pending, which gives up at once if it has to wait at all. */
+static int finish_queued(gpulua *g, int say) {
+  dev_ctx *ctx = gpulua_bind_dev(gpulua_state(g));
+  struct sigaction old;
+  int before = sigints;
+  globalctx = ctx;
+  if (ctx != NULL)
+    dev_interrupt_take(ctx);   /* a Ctrl-C from before */
+  setsignal(SIGINT, finish_action, &old);
+  int status;
+  if (say && ctx != NULL) {
+    dev_interrupt(ctx);
+    status = gpulua_synchronize(g);
+    if (status == LUA_OK) {
+      dev_interrupt_take(ctx);   /* it had nothing to wait for */
+    } else if (is_interrupt(g) && sigints == before) {
+      cli_message(cli_progname, "waiting for the queued work to finish (Ctrl-C to stop waiting)");
+      status = gpulua_synchronize(g);
+    }
+  } else {
+    status = gpulua_synchronize(g);
+  }
+  sigaction(SIGINT, &old, NULL);
+  if (status != LUA_OK && sigints != before && is_interrupt(g))
+    return FINISH_INTERRUPTED;
+  return status;
+}
 
 /* gpulua's version, then Lua's copyright line as lua.c prints it. */
 static void print_version(void) {
@@ -477,10 +526,12 @@ static int pmain(lua_State *L) {
   int repl_warn = c->sync_debug == NULL && getenv("GPULUA_SYNC_DEBUG") == NULL;
   if (args & has_i) {
     cli_repl(c->g, repl_warn);
+    c->repl_tty = isatty(0);
   } else if (script < 1 && !(args & (has_e | has_v))) {
     if (isatty(0)) {
       print_version();
       cli_repl(c->g, repl_warn);
+      c->repl_tty = 1;
     } else if (dofile(c->g, NULL) != LUA_OK || cli_run_tasks(c->g) != LUA_OK) {
       return 0;
     }
@@ -531,7 +582,7 @@ static int launch(struct launch *l) {
 }
 
 int main(int argc, char **argv) {
-  struct cli c = {argc, argv, 0, 0, NULL, NULL};
+  struct cli c = {argc, argv, 0, 0, NULL, NULL, 0};
   const char *device = NULL, *trace = NULL, *check = NULL;
   struct launch l;
   char err[256];
@@ -593,8 +644,18 @@ int main(int argc, char **argv) {
   if (status != LUA_OK || !result)
     launcher_note_failure();
   /* The main chunk's queued work is part of the run: finish it and fail on
-   * an asynchronous error. */
-  if (status == LUA_OK && result && gpulua_synchronize(c.g) != LUA_OK) {
+   * an asynchronous error (after a failed run, only wait for it).  Ctrl-C
+   * stops the wait: the program says so and exits 1 without the rest of
+   * the work (closing would wait for it). */
+  int fin = finish_queued(c.g, c.repl_tty && status == LUA_OK && result);
+  if (fin == FINISH_INTERRUPTED) {
+    cli_message(cli_progname, "interrupted while finishing queued work");
+    launcher_note_failure();
+    cli_trace_drop(c.g, "interrupted");
+    fflush(NULL);
+    _exit(EXIT_FAILURE);
+  }
+  if (status == LUA_OK && result && fin != LUA_OK) {
     cli_message(cli_progname, gpulua_error(c.g));
     launcher_note_failure();
     result = 0;

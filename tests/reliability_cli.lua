@@ -216,4 +216,39 @@ end)
 
 -- ---- item 7: Ctrl-C while finishing queued work at exit; the REPL ----------
 
+T.test("Ctrl-C while a script's queued work finishes at exit", function()
+  if not PTY then return T.skip("pty session", NO_PTY) end
+  local script = T.tmpfile("gpu.sleep(8000)\nprint('end' .. 'ed')\n")
+  local out = session({ expect "ended", { "sleep", 400 }, key "\3", { "wait" } }, "--device host " .. q(script))
+  has(out, "gpulua: interrupted while finishing queued work", "it says what was interrupted")
+  has(out, "pty: exit 1", "exit status 1 (not killed by SIGINT)")
+  os.remove(script)
+end)
+
+T.test("REPL: Ctrl-D after Ctrl-C says what it waits for", function()
+  if not PTY then return T.skip("pty session", NO_PTY) end
+  local out = session {
+    prompt(),
+    send "s = gpu.stream(); gpu.sleep(3000, {stream = s}); print('wait' .. 'ing'); s:synchronize()\n",
+    expect "waiting", { "sleep", 300 }, key "\3", expect "interrupted", prompt(),
+    send "\4", expect "queued work", { "wait" },
+  }
+  has(out, "gpulua: waiting for the queued work to finish (Ctrl-C to stop waiting)",
+      "end of input: a line says the program waits for the queued work")
+  has(out, "pty: exit 0", "then exit status 0")
+
+  out = session {
+    prompt(),
+    send "s = gpu.stream(); gpu.sleep(8000, {stream = s}); print('wait' .. 'ing'); s:synchronize()\n",
+    expect "waiting", { "sleep", 300 }, key "\3", expect "interrupted", prompt(),
+    send "\4", expect "(Ctrl-C to stop waiting)", { "sleep", 200 }, key "\3", { "wait" },
+  }
+  has(out, "gpulua: interrupted while finishing queued work", "Ctrl-C then stops the wait")
+  has(out, "pty: exit 1", "exit status 1")
+
+  out = session { prompt(), send "x = 1\n", prompt(), send "\4", { "wait" } }
+  T.ok(not out:find("waiting for the queued work", 1, true), "nothing queued: no such line")
+  has(out, "pty: exit 0", "exit status 0")
+end)
+
 T.done()
