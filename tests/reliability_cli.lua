@@ -251,4 +251,20 @@ T.test("REPL: Ctrl-D after Ctrl-C says what it waits for", function()
   has(out, "pty: exit 0", "exit status 0")
 end)
 
+T.test("REPL: gpu.trace.<TAB> completes the writers", function()
+  if not PTY then return T.skip("pty session", NO_PTY) end
+  if not LIBEDIT then return T.skip("completion", "gpulua was built without libedit") end
+  local out = session {
+    prompt(),
+    send "type(gpu.trace.js\t)\n", expect "\nfunction", prompt(),
+    send "gpu.trace.\t\t", expect "gpu.trace.write", { "sleep", 100 }, key "\3", prompt(),
+    send "\4", { "wait" },
+  }
+  has(out, "\nfunction\n", "gpu.trace.js<TAB> completes to gpu.trace.json, a function (not nil)")
+  for _, f in ipairs { "json", "svg", "write", "events", "start", "stop" } do
+    has(out, "gpu.trace." .. f, "gpu.trace.<TAB><TAB> lists " .. f)
+  end
+  has(out, "pty: exit 0", "exit status 0")
+end)
+
 T.done()
