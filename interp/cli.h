@@ -7,6 +7,9 @@
 
 #include "gpulua.h"
 
+/* The program's name for messages (from argv[0]; "gpulua" without one). */
+extern const char *cli_progname;
+
 /* Print "pname: msg" (or just msg when pname is NULL) on stderr. */
 void cli_message(const char *pname, const char *msg);
 
@@ -39,5 +42,8 @@ int cli_repl_has_libedit(void);
  * at exit write the file.  Both print their error and return non-zero. */
 int cli_trace_start(gpulua *g, const char *path, const char *label);
 int cli_trace_finish(gpulua *g);
+/* The trace will not be written (the program exits without its queued
+ * work): says so, with why, when one was started. */
+void cli_trace_drop(gpulua *g, const char *why);
 
 #endif

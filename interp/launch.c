@@ -8,7 +8,16 @@
  * children, and tears the job down when a rank fails or the launcher gets a
  * signal: the signal (SIGTERM for a failure) to every rank's process group,
  * SIGKILL after GRACE_MS, then a summary naming the cause with the failed
- * rank's last stderr lines.  Signals reach the loop through a self-pipe. */
+ * rank's last stderr lines.  Signals reach the loop through a self-pipe.
+ *
+ * The rank named is the one that failed first, which is not always the
+ * first to exit: when a rank fails, its peers in a collective fail too, once
+ * it has left, and may exit before it.  So a rank whose script fails writes
+ * its pid to a pipe shared by all ranks (GPULUA_LAUNCHER_FD, main.c) before
+ * it leaves the job; the pipe keeps those notes in the order the ranks
+ * failed.  A rank that dies without a note (a signal, os.exit) failed before
+ * the notes its peers write about it: on one node a peer sees a dead rank
+ * gone only once the launcher has reaped it. */
 #include "launch.h"
 #include "device.h"
 
@@ -234,6 +243,8 @@ struct rank {
   pid_t pid;            /* also its process group; 0 if never started */
   int live;             /* started and not reaped */
   int status;           /* wait status once reaped */
+  int noted;            /* it wrote its failure note */
+  int seq;              /* the order in which its failure was seen (1 first), 0 */
   struct stream s[2];   /* stdout, stderr */
   char ring[RING];      /* the last RING bytes of its stderr */
   size_t head;
@@ -248,8 +259,12 @@ struct job {
   int port;
   int sigr;                 /* the self-pipe's read end */
   int reap;                 /* a SIGCHLD came: reap */
-  int failed;               /* the cause: the first rank that failed, or -1 */
-  int spawn_rank, spawn_err;  /* ... or a rank that could not start (errno) */
+  int noter, notew;         /* the pipe of the ranks' failure notes */
+  char note[64];            /* a note read in part */
+  size_t notelen;
+  int nseq;                 /* failures seen before the teardown, in order */
+  int *order;               /* scratch: ranks by index, j->n of them */
+  int spawn_rank, spawn_err;  /* the cause: a rank that could not start (errno) */
   int stopsig;              /* ... or the signal the launcher got, 0 */
   int fatal;                /* ... or the loop itself failed */
   int stopping, killed;     /* teardown: signalled, SIGKILLed */
@@ -449,7 +464,7 @@ static int add_var(char ***env, char **p, size_t *left, const char *fmt, ...) {
 
 static const char *const launch_vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "GPULUA_LAUNCHER", NULL};
+    "MASTER_ADDR", "MASTER_PORT", "GPULUA_LAUNCHER", "GPULUA_LAUNCHER_FD", NULL};
 
 static int is_launch_var(const char *e) {
   for (int i = 0; launch_vars[i] != NULL; i++) {
@@ -468,7 +483,7 @@ static char **make_env(const struct job *j, int local) {
   size_t n = 0;
   while (environ[n] != NULL)
     n++;
-  size_t nptr = n + 8, left = 512 + strlen(addr);
+  size_t nptr = n + 9, left = 576 + strlen(addr);
   char **env = malloc(nptr * sizeof *env + left);
   if (env == NULL)
     return NULL;
@@ -482,7 +497,8 @@ static char **make_env(const struct job *j, int local) {
       add_var(&e, &p, &left, "LOCAL_WORLD_SIZE=%d", o->nproc) ||
       add_var(&e, &p, &left, "MASTER_ADDR=%s", addr) ||
       add_var(&e, &p, &left, "MASTER_PORT=%d", j->port) ||
-      add_var(&e, &p, &left, "GPULUA_LAUNCHER=1")) {
+      add_var(&e, &p, &left, "GPULUA_LAUNCHER=1") ||
+      add_var(&e, &p, &left, "GPULUA_LAUNCHER_FD=%d", j->notew)) {
     free(env);
     return NULL;
   }
@@ -491,8 +507,8 @@ static char **make_env(const struct job *j, int local) {
 }
 
 /* In the child between fork and exec: async-signal-safe calls only. */
-static void child_exec(int local, int out, int err, int errw, pid_t parent, char **argv,
-                       char **env) {
+static void child_exec(int local, int out, int err, int errw, int notew, pid_t parent,
+                       char **argv, char **env) {
   struct sigaction dfl;
   sigset_t none;
   memset(&dfl, 0, sizeof dfl);
@@ -511,7 +527,8 @@ static void child_exec(int local, int out, int err, int errw, pid_t parent, char
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent)
     _exit(127);
-  if (dup2(out, 1) < 0 || dup2(err, 2) < 0)
+  /* the failure notes' pipe stays open across exec (GPULUA_LAUNCHER_FD) */
+  if (dup2(out, 1) < 0 || dup2(err, 2) < 0 || fcntl(notew, F_SETFD, 0) < 0)
     goto fail;
   if (local > 0) {
     int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -550,7 +567,7 @@ static int spawn(struct job *j, int local) {
   pthread_sigmask(SIG_BLOCK, &all, &old);
   pid_t pid = fork();
   if (pid == 0)
-    child_exec(local, out[1], err[1], ep[1], parent, j->opt->argv, env);
+    child_exec(local, out[1], err[1], ep[1], j->notew, parent, j->opt->argv, env);
   e = pid < 0 ? errno : 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   close_fd(&out[1]);
@@ -603,7 +620,46 @@ static void stop(struct job *j, int sig) {
   signal_all(j, sig);
 }
 
-static void reap(struct job *j) {
+static int exited_ok(int st) { return WIFEXITED(st) && WEXITSTATUS(st) == 0; }
+
+/* Reads the failure notes there are (a rank's pid and a newline each,
+ * written whole), marking their ranks noted; the newly noted ranks' indices
+ * go to order[], in the order they were written.  Returns how many. */
+static int read_notes(struct job *j, int *order) {
+  int n = 0;
+  for (;;) {
+    ssize_t got = read(j->noter, j->note + j->notelen, sizeof j->note - j->notelen);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return n;
+    size_t len = j->notelen + (size_t)got, start = 0;
+    for (size_t k = 0; k < len; k++) {
+      if (j->note[k] != '\n')
+        continue;
+      long pid = 0;
+      for (size_t d = start; d < k && j->note[d] >= '0' && j->note[d] <= '9' && pid < 1L << 40; d++)
+        pid = pid * 10 + (j->note[d] - '0');
+      for (int i = 0; i < j->n; i++)
+        if (j->r[i].pid == pid && !j->r[i].noted) {
+          j->r[i].noted = 1;
+          order[n++] = i;
+        }
+      start = k + 1;
+    }
+    /* what is left is the start of a note; a full buffer is no note */
+    j->notelen = len - start < sizeof j->note ? len - start : 0;
+    memmove(j->note, j->note + start, j->notelen);
+  }
+}
+
+/* Reaps the ranks that exited, reads the failure notes, and, before a
+ * teardown, numbers the failures in the order they happened: first the
+ * ranks reaped now that failed without a note (the notes read now may be
+ * about them), then the notes in the order written.  A rank that exits
+ * non-zero starts the teardown. */
+static void collect(struct job *j) {
+  int nx = 0;
   j->reap = 0;
   for (int i = 0; i < j->n; i++) {
     struct rank *r = &j->r[i];
@@ -612,12 +668,33 @@ static void reap(struct job *j) {
       continue;
     r->live = 0;
     r->status = st;
-    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    if (!ok && !j->stopping) {
-      j->failed = i;
-      stop(j, SIGTERM);
-    }
+    if (!exited_ok(st))
+      nx++;
   }
+  int nn = read_notes(j, j->order);
+  if (j->stopping)
+    return;
+  for (int i = 0; i < j->n; i++) {
+    struct rank *r = &j->r[i];
+    if (!r->live && r->pid > 0 && !exited_ok(r->status) && !r->noted && r->seq == 0)
+      r->seq = ++j->nseq;
+  }
+  for (int k = 0; k < nn; k++)
+    if (j->r[j->order[k]].seq == 0)
+      j->r[j->order[k]].seq = ++j->nseq;
+  if (nx > 0)
+    stop(j, SIGTERM);
+}
+
+/* The rank that failed first (before the teardown), or NULL. */
+static struct rank *first_failed(struct job *j) {
+  struct rank *first = NULL;
+  for (int i = 0; i < j->n; i++) {
+    struct rank *r = &j->r[i];
+    if (r->seq > 0 && !r->live && !exited_ok(r->status) && (first == NULL || r->seq < first->seq))
+      first = r;
+  }
+  return first;
 }
 
 static void read_signals(struct job *j) {
@@ -641,15 +718,17 @@ static void read_signals(struct job *j) {
 static void loop(struct job *j) {
   for (;;) {
     if (j->reap)
-      reap(j);
+      collect(j);
     long long now = now_ms();
     if (j->stopping && !j->killed && now >= j->kill_at) {
       signal_all(j, SIGKILL);
       j->killed = 1;
     }
-    int live = 0, nfd = 1;
+    int live = 0, nfd = 2;
     j->pfd[0].fd = j->sigr;
     j->pfd[0].events = POLLIN;
+    j->pfd[1].fd = j->noter;
+    j->pfd[1].events = POLLIN;
     for (int i = 0; i < j->n; i++) {
       live += j->r[i].live;
       for (int k = 0; k < 2; k++) {
@@ -663,7 +742,7 @@ static void loop(struct job *j) {
     }
     int timeout = -1;
     if (live == 0) {
-      if (nfd == 1)
+      if (nfd == 2)
         return;
       if (j->drain_until == 0)
         j->drain_until = now + DRAIN_MS;
@@ -675,7 +754,7 @@ static void loop(struct job *j) {
     }
     int rc = poll(j->pfd, (nfds_t)nfd, timeout);
     if (rc < 0 && errno != EINTR) {
-      fprintf(stderr, "gpulua: poll: %s\n", strerror(errno));
+      fprintf(stderr, "%s: poll: %s\n", j->opt->progname, strerror(errno));
       signal_all(j, SIGKILL);
       for (int i = 0; i < j->n; i++)
         if (j->r[i].live) {
@@ -692,7 +771,9 @@ static void loop(struct job *j) {
       continue;
     if (j->pfd[0].revents)
       read_signals(j);
-    for (int f = 1; f < nfd; f++) {
+    if (j->pfd[1].revents)
+      j->reap = 1;  /* a note: read it with the exits there are */
+    for (int f = 2; f < nfd; f++) {
       struct stream *s = j->pst[f];
       if (j->pfd[f].revents && s->fd == j->pfd[f].fd)
         read_stream(j, &j->r[s->owner], s);
@@ -727,24 +808,26 @@ static void print_tail(struct rank *r) {
 /* Prints the cause (if any) and returns the program's exit status. */
 static int summary(struct job *j) {
   if (j->spawn_err != 0) {
-    fprintf(stderr, "gpulua: cannot start rank %d: %s\n", j->spawn_rank, strerror(j->spawn_err));
+    fprintf(stderr, "%s: cannot start rank %d: %s\n", j->opt->progname, j->spawn_rank,
+            strerror(j->spawn_err));
     return 1;
   }
   if (j->fatal)
     return 1;
-  if (j->failed >= 0) {
-    struct rank *r = &j->r[j->failed];
+  struct rank *r = first_failed(j);
+  if (r != NULL) {
     int st = r->status;
     if (WIFSIGNALED(st))
-      fprintf(stderr, "gpulua: rank %d failed: killed by signal %d (%s)\n", r->rank, WTERMSIG(st),
-              strsignal(WTERMSIG(st)));
+      fprintf(stderr, "%s: rank %d failed: killed by signal %d (%s)\n", j->opt->progname, r->rank,
+              WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
-      fprintf(stderr, "gpulua: rank %d failed: exit status %d\n", r->rank, WEXITSTATUS(st));
+      fprintf(stderr, "%s: rank %d failed: exit status %d\n", j->opt->progname, r->rank,
+              WEXITSTATUS(st));
     print_tail(r);
     return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
   }
   if (j->stopsig != 0) {
-    fprintf(stderr, "gpulua: stopped all ranks on signal %d (%s)\n", j->stopsig,
+    fprintf(stderr, "%s: stopped all ranks on signal %d (%s)\n", j->opt->progname, j->stopsig,
             strsignal(j->stopsig));
     return 128 + j->stopsig;
   }
@@ -772,7 +855,7 @@ static int free_port(int *port) {
 
 int launch_run(const struct launch *o) {
   struct sigaction sa, old[NCAUGHT], oldpipe;
-  int sp[2] = {-1, -1}, status = 1, e;
+  int sp[2] = {-1, -1}, np[2] = {-1, -1}, status = 1, e;
 
   /* Closed standard descriptors would be reused for pipes, and dup2 onto
    * them in the child would go wrong. */
@@ -783,16 +866,16 @@ int launch_run(const struct launch *o) {
   struct job *j = calloc(1, sizeof *j);
   if (j != NULL) {
     j->r = calloc((size_t)o->nproc, sizeof *j->r);
-    j->pfd = calloc(2 * (size_t)o->nproc + 1, sizeof *j->pfd);
-    j->pst = calloc(2 * (size_t)o->nproc + 1, sizeof *j->pst);
+    j->pfd = calloc(2 * (size_t)o->nproc + 2, sizeof *j->pfd);
+    j->pst = calloc(2 * (size_t)o->nproc + 2, sizeof *j->pst);
+    j->order = calloc((size_t)o->nproc, sizeof *j->order);
   }
-  if (j == NULL || j->r == NULL || j->pfd == NULL || j->pst == NULL) {
-    fprintf(stderr, "gpulua: not enough memory for %d ranks\n", o->nproc);
+  if (j == NULL || j->r == NULL || j->pfd == NULL || j->pst == NULL || j->order == NULL) {
+    fprintf(stderr, "%s: not enough memory for %d ranks\n", o->progname, o->nproc);
     goto out;
   }
   j->opt = o;
   j->n = o->nproc;
-  j->failed = -1;
   j->spawn_rank = -1;
   for (int i = 0; i < j->n; i++) {
     j->r[i].rank = o->node_rank * o->nproc + i;
@@ -805,14 +888,19 @@ int launch_run(const struct launch *o) {
   j->prefix = o->prefix >= 0 ? o->prefix : (isatty(1) || isatty(2));
   j->port = o->master_port;
   if (j->port == 0 && (e = free_port(&j->port)) != 0) {
-    fprintf(stderr, "gpulua: cannot find a free port on 127.0.0.1: %s\n", strerror(e));
+    fprintf(stderr, "%s: cannot find a free port on 127.0.0.1: %s\n", o->progname, strerror(e));
     goto out;
   }
 
-  if (pipe2(sp, O_CLOEXEC | O_NONBLOCK) != 0) {
-    fprintf(stderr, "gpulua: pipe: %s\n", strerror(errno));
+  /* the notes' read end does not block; the ranks' write end does (a note
+   * is written whole) */
+  if (pipe2(sp, O_CLOEXEC | O_NONBLOCK) != 0 || pipe2(np, O_CLOEXEC) != 0 ||
+      fcntl(np[0], F_SETFL, O_NONBLOCK) != 0) {
+    fprintf(stderr, "%s: pipe: %s\n", o->progname, strerror(errno));
     goto out;
   }
+  j->noter = np[0];
+  j->notew = np[1];
   j->sigr = sp[0];
   sig_wfd = sp[1];
   memset(&sa, 0, sizeof sa);
@@ -848,6 +936,8 @@ int launch_run(const struct launch *o) {
 out:
   close_fd(&sp[0]);
   close_fd(&sp[1]);
+  close_fd(&np[0]);
+  close_fd(&np[1]);
   if (j != NULL) {
     if (j->r != NULL)
       for (int i = 0; i < j->n; i++)
@@ -856,6 +946,7 @@ out:
     free(j->r);
     free(j->pfd);
     free(j->pst);
+    free(j->order);
     free(j);
   }
   return status;

@@ -16,6 +16,7 @@ struct launch {
   int prefix;         /* --prefix 1, --no-prefix 0, default -1 (on a terminal) */
   int argc;           /* the children's argv: ours without the launcher options */
   char **argv;        /* (owned array, NULL-terminated; strings are the caller's) */
+  const char *progname;  /* the program's name in messages (the caller sets it) */
 };
 
 /* Takes the launcher options from argv (those before the script, as lua.c

@@ -9,16 +9,87 @@
  * cannot be renamed in the source: libgpulua and the gpulua binary call it by
  * its name), so that the exported luaopen_gpu below also makes the embedded
  * stdlib modules (gpu.test, gpu.pipeline, gpu.trace) require-able, as in
- * gpulua.  Every lua_State that requires gpu gets its own device context. */
+ * gpulua.  Every lua_State that requires gpu gets its own device context.
+ *
+ * At lua_close the queued work is finished (gpulua does that before its own
+ * exit), and an asynchronous error it left (an integer division by zero in a
+ * queued op) is reported: "gpu: <message>" on stderr, since a finalizer
+ * cannot raise to anyone.  lua.c decides its exit status before lua_close,
+ * so the error also turns the process's exit status 0, when it comes, into 1
+ * (glibc's on_exit sees the status; other statuses stay).  For that gpu.so
+ * stays loaded to the end of the process once it has reported an error. */
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
 #include <lua.h>
 
+#include "bindings.h"
 #include "stdlib_modules.h"
 
 int gpulua_luamod_core(lua_State *L);   /* bindings/gpu.c's luaopen_gpu, renamed */
 
 int luaopen_gpu(lua_State *L);
 
+/* registry[&closer]: the userdata whose __gc finishes the queued work */
+static const char closer = 0;
+
+#ifdef __GLIBC__
+static atomic_flag status_hooked = ATOMIC_FLAG_INIT;
+
+/* At exit: an error was reported, so a status of 0 becomes 1.  _exit is
+ * the only way to change it: stdio is flushed first, and the exit handlers
+ * registered before this one do not run. */
+static void exit_failed(int status, void *ud) {
+  (void)ud;
+  if (status == 0) {
+    fflush(NULL);
+    _exit(EXIT_FAILURE);
+  }
+}
+
+/* Once per process: the handler, and gpu.so kept loaded for it (lua_close
+ * unloads the C modules it loaded after their finalizers). */
+static void hook_exit_status(void) {
+  if (atomic_flag_test_and_set(&status_hooked))
+    return;
+  Dl_info self;
+  if (dladdr((const void *)&closer, &self) == 0 || self.dli_fname == NULL ||
+      dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) == NULL)
+    return;
+  on_exit(exit_failed, NULL);
+}
+#else
+static void hook_exit_status(void) {}
+#endif
+
+/* __gc of the closer, which lua_close runs before the gpu state's own
+ * (finalizers run in the reverse order of their marking): finish the
+ * queued work while the context is open, and report what failed in it. */
+static int closer_gc(lua_State *L) {
+  if (gpulua_bind_finish(L) != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "gpu: %s\n", msg != NULL ? msg : "an error in queued work");
+    fflush(stderr);
+    hook_exit_status();
+  }
+  return 0;
+}
+
 int luaopen_gpu(lua_State *L) {
   gpulua_stdlib_preload(L);
-  return gpulua_luamod_core(L);
+  int n = gpulua_luamod_core(L);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &closer) == LUA_TNIL) {
+    lua_newuserdatauv(L, 1, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, closer_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &closer);
+  }
+  lua_pop(L, 1);
+  return n;
 }

@@ -6,10 +6,13 @@
  * lua.c: --device; an error in a chunk read from stdin also exits 1; queued
  * device work is finished before exit and an asynchronous failure exits 1.
  * `gpulua -n N script.lua` runs the script on N ranks (launch.c). */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -22,7 +25,10 @@
 #include "gpulua.h"
 #include "launch.h"
 
-static const char *const progname = "gpulua";
+/* The program's name in messages: argv[0] without its directories (lua.c
+ * uses argv[0] whole; the name alone reads the same whether the program was
+ * found on PATH or given by its path, and under the launcher). */
+const char *cli_progname = "gpulua";
 
 /* bits of `args` (as lua.c) */
 #define has_error 1   /* bad option */
@@ -42,6 +48,7 @@ struct cli {
   int args;     /* has_* bits */
   gpulua *g;
   const char *sync_debug;   /* --sync-debug MODE, or NULL */
+  int repl_tty;             /* a REPL session on a terminal ran */
 };
 
 /* The state and device context the SIGINT handler interrupts (a signal
@@ -110,11 +117,11 @@ static void print_usage_lines(void) {
           "                 127.0.0.1 and a free port)\n"
           "  --prefix       write each output line as '[rank R] line' (default on a terminal)\n"
           "  --no-prefix    write output lines as they are\n",
-          progname, progname);
+          cli_progname, cli_progname);
 }
 
 static void print_usage(const char *badoption) {
-  fprintf(stderr, "%s: ", progname);
+  fprintf(stderr, "%s: ", cli_progname);
   if (badoption[1] == 'e' || badoption[1] == 'l' || strcmp(badoption, "--device") == 0 ||
       strcmp(badoption, "--device=") == 0 || strcmp(badoption, "--trace") == 0 ||
       strcmp(badoption, "--trace=") == 0 || strcmp(badoption, "--check") == 0 ||
@@ -128,7 +135,7 @@ static void print_usage(const char *badoption) {
 }
 
 static int usage_error(const char *msg) {
-  fprintf(stderr, "%s: %s\n", progname, msg);
+  fprintf(stderr, "%s: %s\n", cli_progname, msg);
   print_usage_lines();
   return EXIT_FAILURE;
 }
@@ -169,10 +176,105 @@ int cli_docall(gpulua *g, int narg, int nres) {
 
 unsigned cli_sigints(void) { return (unsigned)sigints; }
 
+/* ---- finishing the queued work at exit ----------------------------------- */
+
+/* Ctrl-C while the program finishes the queued work: the first interrupts
+ * the wait, a second kills the program (as lua.c's second Ctrl-C). */
+static void finish_action(int sig) {
+  setsignal(sig, SIG_DFL, NULL);
+  sigints++;
+  if (globalctx != NULL)
+    dev_interrupt(globalctx);
+}
+
+static int is_interrupt(gpulua *g) { return strcmp(gpulua_error(g), "interrupted") == 0; }
+
+#define FINISH_INTERRUPTED (-1)
+
+/* Finishes the run's queued work before the program exits: LUA_OK, an
+ * asynchronous error (gpulua_error), or FINISH_INTERRUPTED when Ctrl-C
+ * stopped the wait.  With `say` (the end of a REPL session on a terminal,
+ * where a silent wait looks like a hang) a wait that has to block first
+ * says what it waits for: the first wait is a probe with an interrupt
+ * already pending, which gives up at once if it has to wait at all. */
+static int finish_queued(gpulua *g, int say) {
+  dev_ctx *ctx = gpulua_bind_dev(gpulua_state(g));
+  struct sigaction old;
+  int before = sigints;
+  globalctx = ctx;
+  if (ctx != NULL)
+    dev_interrupt_take(ctx);   /* a Ctrl-C from before */
+  setsignal(SIGINT, finish_action, &old);
+  int status;
+  if (say && ctx != NULL) {
+    dev_interrupt(ctx);
+    status = gpulua_synchronize(g);
+    if (status == LUA_OK) {
+      dev_interrupt_take(ctx);   /* it had nothing to wait for */
+    } else if (is_interrupt(g) && sigints == before) {
+      cli_message(cli_progname, "waiting for the queued work to finish (Ctrl-C to stop waiting)");
+      status = gpulua_synchronize(g);
+    }
+  } else {
+    status = gpulua_synchronize(g);
+  }
+  sigaction(SIGINT, &old, NULL);
+  if (status != LUA_OK && sigints != before && is_interrupt(g))
+    return FINISH_INTERRUPTED;
+  return status;
+}
+
+/* gpulua's version, then Lua's copyright line as lua.c prints it. */
 static void print_version(void) {
   printf("gpulua %s (%s, REPL line editing: %s)\n", GPULUA_VERSION_STRING, LUA_RELEASE,
          cli_repl_has_libedit() ? "libedit" : "none");
+  printf("%s\n", LUA_COPYRIGHT);
   fflush(stdout);
+}
+
+static void set_progname(const char *argv0) {
+  if (argv0 == NULL || argv0[0] == '\0')
+    return;
+  const char *slash = strrchr(argv0, '/');
+  cli_progname = slash != NULL && slash[1] != '\0' ? slash + 1 : argv0;
+}
+
+/* ---- a rank under the launcher ------------------------------------------ */
+
+/* The launcher's pipe for failure notes (GPULUA_LAUNCHER_FD), or -1. */
+static int launcher_fd = -1;
+
+/* Takes the pipe from the environment, out of reach of the script's own
+ * child processes (a gpulua among them would take it for its own). */
+static void launcher_open(void) {
+  const char *s = getenv("GPULUA_LAUNCHER_FD");
+  if (s == NULL)
+    return;
+  char *end;
+  long fd = strtol(s, &end, 10);
+  struct stat st;
+  if (getenv("GPULUA_LAUNCHER") != NULL && s[0] >= '0' && s[0] <= '9' && *end == '\0' && fd > 2 &&
+      fd < 1L << 20 && fstat((int)fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
+      fcntl((int)fd, F_SETFD, FD_CLOEXEC) == 0)
+    launcher_fd = (int)fd;
+  unsetenv("GPULUA_LAUNCHER_FD");
+}
+
+/* This rank has failed: it tells the launcher before it leaves the job
+ * (gpulua_close), so that a peer failing because it left is noted after it
+ * and the launcher names this rank (launch.c).  The SIGTERM that the
+ * launcher then sends every rank must not cut short this one's own exit
+ * (finishing its queued work, its trace): it is ignored from here on. */
+static void launcher_note_failure(void) {
+  if (launcher_fd < 0)
+    return;
+  char note[32];
+  int n = snprintf(note, sizeof note, "%ld\n", (long)getpid());
+  while (write(launcher_fd, note, (size_t)n) < 0 && errno == EINTR) {
+  }
+  close(launcher_fd);
+  launcher_fd = -1;
+  setsignal(SIGTERM, SIG_IGN, NULL);
 }
 
 /* arg[0] is the script (or the interpreter when there is none); the
@@ -190,7 +292,7 @@ static void createargtable(lua_State *L, char **argv, int argc, int script) {
 static int dochunk(gpulua *g, int status) {
   if (status == LUA_OK)
     status = cli_docall(g, 0, 0);
-  return cli_report(gpulua_state(g), status, progname);
+  return cli_report(gpulua_state(g), status, cli_progname);
 }
 
 static int dofile(gpulua *g, const char *name) {
@@ -216,7 +318,7 @@ static int dolibrary(gpulua *g, char *globname) {
   int status = cli_docall(g, 1, 1);
   if (status == LUA_OK)
     lua_setglobal(L, globname);
-  return cli_report(L, status, progname);
+  return cli_report(L, status, cli_progname);
 }
 
 /* Push arg[1..#arg] for the main chunk. */
@@ -242,7 +344,7 @@ static int handle_script(gpulua *g, char **argv) {
     int n = pushargs(L);
     status = cli_docall(g, n, LUA_MULTRET);
   }
-  return cli_report(L, status, progname);
+  return cli_report(L, status, cli_progname);
 }
 
 /* Checks all options before anything runs.  Returns the has_* mask, or
@@ -390,13 +492,13 @@ int set_sync_debug(gpulua *g, const char *mode) {
   lua_State *L = gpulua_state(g);
   lua_pushcfunction(L, gpulua_bind_sync_debug);
   lua_pushstring(L, mode);
-  return cli_report(L, cli_docall(g, 1, 0), progname);
+  return cli_report(L, cli_docall(g, 1, 0), cli_progname);
 }
 
 int cli_run_tasks(gpulua *g) {
   lua_State *L = gpulua_state(g);
   lua_pushcfunction(L, gpulua_bind_run);
-  return cli_report(L, cli_docall(g, 0, 0), progname);
+  return cli_report(L, cli_docall(g, 0, 0), cli_progname);
 }
 
 /* The body of the program, run in protected mode (as lua.c's pmain). */
@@ -424,10 +526,12 @@ static int pmain(lua_State *L) {
   int repl_warn = c->sync_debug == NULL && getenv("GPULUA_SYNC_DEBUG") == NULL;
   if (args & has_i) {
     cli_repl(c->g, repl_warn);
+    c->repl_tty = isatty(0);
   } else if (script < 1 && !(args & (has_e | has_v))) {
     if (isatty(0)) {
       print_version();
       cli_repl(c->g, repl_warn);
+      c->repl_tty = 1;
     } else if (dofile(c->g, NULL) != LUA_OK || cli_run_tasks(c->g) != LUA_OK) {
       return 0;
     }
@@ -451,7 +555,7 @@ static int check_races(gpulua *g) {
   lua_getfield(L, -1, "check_races");
   lua_remove(L, -2);
   lua_pushboolean(L, 1);
-  return cli_report(L, gpulua_pcall(g, 1, 0), progname);
+  return cli_report(L, gpulua_pcall(g, 1, 0), cli_progname);
 }
 
 /* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
@@ -478,14 +582,16 @@ static int launch(struct launch *l) {
 }
 
 int main(int argc, char **argv) {
-  struct cli c = {argc, argv, 0, 0, NULL, NULL};
+  struct cli c = {argc, argv, 0, 0, NULL, NULL, 0};
   const char *device = NULL, *trace = NULL, *check = NULL;
   struct launch l;
   char err[256];
+  set_progname(argv[0]);
   switch (launch_parse(argv, &l, err, sizeof err)) {
     case -1:
       return usage_error(err);
     case 1:
+      l.progname = cli_progname;
       return launch(&l);
   }
   /* Under the launcher stdout is a pipe: write whole lines as they come, as
@@ -493,6 +599,7 @@ int main(int argc, char **argv) {
    * held back when a rank is killed. */
   if (getenv("GPULUA_LAUNCHER") != NULL)
     setvbuf(stdout, NULL, _IOLBF, 0);
+  launcher_open();
   c.args = collectargs(argv, &c.script, &device, &c.sync_debug, &trace, &check);
   if (c.args == has_error) {
     print_usage(argv[c.script]);
@@ -513,7 +620,8 @@ int main(int argc, char **argv) {
   c.g = gpulua_open(&o);
   lua_State *L = gpulua_state(c.g);
   if (L == NULL) {
-    cli_message(progname, gpulua_error(c.g));
+    cli_message(cli_progname, gpulua_error(c.g));
+    launcher_note_failure();
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
@@ -524,6 +632,7 @@ int main(int argc, char **argv) {
   if ((check != NULL && check_races(c.g) != LUA_OK) ||
       ((trace || (trace_env && *trace_env)) &&
        cli_trace_start(c.g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0)) {
+    launcher_note_failure();
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
@@ -531,15 +640,30 @@ int main(int argc, char **argv) {
   lua_pushlightuserdata(L, &c);
   int status = lua_pcall(L, 1, 1, 0);
   int result = lua_toboolean(L, -1);
-  cli_report(L, status, progname);
+  cli_report(L, status, cli_progname);
+  if (status != LUA_OK || !result)
+    launcher_note_failure();
   /* The main chunk's queued work is part of the run: finish it and fail on
-   * an asynchronous error. */
-  if (status == LUA_OK && result && gpulua_synchronize(c.g) != LUA_OK) {
-    cli_message(progname, gpulua_error(c.g));
+   * an asynchronous error (after a failed run, only wait for it).  Ctrl-C
+   * stops the wait: the program says so and exits 1 without the rest of
+   * the work (closing would wait for it). */
+  int fin = finish_queued(c.g, c.repl_tty && status == LUA_OK && result);
+  if (fin == FINISH_INTERRUPTED) {
+    cli_message(cli_progname, "interrupted while finishing queued work");
+    launcher_note_failure();
+    cli_trace_drop(c.g, "interrupted");
+    fflush(NULL);
+    _exit(EXIT_FAILURE);
+  }
+  if (status == LUA_OK && result && fin != LUA_OK) {
+    cli_message(cli_progname, gpulua_error(c.g));
+    launcher_note_failure();
     result = 0;
   }
   if (cli_trace_finish(c.g) != 0)
     result = 0;
+  if (status != LUA_OK || !result)
+    launcher_note_failure();
   gpulua_close(c.g);
   return (result && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -343,6 +343,20 @@ static int getc_intr(FILE *f) {
   }
 }
 
+/* gpu.trace's writers (json, svg, write, events) are put in the table by
+ * the stdlib module gpu.trace, which the table loads on first use through
+ * an __index function.  Completion reads tables raw and never calls a
+ * function, so it would not see them: the REPL loads the module itself
+ * when it starts (protected; a failure only leaves them out). */
+static void load_lazy_fields(lua_State *L) {
+  int top = lua_gettop(L);
+  if (lua_getglobal(L, "require") == LUA_TFUNCTION) {
+    lua_pushliteral(L, "gpu.trace");
+    lua_pcall(L, 1, 0, 0);
+  }
+  lua_settop(L, top);
+}
+
 static char breaks[] = " \t\n\"\\'`@$><=;|&{}()[],+-*/%^#~";
 
 static void edit_init(void) {
@@ -591,8 +605,10 @@ void cli_repl(gpulua *g, int sync_warn) {
   if (sync_warn)
     set_sync_warn(L);
 #ifdef GPULUA_HAVE_LIBEDIT
-  if (repl.tty)
+  if (repl.tty) {
     edit_init();
+    load_lazy_fields(L);
+  }
 #endif
   int status, held = 0;
   while ((status = loadline(L)) != LOAD_EOF) {

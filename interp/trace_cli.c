@@ -13,7 +13,8 @@
 
 static int report(lua_State *L, const char *label) {
   const char *msg = lua_tostring(L, -1);
-  fprintf(stderr, "gpulua: %s: %s\n", label, msg ? msg : "(error object is not a string)");
+  fprintf(stderr, "%s: %s: %s\n", cli_progname, label,
+          msg ? msg : "(error object is not a string)");
   fflush(stderr);
   lua_pop(L, 1);
   return 1;
@@ -55,4 +56,17 @@ int cli_trace_finish(gpulua *g) {
   if (status != LUA_OK) report(L, label);
   lua_pop(L, 3);
   return status != LUA_OK;
+}
+
+void cli_trace_drop(gpulua *g, const char *why) {
+  lua_State *L = gpulua_state(g);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, TRACE_KEY) == LUA_TTABLE) {
+    lua_rawgeti(L, -1, 3);
+    lua_rawgeti(L, -2, 2);
+    fprintf(stderr, "%s: %s: %s not written (%s)\n", cli_progname, lua_tostring(L, -2),
+            lua_tostring(L, -1), why);
+    fflush(stderr);
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 1);
 }
