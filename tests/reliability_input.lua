@@ -1,0 +1,52 @@
+-- Reliability on hostile input (issue 21, items 1 and 6): special files
+-- neither block nor grow memory, embedded zero bytes are not read as a
+-- shorter string, environment values are parsed strictly, user integers are
+-- range-checked before they become C ints, and no undefined behaviour on an
+-- empty trace.  What could hang runs in a child under `timeout`, so a
+-- regression fails its test instead of stalling the suite.
+local gpu = require "gpu"
+local T = require "gpu.test"
+
+local HANG = 60                          -- seconds before a stuck child is called stuck
+local SANITIZED = os.getenv("GPULUA_SANITIZE") == "1"
+
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- Run code in a child gpulua (env: words before the command, such as
+-- "GPULUA_DEVICE=host"); its output (stdout and stderr) and exit status.
+local function child(env, code, limits)
+  local script = T.tmpfile(code)
+  local out, status = T.sh(string.format("%s %s timeout -k 5 %d %s %s 2>&1", limits or "", env or "", HANG,
+                                         T.gpulua, q(script)))
+  os.remove(script)
+  return out, status
+end
+
+-- A new named pipe; its path.
+local function fifo()
+  local name = os.tmpname()
+  os.remove(name)
+  local _, st = T.sh("mkfifo " .. q(name))
+  assert(st == 0, "mkfifo failed")
+  return name
+end
+
+-- The bytes of a .npy file whose header dict is `dict` (version 1.0, 64-byte aligned).
+local function npy(dict, data)
+  local pad = (64 - (10 + #dict + 1) % 64) % 64
+  local header = dict .. string.rep(" ", pad) .. "\n"
+  return "\x93NUMPY\1\0" .. string.pack("<I2", #header) .. header .. data
+end
+
+-- ---- item 6: undefined behaviour and bad parsing ----------------------------
+
+T.test("an empty trace: no qsort on NULL", function()
+  -- in a child: under UBSan the error stops that process, not this test file
+  local out, st = child("", [[
+    gpu.trace.start(); gpu.trace.stop(); print("events", #gpu.trace.events())
+  ]])
+  T.is(st, 0, "exits 0")
+  T.ok(out:find("events\t0", 1, true) and not out:find("runtime error", 1, true), "no events, no UB: " .. out)
+end)
+
+T.done()
