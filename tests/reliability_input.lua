@@ -49,4 +49,29 @@ T.test("an empty trace: no qsort on NULL", function()
   T.ok(out:find("events\t0", 1, true) and not out:find("runtime error", 1, true), "no events, no UB: " .. out)
 end)
 
+local function total_with(value)
+  local out, st = child("GPULUA_DEVICE=host GPULUA_HOST_MEMORY=" .. q(value),
+                        "print('total', gpu.device_info(0).total_memory)")
+  return tonumber(out:match("total\t(%d+)")), st, out
+end
+
+T.test("GPULUA_HOST_MEMORY: a positive size with an optional K, M, G or T suffix", function()
+  for _, c in ipairs {
+    { "123", 123 }, { "512k", 512 << 10 }, { "512K", 512 << 10 }, { "1.5M", 3 << 19 }, { "8G", 8 << 30 },
+    { "8g", 8 << 30 }, { "2T", 2 << 40 }, { "0.5T", 1 << 39 },
+  } do
+    local total, st, out = total_with(c[1])
+    T.is(total, c[2], "GPULUA_HOST_MEMORY=" .. c[1] .. " is " .. c[2] .. " bytes " .. (st ~= 0 and out or ""))
+  end
+end)
+
+T.test("GPULUA_HOST_MEMORY: anything else stops start-up naming the variable and the value", function()
+  for _, v in ipairs { "inf", "nan", "1e30", "99999999999999999999T", "lots", "-5G", "0", "0.1",
+                       "8GB", "8G ", " 8G", "8 G", "0x10", "16E", "1e400", "8GG", "." } do
+    local total, st, out = total_with(v)
+    T.ok(total == nil and st ~= 0 and st ~= 124 and out:find("GPULUA_HOST_MEMORY='" .. v .. "'", 1, true),
+         "GPULUA_HOST_MEMORY=" .. v .. " is refused: " .. out)
+  end
+end)
+
 T.done()
