@@ -74,4 +74,17 @@ T.test("GPULUA_HOST_MEMORY: anything else stops start-up naming the variable and
   end
 end)
 
+T.test("GPULUA_COMM_TIMEOUT: a positive number of seconds, else a clear error", function()
+  local code = "local t = gpu.ones({4}); gpu.all_reduce(t); print('sum', t:sum():item())"
+  for _, v in ipairs { "100", "2.5", "1e3" } do
+    local out = child("GPULUA_DEVICE=host GPULUA_COMM_TIMEOUT=" .. v, code)
+    T.ok(out:find("sum\t4.0", 1, true), "GPULUA_COMM_TIMEOUT=" .. v .. " is accepted: " .. out)
+  end
+  for _, v in ipairs { "soon", "-5", "0", "inf", "nan", "10s", "1e400", " 10", "0x10" } do
+    local out, st = child("GPULUA_DEVICE=host GPULUA_COMM_TIMEOUT=" .. q(v), code)
+    T.ok(st ~= 0 and out:find("GPULUA_COMM_TIMEOUT='" .. v .. "'", 1, true),
+         "GPULUA_COMM_TIMEOUT=" .. v .. " is refused: " .. out)
+  end
+end)
+
 T.done()
