@@ -87,4 +87,14 @@ T.test("GPULUA_COMM_TIMEOUT: a positive number of seconds, else a clear error", 
   end
 end)
 
+T.test("gpu.set_device and gpu.device_info range-check before any int cast", function()
+  local n = gpu.device_count()
+  for _, v in ipairs { 2 ^ 32, -(2 ^ 32), math.maxinteger, math.mininteger, (1 << 32) + n } do
+    T.raises_at(function() gpu.set_device(v) end, "out of range", "set_device(" .. string.format("%.0f", v) .. ")")
+    T.raises_at(function() gpu.device_info(v) end, "out of range", "device_info(" .. string.format("%.0f", v) .. ")")
+  end
+  gpu.set_device(0)
+  T.is(gpu.device_info(0).index, 0, "device 0 still works")
+end)
+
 T.done()
