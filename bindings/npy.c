@@ -406,10 +406,13 @@ static int gpu_load(lua_State *L) {
     /* the synonyms gpu.zeros takes */
     if (name && strcmp(name, "cpu") == 0) i = 2;
     if (name && strcmp(name, "cuda") == 0) i = 0;
-    if (name && strncmp(name, "cuda:", 5) == 0) {
-      char *end;
-      long d = strtol(name + 5, &end, 10);
-      if (end != name + 5 && *end == 0 && d >= 0 && d < dev_device_count(bind_ctx(L))) i = 0;
+    if (name && strncmp(name, "cuda:", 5) == 0 && name[5]) {
+      /* digits only: strtol would also take "-0", "+0" and " 0" */
+      long d = 0;
+      const char *p = name + 5;
+      for (; *p >= '0' && *p <= '9'; p++)
+        if (d < 1000000) d = d * 10 + (*p - '0');
+      if (*p == 0 && d < dev_device_count(bind_ctx(L))) i = 0;
     }
     if (!name || !load_devices[i])
       return luaL_error(L, "bad option 'device' (expected \"device\", \"pinned\" or \"host\", got %s)",

@@ -153,15 +153,19 @@ static dev_dtype opt_dtype(lua_State *L, int opts, dev_dtype dflt) {
   return dt;
 }
 
+/* 0; -1 for an unknown name; -2 for "cuda:N" with N not a device index. */
 static int parse_device(lua_State *L, const char *name, dev_memkind *out) {
   if (strcmp(name, "pinned") == 0) { *out = DEV_MEM_PINNED; return 0; }
   if (strcmp(name, "host") == 0 || strcmp(name, "cpu") == 0) { *out = DEV_MEM_HOST; return 0; }
   if (strcmp(name, "device") == 0 || strcmp(name, "cuda") == 0) { *out = DEV_MEM_DEVICE; return 0; }
-  if (strncmp(name, "cuda:", 5) == 0) {
-    char *end;
-    long i = strtol(name + 5, &end, 10);
-    dev_ctx *ctx = bind_ctx(L);
-    if (*end || end == name + 5 || i < 0 || i >= dev_device_count(ctx)) return -1;
+  if (strncmp(name, "cuda:", 5) == 0 && name[5]) {
+    /* digits only: strtol would also take "-0", "+0" and " 0" */
+    long i = 0;
+    for (const char *p = name + 5; *p; p++) {
+      if (*p < '0' || *p > '9') return -1;
+      if (i < 1000000) i = i * 10 + (*p - '0');
+    }
+    if (i >= dev_device_count(bind_ctx(L))) return -2;
     *out = DEV_MEM_DEVICE;
     return 0;
   }
@@ -172,7 +176,7 @@ static dev_memkind opt_device(lua_State *L, int opts, dev_memkind dflt) {
   dev_memkind k = dflt;
   if (bind_opt_field(L, opts, "device") != LUA_TNIL) {
     const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    if (name && strncmp(name, "cuda:", 5) == 0 && parse_device(L, name, &k))
+    if (name && parse_device(L, name, &k) == -2)
       luaL_error(L, "bad option 'device' ('%s': device index out of range, %d device%s)", name,
                  dev_device_count(bind_ctx(L)), dev_device_count(bind_ctx(L)) == 1 ? "" : "s");
     if (!name || parse_device(L, name, &k))

@@ -97,4 +97,21 @@ T.test("gpu.set_device and gpu.device_info range-check before any int cast", fun
   T.is(gpu.device_info(0).index, 0, "device 0 still works")
 end)
 
+T.test("device names: cuda:N takes digits only", function()
+  for _, d in ipairs { "cuda:-0", "cuda:+0", "cuda: 0", "cuda:0x0", "cuda:" } do
+    local out, st = T.sh(string.format("GPULUA_DEVICE=%s %s -e 'print(gpu.backend)' 2>&1", q(d), T.gpulua))
+    T.ok(st ~= 0 and out:find("unknown device '" .. d .. "'", 1, true), "GPULUA_DEVICE=" .. d .. ": " .. out)
+    out, st = T.sh(string.format("%s --device %s -e 'print(gpu.backend)' 2>&1", T.gpulua, q(d)))
+    T.ok(st ~= 0 and out:find("unknown device '" .. d .. "'", 1, true), "--device " .. d .. ": " .. out)
+    T.raises_at(function() gpu.zeros({2}, { device = d }) end, "unknown device", "zeros device = " .. d)
+    T.raises_at(function() gpu.ones({2}):to(d) end, "unknown device or dtype", "t:to('" .. d .. "')")
+    local path = os.tmpname()
+    gpu.ones({2}):save(path)
+    T.raises_at(function() gpu.load(path, { device = d }) end, "device", "gpu.load device = " .. d)
+    os.remove(path)
+  end
+  local z <close> = gpu.zeros({2}, { device = "cuda:0" })
+  T.is(z.device, "device", "cuda:0 is still the device")
+end)
+
 T.done()
