@@ -400,7 +400,12 @@ static int gpu_load(lua_State *L) {
   bind_check_opts(L, 2, "device stream");
   dev_memkind kind = DEV_MEM_DEVICE;
   if (bind_opt_field(L, 2, "device") != LUA_TNIL) {
-    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    size_t len = 0;
+    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    /* "host\0x" is not host */
+    if (name && strlen(name) != len)
+      return luaL_error(L, "bad option 'device' (expected \"device\", \"pinned\" or \"host\", got '%s\\0...')",
+                        name);
     int i = 0;
     while (name && load_devices[i] && strcmp(name, load_devices[i]) != 0) i++;
     /* the synonyms gpu.zeros takes */

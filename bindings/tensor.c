@@ -139,15 +139,29 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) 
   return ndim;
 }
 
+/* The string at idx as a name: NULL when it holds a zero byte, which the
+ * C string would cut short ("f32\0junk" is not f32). */
+static const char *name_at(lua_State *L, int idx) {
+  size_t n;
+  const char *s = lua_tolstring(L, idx, &n);
+  return s && strlen(s) == n ? s : NULL;
+}
+
+/* How a bad name is shown: "f32\0..." for one with a zero byte. */
+static const char *shown_name(lua_State *L, int idx) {
+  const char *s = lua_tostring(L, idx);
+  return name_at(L, idx) ? s : lua_pushfstring(L, "%s\\0...", s);
+}
+
 static dev_dtype opt_dtype(lua_State *L, int opts, dev_dtype dflt) {
   dev_dtype dt = dflt;
   if (bind_opt_field(L, opts, "dtype") != LUA_TNIL) {
     if (lua_type(L, -1) != LUA_TSTRING)
       luaL_error(L, "bad option 'dtype' (string expected, got %s)", luaL_typename(L, -1));
-    const char *name = lua_tostring(L, -1);
-    if (dev_dtype_parse(name, &dt))
+    const char *name = name_at(L, -1);
+    if (!name || dev_dtype_parse(name, &dt))
       luaL_error(L, "bad option 'dtype' (unknown dtype '%s'; expected f32 f64 f16 bf16 i8 u8 i32 i64 bool)",
-                 name ? name : luaL_typename(L, -1));
+                 shown_name(L, -1));
   }
   lua_pop(L, 1);
   return dt;
@@ -175,13 +189,14 @@ static int parse_device(lua_State *L, const char *name, dev_memkind *out) {
 static dev_memkind opt_device(lua_State *L, int opts, dev_memkind dflt) {
   dev_memkind k = dflt;
   if (bind_opt_field(L, opts, "device") != LUA_TNIL) {
-    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    int isstr = lua_type(L, -1) == LUA_TSTRING;
+    const char *name = isstr ? name_at(L, -1) : NULL;
     if (name && parse_device(L, name, &k) == -2)
       luaL_error(L, "bad option 'device' ('%s': device index out of range, %d device%s)", name,
                  dev_device_count(bind_ctx(L)), dev_device_count(bind_ctx(L)) == 1 ? "" : "s");
     if (!name || parse_device(L, name, &k))
       luaL_error(L, "bad option 'device' (unknown device '%s'; expected \"device\", \"cuda\", "
-                 "\"cuda:N\", \"pinned\" or \"host\")", name ? name : luaL_typename(L, -1));
+                 "\"cuda:N\", \"pinned\" or \"host\")", isstr ? shown_name(L, -1) : luaL_typename(L, -1));
   }
   lua_pop(L, 1);
   return k;
@@ -953,9 +968,9 @@ static int t_to(lua_State *L) {
   dev_dtype dt = t->v.dtype;
   int opts = 3;
   if (lua_type(L, 2) == LUA_TSTRING) {
-    const char *x = lua_tostring(L, 2);
-    if (dev_dtype_parse(x, &dt) != 0 && parse_device(L, x, &kind) != 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "unknown device or dtype '%s'", x));
+    const char *x = name_at(L, 2);
+    if (!x || (dev_dtype_parse(x, &dt) != 0 && parse_device(L, x, &kind) != 0))
+      luaL_argerror(L, 2, lua_pushfstring(L, "unknown device or dtype '%s'", shown_name(L, 2)));
   } else if (lua_type(L, 2) == LUA_TTABLE) {
     bind_check_opts(L, 2, "device dtype stream");
     dt = opt_dtype(L, 2, dt);

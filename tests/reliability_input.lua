@@ -97,6 +97,23 @@ T.test("gpu.set_device and gpu.device_info range-check before any int cast", fun
   T.is(gpu.device_info(0).index, 0, "device 0 still works")
 end)
 
+T.test("names with a zero byte are not read as their prefix", function()
+  T.raises_at(function() gpu.zeros({2}, { dtype = "f32\0junk" }) end, "dtype", "zeros dtype")
+  T.raises_at(function() gpu.tensor({ 1, 2 }, { dtype = "i32\0" }) end, "dtype", "tensor dtype")
+  T.raises_at(function() gpu.zeros({2}, { device = "host\0x" }) end, "device", "zeros device")
+  local t <close> = gpu.ones({2})
+  T.raises_at(function() t:to("f64\0x") end, "unknown device or dtype", "t:to(dtype)")
+  T.raises_at(function() t:to("host\0x") end, "unknown device or dtype", "t:to(device)")
+  T.raises_at(function() t:to { dtype = "f64\0x" } end, "dtype", "t:to{dtype}")
+  T.raises_at(function() t:to { device = "pinned\0x" } end, "device", "t:to{device}")
+  local path = os.tmpname()
+  t:save(path)
+  T.raises_at(function() gpu.load(path, { device = "host\0x" }) end, "device", "gpu.load device")
+  os.remove(path)
+  local ok, err = pcall(gpu.zeros, {2}, { dtype = "f32\0junk" })
+  T.ok(not ok and err:find("f32\\0", 1, true), "the message shows the zero byte: " .. tostring(err))
+end)
+
 T.test("device names: cuda:N takes digits only", function()
   for _, d in ipairs { "cuda:-0", "cuda:+0", "cuda: 0", "cuda:0x0", "cuda:" } do
     local out, st = T.sh(string.format("GPULUA_DEVICE=%s %s -e 'print(gpu.backend)' 2>&1", q(d), T.gpulua))
