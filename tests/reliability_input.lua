@@ -38,6 +38,26 @@ local function npy(dict, data)
   return "\x93NUMPY\1\0" .. string.pack("<I2", #header) .. header .. data
 end
 
+-- ---- item 1: special files ------------------------------------------------
+
+T.test("gpu.load on a FIFO raises at once instead of blocking", function()
+  local p = fifo()
+  local out, st = child("GPULUA_DEVICE=host", string.format([[
+    local ok, err = pcall(gpu.load, %q)
+    print(ok, err)
+  ]], p))
+  os.remove(p)
+  T.isnt(st, 124, "the child did not hang (exit status " .. st .. ")")
+  T.ok(out:find("false", 1, true) and out:find("not a regular file", 1, true),
+       "the error says it is not a regular file: " .. out)
+end)
+
+T.test("gpu.load on other special files raises", function()
+  T.raises_at(function() gpu.load("/dev/zero") end, "not a regular file", "/dev/zero")
+  T.raises_at(function() gpu.load("/dev/null") end, "not a regular file", "/dev/null")
+  T.raises_at(function() gpu.load("/") end, "not a regular file", "a directory")
+end)
+
 -- ---- item 6: undefined behaviour and bad parsing ----------------------------
 
 T.test("an empty trace: no qsort on NULL", function()
@@ -112,6 +132,28 @@ T.test("names with a zero byte are not read as their prefix", function()
   os.remove(path)
   local ok, err = pcall(gpu.zeros, {2}, { dtype = "f32\0junk" })
   T.ok(not ok and err:find("f32\\0", 1, true), "the message shows the zero byte: " .. tostring(err))
+end)
+
+T.test(".npy: a path or a descr with a zero byte is refused", function()
+  local path = os.tmpname()
+  local t <close> = gpu.tensor({ 1, 2 })
+  t:save(path)
+  T.is(gpu.load(path):totable(), { 1, 2 }, "the file loads")
+  T.raises_at(function() gpu.load(path .. "\0junk") end, "zero byte", "gpu.load(path .. '\\0junk')")
+  local other = path .. ".other"
+  T.raises_at(function() t:save(other .. "\0junk") end, "zero byte", "t:save(path .. '\\0junk')")
+  T.is(T.readfile(other), nil, "and nothing was written at the prefix")
+  os.remove(other)
+  local data = string.pack("<f<f", 1, 2)
+  local f = assert(io.open(path, "wb"))
+  f:write(npy("{'descr': '<f4\0junk', 'fortran_order': False, 'shape': (2,), }", data))
+  f:close()
+  T.raises_at(function() gpu.load(path) end, "zero byte", "a descr with a zero byte")
+  f = assert(io.open(path, "wb"))
+  f:write(npy("{'descr\0': '<f4', 'fortran_order': False, 'shape': (2,), }", data))
+  f:close()
+  T.raises_at(function() gpu.load(path) end, "zero byte", "a key with a zero byte")
+  os.remove(path)
 end)
 
 T.test("device names: cuda:N takes digits only", function()
