@@ -58,6 +58,55 @@ T.test("gpu.load on other special files raises", function()
   T.raises_at(function() gpu.load("/") end, "not a regular file", "a directory")
 end)
 
+T.test("host backend: gpu.load_module says it needs cuda before reading anything", function()
+  local p = fifo()
+  local code = [[
+    local function try(x) local ok, err = pcall(gpu.load_module, x); print(ok, err) end
+    try(%q)
+  ]]
+  local out, st = child("GPULUA_DEVICE=host", string.format(code, p))
+  T.isnt(st, 124, "a FIFO: the child did not hang")
+  T.ok(out:find("need the cuda backend", 1, true), "a FIFO: the backend's error: " .. out)
+  os.remove(p)
+  -- without a sanitizer, a child that reads /dev/zero for ever stops at 1 GB
+  out, st = child("GPULUA_DEVICE=host", string.format(code, "/dev/zero"),
+                  not SANITIZED and "ulimit -v 1000000;" or nil)
+  T.isnt(st, 124, "/dev/zero: the child did not hang")
+  T.ok(out:find("need the cuda backend", 1, true), "/dev/zero: the backend's error: " .. out)
+  out = child("GPULUA_DEVICE=host", string.format(code, "/nonexistent/k.ptx"))
+  T.ok(out:find("need the cuda backend", 1, true), "a missing file: the backend's error: " .. out)
+  -- PTX text is not a path, even when it lacks .version and .target
+  out = child("GPULUA_DEVICE=host", string.format(code, "//\n.visible .entry k()\n{\n  ret;\n}\n"))
+  T.ok(out:find("need the cuda backend", 1, true) and not out:find("cannot open", 1, true),
+       "PTX text: the backend's error, not 'cannot open': " .. out)
+end)
+
+T.test("gpu.load_module: a string with a zero byte is neither an image nor a path", function()
+  T.raises_at(function() gpu.load_module("k.ptx\0junk") end, "zero byte", "a path with a zero byte")
+end)
+
+T.test("cuda backend: gpu.load_module reads regular files only", function()
+  if gpu.backend ~= "cuda" then return T.skip("special files on cuda", "not the cuda backend") end
+  local p = fifo()
+  local code = [[
+    local function try(x) local ok, err = pcall(gpu.load_module, x); print(ok, err) end
+    try(%q)
+    -- every failed load closes its file: 400 of them fit under 'ulimit -n 256'
+    for i = 1, 400 do assert(not pcall(gpu.load_module, %q)) end
+    try("/dev/null")
+    try("//\n.visible .entry k()\n{\n  ret;\n}\n")
+  ]]
+  local out, st = child("", string.format(code, p, p), "ulimit -n 256;")
+  os.remove(p)
+  T.isnt(st, 124, "a FIFO: the child did not hang")
+  T.ok(select(2, out:gsub("not a regular file", "")) == 2, "FIFO and /dev/null are not regular files: " .. out)
+  T.ok(not out:find("open files", 1, true), "no descriptor leaked: " .. out)
+  T.ok(out:find("nor a file", 1, true), "PTX-like text is not taken for a path: " .. out)
+  out, st = child("", string.format(code, "/dev/zero", "/dev/zero"), "ulimit -n 256;")
+  T.isnt(st, 124, "/dev/zero: the child did not hang")
+  T.ok(out:find("not a regular file", 1, true), "/dev/zero is not a regular file: " .. out)
+end)
+
 -- ---- item 6: undefined behaviour and bad parsing ----------------------------
 
 T.test("an empty trace: no qsort on NULL", function()
