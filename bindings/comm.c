@@ -4,6 +4,7 @@
  * the environment, as torchrun and `gpulua -n` set it (RANK, WORLD_SIZE,
  * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or Slurm's; the
  * communicator is joined on first use. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,21 @@ static int env_int(const char *name, long *out) {
   if (*end != '\0' || x < 0 || x > 1000000) return -1;
   *out = x;
   return 1;
+}
+
+/* A decimal number of seconds > 0 ("300", "2.5", "1e3"): 0 and *out, or -1.
+ * strtod alone would take " 10", "inf", "nan", "0x10" and ignore "10s"'s s. */
+static int env_seconds(const char *v, double *out) {
+  if (!((*v >= '0' && *v <= '9') || *v == '.')) return -1;
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || *end) return -1;
+  for (const char *p = v; p < end; p++)
+    if (!((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' || *p == '+' || *p == '-'))
+      return -1;
+  if (!isfinite(x) || !(x > 0)) return -1;
+  *out = x;
+  return 0;
 }
 
 static void read_job(job *j) {
@@ -64,8 +80,9 @@ static void read_job(job *j) {
   const char *addr = getenv("MASTER_ADDR");
   snprintf(ri->master_addr, sizeof ri->master_addr, "%s", addr && *addr ? addr : "127.0.0.1");
   const char *t = getenv("GPULUA_COMM_TIMEOUT");
-  ri->timeout_s = t && *t ? strtod(t, NULL) : 300;
-  if (!(ri->timeout_s > 0)) ri->timeout_s = 300;
+  ri->timeout_s = 300;
+  if (t && *t && env_seconds(t, &ri->timeout_s) && !j->bad[0])
+    snprintf(j->bad, sizeof j->bad, "GPULUA_COMM_TIMEOUT='%s' is not a number of seconds > 0", t);
   /* the per-collective check across ranks: GPULUA_COMM_CHECK=0 or 1, else
    * the backend's default (on for host, off for cuda) */
   const char *c = getenv("GPULUA_COMM_CHECK");

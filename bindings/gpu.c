@@ -1,5 +1,6 @@
 /* The `gpu` module table: runtime queries, synchronisation, counters, and the
  * per-interpreter state that every other binding reaches through the registry. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,9 +159,19 @@ static int gpu_device_count(lua_State *L) {
   return 1;
 }
 
+/* A device index as an int: 2^32 must not become device 0 by the cast. */
+static int check_device_index(lua_State *L, int arg, lua_Integer v) {
+  if (v < 0 || v > INT_MAX) {
+    int n = dev_device_count(bind_ctx(L));
+    luaL_argerror(L, arg, lua_pushfstring(L, "device index %I out of range (%d device%s)", v, n,
+                                          n == 1 ? "" : "s"));
+  }
+  return (int)v;
+}
+
 static int gpu_device_info(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
-  int i = (int)luaL_optinteger(L, 1, dev_current_device(ctx));
+  int i = check_device_index(L, 1, luaL_optinteger(L, 1, dev_current_device(ctx)));
   dev_info info;
   if (dev_device_info(ctx, i, &info)) luaL_argerror(L, 1, dev_errmsg(ctx));
   lua_createtable(L, 0, 6);
@@ -178,7 +189,7 @@ static int gpu_device_info(lua_State *L) {
 
 static int gpu_set_device(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
-  int i = (int)luaL_checkinteger(L, 1);
+  int i = check_device_index(L, 1, luaL_checkinteger(L, 1));
   if (dev_set_device(ctx, i)) luaL_argerror(L, 1, dev_errmsg(ctx));
   return 0;
 }

@@ -4,9 +4,14 @@
  * k{grid =, block =, shared =, stream =} checks a launch configuration and
  * returns a launcher; calling it with the kernel's arguments enqueues it. */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -14,6 +19,7 @@
 #define GPULUA_LAUNCHER "gpu.Launcher"
 #define GPULUA_MODULE "gpu.Module"
 #define GPULUA_MODREF "gpu.ModuleRef"
+#define GPULUA_MODFILE "gpu.ModuleFile"
 #define MAXPARAMS 128
 
 /* Each handle holds a reference on its module; NULL once closed. */
@@ -480,6 +486,73 @@ static int gpu_compile(lua_State *L) {
   return 1;
 }
 
+/* ---- gpu.load_module ------------------------------------------------------ */
+
+#define MAX_IMAGE ((size_t)1 << 30)   /* the largest module file read */
+
+/* The open module file: a to-be-closed userdata that owns the descriptor,
+ * made before the open, so that no error (an allocation included) leaks it. */
+typedef struct modfile { int fd; } modfile;
+
+static int modfile_close(lua_State *L) {
+  modfile *f = luaL_checkudata(L, 1, GPULUA_MODFILE);
+  if (f->fd >= 0) {
+    close(f->fd);
+    f->fd = -1;
+  }
+  return 0;
+}
+
+static const char *file_kind(mode_t m) {
+  return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device"
+       : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
+/* Text that is meant as an image rather than a path: more than a path can
+ * hold, or lines, or a PTX directive. */
+static int image_text(const char *s, size_t len) {
+  return len >= PATH_MAX || memchr(s, '\n', len) || memmem(s, len, ".entry", 6) ||
+         memmem(s, len, ".version", 8) || memmem(s, len, ".target", 7);
+}
+
+/* Push the contents of the regular file at path (at most MAX_IMAGE bytes). */
+static void push_file(lua_State *L, const char *path, size_t len) {
+  modfile *f = lua_newuserdatauv(L, sizeof *f, 0);
+  f->fd = -1;
+  luaL_setmetatable(L, GPULUA_MODFILE);
+  lua_toclose(L, -1);   /* closed on return and on every error */
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer (refused below) */
+  f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (f->fd < 0) {
+    int e = errno;
+    /* no such file, and PTX-like text: a broken image rather than a path */
+    if ((e == ENOENT || e == ENAMETOOLONG) && image_text(path, len))
+      luaL_error(L, "gpu.load_module: not PTX (an .entry and a .version or .target), a cubin or a fatbin, "
+                 "nor a file");
+    luaL_error(L, "gpu.load_module: cannot open '%s': %s", path, strerror(e));
+  }
+  struct stat st;
+  if (fstat(f->fd, &st) != 0) luaL_error(L, "gpu.load_module: cannot stat '%s': %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    luaL_error(L, "gpu.load_module: '%s' is not a regular file (%s)", path, file_kind(st.st_mode));
+  if ((uint64_t)st.st_size > MAX_IMAGE)
+    luaL_error(L, "gpu.load_module: '%s' has %I bytes, more than the %d MiB a module image may have", path,
+               (lua_Integer)st.st_size, (int)(MAX_IMAGE >> 20));
+  int fl = fcntl(f->fd, F_GETFL);
+  if (fl != -1) fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK);
+  size_t size = (size_t)st.st_size, got = 0;
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, size ? size : 1);
+  while (got < size) {
+    ssize_t k = read(f->fd, p + got, size - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) luaL_error(L, "gpu.load_module: cannot read '%s': %s", path, strerror(errno));
+    if (k == 0) luaL_error(L, "gpu.load_module: cannot read '%s': the file shrank while it was read", path);
+    got += (size_t)k;
+  }
+  luaL_pushresultsize(&b, size);
+}
+
 /* gpu.load_module(image_or_path, {declare =}) */
 static int gpu_load_module(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
@@ -494,25 +567,26 @@ static int gpu_load_module(lua_State *L) {
       luaL_error(L, "bad option 'declare' (CUDA C prototypes as a string expected, got %s)", luaL_typename(L, -1));
     declare = lua_tostring(L, -1);
   }
-  if (dev_image_kind_of(data, len) == DEV_IMAGE_NONE) {
-    /* a path: read the file into a Lua string */
-    FILE *f = fopen(data, "rb");
-    if (!f) return luaL_error(L, "gpu.load_module: cannot open '%s': %s", data, strerror(errno));
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    size_t got;
-    char chunk[8192];
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) luaL_addlstring(&b, chunk, got);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) return luaL_error(L, "gpu.load_module: cannot read '%s'", data);
-    luaL_pushresult(&b);
+  int is_path = dev_image_kind_of(data, len) == DEV_IMAGE_NONE;
+  if (is_path && strlen(data) != len)
+    return luaL_argerror(L, 1, "not PTX, a cubin or a fatbin, nor a path (it contains a zero byte)");
+  gpu_modref *r = new_modref(L);
+  int ref = lua_gettop(L);
+  /* Only cuda loads images: another backend's own error comes first, before
+   * a path is opened (the device layer checks the backend before the image). */
+  if (strcmp(dev_backend_name(ctx), "cuda") != 0) {
+    bind_site(L, ctx);
+    BIND_CHECK(L, ctx, dev_module_load(ctx, data, len + 1, declare, &r->m), "gpu.load_module");
+    push_module(L, ref);
+    return 1;
+  }
+  if (is_path) {
+    push_file(L, data, len);
     data = lua_tolstring(L, -1, &len);
     if (dev_image_kind_of(data, len) == DEV_IMAGE_NONE)
       return luaL_error(L, "gpu.load_module: '%s' is not PTX, a cubin or a fatbin", lua_tostring(L, 1));
   }
-  gpu_modref *r = new_modref(L);
-  int ref = lua_gettop(L);
+  r = lua_touserdata(L, ref);
   bind_site(L, ctx);
   /* the terminating zero goes too: PTX is read as a C string */
   BIND_CHECK(L, ctx, dev_module_load(ctx, data, len + 1, declare, &r->m), "gpu.load_module");
@@ -552,6 +626,12 @@ int bind_open_kernel(lua_State *L) {
   lua_pop(L, 1);
   luaL_newmetatable(L, GPULUA_MODREF);
   lua_pushcfunction(L, modref_release);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, GPULUA_MODFILE);
+  lua_pushcfunction(L, modfile_close);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, modfile_close);
   lua_setfield(L, -2, "__gc");
   lua_pop(L, 1);
   luaL_newmetatable(L, GPULUA_MODULE);

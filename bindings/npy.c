@@ -143,6 +143,8 @@ static int parse_string(parser *ps, char *out, size_t n) {
   size_t k = 0;
   while (ps->p < ps->end && *ps->p != q) {
     if (*ps->p == '\\' || *ps->p == '\n') return malformed(ps, "unsupported string");
+    /* '<f4\0junk' is not '<f4' */
+    if (*ps->p == 0) return malformed(ps, "a zero byte in a string");
     if (k + 1 >= n) return malformed(ps, "string too long");
     out[k++] = *ps->p++;
   }
@@ -278,6 +280,11 @@ static int parse_header(const char *text, size_t len, npy_header *h, char *err, 
   return 0;
 }
 
+static const char *file_kind(mode_t m) {
+  return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device"
+       : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
 /* Reads and checks the preamble and header of the open file; sizes are
  * checked against the file's before anything they give is allocated. */
 static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t errlen) {
@@ -287,9 +294,12 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
     return -1;
   }
   if (!S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "not a regular file");
+    snprintf(err, errlen, "not a regular file (%s)", file_kind(st.st_mode));
     return -1;
   }
+  /* opened O_NONBLOCK so that a FIFO could not block the open; a regular file reads as usual */
+  int fl = fcntl(fd, F_GETFL);
+  if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   uint64_t size = (uint64_t)st.st_size;
   unsigned char pre[12];
   size_t n = size < sizeof pre ? (size_t)size : sizeof pre;
@@ -396,20 +406,30 @@ static const char *const load_devices[] = {"device", "pinned", "host", NULL};
 
 /* gpu.load(path [, {device = "device"|"pinned"|"host", stream = s}]) */
 static int gpu_load(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  size_t plen;
+  const char *path = luaL_checklstring(L, 1, &plen);
+  if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
   bind_check_opts(L, 2, "device stream");
   dev_memkind kind = DEV_MEM_DEVICE;
   if (bind_opt_field(L, 2, "device") != LUA_TNIL) {
-    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    size_t len = 0;
+    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    /* "host\0x" is not host */
+    if (name && strlen(name) != len)
+      return luaL_error(L, "bad option 'device' (expected \"device\", \"pinned\" or \"host\", got '%s\\0...')",
+                        name);
     int i = 0;
     while (name && load_devices[i] && strcmp(name, load_devices[i]) != 0) i++;
     /* the synonyms gpu.zeros takes */
     if (name && strcmp(name, "cpu") == 0) i = 2;
     if (name && strcmp(name, "cuda") == 0) i = 0;
-    if (name && strncmp(name, "cuda:", 5) == 0) {
-      char *end;
-      long d = strtol(name + 5, &end, 10);
-      if (end != name + 5 && *end == 0 && d >= 0 && d < dev_device_count(bind_ctx(L))) i = 0;
+    if (name && strncmp(name, "cuda:", 5) == 0 && name[5]) {
+      /* digits only: strtol would also take "-0", "+0" and " 0" */
+      long d = 0;
+      const char *p = name + 5;
+      for (; *p >= '0' && *p <= '9'; p++)
+        if (d < 1000000) d = d * 10 + (*p - '0');
+      if (*p == 0 && d < dev_device_count(bind_ctx(L))) i = 0;
     }
     if (!name || !load_devices[i])
       return luaL_error(L, "bad option 'device' (expected \"device\", \"pinned\" or \"host\", got %s)",
@@ -424,7 +444,8 @@ static int gpu_load(lua_State *L) {
   luaL_setmetatable(L, GPULUA_NPY_FILE);
   int fslot = lua_gettop(L);
   lua_toclose(L, fslot);   /* closed on return and on every error */
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer (read_header refuses it) */
+  f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   char err[512];
   if (f->fd < 0) {
     os_error(err, sizeof err, "cannot open", path, errno);
@@ -549,7 +570,9 @@ static int save_file(const char *path, const char *hdr, size_t hlen, const void 
 /* t:save(path [, {stream = s}]) --> t */
 static int t_save(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  const char *path = luaL_checkstring(L, 2);
+  size_t plen;
+  const char *path = luaL_checklstring(L, 2, &plen);
+  if (strlen(path) != plen) return luaL_argerror(L, 2, "the path contains a zero byte");
   bind_check_opts(L, 3, "stream");
   dev_ctx *ctx = bind_ctx(L);
   size_t nbytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);

@@ -139,29 +139,47 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) 
   return ndim;
 }
 
+/* The string at idx as a name: NULL when it holds a zero byte, which the
+ * C string would cut short ("f32\0junk" is not f32). */
+static const char *name_at(lua_State *L, int idx) {
+  size_t n;
+  const char *s = lua_tolstring(L, idx, &n);
+  return s && strlen(s) == n ? s : NULL;
+}
+
+/* How a bad name is shown: "f32\0..." for one with a zero byte. */
+static const char *shown_name(lua_State *L, int idx) {
+  const char *s = lua_tostring(L, idx);
+  return name_at(L, idx) ? s : lua_pushfstring(L, "%s\\0...", s);
+}
+
 static dev_dtype opt_dtype(lua_State *L, int opts, dev_dtype dflt) {
   dev_dtype dt = dflt;
   if (bind_opt_field(L, opts, "dtype") != LUA_TNIL) {
     if (lua_type(L, -1) != LUA_TSTRING)
       luaL_error(L, "bad option 'dtype' (string expected, got %s)", luaL_typename(L, -1));
-    const char *name = lua_tostring(L, -1);
-    if (dev_dtype_parse(name, &dt))
+    const char *name = name_at(L, -1);
+    if (!name || dev_dtype_parse(name, &dt))
       luaL_error(L, "bad option 'dtype' (unknown dtype '%s'; expected f32 f64 f16 bf16 i8 u8 i32 i64 bool)",
-                 name ? name : luaL_typename(L, -1));
+                 shown_name(L, -1));
   }
   lua_pop(L, 1);
   return dt;
 }
 
+/* 0; -1 for an unknown name; -2 for "cuda:N" with N not a device index. */
 static int parse_device(lua_State *L, const char *name, dev_memkind *out) {
   if (strcmp(name, "pinned") == 0) { *out = DEV_MEM_PINNED; return 0; }
   if (strcmp(name, "host") == 0 || strcmp(name, "cpu") == 0) { *out = DEV_MEM_HOST; return 0; }
   if (strcmp(name, "device") == 0 || strcmp(name, "cuda") == 0) { *out = DEV_MEM_DEVICE; return 0; }
-  if (strncmp(name, "cuda:", 5) == 0) {
-    char *end;
-    long i = strtol(name + 5, &end, 10);
-    dev_ctx *ctx = bind_ctx(L);
-    if (*end || end == name + 5 || i < 0 || i >= dev_device_count(ctx)) return -1;
+  if (strncmp(name, "cuda:", 5) == 0 && name[5]) {
+    /* digits only: strtol would also take "-0", "+0" and " 0" */
+    long i = 0;
+    for (const char *p = name + 5; *p; p++) {
+      if (*p < '0' || *p > '9') return -1;
+      if (i < 1000000) i = i * 10 + (*p - '0');
+    }
+    if (i >= dev_device_count(bind_ctx(L))) return -2;
     *out = DEV_MEM_DEVICE;
     return 0;
   }
@@ -171,13 +189,14 @@ static int parse_device(lua_State *L, const char *name, dev_memkind *out) {
 static dev_memkind opt_device(lua_State *L, int opts, dev_memkind dflt) {
   dev_memkind k = dflt;
   if (bind_opt_field(L, opts, "device") != LUA_TNIL) {
-    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    if (name && strncmp(name, "cuda:", 5) == 0 && parse_device(L, name, &k))
+    int isstr = lua_type(L, -1) == LUA_TSTRING;
+    const char *name = isstr ? name_at(L, -1) : NULL;
+    if (name && parse_device(L, name, &k) == -2)
       luaL_error(L, "bad option 'device' ('%s': device index out of range, %d device%s)", name,
                  dev_device_count(bind_ctx(L)), dev_device_count(bind_ctx(L)) == 1 ? "" : "s");
     if (!name || parse_device(L, name, &k))
       luaL_error(L, "bad option 'device' (unknown device '%s'; expected \"device\", \"cuda\", "
-                 "\"cuda:N\", \"pinned\" or \"host\")", name ? name : luaL_typename(L, -1));
+                 "\"cuda:N\", \"pinned\" or \"host\")", isstr ? shown_name(L, -1) : luaL_typename(L, -1));
   }
   lua_pop(L, 1);
   return k;
@@ -949,9 +968,9 @@ static int t_to(lua_State *L) {
   dev_dtype dt = t->v.dtype;
   int opts = 3;
   if (lua_type(L, 2) == LUA_TSTRING) {
-    const char *x = lua_tostring(L, 2);
-    if (dev_dtype_parse(x, &dt) != 0 && parse_device(L, x, &kind) != 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "unknown device or dtype '%s'", x));
+    const char *x = name_at(L, 2);
+    if (!x || (dev_dtype_parse(x, &dt) != 0 && parse_device(L, x, &kind) != 0))
+      luaL_argerror(L, 2, lua_pushfstring(L, "unknown device or dtype '%s'", shown_name(L, 2)));
   } else if (lua_type(L, 2) == LUA_TTABLE) {
     bind_check_opts(L, 2, "device dtype stream");
     dt = opt_dtype(L, 2, dt);

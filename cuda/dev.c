@@ -98,9 +98,13 @@ static int parse_spec(const char *spec, int *cuda, int *index) {
     *cuda = 1;
     if (spec[4] == 0) return 0;
     if (spec[4] != ':' || spec[5] == 0) return -1;
-    char *end;
-    long v = strtol(spec + 5, &end, 10);
-    if (*end || v < 0 || v > 1024) return -1;
+    /* digits only: strtol would also take "-0", "+0" and " 0" */
+    long v = 0;
+    for (const char *p = spec + 5; *p; p++) {
+      if (*p < '0' || *p > '9') return -1;
+      v = v * 10 + (*p - '0');
+      if (v > 1024) return -1;
+    }
     *index = (int)v;
     return 0;
   }

@@ -8,6 +8,7 @@
  * legacy rules: before an item goes on it, it waits for the blocking user
  * streams, and an item on a blocking user stream first waits for it. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,34 @@ static int legacy_order(dev_stream *s) {
 
 /* ---- backend interface ----------------------------------------------- */
 
+/* "8G", "1.5T", "512k", "123": a decimal number of bytes with an optional
+ * K/M/G/T suffix (powers of 1024), at least one byte and below 2^63 (it is
+ * reported as a Lua integer).  0, or -1 for anything else: strtod alone
+ * would take " 8", "inf", "nan", "0x10" and ignore what follows. */
+static int parse_size(const char *s, size_t *out) {
+  if (!((*s >= '0' && *s <= '9') || *s == '.')) return -1;
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s) return -1;
+  for (const char *p = s; p < end; p++)
+    if (!((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' || *p == '+' || *p == '-'))
+      return -1;
+  int shift = 0;
+  switch (*end) {
+  case 'k': case 'K': shift = 10; break;
+  case 'm': case 'M': shift = 20; break;
+  case 'g': case 'G': shift = 30; break;
+  case 't': case 'T': shift = 40; break;
+  default: break;
+  }
+  if (shift) end++;
+  if (*end || !isfinite(v)) return -1;
+  double bytes = ldexp(v, shift);
+  if (!(bytes >= 1) || bytes >= 0x1p63) return -1;
+  *out = (size_t)bytes;
+  return 0;
+}
+
 static int h_open(dev_ctx *ctx, int device) {
   if (device != 0)
     return dev_fail(ctx, DEV_ERR_INVALID, "host backend has one device (0), not %d", device);
@@ -228,14 +257,11 @@ static int h_open(dev_ctx *ctx, int device) {
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   st->capacity = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : (size_t)8 << 30;
   const char *env = getenv("GPULUA_HOST_MEMORY");
-  if (env && *env) {
-    char *end;
-    double v = strtod(env, &end);
-    double mul = 1;
-    if (*end == 'k' || *end == 'K') mul = 1024.0;
-    else if (*end == 'm' || *end == 'M') mul = 1024.0 * 1024;
-    else if (*end == 'g' || *end == 'G') mul = 1024.0 * 1024 * 1024;
-    if (v > 0) st->capacity = (size_t)(v * mul);
+  if (env && *env && parse_size(env, &st->capacity)) {
+    free(st);
+    return dev_fail(ctx, DEV_ERR_INVALID,
+                    "GPULUA_HOST_MEMORY='%s' is not a size (a positive number of bytes, optionally "
+                    "followed by K, M, G or T, powers of 1024: 8G, 1.5T, 512M)", env);
   }
   ctx->bk_state = st;
   return DEV_OK;

@@ -258,7 +258,8 @@ int dev_trace_collect(dev_ctx *ctx, int counted) {
   if (!tr) return rc;
   if (ctx->bk->trace_flush) ctx->bk->trace_flush(ctx);
   pthread_mutex_lock(&tr->mu);
-  qsort(tr->recs, tr->n, sizeof *tr->recs, rec_cmp);
+  /* no records: recs may be NULL, which qsort must not be given */
+  if (tr->n > 1) qsort(tr->recs, tr->n, sizeof *tr->recs, rec_cmp);
   pthread_mutex_unlock(&tr->mu);
   return rc;
 }
