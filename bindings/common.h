@@ -146,6 +146,10 @@ void bind_memory_init(gpu_state *st); /* once the context is open */
  * still uses freed memory and retries, then raises "<fname>: out of memory
  * ..." with the figures.  May run finalizers: fetch raw pointers after it. */
 dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int opts, const char *fname);
+/* After a device call failed with DEV_ERR_NOMEM for memory of this kind
+ * (bytes wanted): a full collection and dev_mem_reclaim, so that one retry
+ * can succeed; DEV_OK, or the reclaim's error (message in the context). */
+int bind_reclaim(lua_State *L, dev_memkind kind, size_t bytes);
 /* ranks in the job: the joined communicator's, else the environment's */
 int bind_ctx_world(lua_State *L);
 

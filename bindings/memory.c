@@ -10,7 +10,7 @@
  * least gc_floor).  Past it, a collection step runs first (a young
  * collection in generational mode, where the temporaries are), and a full
  * collection if that did not bring the kind under its limit.  Below the
- * limits, a young collection every gc_floor / 8 bytes allocated keeps a
+ * limits, a young collection every gc_floor bytes allocated keeps a
  * loop's temporaries few (their blocks are reused while warm).  The limit is
  * then live + max(live, gc_floor) with live <= the largest live set L, so
  * the bytes held never exceed 2 L + gc_floor (the bound the README states).
@@ -21,12 +21,23 @@
 
 #include "common.h"
 
-/* A full collection just ran: every kind's limit from what is live now. */
-static void gc_reset(gpu_state *st) {
+/* A full collection just ran: every kind's limit from what is live now,
+ * counting the allocation about to be made (bytes of kind), which will be
+ * live too: a request larger than the rest then does not force a full
+ * collection every time. */
+static void gc_reset(gpu_state *st, dev_memkind kind, size_t bytes) {
   for (int k = 0; k < DEV_NMEMKIND; k++) {
-    size_t live = dev_mem_live(st->ctx, (dev_memkind)k);
+    size_t live = dev_mem_live(st->ctx, (dev_memkind)k) + (k == (int)kind ? bytes : 0);
     st->gc_limit[k] = live + (live > st->gc_floor ? live : st->gc_floor);
   }
+}
+
+/* A full collection; 0 when it could not run (inside a finalizer, where
+ * lua_gc does nothing), and then the limits stay as they are. */
+static int collect_full(lua_State *L, gpu_state *st, dev_memkind kind, size_t bytes) {
+  if (lua_gc(L, LUA_GCCOLLECT) < 0) return 0;
+  gc_reset(st, kind, bytes);
+  return 1;
 }
 
 void bind_memory_init(gpu_state *st) {
@@ -34,15 +45,14 @@ void bind_memory_init(gpu_state *st) {
   if (f < ((size_t)1 << 20)) f = (size_t)1 << 20;
   if (f > ((size_t)256 << 20)) f = (size_t)256 << 20;
   st->gc_floor = f;
-  st->gc_young_step = f / 8;
-  gc_reset(st);
+  st->gc_young_step = f;
+  gc_reset(st, DEV_MEM_DEVICE, 0);
 }
 
 static void collect(lua_State *L, gpu_state *st, dev_memkind kind, size_t bytes) {
-  lua_gc(L, LUA_GCSTEP, 0);
+  if (lua_gc(L, LUA_GCSTEP, 0) < 0) return;
   if (dev_mem_live(st->ctx, kind) + bytes <= st->gc_limit[kind]) return;
-  lua_gc(L, LUA_GCCOLLECT);
-  gc_reset(st);
+  collect_full(L, st, kind, bytes);
 }
 
 /* The stream the new tensor is made for: opts.stream, else the current one;
@@ -65,14 +75,16 @@ dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int opts, cons
   }
   dev_buf *b;
   int rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
-  if (rc == DEV_ERR_NOMEM) {
-    lua_gc(L, LUA_GCCOLLECT);
-    gc_reset(st);
-    rc = dev_mem_reclaim(ctx, kind);
-    if (rc == DEV_OK) rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
-  }
+  if (rc == DEV_ERR_NOMEM && bind_reclaim(L, kind, bytes) == DEV_OK)
+    rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
   if (rc != DEV_OK) bind_raise(L, ctx, fname);
   return b;
+}
+
+int bind_reclaim(lua_State *L, dev_memkind kind, size_t bytes) {
+  gpu_state *st = bind_state(L);
+  collect_full(L, st, kind, bytes);
+  return dev_mem_reclaim(st->ctx, kind);
 }
 
 static void setint(lua_State *L, const char *k, size_t v) {

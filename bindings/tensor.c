@@ -274,14 +274,17 @@ static void push_elem(lua_State *L, dev_dtype t, const void *p) {
 static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void *vals,
                    int opts, const char *fname) {
   dev_ctx *ctx = bind_ctx(L);
+  int64_t n = dev_view_numel(&dst_);
+  dev_dtype srct = isint ? DEV_I64 : DEV_F64;
+  dev_buf *tmp = NULL, *cast = NULL;
+  /* staged in pinned memory: an upload from pageable memory would block;
+   * out of it, collect, reclaim and try once more */
+  int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
+  if (rc == DEV_ERR_NOMEM && bind_reclaim(L, DEV_MEM_PINNED, (size_t)n * 8) == DEV_OK)
+    rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
   dev_stream *s = opts_stream(L, opts);
   dst_.buf = bind_check_tensor(L, tidx)->v.buf;
   const dev_view *dst = &dst_;
-  int64_t n = dev_view_numel(dst);
-  dev_dtype srct = isint ? DEV_I64 : DEV_F64;
-  dev_buf *tmp = NULL, *cast = NULL;
-  /* staged in pinned memory: an upload from pageable memory would block */
-  int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
   if (rc == DEV_OK) {
     memcpy(tmp->ptr, vals, (size_t)n * 8);
     dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
@@ -593,7 +596,14 @@ static void *download(lua_State *L, int tidx, int opts, const char *fname) {
   dev_stream *s = opts_stream(L, opts);
   t = bind_check_tensor(L, tidx);
   bind_call_site(L, ctx, fname);
-  if (dev_read(ctx, s, &t->v, p) != DEV_OK) bind_raise(L, ctx, fname);
+  int rc = dev_read(ctx, s, &t->v, p);
+  /* its pinned staging buffer: collect, reclaim and try once more */
+  if (rc == DEV_ERR_NOMEM && bind_reclaim(L, DEV_MEM_PINNED, bytes) == DEV_OK) {
+    s = opts_stream(L, opts);
+    t = bind_check_tensor(L, tidx);
+    rc = dev_read(ctx, s, &t->v, p);
+  }
+  if (rc != DEV_OK) bind_raise(L, ctx, fname);
   return p;
 }
 

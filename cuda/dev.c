@@ -26,6 +26,8 @@ typedef struct bufx {
    * other streams wait for before they touch it */
   buf_use *fence;
   int nfence, fcap;
+  struct bufx *fprev, *fnext;       /* ctx->fenced while it has fences */
+  int in_fenced;
   size_t block;                     /* bytes of its cache block (0: wrapped) */
   int cls;                          /* its size class */
   int dead;                         /* wrapped, refs hit 0, waiting for its uses */
@@ -47,7 +49,8 @@ typedef struct bufx {
 #define NCLASS (8 * 56 + 9)
 struct dev_memcache {
   bufx *ready[DEV_NMEMKIND][NCLASS];
-  bufx *pending[DEV_NMEMKIND][NCLASS];
+  bufx *pending[DEV_NMEMKIND][NCLASS];   /* oldest first */
+  bufx *ptail[DEV_NMEMKIND][NCLASS];
 };
 
 struct race_buf **dev_buf_racep(dev_buf *b) { return &BX(b)->race; }
@@ -217,11 +220,14 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   return ctx;
 }
 
+static void linger_remove(dev_stream *s);
+
 static void stream_destroy(dev_stream *s) {
   dev_ctx *ctx = s->ctx;
   if (s->race) race_stream_gone(s);
   if (s->prev) s->prev->next = s->next; else ctx->streams = s->next;
   if (s->next) s->next->prev = s->prev;
+  linger_remove(s);
   if (s->released) {
     if (s->rel_prev) s->rel_prev->rel_next = s->rel_next; else ctx->released = s->rel_next;
     if (s->rel_next) s->rel_next->rel_prev = s->rel_prev;
@@ -459,9 +465,31 @@ static void prune_uses(dev_ctx *ctx, buf_use *use, int *n) {
   *n = j;
 }
 
+/* Live buffers with fences, so that a closed stream they name can be let
+ * go of without a sync (stream_forget). */
+static void fenced_remove(dev_ctx *ctx, bufx *x) {
+  if (!x->in_fenced) return;
+  if (x->fprev) x->fprev->fnext = x->fnext; else ctx->fenced = x->fnext;
+  if (x->fnext) x->fnext->fprev = x->fprev;
+  x->fprev = x->fnext = NULL;
+  x->in_fenced = 0;
+}
+
+static void fenced_add(dev_ctx *ctx, bufx *x) {
+  if (x->in_fenced) return;
+  x->fprev = NULL;
+  x->fnext = ctx->fenced;
+  if (ctx->fenced) ctx->fenced->fprev = x;
+  ctx->fenced = x;
+  x->in_fenced = 1;
+}
+
 static void prune(bufx *x) {
   if (x->nuse) prune_uses(x->b.ctx, x->use, &x->nuse);
-  if (x->nfence) prune_uses(x->b.ctx, x->fence, &x->nfence);
+  if (x->nfence) {
+    prune_uses(x->b.ctx, x->fence, &x->nfence);
+    if (x->nfence == 0) fenced_remove(x->b.ctx, x);
+  }
 }
 
 static void list_push(bufx **head, bufx *x) {
@@ -475,6 +503,23 @@ static void list_unlink(bufx **head, bufx *x) {
   if (x->prev) x->prev->next = x->next; else *head = x->next;
   if (x->next) x->next->prev = x->prev;
   x->prev = x->next = NULL;
+}
+
+/* The pending lists keep their order (oldest first): the blocks most likely
+ * done are at the head, the ones a stream just used at the tail. */
+static void pend_push(dev_ctx *ctx, bufx *x) {
+  struct dev_memcache *mc = ctx->cache;
+  bufx **tail = &mc->ptail[x->b.kind][x->cls];
+  x->next = NULL;
+  x->prev = *tail;
+  if (*tail) (*tail)->next = x; else mc->pending[x->b.kind][x->cls] = x;
+  *tail = x;
+}
+
+static void pend_unlink(dev_ctx *ctx, bufx *x) {
+  struct dev_memcache *mc = ctx->cache;
+  if (x->next == NULL) mc->ptail[x->b.kind][x->cls] = x->prev;
+  list_unlink(&mc->pending[x->b.kind][x->cls], x);
 }
 
 static void account_live(dev_ctx *ctx, dev_memkind kind, size_t bytes, int sign) {
@@ -506,7 +551,7 @@ static void cache_trim(dev_ctx *ctx, int kind) {
         nx = x->next;
         prune(x);
         if (x->nuse == 0) {
-          list_unlink(&ctx->cache->pending[k][c], x);
+          pend_unlink(ctx, x);
           list_push(&ctx->cache->ready[k][c], x);
         }
       }
@@ -527,7 +572,7 @@ static void cache_settle(dev_ctx *ctx) {
         nx = x->next;
         prune(x);
         if (x->nuse == 0) {
-          list_unlink(&ctx->cache->pending[k][c], x);
+          pend_unlink(ctx, x);
           list_push(&ctx->cache->ready[k][c], x);
         }
       }
@@ -548,10 +593,26 @@ static void cache_forget_stream(dev_ctx *ctx, dev_stream *s) {
         }
         x->nuse = j;
         if (x->nuse == 0) {
-          list_unlink(&ctx->cache->pending[k][c], x);
+          pend_unlink(ctx, x);
           list_push(&ctx->cache->ready[k][c], x);
         }
       }
+}
+
+/* ... and the fences of live buffers that name it and are over. */
+static void stream_forget(dev_ctx *ctx, dev_stream *s) {
+  cache_forget_stream(ctx, s);
+  for (bufx *x = ctx->fenced, *nx; x; x = nx) {
+    nx = x->fnext;
+    int j = 0;
+    for (int i = 0; i < x->nfence; i++) {
+      buf_use *f = &x->fence[i];
+      if (f->s == s && ctx->bk->pos_done(s, f->wpos)) stream_unref(s);
+      else x->fence[j++] = *f;
+    }
+    x->nfence = j;
+    if (j == 0) fenced_remove(ctx, x);
+  }
 }
 
 /* Every block back to the backend, waiting for the uses still queued
@@ -562,7 +623,7 @@ static void cache_free_all(dev_ctx *ctx) {
     for (int c = 0; c < NCLASS; c++) {
       while (ctx->cache->pending[k][c]) {
         bufx *x = ctx->cache->pending[k][c];
-        list_unlink(&ctx->cache->pending[k][c], x);
+        pend_unlink(ctx, x);
         for (int i = 0; i < x->nuse; i++) {
           ctx->bk->pos_wait(x->use[i].s, use_last(&x->use[i]));
           stream_unref(x->use[i].s);
@@ -588,19 +649,24 @@ static bufx *cache_take(dev_ctx *ctx, dev_memkind kind, int cls, dev_stream *s) 
     list_unlink(&mc->ready[kind][cls], x);
     return x;
   }
-  bufx **pend = &mc->pending[kind][cls];
-  if (!*pend) return NULL;
-  /* a block the stream is ordered after: no wait, no device query */
+  if (!mc->pending[kind][cls]) return NULL;
+  /* a block the stream is ordered after: no wait, no device query; the
+   * newest first (the stream's own last blocks) */
+  int probes = 0;
   if (s && kind == DEV_MEM_DEVICE) {
-    for (x = *pend; x; x = x->next) {
+    for (x = mc->ptail[kind][cls]; x && probes < 8; x = x->prev, probes++) {
       int ok = 1;
       for (int i = 0; ok && i < x->nuse; i++) ok = ordered_after(s, x->use[i].s);
-      if (ok) { list_unlink(pend, x); return x; }
+      if (ok) { pend_unlink(ctx, x); return x; }
     }
   }
-  for (x = *pend; x; x = x->next) {
+  /* the oldest ones, a few: the cost of an allocation stays bounded however
+   * many blocks queued work still holds (a sync, or running out of memory,
+   * settles them all) */
+  probes = 0;
+  for (x = mc->pending[kind][cls]; x && probes < 8; x = x->next, probes++) {
     prune(x);
-    if (x->nuse == 0) { list_unlink(pend, x); return x; }
+    if (x->nuse == 0) { pend_unlink(ctx, x); return x; }
   }
   return NULL;
 }
@@ -629,6 +695,7 @@ static void cache_put(dev_ctx *ctx, bufx *x) {
     x->use[x->nuse++] = (buf_use){f->s, 0, use_last(f), 0};
   }
   x->nfence = 0;
+  fenced_remove(ctx, x);
   if (x->race) { race_buf_gone(x->race); x->race = NULL; }
   if (ctx->closing) {
     /* no cache past dev_close: wait, then free */
@@ -640,7 +707,8 @@ static void cache_put(dev_ctx *ctx, bufx *x) {
     block_free(ctx, x);
     return;
   }
-  list_push(x->nuse ? &ctx->cache->pending[x->b.kind][x->cls] : &ctx->cache->ready[x->b.kind][x->cls], x);
+  if (x->nuse) pend_push(ctx, x);
+  else list_push(&ctx->cache->ready[x->b.kind][x->cls], x);
 }
 
 /* A wrapped buffer (not ours) or a block leaves for good. */
@@ -660,7 +728,7 @@ static void buf_free(bufx *x) {
  * releases, dead wrapped buffers whose uses are over, released streams that
  * are idle (those only every 64th call: their test may ask the device). */
 static void sweep(dev_ctx *ctx) {
-  if (!atomic_load(&ctx->defer_flag) && !ctx->dead && !ctx->released) return;
+  if (!atomic_load(&ctx->defer_flag) && !ctx->dead && !ctx->released && !ctx->lingering) return;
   ctx->refs++;  /* the frees below may drop the last reference */
   drain_deferred(ctx);
   for (bufx *x = ctx->dead, *nx; x; x = nx) {
@@ -671,10 +739,17 @@ static void sweep(dev_ctx *ctx) {
       buf_free(x);
     }
   }
-  if (ctx->released && (ctx->sweeps++ & 63) == 0) {
+  if ((ctx->released || ctx->lingering) && (ctx->sweeps++ & 63) == 0) {
+    for (dev_stream *s = ctx->lingering, *ns; s; s = ns) {
+      ns = s->lg_next;
+      s->refs++;   /* held while its entries go */
+      stream_forget(ctx, s);
+      stream_unref(s);
+    }
     for (dev_stream *s = ctx->released, *ns; s; s = ns) {
       ns = s->rel_next;
-      if (s->refs == 0 && ctx->bk->stream_idle(s)) stream_destroy(s);
+      if (s->refs > 0) continue;
+      if (ctx->bk->stream_idle(s)) stream_destroy(s);
     }
   }
   /* a freed import of one of our exports releases the export's buffer */
@@ -717,6 +792,7 @@ int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s
     x->nuse = 0;
     for (int i = 0; i < x->nfence; i++)
       x->fence[i] = (buf_use){x->fence[i].s, 0, use_last(&x->fence[i]), 0};
+    if (x->nfence) fenced_add(ctx, x);
   } else {
     void *p = NULL;
     if (block < bytes) return nomem(ctx, kind, bytes);
@@ -739,11 +815,14 @@ int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s
     x->cls = cls;
     ctx->mreserved[kind] += block;
   }
-  x->b.ctx = ctx;
-  /* the block's size, never the request's: a queued op of the block's
-   * previous owner may still check its views against it */
-  x->b.bytes = x->block;
-  x->b.device = ctx->device;
+  if (!x->b.ctx) {
+    /* a new block; a reused one keeps these, which a queued op of its
+     * previous owner may still read on a worker thread: the block's size,
+     * never the request's */
+    x->b.ctx = ctx;
+    x->b.bytes = x->block;
+    x->b.device = ctx->device;
+  }
   x->b.refs = 1;
   x->dead = 0;
   list_push(&ctx->bufs, x);
@@ -863,7 +942,7 @@ static int apply_fences(bufx *x, dev_stream *s) {
     buf_use *f = &x->fence[i];
     if (ordered_after(s, f->s) || f->waited == s->id + 1) continue;
     if (!ctx->bk->pos_done(f->s, f->wpos)) rc = ctx->bk->stream_wait(s, f->s, f->wpos);
-    f->waited = s->id + 1;
+    if (rc == DEV_OK) f->waited = s->id + 1;
   }
   return rc;
 }
@@ -979,7 +1058,7 @@ int dev_mem_reclaim(dev_ctx *ctx, dev_memkind kind) {
       for (int i = 0; i < x->nuse && rc == DEV_OK; i++) {
         if (ctx->bk->pos_done(x->use[i].s, use_last(&x->use[i]))) continue;
         waited = 1;
-        rc = ctx->bk->pos_wait(x->use[i].s, use_last(&x->use[i]));
+        rc = sync_wait(ctx, x->use[i].s, use_last(&x->use[i]));
       }
     }
   }
@@ -1025,9 +1104,18 @@ void *dev_stream_native(dev_stream *s) {
 void dev_stream_retain(dev_stream *s) { s->refs++; }
 
 /* The last reference of a closed stream: free it once its queue drains. */
+static void linger_remove(dev_stream *s) {
+  if (!s->lingering) return;
+  dev_ctx *ctx = s->ctx;
+  if (s->lg_prev) s->lg_prev->lg_next = s->lg_next; else ctx->lingering = s->lg_next;
+  if (s->lg_next) s->lg_next->lg_prev = s->lg_prev;
+  s->lingering = 0;
+}
+
 static void stream_unref(dev_stream *s) {
   if (--s->refs > 0 || s->is_default) return;
   dev_ctx *ctx = s->ctx;
+  linger_remove(s);
   s->released = 1;
   s->rel_prev = NULL;
   s->rel_next = ctx->released;
@@ -1045,7 +1133,16 @@ static void stream_unref(dev_stream *s) {
 void dev_stream_release(dev_stream *s) {
   if (!s || s->is_default) return;
   s->closed = 1;
-  cache_forget_stream(s->ctx, s);
+  dev_ctx *ctx = s->ctx;
+  stream_forget(ctx, s);
+  if (s->refs > 1 && !s->lingering && !ctx->closing) {
+    /* still named by work in flight: sweeps let go of it as that ends */
+    s->lg_prev = NULL;
+    s->lg_next = ctx->lingering;
+    if (ctx->lingering) ctx->lingering->lg_prev = s;
+    ctx->lingering = s;
+    s->lingering = 1;
+  }
   stream_unref(s);
 }
 

@@ -125,6 +125,8 @@ struct dev_stream {
   uint64_t id;
   dev_stream *next, *prev;          /* all streams of the context */
   dev_stream *rel_next, *rel_prev;  /* released ones, waiting to drain */
+  dev_stream *lg_next, *lg_prev;    /* closed ones still named by fences or cached blocks */
+  int lingering;
   void *impl;
   struct race_stream *race;   /* race checker state (race.c), NULL when unused */
   void *wrap;             /* dev_stream_wrap: the application's handle (not ours to destroy) */
@@ -151,6 +153,8 @@ struct dev_ctx {
   dev_stream *dflt;
   dev_stream *streams;
   dev_stream *released;   /* released streams, freed once idle */
+  dev_stream *lingering;  /* closed streams that buffers still name (dev.c) */
+  struct bufx *fenced;    /* live buffers with fences */
   unsigned sweeps;
   uint64_t next_stream_id;
   struct bufx *bufs;      /* every live buffer */

@@ -579,4 +579,68 @@ T.test("empty_cache and reset_peak_memory take no arguments", function()
   T.ok(pcall(gpu.reset_peak_memory), "gpu.reset_peak_memory() still works")
 end)
 
+-- 10. Found by review of the block cache (each failed before its fix) -------
+
+T.test("a closed stream is let go without a sync, though a reused block's fences name it", function()
+  collectgarbage(); collectgarbage(); gpu.synchronize()
+  local base = gpu.stats().streams
+  local keep = {}
+  for i = 1, 100 do
+    local s <close> = gpu.stream()
+    local tmp = gpu.empty({1024}, { stream = s })
+    tmp:fill(1, { stream = s })
+    tmp:close()                      -- its block goes back pending on s
+    keep[i] = gpu.zeros({1024})      -- the default stream may take it: a fence on s
+  end
+  gpu.default_stream():synchronize()
+  for _ = 1, 200 do local x = gpu.empty({16}) end   -- allocations sweep
+  T.is(gpu.stats().streams - base, 0, "no closed stream left alive before any gpu.synchronize")
+  T.is(keep[100]:sum():item(), 0.0, "the tensors that took the blocks hold their own zeros")
+end)
+
+local FINALIZER = PRELUDE .. [==[
+local n = MiB // 16                    -- f32: 256 KiB
+local t = gpu.ones({n})
+collectgarbage(); collectgarbage()
+gpu.reset_peak_memory()
+local fired, stop = 0, false
+local function arm()
+  setmetatable({}, { __gc = function()
+    if stop then return end
+    fired = fired + 1; local f = gpu.empty({n}); arm()
+  end })
+end
+arm()
+for i = 1, 2000 do local u = (t * 2 + 1):relu() end
+-- reachable at most: t, u, the previous u, two operands, the finalizer's tensor
+check_bound(gpu.memory().peak, 6 * class(n * 4), "a finalizer that allocates")
+T.ok(fired > 0, "the finalizer ran (" .. fired .. " times)")
+stop, t = true, nil
+T.done()
+]==]
+
+T.test("a finalizer that allocates does not stretch the bound", function()
+  child("finalizer", "GPULUA_HOST_MEMORY=64M", (FINALIZER:gsub("assert%(TOTAL == 256 %* MiB[^\n]*\n", "")))
+end)
+
+local STAGING = [==[
+local gpu = require "gpu"
+local T = require "gpu.test"
+local MiB = 1 << 20
+local d = gpu.ones({1})
+local keep = gpu.pinned({MiB // 4})                -- 1 MiB of pinned memory in use
+do local g = gpu.pinned({(3 * MiB) // 4}) end      -- 3 MiB more, garbage now (capacity 4 MiB)
+local ok, v = pcall(function() return d:item() end)
+T.ok(ok and v == 1.0, "t:item() collects and retries for its pinned staging buffer: " .. tostring(v))
+do local g = gpu.pinned({(3 * MiB) // 4}) end
+local ok2, u = pcall(function() return gpu.tensor({ 1, 2, 3 }) end)
+T.ok(ok2 and u:sum():item() == 6.0, "gpu.tensor{...} too: " .. tostring(u))
+keep, u, d = nil, nil, nil
+T.done()
+]==]
+
+T.test("staging buffers of reads and uploads collect and retry too", function()
+  child("staging", "GPULUA_HOST_MEMORY=4M", STAGING)
+end)
+
 T.done()
