@@ -124,7 +124,8 @@ SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -
 LIB_SRC := $(sort $(if $(CUDA_FOUND),$(wildcard cuda/*.c),$(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c))) $(wildcard bindings/*.c) interp/runtime.c interp/preload.c)
 CU_SRC := $(if $(CUDA_FOUND),$(sort $(wildcard cuda/k_*.cu)))
 CLI_SRC := $(sort $(filter-out interp/runtime.c interp/embed.c interp/preload.c interp/luamod.c,$(wildcard interp/*.c)))
-CTEST_SRC := $(sort $(wildcard tests/embed/*.c tests/unit/*.c))
+# tests/fuzz/replay_*.c replay the fuzz targets' corpus and crashes (make fuzz)
+CTEST_SRC := $(sort $(wildcard tests/embed/*.c tests/unit/*.c tests/fuzz/replay_*.c))
 STDLIB_LUA := $(sort $(shell find stdlib -name '*.lua' 2>/dev/null))
 # Directories too, so adding or removing a module regenerates the table.
 STDLIB_DIRS := $(sort $(shell find stdlib -type d 2>/dev/null))
