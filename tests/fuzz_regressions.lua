@@ -13,9 +13,11 @@ local T = require "gpu.test"
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
--- absolute: run.lua runs the fuzzer in a directory of its own
-local BIN = T.gpulua:sub(1, 1) == "/" and T.gpulua or io.popen("pwd"):read("l") .. "/" .. T.gpulua
-local API = "tests/fuzz/api.lua"
+-- Absolute paths: the fuzzer runs in a directory of its own, where the files
+-- its calls write go (run.lua does the same).
+local ROOT = io.popen("pwd"):read("l")
+local BIN = T.gpulua:sub(1, 1) == "/" and T.gpulua or ROOT .. "/" .. T.gpulua
+local API = ROOT .. "/tests/fuzz/api.lua"
 -- A valid but huge pinned tensor fails as out of memory instead of taking
 -- the machine's: an address-space limit, or ASan's cap on one allocation.
 local CAP = os.getenv("GPULUA_SANITIZE") == "1"
@@ -35,11 +37,11 @@ local function write(path, s)
   f:close()
 end
 
--- Runs the API fuzzer (host backend) with the given variables; its output
--- and exit status.  `timeout` only guards against a hang.
-local function api(vars)
-  return T.sh(string.format("%s GPULUA_DEVICE=host GPULUA_HOST_MEMORY=1G %s timeout -s KILL 300 %s %s 2>&1 </dev/null",
-                            CAP, vars, q(BIN), API))
+-- Runs the API fuzzer (host backend) in dir with the given variables; its
+-- output and exit status.  `timeout` only guards against a hang.
+local function api(dir, vars)
+  return T.sh(string.format("cd %s && %s GPULUA_DEVICE=host GPULUA_HOST_MEMORY=1G FUZZ_TMP=%s %s timeout -s KILL 300 %s %s 2>&1 </dev/null",
+                            q(dir), CAP, q(dir), vars, q(BIN), q(API)))
 end
 
 -- Runs statements as the API fuzzer's log holds them, in a directory of
@@ -48,14 +50,14 @@ local function replay(statements)
   local dir = tmpdir()
   local log = dir .. "/statements.log"
   write(log, table.concat(statements, "\n") .. "\n")
-  local out, status = api("FUZZ_TMP=" .. q(dir) .. " FUZZ_REPLAY=" .. q(log))
+  local out, status = api(dir, "FUZZ_REPLAY=" .. q(log))
   os.execute("rm -rf " .. q(dir))
   return out, status
 end
 
 T.test("API fuzzer: a fixed seed runs clean and leaves nothing", function()
   local dir = tmpdir()
-  local out, status = api("FUZZ_SEED=2 FUZZ_ITERS=400 FUZZ_TMP=" .. q(dir) .. " FUZZ_LOG=" .. q(dir .. "/log"))
+  local out, status = api(dir, "FUZZ_SEED=2 FUZZ_ITERS=400 FUZZ_LOG=" .. q(dir .. "/log"))
   if not T.is(status, 0, "exit status 0") then T.diag(out) end
   T.ok(out:find("fuzz: seed 2: 400 statements, no crash, hang or leak", 1, true), "it says so")
   local n = 0
@@ -81,14 +83,14 @@ T.test("API fuzzer: errors are fine, and a log becomes a stand-alone script", fu
                        'P[4] = gpu.task(F.await, gpu.stream())', 'P[5] = gpu.run()' }
   local log, script = dir .. "/min.log", dir .. "/repro.lua"
   write(log, "-- a comment line\n" .. table.concat(statements, "\n") .. "\n")
-  local out, status = api("FUZZ_TMP=" .. q(dir) .. " FUZZ_REPLAY=" .. q(log))
+  local out, status = api(dir, "FUZZ_REPLAY=" .. q(log))
   if not T.is(status, 0, "the statements replay, their errors caught") then T.diag(out) end
-  out, status = api("FUZZ_TMP=" .. q(dir) .. " FUZZ_REPLAY=" .. q(log) .. " FUZZ_SCRIPT=" .. q(script))
+  out, status = api(dir, "FUZZ_REPLAY=" .. q(log) .. " FUZZ_SCRIPT=" .. q(script))
   T.is(status, 0, "FUZZ_SCRIPT writes the script")
   local text = T.readfile(script) or ""
   T.ok(text:find("pcall(function() P[2] = P[1]:narrow(9, 1, 1) end)", 1, true), "one pcall per statement")
   T.ok(not text:find("a comment line", 1, true), "comments are left out")
-  out, status = T.sh(string.format("GPULUA_DEVICE=host %s %s 2>&1", q(BIN), q(script)))
+  out, status = T.sh(string.format("cd %s && GPULUA_DEVICE=host %s %s 2>&1", q(dir), q(BIN), q(script)))
   if not T.is(status, 0, "the script runs on its own") then T.diag(out) end
   os.execute("rm -rf " .. q(dir))
 end)
@@ -108,8 +110,8 @@ T.test("run.lua: a crash is reported with its seed and reduced to the statement"
     "exit 0", "" }, "\n"))
   assert(os.execute("chmod +x " .. q(fake)))
   local out, status = T.sh(string.format(
-    "%s FUZZ_GPULUA=%s FUZZ_DIR=%s FUZZ_SEEDS=3 FUZZ_ITERS=2000 FUZZ_MINIMIZE_SECONDS=600 %s tests/fuzz/run.lua api 2>&1",
-    CAP, q(fake), q(dir), q(BIN)))
+    "%s FUZZ_GPULUA=%s FUZZ_DIR=%s FUZZ_SEEDS=3 FUZZ_ITERS=2000 FUZZ_MINIMIZE_SECONDS=600 %s %s api 2>&1",
+    CAP, q(fake), q(dir), q(BIN), q(ROOT .. "/tests/fuzz/run.lua")))
   T.is(status, 1, "run.lua fails")
   T.ok(out:find("api seed 3: FAILED: crash (signal 11)", 1, true), "names the seed and what happened")
   T.ok(out:find("-- the last calls", 1, true), "shows the last calls")

@@ -29,6 +29,11 @@
 --   FUZZ_STATS    1: print per call how often it ran and raised, and its most
 --                 frequent error (to see what the generator reaches)
 -- Exit status: 0 fine, 3 a leak, 1 the fuzzer itself failed.
+--
+-- Run it in a directory of its own (run.lua does): a call handed a string
+-- where a path goes (t.save("x")) writes that file in the current directory.
+-- Paths it writes on purpose are inside FUZZ_TMP; absolute paths elsewhere
+-- are only read.
 local gpu = require "gpu"
 local pipeline = require "gpu.pipeline"
 
@@ -275,13 +280,16 @@ end
 
 -- ---- files ------------------------------------------------------------------------
 
+-- A path to read, or to write: then only inside D (it writes what it is
+-- given, and `make fuzz` may run as root).
 local function path(for_writing)
-  local r = R()
   local names = { "a.npy", "b.npy", "junk.npy", "t.json", "t.svg", "t.txt" }
-  if for_writing or r < 0.7 then return 'D .. "/' .. pick(names) .. '"' end
-  local odd = { "D", 'D .. "/missing/x.npy"', '""', '"/dev/null"', '"/proc/self/status"', 'D .. "/a.npy\\0x"',
-                '"/nonexistent"', "5" }
-  if SPECIAL then odd[#odd + 1] = pick({ '"/dev/zero"', 'D .. "/fifo"' }) end
+  if chance(0.7) then return 'D .. "/' .. pick(names) .. '"' end
+  local odd = { "D", 'D .. "/missing/x.npy"', 'D .. "/a.npy\\0x"', 'D .. "/"', '""' }
+  if not for_writing then
+    for _, p in ipairs({ '"/dev/null"', '"/proc/self/status"', '"/nonexistent/x.npy"', "5" }) do odd[#odd + 1] = p end
+    if SPECIAL then odd[#odd + 1] = pick({ '"/dev/zero"', 'D .. "/fifo"' }) end
+  end
   return pick(odd)
 end
 
@@ -509,7 +517,7 @@ gen[#gen + 1] = { 2, function()
   if r < 0.5 then return "gpu.trace.stop()" end
   if r < 0.6 then return slot() .. " = gpu.trace.active()" end
   if r < 0.75 then return slot() .. " = gpu.trace.events()" end
-  return "gpu.trace." .. pick({ "json", "svg", "write" }) .. "(" .. path() .. ")"
+  return "gpu.trace." .. pick({ "json", "svg", "write" }) .. "(" .. path(true) .. ")"
 end }
 -- Run-time kernels and DLPack (the host backend refuses them)
 gen[#gen + 1] = { 1, function()
