@@ -222,6 +222,10 @@ end
 
 local function fuzz_lib(name, seed)
   local bin = DIR .. "/fuzz_" .. name
+  if sh("test -x " .. q(bin)) ~= 0 then
+    say(string.format("%s: %s is not built (make fuzz builds it)", name, bin))
+    return false
+  end
   local out_dir = DIR .. "/" .. name
   local corpus = out_dir .. "/corpus"
   sh("mkdir -p " .. q(corpus) .. " " .. q(out_dir .. "/crashes"))
