@@ -11,6 +11,11 @@
 #   make test-gpu    on a GPU machine: the suite and tests/gpu on the cuda backend
 #   make test-gpu-sanitize  the same under compute-sanitizer (memcheck on every
 #                    file; racecheck and synccheck on the kernel tests)
+#   make fuzz        the fuzzers of tests/fuzz/ under ASan+UBSan: libFuzzer on the
+#                    .npy header reader and the kernel-signature parsers (clang),
+#                    and the random API fuzzer tests/fuzz/api.lua; FUZZ_SECONDS
+#                    each (default 60) over the seeds FUZZ_SEEDS (default 1 2 3);
+#                    a failure prints its seed and a minimal reproducer
 #   make install     PREFIX=/usr/local (and DESTDIR=): bin/gpulua, lib/libgpulua.a,
 #                    lib/libgpulua.so*, include/gpulua.h, lib/lua/5.4/gpu.so (the
 #                    bindings for a stock lua5.4), share/lua/5.4/gpu/*.lua (the
@@ -28,7 +33,8 @@
 # Variables: NOBUILD=1 runs suite/test/run/bench on the existing build without
 # building anything (a build copied to a machine without the toolchain);
 # BUILD (build dir), LUA_A, LUA_SO, LUA_INC, NVCC, PROVE, PROVE_FLAGS; CFLAGS
-# and LDFLAGS are appended to ours.
+# and LDFLAGS are appended to ours; FUZZ_SECONDS, FUZZ_SEEDS,
+# FUZZ_MINIMIZE_SECONDS (time to reduce a failure) and FUZZ_CC for make fuzz.
 
 .DEFAULT_GOAL := all
 MAKEFLAGS += --no-builtin-rules
@@ -124,7 +130,8 @@ SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -
 LIB_SRC := $(sort $(if $(CUDA_FOUND),$(wildcard cuda/*.c),$(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c))) $(wildcard bindings/*.c) interp/runtime.c interp/preload.c)
 CU_SRC := $(if $(CUDA_FOUND),$(sort $(wildcard cuda/k_*.cu)))
 CLI_SRC := $(sort $(filter-out interp/runtime.c interp/embed.c interp/preload.c interp/luamod.c,$(wildcard interp/*.c)))
-CTEST_SRC := $(sort $(wildcard tests/embed/*.c tests/unit/*.c))
+# tests/fuzz/replay_*.c replay the fuzz targets' corpus and crashes (make fuzz)
+CTEST_SRC := $(sort $(wildcard tests/embed/*.c tests/unit/*.c tests/fuzz/replay_*.c))
 STDLIB_LUA := $(sort $(shell find stdlib -name '*.lua' 2>/dev/null))
 # Directories too, so adding or removing a module regenerates the table.
 STDLIB_DIRS := $(sort $(shell find stdlib -type d 2>/dev/null))
@@ -172,7 +179,7 @@ endif
 endif
 
 .PHONY: all lib tests suite test test-asan test-gpu test-gpu-sanitize run example bench deps clean \
-        install uninstall FORCE
+        install uninstall fuzz fuzz-cc FORCE
 
 ifneq ($(and $(filter deps,$(MAKECMDGOALS)),$(filter-out deps,$(MAKECMDGOALS))),)
 # `make deps run`: what was detected above predates the install, so the other
@@ -410,6 +417,59 @@ run example: $(RUN_DEPS)
 bench: $(RUN_DEPS)
 	BENCH_QUICK=$(BENCH_QUICK) GPULUA=$(BIN) BENCH_REF=$(BENCH_REF) BENCH_NCCL_REF=$(BENCH_NCCL_REF) \
 	  $(BIN) --device host bench/run.lua
+
+# ---- fuzzing ---------------------------------------------------------------
+
+# The libFuzzer targets (tests/fuzz/fuzz_<name>.c) are built by clang with
+# the parsers' own sources; the API fuzzer runs the ASan+UBSan gpulua of
+# test-asan.  tests/fuzz/run.lua runs them all and reduces a failure.
+FUZZ_SECONDS ?= 60
+FUZZ_SEEDS ?= 1 2 3
+FUZZ_MINIMIZE_SECONDS ?= 120
+FUZZ_CC ?= clang
+FUZZ_DIR := $(BUILD)/fuzz
+FUZZ_TARGETS := npy kernel_sig
+FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
+               -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GNU_SOURCE \
+               -iquote . -iquote bindings -iquote cuda -iquote interp -I$(LUA_INC)
+FUZZ_HDRS := tests/fuzz/fuzz.h $(wildcard bindings/*.h cuda/*.h)
+FUZZ_PKGS := clang libclang-rt-dev
+
+# FUZZ_CC must link a libFuzzer program; as root, the packages are installed.
+FUZZ_PROBE := int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }
+fuzz-cc:
+	@mkdir -p $(FUZZ_DIR)
+	@echo '$(FUZZ_PROBE)' > $(FUZZ_DIR)/probe.c
+	@if ! $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $(FUZZ_DIR)/probe $(FUZZ_DIR)/probe.c >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "fuzz: $(FUZZ_CC) cannot build a libFuzzer program; installing $(FUZZ_PKGS)"; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(FUZZ_PKGS) && \
+	    $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $(FUZZ_DIR)/probe $(FUZZ_DIR)/probe.c || exit 1; \
+	  else \
+	    echo "fuzz: $(FUZZ_CC) cannot build a libFuzzer program (-fsanitize=fuzzer); run:"; \
+	    echo "  sudo apt-get update && sudo apt-get install -y $(FUZZ_PKGS)"; exit 1; \
+	  fi; \
+	fi
+	@rm -f $(FUZZ_DIR)/probe $(FUZZ_DIR)/probe.c
+
+$(FUZZ_DIR)/fuzz_npy: tests/fuzz/fuzz_npy.c bindings/npy.c cuda/dtype.c $(FUZZ_HDRS) | fuzz-cc
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_npy.c cuda/dtype.c $(LUA_A) -lm -ldl
+
+$(FUZZ_DIR)/fuzz_kernel_sig: tests/fuzz/fuzz_kernel_sig.c cuda/kernel_sig.c $(FUZZ_HDRS) | fuzz-cc
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_kernel_sig.c cuda/kernel_sig.c
+
+ifneq ($(NOBUILD),1)
+fuzz: $(BIN) $(FUZZ_BINS)
+endif
+fuzz:
+ifneq ($(NOBUILD),1)
+	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(ASAN_BUILD) SANITIZE=1 all
+endif
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEEDS='$(FUZZ_SEEDS)' FUZZ_MINIMIZE_SECONDS=$(FUZZ_MINIMIZE_SECONDS) \
+	  FUZZ_DIR=$(FUZZ_DIR) FUZZ_GPULUA=$(ASAN_BUILD)/gpulua $(BIN) tests/fuzz/run.lua
 
 endif
 

@@ -365,6 +365,9 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
   return 0;
 }
 
+/* tests/fuzz/npy_header.c includes this file for the reader above alone. */
+#ifndef GPULUA_NPY_HEADER_ONLY
+
 /* ---- gpu.load ------------------------------------------------------------- */
 
 /* A new tensor in released state, then its memory (push, then acquire). */
@@ -623,3 +626,5 @@ int bind_open_npy(lua_State *L) {
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }
+
+#endif /* GPULUA_NPY_HEADER_ONLY */

@@ -478,11 +478,15 @@ int dev_kernels_parse_ptx(const char *ptx, dev_ksig **out, int *nout, char *err,
         const char *pn = s;
         while (*s && (isalnum((unsigned char)*s) || *s == '_' || *s == '$')) s++;
         snprintf(pp->name, sizeof pp->name, "%.*s", (int)(s - pn), pn);
-        int bits = atoi(ty + 1);
+        /* a width or array count out of any real range is unknown (0), as
+         * for .pred: the compiled kernel's sizes decide then */
+        long width = strtol(ty + 1, NULL, 10);
+        int bits = width > 0 && width <= 1024 ? (int)width : 0;
         snprintf(pp->type, sizeof pp->type, ".%s", ty);
         if (*s == '[') {
+          long long count = strtoll(s + 1, NULL, 10);
           pp->kind = DEV_KP_OTHER;
-          pp->size = atoi(s + 1) * (bits / 8);
+          pp->size = count > 0 && count <= 65536 ? (int)count * (bits / 8) : 0;
         } else if (ty[0] == 'f') {
           pp->kind = bits == 16 ? DEV_KP_RAW : DEV_KP_FLOAT;
           pp->size = bits / 8;
