@@ -540,33 +540,11 @@ static void block_free(dev_ctx *ctx, bufx *x) {
   free(x);
 }
 
-/* Return the ready blocks of a kind (of every kind: -1) to the backend;
- * pending blocks whose uses are over first become ready. */
-static void cache_trim(dev_ctx *ctx, int kind) {
-  if (!ctx->cache) return;
+/* Pending blocks of a kind (every kind: -1) whose uses are over become
+ * ready (after a sync, before a trim). */
+static void cache_settle(dev_ctx *ctx, int kind) {
   for (int k = 0; k < DEV_NMEMKIND; k++) {
     if (kind >= 0 && k != kind) continue;
-    for (int c = 0; c < NCLASS; c++) {
-      for (bufx *x = ctx->cache->pending[k][c], *nx; x; x = nx) {
-        nx = x->next;
-        prune(x);
-        if (x->nuse == 0) {
-          pend_unlink(ctx, x);
-          list_push(&ctx->cache->ready[k][c], x);
-        }
-      }
-      while (ctx->cache->ready[k][c]) {
-        bufx *x = ctx->cache->ready[k][c];
-        list_unlink(&ctx->cache->ready[k][c], x);
-        block_free(ctx, x);
-      }
-    }
-  }
-}
-
-/* Pending blocks whose uses are over become ready (after a sync). */
-static void cache_settle(dev_ctx *ctx) {
-  for (int k = 0; k < DEV_NMEMKIND; k++)
     for (int c = 0; c < NCLASS; c++)
       for (bufx *x = ctx->cache->pending[k][c], *nx; x; x = nx) {
         nx = x->next;
@@ -576,6 +554,23 @@ static void cache_settle(dev_ctx *ctx) {
           list_push(&ctx->cache->ready[k][c], x);
         }
       }
+  }
+}
+
+/* Return the ready blocks of a kind (of every kind: -1) to the backend;
+ * pending blocks whose uses are over first become ready. */
+static void cache_trim(dev_ctx *ctx, int kind) {
+  if (!ctx->cache) return;
+  cache_settle(ctx, kind);
+  for (int k = 0; k < DEV_NMEMKIND; k++) {
+    if (kind >= 0 && k != kind) continue;
+    for (int c = 0; c < NCLASS; c++)
+      while (ctx->cache->ready[k][c]) {
+        bufx *x = ctx->cache->ready[k][c];
+        list_unlink(&ctx->cache->ready[k][c], x);
+        block_free(ctx, x);
+      }
+  }
 }
 
 /* A stream's handle is closed: the cached blocks' uses of it that are over
@@ -1293,7 +1288,7 @@ int dev_synchronize(dev_ctx *ctx) {
   if (ctx->race) race_host_waited(ctx, NULL, NULL);
   dev_sync_leave(ctx);
   for (bufx *x = ctx->bufs; x; x = x->next) prune(x);
-  cache_settle(ctx);
+  cache_settle(ctx, -1);
   sweep_all(ctx);
   return dev_check_async(ctx);
 }
