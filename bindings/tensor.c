@@ -279,11 +279,16 @@ static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void 
   dev_buf *tmp = NULL, *cast = NULL;
   /* staged in pinned memory: an upload from pageable memory would block;
    * out of it, collect, reclaim and try once more */
-  int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
-  if (rc == DEV_ERR_NOMEM && bind_reclaim(L, DEV_MEM_PINNED, (size_t)n * 8) == DEV_OK)
-    rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
   dev_stream *s = opts_stream(L, opts);
   dst_.buf = bind_check_tensor(L, tidx)->v.buf;
+  int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
+  if (rc == DEV_ERR_NOMEM && bind_reclaim(L, DEV_MEM_PINNED, (size_t)n * 8) == DEV_OK) {
+    /* nothing held yet: finalizers the collection ran may have closed them */
+    s = opts_stream(L, opts);
+    dst_.buf = bind_check_tensor(L, tidx)->v.buf;
+    rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
+  }
+  /* from here on nothing may raise before tmp and cast are released */
   const dev_view *dst = &dst_;
   if (rc == DEV_OK) {
     memcpy(tmp->ptr, vals, (size_t)n * 8);

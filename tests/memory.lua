@@ -643,4 +643,19 @@ T.test("staging buffers of reads and uploads collect and retry too", function()
   child("staging", "GPULUA_HOST_MEMORY=4M", STAGING)
 end)
 
+T.test("an upload whose stream is closed raises and holds no staging memory (make fuzz)", function()
+  collectgarbage(); collectgarbage(); gpu.synchronize()
+  local base = gpu.memory().pinned
+  local t = gpu.arange(1, 3)
+  local s = gpu.stream()
+  do
+    local _ <close> = gpu.using(s)
+    s:close()                                   -- the current stream is closed now
+    T.raises(function() t:set(1, 5) end, "closed", "t:set on a closed current stream")
+    T.raises(function() gpu.tensor({ 1, 2 }) end, "closed", "gpu.tensor on a closed current stream")
+  end
+  gpu.synchronize()
+  T.is(gpu.memory().pinned, base, "no pinned staging buffer left behind")
+end)
+
 T.done()
