@@ -110,7 +110,7 @@ T.test("run.lua: a crash is reported with its seed and reduced to the statement"
     "exit 0", "" }, "\n"))
   assert(os.execute("chmod +x " .. q(fake)))
   local out, status = T.sh(string.format(
-    "%s FUZZ_GPULUA=%s FUZZ_DIR=%s FUZZ_SEEDS=3 FUZZ_ITERS=2000 FUZZ_MINIMIZE_SECONDS=600 %s %s api 2>&1",
+    "%s GPULUA_DEVICE=host FUZZ_GPULUA=%s FUZZ_DIR=%s FUZZ_SEEDS=3 FUZZ_ITERS=2000 FUZZ_MINIMIZE_SECONDS=600 %s %s api 2>&1",
     CAP, q(fake), q(dir), q(BIN), q(ROOT .. "/tests/fuzz/run.lua")))
   T.is(status, 1, "run.lua fails")
   T.ok(out:find("api seed 3: FAILED: crash (signal 11)", 1, true), "names the seed and what happened")
