@@ -61,7 +61,7 @@ CUDART_A := $(if $(CUDA_HOME),$(wildcard $(CUDA_HOME)/lib64/libcudart_static.a))
 ifeq ($(NOCUDA),1)
 CUDA_FOUND :=
 else
-CUDA_FOUND := $(if $(and $(NVCC),$(CUDART_A),$(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard cuda/k_launch.cu)),yes)
+CUDA_FOUND := $(if $(and $(NVCC),$(CUDART_A),$(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard cuda/cuda/k_launch.cu)),yes)
 endif
 CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 
@@ -99,7 +99,7 @@ endif
 PRINT_GOALS := $(filter-out clean,$(or $(MAKECMDGOALS),all))
 ifneq ($(GPULUA_QUIET),1)
 ifneq ($(PRINT_GOALS),)
-$(info gpulua: nvcc      $(if $(CUDA_FOUND),found ($(NVCC)): building the CUDA and host backends (cudart static; cuBLAS loaded at run time),$(if $(NVCC),found, but no static cudart, no cuda/k_launch.cu or NOCUDA=1: building the host backend only,not found: building the host backend only)))
+$(info gpulua: nvcc      $(if $(CUDA_FOUND),found ($(NVCC)): building the CUDA and host backends (cudart static; cuBLAS loaded at run time),$(if $(NVCC),found, but no static cudart, no cuda/cuda/k_launch.cu or NOCUDA=1: building the host backend only,not found: building the host backend only)))
 $(info gpulua: liblua5.4 $(if $(LUA_FOUND),found ($(LUA_A) linked statically; headers $(LUA_INC)),not found (need $(LUA_A) and $(LUA_INC)/lua.h)))
 $(info gpulua: libedit   $(if $(EDIT_FOUND),found (REPL line editing),not found (REPL reads plain lines)))
 $(info gpulua: OpenBLAS  $(if $(BLAS_FOUND),found (matmul f32/f64 through cblas),not found (matmul through the built-in loops)))
@@ -109,7 +109,9 @@ endif
 # ---- flags -----------------------------------------------------------------
 
 DEFS := -D_GNU_SOURCE $(if $(EDIT_FOUND),-DGPULUA_HAVE_LIBEDIT) $(if $(BLAS_FOUND),-DGPULUA_HAVE_OPENBLAS) $(if $(CUDA_FOUND),-DGPULUA_HAVE_CUDA)
-INCLUDES := -iquote . -iquote interp -iquote bindings -iquote cuda -I$(LUA_INC) $(EDIT_CFLAGS) $(BLAS_CFLAGS) $(if $(CUDA_FOUND),-isystem $(CUDA_HOME)/include)
+INCLUDES := -iquote . -iquote interp/lib -iquote bindings -iquote cuda -I$(LUA_INC) $(EDIT_CFLAGS) $(BLAS_CFLAGS) $(if $(CUDA_FOUND),-isystem $(CUDA_HOME)/include)
+# The gpulua program (interp/cli/) sees the library through gpulua.h alone.
+CLI_INCLUDES := -iquote interp/lib -I$(LUA_INC) $(EDIT_CFLAGS)
 OPT := -O2 -g
 SAN :=
 ifeq ($(SANITIZE),1)
@@ -119,17 +121,23 @@ SUITE_ENV := ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
              UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 GPULUA_SANITIZE=1
 endif
 # -fPIC: one set of objects serves libgpulua.a, libgpulua.so and gpu.so.
-ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -fPIC -fno-semantic-interposition -pthread -MMD -MP $(DEFS) $(INCLUDES) $(CFLAGS)
+ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -fPIC -fno-semantic-interposition -pthread -MMD -MP $(DEFS) $(or $(OBJ_INCLUDES),$(INCLUDES)) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
 NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fno-semantic-interposition -MMD -MP -Icuda $(NVCC_EXTRA)
 SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------
 
-# cuda/cuda_*.c and cuda/k_*.cu are the CUDA backend, built when nvcc is found.
-LIB_SRC := $(sort $(if $(CUDA_FOUND),$(wildcard cuda/*.c),$(filter-out cuda/cuda_%.c,$(wildcard cuda/*.c))) $(wildcard bindings/*.c) interp/runtime.c interp/preload.c)
-CU_SRC := $(if $(CUDA_FOUND),$(sort $(wildcard cuda/k_*.cu)))
-CLI_SRC := $(sort $(filter-out interp/runtime.c interp/embed.c interp/preload.c interp/luamod.c,$(wildcard interp/*.c)))
+# Files are picked by folder (README, "Layout"): the library is the device
+# layer (cuda/), its backends (cuda/host/ always, cuda/cuda/ when nvcc is
+# found), the bindings and interp/lib/; gpu.so adds interp/module/ and drops
+# the runtime; the gpulua program is interp/cli/; interp/tools/ runs at build
+# time.
+LIB_SRC := $(sort $(wildcard cuda/*.c cuda/host/*.c) $(if $(CUDA_FOUND),$(wildcard cuda/cuda/*.c)) \
+             $(wildcard bindings/*.c interp/lib/*.c))
+CU_SRC := $(if $(CUDA_FOUND),$(sort $(wildcard cuda/cuda/*.cu)))
+CLI_SRC := $(sort $(wildcard interp/cli/*.c))
+LUAMOD_SRC := $(sort $(wildcard interp/module/*.c))
 # tests/fuzz/replay_*.c replay the fuzz targets' corpus and crashes (make fuzz)
 CTEST_SRC := $(sort $(wildcard tests/embed/*.c tests/unit/*.c tests/fuzz/replay_*.c))
 STDLIB_LUA := $(sort $(shell find stdlib -name '*.lua' 2>/dev/null))
@@ -157,7 +165,7 @@ BENCH_NCCL_REF := $(BUILD)/bench/nccl_ref
 BENCH_NCCL_FOUND := $(if $(and $(CUDA_FOUND),$(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard $(CUDA_HOME)/lib64/libnccl.so)),yes)
 # The shared library, the Lua module and the pkg-config file (see "shared
 # library, Lua module, install" below).
-VERSION := $(shell sed -n 's/^\#define GPULUA_VERSION_STRING "\(.*\)"/\1/p' interp/gpulua.h)
+VERSION := $(shell sed -n 's/^\#define GPULUA_VERSION_STRING "\(.*\)"/\1/p' interp/lib/gpulua.h)
 SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 SO := $(BUILD)/libgpulua.so.$(VERSION)
 LUAMOD := $(BUILD)/gpu.so
@@ -206,6 +214,7 @@ $(BUILD)/cflags: FORCE
 $(BUILD)/obj/%.o: %.c $(BUILD)/cflags
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+$(CLI_OBJ): OBJ_INCLUDES := $(CLI_INCLUDES)
 
 $(BUILD)/obj/%.o: %.cu $(BUILD)/cflags
 	@mkdir -p $(@D)
@@ -219,7 +228,7 @@ $(BUILD)/gen/stdlib.c: $(EMBED) $(STDLIB_LUA) $(STDLIB_DIRS)
 	@mkdir -p $(@D)
 	$(EMBED) $@ stdlib $(STDLIB_LUA)
 
-$(EMBED): $(BUILD)/obj/interp/embed.o
+$(EMBED): $(BUILD)/obj/interp/tools/embed_stdlib.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LUA_A) -lm -ldl
 
 $(LIB): $(LIB_OBJ)
@@ -249,7 +258,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 # ---- shared library, Lua module, install ------------------------------------
 
 # libgpulua.so exports the public API alone: the functions gpulua.h declares.
-$(BUILD)/libgpulua.map: interp/gpulua.h
+$(BUILD)/libgpulua.map: interp/lib/gpulua.h
 	@mkdir -p $(@D)
 	{ echo '{ global:'; \
 	  sed -n 's/^[a-zA-Z_][a-zA-Z_ ]*[ *]\(gpulua_[a-z_]*\)(.*/    \1;/p' $<; \
@@ -263,16 +272,10 @@ $(SO): $(LIB_OBJ) $(BUILD)/libgpulua.map
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libgpulua.so.$(SOVERSION) \
 	  -Wl,--version-script=$(BUILD)/libgpulua.map -Wl,-z,defs -o $@ $(LIB_OBJ) $(LUA_SO) $(SYSLIBS)
 
-# gpu.so: the library's objects without the runtime, with luamod.c's
-# luaopen_gpu in front of the bindings' own (renamed in a copy of its object;
-# see interp/luamod.c), and without Lua: its symbols come from the lua5.4
-# that loads the module, so no -z defs here.
-OBJCOPY ?= objcopy
-LUAMOD_OBJ := $(filter-out $(BUILD)/obj/interp/runtime.o $(BUILD)/obj/bindings/gpu.o,$(LIB_OBJ)) \
-              $(BUILD)/obj/luamod/gpu.o $(BUILD)/obj/interp/luamod.o
-$(BUILD)/obj/luamod/gpu.o: $(BUILD)/obj/bindings/gpu.o
-	@mkdir -p $(@D)
-	$(OBJCOPY) --redefine-sym luaopen_gpu=gpulua_luamod_core $< $@
+# gpu.so: the library's objects without the runtime, plus interp/module/'s
+# luaopen_gpu, and without Lua: its symbols come from the lua5.4 that loads
+# the module, so no -z defs here.
+LUAMOD_OBJ := $(filter-out $(BUILD)/obj/interp/lib/runtime.o,$(LIB_OBJ)) $(call obj,$(LUAMOD_SRC))
 
 $(LUAMOD): $(LUAMOD_OBJ) $(BUILD)/gpu.map
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,--version-script=$(BUILD)/gpu.map -o $@ $(LUAMOD_OBJ) $(SYSLIBS)
@@ -281,7 +284,7 @@ $(LUAMOD): $(LUAMOD_OBJ) $(BUILD)/gpu.map
 # Rewritten only when it changes (the flags depend on what make found).
 # Libs.private: what libgpulua.a needs beside Lua, the link's SYSLIBS.
 PC_LIBS_PRIVATE = $(SYSLIBS)
-$(PC_IN): gpulua.pc.in interp/gpulua.h FORCE
+$(PC_IN): gpulua.pc.in interp/lib/gpulua.h FORCE
 	@mkdir -p $(@D)
 	@sed -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS@|$(strip $(SAN))|' \
 	  -e 's|@LIBS_PRIVATE@|$(strip $(PC_LIBS_PRIVATE))|' $< > $@.tmp
@@ -306,7 +309,7 @@ define install_tree
 	$(INSTALL) -m 755 $(SO) $(1)/lib/$(notdir $(SO))
 	ln -sf $(notdir $(SO)) $(1)/lib/libgpulua.so.$(SOVERSION)
 	ln -sf libgpulua.so.$(SOVERSION) $(1)/lib/libgpulua.so
-	$(INSTALL) -m 644 interp/gpulua.h $(1)/include/gpulua.h
+	$(INSTALL) -m 644 interp/lib/gpulua.h $(1)/include/gpulua.h
 	$(INSTALL) -m 755 $(LUAMOD) $(1)/lib/lua/5.4/gpu.so
 	for f in $(STDLIB_REL); do $(INSTALL) -D -m 644 stdlib/$$f $(1)/share/lua/5.4/$$f || exit 1; done
 	sed 's|@PREFIX@|$(2)|' $(PC_IN) > $(1)/lib/pkgconfig/gpulua.pc
@@ -323,7 +326,7 @@ INSTALLED := bin/gpulua lib/libgpulua.a lib/$(notdir $(SO)) lib/libgpulua.so.$(S
 # shared).  Run by tests/install.lua.
 STAGE_PKGCONF = PKG_CONFIG_PATH=$(abspath $(STAGE))/lib/pkgconfig $(or $(PKGCONF),$(error pkg-config not found: the example is built with it (make deps)))
 EXAMPLE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g
-$(STAGE)/.installed: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN) interp/gpulua.h $(STDLIB_LUA)
+$(STAGE)/.installed: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN) interp/lib/gpulua.h $(STDLIB_LUA)
 	rm -rf $(STAGE)
 	$(call install_tree,$(abspath $(STAGE)),$(abspath $(STAGE)))
 	touch $@
@@ -432,7 +435,7 @@ FUZZ_TARGETS := npy kernel_sig
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
                -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GNU_SOURCE \
-               -iquote . -iquote bindings -iquote cuda -iquote interp -I$(LUA_INC)
+               -iquote . -iquote bindings -iquote cuda -iquote interp/lib -I$(LUA_INC)
 FUZZ_HDRS := tests/fuzz/fuzz.h $(wildcard bindings/*.h cuda/*.h)
 FUZZ_PKGS := clang libclang-rt-dev
 

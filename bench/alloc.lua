@@ -146,7 +146,7 @@ end
 live_rows("alloc", Z.live_tensors, Z.live_calls, function() return gpu.empty({1}) end,
           function(calls) for _ = 1, calls do local u = gpu.empty({1}) end end,
           function() return gpu.stats().buffers end)
--- Host streams start their worker thread on first use (cuda/host_backend.c):
+-- Host streams start their worker thread on first use (cuda/host/backend.c):
 -- these are never used, so 100k of them are no threads there.
 live_rows("stream", Z.live_streams, Z.stream_calls, function() return gpu.stream() end,
           function(calls) for _ = 1, calls do local s = gpu.stream(); s:close() end end,

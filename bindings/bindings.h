@@ -11,53 +11,63 @@
  * spec ("host", "cuda", "cuda:N"); absent means env GPULUA_DEVICE, then auto. */
 #define GPULUA_REG_DEVICE "gpulua.device"
 
-/* The `gpu` module: creates this interpreter's device context on first open
- * (kept in the registry) and returns the module table. */
-int luaopen_gpu(lua_State *L);
+/* The `gpu` module's opener (a lua_CFunction for luaL_requiref): creates
+ * this interpreter's device context on first open (kept in the registry) and
+ * returns the module table.  The library's runtime (interp/lib/runtime.c)
+ * and gpu.so's luaopen_gpu (interp/module/luamod.c) both call it. */
+int bind_open_gpu(lua_State *L);
 
 /* gpu.run and gpu.sync_debug as C functions, so the runtime calls them
  * without looking up a global that a script may have replaced. */
-int gpulua_bind_run(lua_State *L);
-int gpulua_bind_sync_debug(lua_State *L);
+int bind_run(lua_State *L);
+int bind_sync_debug(lua_State *L);
 /* While suspended, syncs are neither warned about nor refused (the REPL
  * showing a result the person asked for). */
-void gpulua_bind_sync_suspend(lua_State *L, int suspend);
+void bind_sync_suspend(lua_State *L, int suspend);
 
 /* Finish all queued work of this interpreter's device context (if it was
  * opened).  Returns LUA_OK, or pushes an error message and returns LUA_ERRRUN
  * when queued work failed.  Never raises. */
-int gpulua_bind_finish(lua_State *L);
+int bind_finish(lua_State *L);
 
 /* The embedding API's entry points (embed.c): lua_CFunctions the runtime
  * calls in protected mode; argument 1 is a light userdata as each says. */
-typedef struct gpulua_bind_wrap {
+typedef struct embed_wrap {
   const gpulua_tensor_info *t;
   void (*release)(void *ud, void *data);
   void *ud;
-} gpulua_bind_wrap;
-typedef struct gpulua_bind_kernel {
+} embed_wrap;
+typedef struct embed_kernel {
   const char *name, *params;
   gpulua_kernel_fn fn;
   void *ud;
-} gpulua_bind_kernel;
-int gpulua_bind_push_tensor(lua_State *L);      /* (wrap) -> tensor */
-int gpulua_bind_check_tensor(lua_State *L);     /* (gpulua_tensor_info *out, value) */
-int gpulua_bind_stream_handle(lua_State *L);    /* (void **out [, stream]) */
-int gpulua_bind_push_stream(lua_State *L);      /* (native or NULL) -> stream */
-int gpulua_bind_register_kernel(lua_State *L);  /* (kernel) */
+} embed_kernel;
+int embed_push_tensor(lua_State *L);      /* (wrap) -> tensor */
+int embed_check_tensor(lua_State *L);     /* (gpulua_tensor_info *out, value) */
+int embed_stream_handle(lua_State *L);    /* (void **out [, stream]) */
+int embed_push_stream(lua_State *L);      /* (native or NULL) -> stream */
+int embed_register_kernel(lua_State *L);  /* (kernel) */
 
 /* DLPack (bindings/dlpack.c), for the runtime's protected calls behind
  * gpulua_to_dlpack / gpulua_push_dlpack (gpulua.h).  export: (tensor, out,
  * versioned) with out a light userdata DLManagedTensor ** (or
  * DLManagedTensorVersioned **), set on success; import: (m, versioned), m a
  * light userdata, pushes the tensor and owns m on success only. */
-int gpulua_bind_dlpack_export(lua_State *L);
-int gpulua_bind_dlpack_import(lua_State *L);
+int embed_dlpack_export(lua_State *L);
+int embed_dlpack_import(lua_State *L);
 /* (m, versioned) -> a gpu.DLPack capsule owning m (on success only) */
-int gpulua_bind_dlpack_capsule(lua_State *L);
+int embed_dlpack_capsule(lua_State *L);
 
 /* This interpreter's device context, NULL while the gpu module is not open:
- * for the CLI (Ctrl-C's dev_interrupt, the REPL's prompt). */
-struct dev_ctx *gpulua_bind_dev(lua_State *L);
+ * the runtime keeps it for the calls below, which take it as it is. */
+struct dev_ctx *bind_dev(lua_State *L);
+/* gpulua_interrupt (async-signal-safe) and gpulua_interrupt_clear. */
+void bind_interrupt(struct dev_ctx *ctx);
+int bind_interrupt_clear(struct dev_ctx *ctx);
+void bind_interrupt_enable(struct dev_ctx *ctx, int on);
+/* The backend's name, and its device number in *device. */
+const char *bind_backend(struct dev_ctx *ctx, int *device);
+/* gpulua_job_cleanup */
+void bind_job_cleanup(int port, int world);
 
 #endif

@@ -1,6 +1,6 @@
 /* DLPack: tensors shared with other libraries without copying.  The public
  * side (the struct declarations, gpulua_to_dlpack, gpulua_push_dlpack) is in
- * interp/gpulua.h; here are the two conversions and gpu.from_dlpack(p), for
+ * interp/lib/gpulua.h; here are the two conversions and gpu.from_dlpack(p), for
  * a script that an application hands a managed tensor to as a light
  * userdata. */
 #include <stdarg.h>
@@ -91,7 +91,7 @@ static void versioned_deleter(DLManagedTensorVersioned *m) { if (m) export_free(
 /* (tensor, out: a DLManagedTensor ** or DLManagedTensorVersioned **, versioned)
  * Called by the runtime in protected mode; *out is set only on success (the
  * runtime has set it to NULL). */
-int gpulua_bind_dlpack_export(lua_State *L) {
+int embed_dlpack_export(lua_State *L) {
   void *out = lua_touserdata(L, 2);
   int versioned = lua_toboolean(L, 3);
   gpu_tensor *t = bind_test_tensor_handle(L, 1);
@@ -265,7 +265,7 @@ static int push_import(lua_State *L, void *p, int versioned, int arg, const char
 }
 
 /* (lightuserdata m, versioned) -> tensor, for the runtime's protected call */
-int gpulua_bind_dlpack_import(lua_State *L) {
+int embed_dlpack_import(lua_State *L) {
   return push_import(L, lua_touserdata(L, 1), lua_toboolean(L, 2), 0,
                      lua_toboolean(L, 2) ? "gpulua_push_dlpack_versioned" : "gpulua_push_dlpack");
 }
@@ -295,7 +295,7 @@ static int capsule_tostring(lua_State *L) {
 
 /* (lightuserdata m, versioned) -> capsule, for the runtime's protected call;
  * owns m on success only */
-int gpulua_bind_dlpack_capsule(lua_State *L) {
+int embed_dlpack_capsule(lua_State *L) {
   void *m = lua_touserdata(L, 1);
   int versioned = lua_toboolean(L, 2);
   if (!m) return luaL_error(L, "the managed tensor is NULL");

@@ -19,9 +19,9 @@ _Static_assert(GPULUA_MAXDIM == DEV_MAXDIM, "GPULUA_MAXDIM is DEV_MAXDIM");
 
 /* ---- tensors ------------------------------------------------------------ */
 
-/* 1: lightuserdata gpulua_bind_wrap.  Pushes the tensor. */
-int gpulua_bind_push_tensor(lua_State *L) {
-  const gpulua_bind_wrap *w = lua_touserdata(L, 1);
+/* 1: lightuserdata embed_wrap.  Pushes the tensor. */
+int embed_push_tensor(lua_State *L) {
+  const embed_wrap *w = lua_touserdata(L, 1);
   const gpulua_tensor_info *ti = w->t;
   const char *fn = "gpulua_push_tensor";
   if (ti == NULL) return luaL_error(L, "%s: the tensor description is NULL", fn);
@@ -74,7 +74,7 @@ int gpulua_bind_push_tensor(lua_State *L) {
 }
 
 /* 1: lightuserdata gpulua_tensor_info (out), 2: the value. */
-int gpulua_bind_check_tensor(lua_State *L) {
+int embed_check_tensor(lua_State *L) {
   gpulua_tensor_info *out = lua_touserdata(L, 1);
   gpu_tensor *t = bind_test_tensor_handle(L, 2);
   if (t == NULL) return luaL_error(L, "gpulua_check_tensor: expected a gpu.Tensor, got %s", bind_typename(L, 2));
@@ -96,7 +96,7 @@ int gpulua_bind_check_tensor(lua_State *L) {
 /* ---- streams ------------------------------------------------------------ */
 
 /* 1: lightuserdata void ** (out), 2: a gpu.Stream, or none for the current stream. */
-int gpulua_bind_stream_handle(lua_State *L) {
+int embed_stream_handle(lua_State *L) {
   void **out = lua_touserdata(L, 1);
   dev_stream *s;
   if (lua_isnoneornil(L, 2)) {
@@ -113,7 +113,7 @@ int gpulua_bind_stream_handle(lua_State *L) {
 
 /* 1: lightuserdata: the application's stream handle (NULL: the default
  * stream, as CUDA's NULL stream is).  Pushes a gpu.Stream. */
-int gpulua_bind_push_stream(lua_State *L) {
+int embed_push_stream(lua_State *L) {
   void *native = lua_touserdata(L, 1);
   dev_ctx *ctx = bind_ctx(L);
   if (native == NULL) {
@@ -153,9 +153,9 @@ static int ckernel_call(const dev_cfunc_call *c, char *err, size_t errlen) {
   return ck->fn(&call);
 }
 
-/* 1: lightuserdata gpulua_bind_kernel.  Adds gpu.kernels[name]. */
-int gpulua_bind_register_kernel(lua_State *L) {
-  const gpulua_bind_kernel *r = lua_touserdata(L, 1);
+/* 1: lightuserdata embed_kernel.  Adds gpu.kernels[name]. */
+int embed_register_kernel(lua_State *L) {
+  const embed_kernel *r = lua_touserdata(L, 1);
   const char *fn = "gpulua_register_kernel";
   if (r->name == NULL) return luaL_error(L, "%s: the name is NULL", fn);
   if (r->fn == NULL) return luaL_error(L, "%s: kernel '%s': the function is NULL", fn, r->name);

@@ -258,7 +258,7 @@ void bind_sync_apply_slot(lua_State *L, int slot) {
  * open (bind_sync_slot), and the policy is set again, so no stale scope
  * outlives this call.  "warn" also turns Lua warnings on: asking for them
  * means wanting to see them. */
-int gpulua_bind_sync_debug(lua_State *L) {
+int bind_sync_debug(lua_State *L) {
   gpu_state *st = bind_state(L);
   int old = effective_mode(L, st);
   if (!lua_isnoneornil(L, 1)) {
@@ -271,7 +271,7 @@ int gpulua_bind_sync_debug(lua_State *L) {
   return 1;
 }
 
-void gpulua_bind_sync_suspend(lua_State *L, int suspend) {
+void bind_sync_suspend(lua_State *L, int suspend) {
   gpu_state *st = bind_state(L);
   st->sync_suspended = suspend;
   bind_sync_apply(L);
@@ -358,13 +358,13 @@ static const luaL_Reg gpu_funcs[] = {
   {"set_device", gpu_set_device},
   {"synchronize", gpu_synchronize},
   {"stats", gpu_stats},
-  {"sync_debug", gpulua_bind_sync_debug},
+  {"sync_debug", bind_sync_debug},
   {"seed", gpu_seed},
   {"sleep", gpu_sleep},
   {NULL, NULL}
 };
 
-int luaopen_gpu(lua_State *L) {
+int bind_open_gpu(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key);
   int have = !lua_isnil(L, -1);
   lua_pop(L, 1);
@@ -433,14 +433,26 @@ int luaopen_gpu(lua_State *L) {
   return 1;
 }
 
-struct dev_ctx *gpulua_bind_dev(lua_State *L) {
+struct dev_ctx *bind_dev(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key);
   gpu_state *st = lua_touserdata(L, -1);
   lua_pop(L, 1);
   return st ? st->ctx : NULL;
 }
 
-int gpulua_bind_finish(lua_State *L) {
+void bind_interrupt(struct dev_ctx *ctx) { dev_interrupt(ctx); }
+int bind_interrupt_clear(struct dev_ctx *ctx) { return dev_interrupt_take(ctx); }
+void bind_interrupt_enable(struct dev_ctx *ctx, int on) { dev_interrupt_enable(ctx, on); }
+
+const char *bind_backend(struct dev_ctx *ctx, int *device) {
+  if (device != NULL)
+    *device = dev_current_device(ctx);
+  return dev_backend_name(ctx);
+}
+
+void bind_job_cleanup(int port, int world) { dev_comm_cleanup(port, world); }
+
+int bind_finish(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key);
   gpu_state *st = lua_touserdata(L, -1);
   lua_pop(L, 1);

@@ -557,7 +557,7 @@ static lua_Integer run_loop(lua_State *L, int until, double timeout_s) {
 }
 
 /* gpu.run([timeout_s]) --> tasks left unfinished (0 without a timeout) */
-int gpulua_bind_run(lua_State *L) {
+int bind_run(lua_State *L) {
   double timeout = luaL_optnumber(L, 1, -1);
   luaL_argcheck(L, lua_isnoneornil(L, 1) || timeout >= 0, 1, "timeout must be >= 0 seconds");
   if (current_task(L)) return luaL_error(L, "gpu.run cannot be called from a task (use gpu.await)");
@@ -714,7 +714,7 @@ static int task_gc(lua_State *L) {
 static const luaL_Reg funcs[] = {
   {"task", task_new},
   {"await", gpu_await},
-  {"run", gpulua_bind_run},
+  {"run", bind_run},
   {"nosync", gpu_nosync},
   {NULL, NULL}
 };

@@ -1581,7 +1581,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
       if ((rc = dev_buf_fence(views[i]->buf, i == 0))) return rc;
     char msg[256];
     uint64_t t0 = ctx->trace_gen ? dev_trace_now() : 0;
-    if (dev_host_run(op, msg, sizeof msg))
+    if (dev_cpu_run(op, msg, sizeof msg))
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s", op_name(op), msg);
     if (ctx->trace_gen) dev_trace_host_op(ctx, op, t0);
     count_op(ctx, op);

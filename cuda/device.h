@@ -320,7 +320,7 @@ const char *dev_binop_name(dev_binop op);
 const char *dev_redop_name(dev_redop op);
 
 /* One unit of queued work, as a backend receives it.  The host backend runs it
- * with dev_host_run(); the CUDA backend launches the matching kernel. */
+ * with dev_cpu_run(); the CUDA backend launches the matching kernel. */
 typedef enum {
   DEV_OP_FILL,      /* out = s0 */
   DEV_OP_ARANGE,    /* out[i] = s0 + i*s1 (flat C order) */
@@ -361,7 +361,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op);
 
 /* Run an op on the calling CPU thread (host kernels).  Returns 0, or -1 with a
  * message in err (e.g. integer division by zero). */
-int dev_host_run(const dev_kop *op, char *err, size_t errlen);
+int dev_cpu_run(const dev_kop *op, char *err, size_t errlen);
 
 /* Counter-based generator (Philox-4x32-10): the same numbers on every backend. */
 void dev_philox(uint64_t seed, uint64_t counter, uint32_t out[4]);

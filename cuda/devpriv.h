@@ -13,6 +13,8 @@ struct race_stream;
 struct race_event;
 struct race_buf;
 
+struct dev_kimage;
+
 typedef struct dev_backend {
   const char *name;
   int (*open)(dev_ctx *ctx, int device);
@@ -58,7 +60,12 @@ typedef struct dev_backend {
   void (*trim)(dev_ctx *ctx);
   int (*submit)(dev_stream *s, const dev_kop *op);
 
-  /* Run-time kernels; NULL on a backend without them. */
+  /* Run-time kernels; NULL on a backend without them.  compile turns
+   * source into an image module_load takes (for arch; the lowered names of
+   * the name expressions exprs), from the on-disk cache where use_cache. */
+  int (*compile)(const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
+                 const char *const *exprs, int nexprs, int use_cache, struct dev_kimage *img, char **log,
+                 char *err, size_t errlen);
   int (*module_load)(dev_ctx *ctx, const void *image, size_t len, void **impl);
   void (*module_unload)(dev_ctx *ctx, void *impl);
   /* Handle and limits of the kernel named `symbol`, and the sizes of its
@@ -103,12 +110,13 @@ typedef struct dev_kimage {
   int from_cache;
 } dev_kimage;
 
-/* cuda/nvrtc.c: compile src for arch ("sm_90").  On failure returns -1 with a
- * message in err and, for a compile error, NVRTC's log in *log (free()). */
+/* cuda/cuda/nvrtc.c, the cuda backend's compile: src for arch ("sm_90").  On
+ * failure returns -1 with a message in err and, for a compile error, NVRTC's
+ * log in *log (free()).  Needs no GPU (NVRTC is loaded on first use). */
 int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
                       const char *const *opts, int nopts, const char *const *exprs, int nexprs,
                       int use_cache, dev_kimage *img, char **log, char *err, size_t errlen);
-void dev_kimage_free(dev_kimage *img);
+void dev_kimage_free(dev_kimage *img);   /* module.c */
 
 extern const dev_backend dev_host_backend;
 #ifdef GPULUA_HAVE_CUDA
@@ -261,26 +269,26 @@ dev_launch *dev_launch_dup(const dev_launch *l);
  * numbered seq in messages */
 void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq);
 
-/* cuda/host_comm.c: collectives between the processes of one node through
- * shared memory (the host backend's).  host_comm_run runs the group numbered
+/* cuda/shm_comm.c: collectives between the processes of one node through
+ * shared memory (the host backend's).  shm_comm_run runs the group numbered
  * seq after every earlier one, from any thread.  With side set, the segment
- * is a sideband only (another transport moves the data): host_comm_check
+ * is a sideband only (another transport moves the data): shm_comm_check
  * compares a collective across ranks (every rank calls it, in order), or a
  * group's sends with their receives (each send's header goes to its
  * receiver, which compares it with what it expects), and
- * host_comm_gone names a rank of mask (a bit per rank; NULL: all) that died,
+ * shm_comm_gone names a rank of mask (a bit per rank; NULL: all) that died,
  * or that left having done fewer than `need` collectives (its count is set
- * with host_comm_set_done before host_comm_close), returning its number with
+ * with shm_comm_set_done before shm_comm_close), returning its number with
  * the reason in err, or -1. */
-typedef struct host_comm host_comm;
-int host_comm_open(const dev_rank_info *ri, int side, host_comm **out, char *err, size_t errlen);
-void host_comm_close(host_comm *c);
-int host_comm_run(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
-int host_comm_check(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
-int host_comm_gone(host_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen);
-void host_comm_set_done(host_comm *c, uint64_t done);
+typedef struct shm_comm shm_comm;
+int shm_comm_open(const dev_rank_info *ri, int side, shm_comm **out, char *err, size_t errlen);
+void shm_comm_close(shm_comm *c);
+int shm_comm_run(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
+int shm_comm_check(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
+int shm_comm_gone(shm_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen);
+void shm_comm_set_done(shm_comm *c, uint64_t done);
 /* a later gpu.init_comm's options, for the collectives enqueued after it */
-void host_comm_set_options(host_comm *c, int check, double timeout_s);
+void shm_comm_set_options(shm_comm *c, int check, double timeout_s);
 
 /* cuda/race.c: the stream race checker (GPULUA_CHECK=races).  The hooks
  * below are called by dev.c only while ctx->race is set, except the *_gone
@@ -306,7 +314,7 @@ void race_buf_gone(struct race_buf *rb);
 struct race_buf **dev_buf_racep(dev_buf *b);
 
 #ifdef GPULUA_HAVE_CUDA
-/* cuda/cuda_nccl.c: the CUDA backend's collectives over NCCL.  open joins
+/* cuda/cuda/nccl.c: the CUDA backend's collectives over NCCL.  open joins
  * the job (and the sideband of the ranks of one node); connect creates the
  * NCCL communicator (run does on first use); run enqueues a checked group on
  * a cudaStream_t. */
@@ -317,7 +325,7 @@ int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t
 void cuda_comm_forget_stream(cuda_comm *c, void *stream);   /* drained, about to be destroyed */
 void cuda_comm_close(cuda_comm *c);
 
-/* cuda/cuda_trace.c: timing events around an op while tracing (begin before
+/* cuda/cuda/timing.c: timing events around an op while tracing (begin before
  * it is enqueued; op/coll after, with its status, which they return), the
  * backend's trace hooks, and NVTX ranges. */
 typedef struct cuda_tmark { void *ev; } cuda_tmark;

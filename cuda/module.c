@@ -62,6 +62,15 @@ void dev_module_release(dev_module *m)
   else module_unload(m, NULL);
 }
 
+void dev_kimage_free(dev_kimage *img)
+{
+  if (!img) return;
+  for (int i = 0; i < img->n; i++) free(img->lowered[i]);
+  free(img->lowered);
+  free(img->data);
+  memset(img, 0, sizeof *img);
+}
+
 static int need_kernels(dev_ctx *ctx)
 {
   if (!ctx->bk->module_load)
@@ -173,9 +182,12 @@ int dev_module_compile(dev_ctx *ctx, const char *src, const dev_compile_opts *o,
     exprs[nexpr++] = e;
   }
   dev_kimage img;
-  int c = dev_nvrtc_compile(src, o && o->name ? o->name : "kernel.cu", arch,
-                            o ? o->options : NULL, o ? o->noptions : 0, exprs, nexpr,
-                            o ? o->cache : 1, &img, log, msg, sizeof msg);
+  int c = -1;
+  if (ctx->bk->compile)
+    c = ctx->bk->compile(src, o && o->name ? o->name : "kernel.cu", arch, o ? o->options : NULL,
+                         o ? o->noptions : 0, exprs, nexpr, o ? o->cache : 1, &img, log, msg, sizeof msg);
+  else
+    snprintf(msg, sizeof msg, "the %s backend cannot compile kernels", ctx->bk->name);
   free(exprs);
   free(ebuf);
   if (c) { dev_kernels_free(sigs, nsig); return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg); }

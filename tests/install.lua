@@ -38,7 +38,7 @@ local function mktemp_dir()
   return (out:gsub("%s+$", ""))
 end
 
-local HEADER = assert(read("interp/gpulua.h"), "interp/gpulua.h")
+local HEADER = assert(read("interp/lib/gpulua.h"), "interp/lib/gpulua.h")
 local VERSION = HEADER:match('#define GPULUA_VERSION_STRING "([^"]+)"')
 local SOVERSION = VERSION:match("^(%d+)")
 local STDLIB = {}
@@ -80,7 +80,7 @@ T.test("make install DESTDIR=... PREFIX=/usr/local, then uninstall", function()
        "libgpulua.so -> libgpulua.so." .. SOVERSION)
   T.is(sh("readlink " .. q(root .. "/lib/libgpulua.so." .. SOVERSION)), "libgpulua.so." .. VERSION .. "\n",
        "libgpulua.so." .. SOVERSION .. " -> libgpulua.so." .. VERSION)
-  T.is(read(root .. "/include/gpulua.h"), HEADER, "the installed header is interp/gpulua.h")
+  T.is(read(root .. "/include/gpulua.h"), HEADER, "the installed header is interp/lib/gpulua.h")
   T.is(sh("ls " .. q(root .. "/include")), "gpulua.h\n", "gpulua.h is the only installed header")
   for _, m in ipairs(STDLIB) do
     T.is(read(root .. "/share/lua/5.4/" .. m), read("stdlib/" .. m), "share/lua/5.4/" .. m .. " is stdlib/" .. m)

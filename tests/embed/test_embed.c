@@ -1,9 +1,12 @@
-/* test_embed — TAP test of the embedding API (interp/gpulua.h), as an
+/* test_embed — TAP test of the embedding API (interp/lib/gpulua.h), as an
  * application uses it: only gpulua.h and the Lua C API. */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -257,8 +260,94 @@ static void test_poll(void) {
   ok(gpulua_poll(NULL, 0) == -1, "gpulua_poll(NULL) fails harmlessly");
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* What an interactive front end uses: interrupts (from a signal handler, as
+ * a Ctrl-C would), the sync policy and the device's name. */
+static gpulua *alarm_g;
+static void on_alarm(int sig) {
+  (void)sig;
+  gpulua_interrupt(alarm_g);
+}
+
+static void test_frontend(void) {
+  gpulua_options o = GPULUA_OPTIONS_INIT;
+  o.device = "host";
+  o.interruptible = 1;
+  gpulua *g = gpulua_open(&o);
+  int device = -1;
+  const char *be = gpulua_backend(g, &device);
+  ok(be != NULL && strcmp(be, "host") == 0 && device == 0, "gpulua_backend: host, device 0 (%s, %d)",
+     be ? be : "NULL", device);
+
+  /* a wait interrupted from a signal handler gives up; the work runs on */
+  alarm_g = g;
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, &old);
+  struct itimerval it = {{0, 0}, {0, 100000}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  double t0 = now_s();
+  int st = gpulua_dostring(g, "gpu.sleep(1500); gpu.synchronize()", "=intr");
+  double took = now_s() - t0;
+  sigaction(SIGALRM, &old, NULL);
+  ok(st != 0 && contains(gpulua_error(g), "interrupted") && took < 1.2,
+     "gpulua_interrupt from a signal handler stops a wait (%.2f s): %s", took, st ? gpulua_error(g) : "no error");
+  ok(gpulua_interrupt_clear(g) == 0, "the wait took the interrupt: none is left pending");
+  ok(gpulua_synchronize(g) == 0, "the interrupted work runs on and finishes");
+  gpulua_interrupt(g);
+  ok(gpulua_interrupt_clear(g) == 1 && gpulua_interrupt_clear(g) == 0,
+     "gpulua_interrupt_clear takes a pending interrupt once");
+  ok(gpulua_dostring(g, "gpu.sleep(20); gpu.synchronize()", "=after") == 0, "a cleared interrupt stops nothing");
+
+  /* the sync policy */
+  ok(gpulua_sync_debug(g, "error") == 0, "gpulua_sync_debug(\"error\")");
+  st = gpulua_dostring(g, "local x = gpu.ones({2}):sum():item()", "=sync");
+  ok(st != 0 && contains(gpulua_error(g), "sync"), "then a sync raises: %s", gpulua_error(g));
+  gpulua_sync_debug_suspend(g, 1);
+  ok(gpulua_dostring(g, "assert(gpu.ones({2}):sum():item() == 2)", "=suspended") == 0,
+     "suspended, the sync is allowed");
+  gpulua_sync_debug_suspend(g, 0);
+  ok(gpulua_dostring(g, "local x = gpu.ones({2}):sum():item()", "=resumed") != 0, "resumed, it raises again");
+  st = gpulua_sync_debug(g, "loud");
+  ok(st != 0 && contains(gpulua_error(g), "loud"), "an unknown mode fails, naming it: %s", gpulua_error(g));
+  ok(gpulua_sync_debug(g, "off") == 0 && gpulua_dostring(g, "local x = gpu.ones({2}):sum():item()", "=off") == 0,
+     "\"off\" allows syncs again");
+  gpulua_close(g);
+
+  /* not interruptible: gpulua_interrupt does nothing */
+  o = (gpulua_options)GPULUA_OPTIONS_INIT;
+  o.device = "host";
+  g = gpulua_open(&o);
+  gpulua_interrupt(g);
+  ok(gpulua_interrupt_clear(g) == 0 && gpulua_dostring(g, "gpu.sleep(20); gpu.synchronize()", "=plain") == 0,
+     "without interruptible, gpulua_interrupt does nothing");
+  gpulua_close(g);
+
+  /* failed and NULL handles */
+  o = (gpulua_options)GPULUA_OPTIONS_INIT;
+  o.device = "nonsense";
+  o.interruptible = 1;
+  g = gpulua_open(&o);
+  gpulua_interrupt(g);
+  gpulua_interrupt(NULL);
+  gpulua_sync_debug_suspend(g, 1);
+  ok(gpulua_state(g) == NULL && gpulua_backend(g, &device) == NULL && gpulua_backend(NULL, NULL) == NULL &&
+     gpulua_interrupt_clear(g) == 0 && gpulua_interrupt_clear(NULL) == 0 && gpulua_sync_debug(g, "warn") != 0 &&
+     gpulua_sync_debug(NULL, "warn") != 0,
+     "the front-end calls fail harmlessly on a failed or NULL handle");
+  gpulua_close(g);
+}
+
 int main(void) {
   test_defaults();
+  test_frontend();
   test_poll();
   test_errors();
   test_dofile();

@@ -956,7 +956,7 @@ static int run_sleep(double ms)
   return 0;
 }
 
-int dev_host_run(const dev_kop *op, char *err, size_t errlen)
+int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
 {
   if (op == NULL) return fail(err, errlen, "no op");
   switch (op->kind) {

@@ -1,7 +1,7 @@
 /* Launchers of the built-in CUDA kernels (cuda/k_*.cu), called by the CUDA
  * backend.  Plain C interface; each launcher takes an explicit stream, checks
  * cudaGetLastError() and returns 0 or -1 with a message.  Semantics are those
- * of dev_host_run() in host_kernels.c, bit for bit where the host is exact
+ * of dev_cpu_run() in cpu_ops.c, bit for bit where the host is exact
  * (integers, casts, fill, arange, rand), within float tolerance otherwise. */
 #ifndef GPULUA_CUDA_KERNELS_H
 #define GPULUA_CUDA_KERNELS_H

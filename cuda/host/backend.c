@@ -96,7 +96,7 @@ static void run_item(hstream *hs, item *it) {
     if (ctx->jitter) jitter(hs);
     char msg[256];
     dev_note_running(ctx, 1);
-    int rc = dev_host_run(&it->op, msg, sizeof msg);
+    int rc = dev_cpu_run(&it->op, msg, sizeof msg);
     dev_note_running(ctx, -1);
     if (rc)
       dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
@@ -120,7 +120,7 @@ static void run_item(hstream *hs, item *it) {
   case IT_COLL: {
     char msg[768];
     dev_note_running(ctx, 1);
-    int rc = host_comm_run(ctx->comm, it->seq_coll, it->coll, it->ncoll, msg, sizeof msg);
+    int rc = shm_comm_run(ctx->comm, it->seq_coll, it->coll, it->ncoll, msg, sizeof msg);
     dev_note_running(ctx, -1);
     if (rc)
       dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
@@ -417,19 +417,19 @@ static size_t h_mem_total(dev_ctx *ctx, dev_memkind kind) {
 
 static int h_comm_open(dev_ctx *ctx, const dev_rank_info *ri) {
   char err[512];
-  host_comm *c;
-  if (host_comm_open(ri, 0, &c, err, sizeof err)) return dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
+  shm_comm *c;
+  if (shm_comm_open(ri, 0, &c, err, sizeof err)) return dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
   ctx->comm = c;
   return DEV_OK;
 }
 
 static int h_comm_connect(dev_ctx *ctx, const dev_rank_info *ri) {
-  host_comm_set_options(ctx->comm, ri->check, ri->timeout_s);
+  shm_comm_set_options(ctx->comm, ri->check, ri->timeout_s);
   return DEV_OK;
 }
 
 static void h_comm_close(dev_ctx *ctx) {
-  host_comm_close(ctx->comm);
+  shm_comm_close(ctx->comm);
   ctx->comm = NULL;
 }
 

@@ -17,7 +17,7 @@
  *
  * NCCL does not notice a peer on the same node that died or whose script
  * ended: its kernels would spin for ever.  So ranks of one node also join a
- * sideband (cuda/host_comm.c's segment without data slots), which names a
+ * sideband (cuda/shm_comm.c's segment without data slots), which names a
  * rank that left or died, and which compares each collective across ranks
  * when the check is on (GPULUA_COMM_CHECK=1 or gpu.init_comm{check = true}:
  * it costs a meeting of the ranks' host threads per collective).
@@ -181,7 +181,7 @@ struct cuda_comm {
   double timeout;
   char addr[300];                   /* NCCL_COMM_ID we set, for messages */
   ncclComm_t comm;                  /* NULL until connected, and after an abort */
-  host_comm *side;                  /* ranks of one node: the sideband */
+  shm_comm *side;                  /* ranks of one node: the sideband */
   uint64_t whole;                   /* whole-job collectives enqueued */
   pthread_mutex_t mu;               /* NCCL calls, the pending list, the state */
   pthread_cond_t cv;
@@ -274,7 +274,7 @@ static void watch_once(cuda_comm *c) {
     p = &c->pend[i];
     int p2p = p->need == UINT64_MAX;
     describe(p, what, sizeof what);
-    if (host_comm_gone(c->side, p2p ? p->mask : NULL, p->need, what, msg, sizeof msg) < 0) continue;
+    if (shm_comm_gone(c->side, p2p ? p->mask : NULL, p->need, what, msg, sizeof msg) < 0) continue;
     /* a peer that left after its part of a send or receive: that may still finish */
     if (p2p && !p->gone_seen) p->gone_seen = t;
     if (p2p && t - p->gone_seen < GONE_GRACE_S) continue;
@@ -350,7 +350,7 @@ int cuda_comm_open(dev_ctx *ctx, int device, const dev_rank_info *ri, cuda_comm 
   pthread_cond_init(&c->cv, NULL);
   /* ranks of one node meet in the sideband (up to its size) */
   if (ri->world > 1 && ri->local_world == ri->world && ri->world <= 256 &&
-      host_comm_open(ri, 1, &c->side, err, sizeof err)) {
+      shm_comm_open(ri, 1, &c->side, err, sizeof err)) {
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c->spare);
@@ -499,7 +499,7 @@ int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what) {
     int done = j->done;
     pthread_mutex_unlock(&j->mu);
     if (done) break;
-    if (c->side && i % 20 == 19 && host_comm_gone(c->side, NULL, 1, w, why, sizeof why) >= 0) break;
+    if (c->side && i % 20 == 19 && shm_comm_gone(c->side, NULL, 1, w, why, sizeof why) >= 0) break;
     if (now_s() - t0 > c->timeout) {
       snprintf(why, sizeof why, "timed out after %.0f s in %s waiting for the other ranks (set GPULUA_COMM_TIMEOUT "
                "to wait longer)", c->timeout, w);
@@ -569,7 +569,7 @@ int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t
     describe(&p, what, sizeof what);
     if ((rc = cuda_comm_connect(c, NULL, what))) return rc;
   }
-  if (c->check && c->side && host_comm_check(c->side, seq, g, n, err, sizeof err)) {
+  if (c->check && c->side && shm_comm_check(c->side, seq, g, n, err, sizeof err)) {
     pthread_mutex_lock(&c->mu);
     abort_locked(c, err);
     pthread_mutex_unlock(&c->mu);
@@ -661,8 +661,8 @@ void cuda_comm_close(cuda_comm *c) {
   for (int i = 0; i < c->nspare; i++) cudaEventDestroy(c->spare[i]);
   pthread_mutex_unlock(&c->mu);
   if (c->side) {
-    host_comm_set_done(c->side, c->whole);
-    host_comm_close(c->side);
+    shm_comm_set_done(c->side, c->whole);
+    shm_comm_close(c->side);
   }
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);

@@ -19,9 +19,7 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "bindings.h"
 #include "cli.h"
-#include "device.h"
 #include "gpulua.h"
 #include "launch.h"
 
@@ -51,10 +49,10 @@ struct cli {
   int repl_tty;             /* a REPL session on a terminal ran */
 };
 
-/* The state and device context the SIGINT handler interrupts (a signal
+/* The interpreter and its state the SIGINT handler interrupts (a signal
  * handler has no other way to find them; the program has one interpreter). */
 static lua_State *globalL = NULL;
-static dev_ctx *globalctx = NULL;
+static gpulua *globalg = NULL;
 static volatile sig_atomic_t sigints;   /* Ctrl-Cs cli_docall took */
 
 static void setsignal(int sig, void (*handler)(int), struct sigaction *old) {
@@ -70,7 +68,7 @@ static void setsignal(int sig, void (*handler)(int), struct sigaction *old) {
 static void lstop(lua_State *L, lua_Debug *ar) {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
-  if (globalctx == NULL || dev_interrupt_take(globalctx))
+  if (gpulua_interrupt_clear(globalg))
     luaL_error(L, "interrupted!");
 }
 
@@ -81,8 +79,7 @@ static void laction(int sig) {
   int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
   setsignal(sig, SIG_DFL, NULL);
   sigints++;
-  if (globalctx != NULL)
-    dev_interrupt(globalctx);
+  gpulua_interrupt(globalg);
   lua_sethook(globalL, lstop, flag, 1);
 }
 
@@ -156,22 +153,36 @@ int cli_report(lua_State *L, int status, const char *pname) {
   return status;
 }
 
-int cli_docall(gpulua *g, int narg, int nres) {
-  lua_State *L = gpulua_state(g);
-  struct sigaction old;
-  globalL = L;
-  globalctx = gpulua_bind_dev(L);
-  if (globalctx != NULL)
-    dev_interrupt_take(globalctx);   /* a Ctrl-C from before the call */
-  setsignal(SIGINT, laction, &old);
-  int status = gpulua_pcall(g, narg, nres);
-  sigaction(SIGINT, &old, NULL);
+/* Ctrl-C interrupts what runs between these two (cli_docall, cli_poll). */
+static void interruptible_begin(gpulua *g, struct sigaction *old) {
+  globalL = gpulua_state(g);
+  globalg = g;
+  gpulua_interrupt_clear(g);   /* a Ctrl-C from before the call */
+  setsignal(SIGINT, laction, old);
+}
+
+static void interruptible_end(gpulua *g, struct sigaction *old) {
+  sigaction(SIGINT, old, NULL);
   /* an interrupt the call did not take ends with it */
-  if (lua_gethook(L) == lstop)
-    lua_sethook(L, NULL, 0, 0);
-  if (globalctx != NULL)
-    dev_interrupt_take(globalctx);
+  if (lua_gethook(globalL) == lstop)
+    lua_sethook(globalL, NULL, 0, 0);
+  gpulua_interrupt_clear(g);
+}
+
+int cli_docall(gpulua *g, int narg, int nres) {
+  struct sigaction old;
+  interruptible_begin(g, &old);
+  int status = gpulua_pcall(g, narg, nres);
+  interruptible_end(g, &old);
   return status;
+}
+
+int cli_poll(gpulua *g, double timeout_s) {
+  struct sigaction old;
+  interruptible_begin(g, &old);
+  int left = gpulua_poll(g, timeout_s);
+  interruptible_end(g, &old);
+  return left;
 }
 
 unsigned cli_sigints(void) { return (unsigned)sigints; }
@@ -183,8 +194,7 @@ unsigned cli_sigints(void) { return (unsigned)sigints; }
 static void finish_action(int sig) {
   setsignal(sig, SIG_DFL, NULL);
   sigints++;
-  if (globalctx != NULL)
-    dev_interrupt(globalctx);
+  gpulua_interrupt(globalg);
 }
 
 static int is_interrupt(gpulua *g) { return strcmp(gpulua_error(g), "interrupted") == 0; }
@@ -198,19 +208,17 @@ static int is_interrupt(gpulua *g) { return strcmp(gpulua_error(g), "interrupted
  * says what it waits for: the first wait is a probe with an interrupt
  * already pending, which gives up at once if it has to wait at all. */
 static int finish_queued(gpulua *g, int say) {
-  dev_ctx *ctx = gpulua_bind_dev(gpulua_state(g));
   struct sigaction old;
   int before = sigints;
-  globalctx = ctx;
-  if (ctx != NULL)
-    dev_interrupt_take(ctx);   /* a Ctrl-C from before */
+  globalg = g;
+  gpulua_interrupt_clear(g);   /* a Ctrl-C from before */
   setsignal(SIGINT, finish_action, &old);
   int status;
-  if (say && ctx != NULL) {
-    dev_interrupt(ctx);
+  if (say) {
+    gpulua_interrupt(g);
     status = gpulua_synchronize(g);
     if (status == LUA_OK) {
-      dev_interrupt_take(ctx);   /* it had nothing to wait for */
+      gpulua_interrupt_clear(g);   /* it had nothing to wait for */
     } else if (is_interrupt(g) && sigints == before) {
       cli_message(cli_progname, "waiting for the queued work to finish (Ctrl-C to stop waiting)");
       status = gpulua_synchronize(g);
@@ -488,17 +496,19 @@ static int handle_luainit(gpulua *g) {
   return dostring(g, init, name);
 }
 
-int set_sync_debug(gpulua *g, const char *mode) {
-  lua_State *L = gpulua_state(g);
-  lua_pushcfunction(L, gpulua_bind_sync_debug);
-  lua_pushstring(L, mode);
-  return cli_report(L, cli_docall(g, 1, 0), cli_progname);
+static int set_sync_debug(gpulua *g, const char *mode) {
+  if (gpulua_sync_debug(g, mode) == 0)
+    return LUA_OK;
+  cli_message(cli_progname, gpulua_error(g));
+  return LUA_ERRRUN;
 }
 
-int cli_run_tasks(gpulua *g) {
-  lua_State *L = gpulua_state(g);
-  lua_pushcfunction(L, gpulua_bind_run);
-  return cli_report(L, cli_docall(g, 0, 0), cli_progname);
+/* gpu.run(): the queued tasks; reports an error itself. */
+static int run_tasks(gpulua *g) {
+  if (cli_poll(g, -1) >= 0)
+    return LUA_OK;
+  cli_message(cli_progname, gpulua_error(g));
+  return LUA_ERRRUN;
 }
 
 /* The body of the program, run in protected mode (as lua.c's pmain). */
@@ -520,7 +530,7 @@ static int pmain(lua_State *L) {
   if (script > 0 && handle_script(c->g, argv + script) != LUA_OK)
     return 0;
   /* the tasks the chunks queued (gpu.task) run now, before the REPL or exit */
-  if (cli_run_tasks(c->g) != LUA_OK)
+  if (run_tasks(c->g) != LUA_OK)
     return 0;
   /* the REPL warns of syncs unless told otherwise */
   int repl_warn = c->sync_debug == NULL && getenv("GPULUA_SYNC_DEBUG") == NULL;
@@ -532,7 +542,7 @@ static int pmain(lua_State *L) {
       print_version();
       cli_repl(c->g, repl_warn);
       c->repl_tty = 1;
-    } else if (dofile(c->g, NULL) != LUA_OK || cli_run_tasks(c->g) != LUA_OK) {
+    } else if (dofile(c->g, NULL) != LUA_OK || run_tasks(c->g) != LUA_OK) {
       return 0;
     }
   }
@@ -617,6 +627,7 @@ int main(int argc, char **argv) {
   gpulua_options o = GPULUA_OPTIONS_INIT;
   o.device = device;
   o.ignore_env = (c.args & has_E) != 0;
+  o.interruptible = 1;   /* Ctrl-C interrupts waits for the device too (cli_docall) */
   c.g = gpulua_open(&o);
   lua_State *L = gpulua_state(c.g);
   if (L == NULL) {
@@ -625,9 +636,6 @@ int main(int argc, char **argv) {
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
-  /* Ctrl-C interrupts waits for the device too (cli_docall) */
-  if (gpulua_bind_dev(L) != NULL)
-    dev_interrupt_enable(gpulua_bind_dev(L), 1);
   const char *trace_env = getenv("GPULUA_TRACE");
   if ((check != NULL && check_races(c.g) != LUA_OK) ||
       ((trace || (trace_env && *trace_env)) &&

@@ -27,9 +27,7 @@
 #include <editline/readline.h>
 #endif
 
-#include "bindings.h"
 #include "cli.h"
-#include "device.h"
 
 #define PROMPT_MAX 64
 #define HISTORY_MAX 1000
@@ -42,6 +40,7 @@ enum { READ_EOF = 0, READ_LINE = 1, READ_INTR = -1 };
 /* The REPL's state; static because libedit's callbacks and the SIGINT
  * handler take no user data (the program runs one REPL). */
 static struct {
+  gpulua *g;
   lua_State *L;
   int tty;                     /* stdin is a terminal: prompts, libedit */
   char *history;               /* the history file, NULL for none */
@@ -80,14 +79,15 @@ static int wait_input(int fd) {
 /* ---- prompts ------------------------------------------------------------ */
 
 /* "gpu[host]> ", "gpu[cuda:0]> ": the device this interpreter opened. */
-static void default_prompt(lua_State *L, char *buf, size_t len) {
-  dev_ctx *ctx = gpulua_bind_dev(L);
-  if (ctx == NULL)
+static void default_prompt(char *buf, size_t len) {
+  int device = 0;
+  const char *backend = gpulua_backend(repl.g, &device);
+  if (backend == NULL)
     snprintf(buf, len, "gpu> ");
-  else if (strcmp(dev_backend_name(ctx), "host") == 0)
+  else if (strcmp(backend, "host") == 0)
     snprintf(buf, len, "gpu[host]> ");
   else
-    snprintf(buf, len, "gpu[%s:%d]> ", dev_backend_name(ctx), dev_current_device(ctx));
+    snprintf(buf, len, "gpu[%s:%d]> ", backend, device);
 }
 
 /* _PROMPT / _PROMPT2 when set (through tostring), else the defaults: the
@@ -101,7 +101,7 @@ static const char *push_prompt(lua_State *L, int firstline) {
   }
   lua_pop(L, 1);
   char p[PROMPT_MAX];
-  default_prompt(L, p, sizeof p);
+  default_prompt(p, sizeof p);
   if (!firstline) {
     int w = (int)strlen(p);
     snprintf(p, sizeof p, "%*s", w > 5 ? w : 5, "...> ");
@@ -534,15 +534,6 @@ static int loadline(lua_State *L) {
   return status;
 }
 
-/* gpu.sync_debug(mode), protected. */
-static void set_sync_warn(lua_State *L) {
-  int top = lua_gettop(L);
-  lua_pushcfunction(L, gpulua_bind_sync_debug);
-  lua_pushliteral(L, "warn");
-  lua_pcall(L, 1, 0, 0);
-  lua_settop(L, top);
-}
-
 /* Print every value left on the stack with the global print, as a call that
  * Ctrl-C interrupts (a tensor's values may wait for the device).  Showing a
  * result is what the person asked for: its sync is counted but not warned
@@ -552,14 +543,14 @@ static void print_results(gpulua *g) {
   int n = lua_gettop(L);
   if (n > 0) {
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-    gpulua_bind_sync_suspend(L, 1);
+    gpulua_sync_debug_suspend(g, 1);
     lua_getglobal(L, "print");
     lua_insert(L, 1);
     if (cli_docall(g, n, 0) != LUA_OK) {
       fflush(stdout);
       cli_message(NULL, lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
     }
-    gpulua_bind_sync_suspend(L, 0);
+    gpulua_sync_debug_suspend(g, 0);
   }
 }
 
@@ -570,16 +561,12 @@ static void print_results(gpulua *g) {
 static void run_tasks(gpulua *g, int *held) {
   lua_State *L = gpulua_state(g);
   unsigned before = cli_sigints();
-  lua_pushcfunction(L, gpulua_bind_run);
-  if (*held)
-    lua_pushinteger(L, 0);
-  int status = cli_docall(g, *held ? 1 : 0, 1);
-  if (status == LUA_OK) {
-    if (lua_tointeger(L, -1) == 0)
-      *held = 0;
-  } else {
+  int left = cli_poll(g, *held ? 0 : -1);
+  if (left == 0) {
+    *held = 0;
+  } else if (left < 0) {
     fflush(stdout);
-    cli_report(L, status, NULL);
+    cli_message(NULL, gpulua_error(g));
     if (cli_sigints() != before) {
       *held = 1;
       cli_message(NULL, "(the tasks stay queued; gpu.run() waits for them)");
@@ -601,9 +588,10 @@ void cli_repl(gpulua *g, int sync_warn) {
   struct sigaction old;
   sigaction(SIGINT, NULL, &old);
   repl.L = L;
+  repl.g = g;
   repl.tty = isatty(0);
   if (sync_warn)
-    set_sync_warn(L);
+    gpulua_sync_debug(g, "warn");
 #ifdef GPULUA_HAVE_LIBEDIT
   if (repl.tty) {
     edit_init();
@@ -636,4 +624,5 @@ void cli_repl(gpulua *g, int sync_warn) {
 #endif
   sigaction(SIGINT, &old, NULL);
   repl.L = NULL;
+  repl.g = NULL;
 }

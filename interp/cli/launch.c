@@ -18,8 +18,8 @@
  * failed.  A rank that dies without a note (a signal, os.exit) failed before
  * the notes its peers write about it: on one node a peer sees a dead rank
  * gone only once the launcher has reaped it. */
+#include "gpulua.h"
 #include "launch.h"
-#include "device.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -927,7 +927,7 @@ int launch_run(const struct launch *o) {
   status = summary(j);
   /* a rank stopped while the ranks were meeting leaves the job's shared
    * memory behind */
-  dev_comm_cleanup(j->port, o->nnodes * o->nproc);
+  gpulua_job_cleanup(j->port, o->nnodes * o->nproc);
 
   for (int i = 0; i < NCAUGHT; i++)
     sigaction(caught[i], &old[i], NULL);

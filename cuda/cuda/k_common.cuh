@@ -1,8 +1,8 @@
 /* Shared helpers of the built-in CUDA kernels (cuda/k_*.cu).
  *
  * The per-element math is __host__ __device__ so that it can be checked on a
- * CPU against dev_host_run(): strided-view offsets, loads into the compute
- * type and stores from it with host_kernels.c's conversion rules, Philox, the
+ * CPU against dev_cpu_run(): strided-view offsets, loads into the compute
+ * type and stores from it with cpu_ops.c's conversion rules, Philox, the
  * random mappings, and the unary/binary operators.  Compute types are float
  * for f32/f16/bf16, double for f64 and int64 for the integers and bool.
  *
@@ -26,12 +26,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-/* device.h is C and has no extern "C" of its own (cuda_kernels.h includes it
+/* device.h is C and has no extern "C" of its own (kernels.h includes it
  * outside its block): included here first, its functions link as C. */
 extern "C" {
 #include "device.h"
 }
-#include "cuda_kernels.h"
+#include "kernels.h"
 
 #define KH __host__ __device__ __forceinline__
 #define K_THREADS 256
@@ -224,7 +224,7 @@ template <> struct kt<DEV_I32> { typedef int32_t S; typedef int64_t C; static co
 template <> struct kt<DEV_I64> { typedef int64_t S; typedef int64_t C; static constexpr int cls = KC_INT; };
 template <> struct kt<DEV_BOOL> { typedef uint8_t S; typedef int64_t C; static constexpr int cls = KC_INT; };
 
-/* host_kernels.c's load_d: every dtype, exactly, as double */
+/* cpu_ops.c's load_d: every dtype, exactly, as double */
 template <int T> KH double k_load_d(typename kt<T>::S s)
 {
   if constexpr (T == DEV_F32) return k_f2d(s);

@@ -59,7 +59,7 @@ typedef struct hc_hdr {
   _Atomic uint32_t bell;       /* bumped on every change; futex word */
 } hc_hdr;
 
-struct host_comm {
+struct shm_comm {
   void *map;
   size_t bytes;
   hc_hdr *h;
@@ -95,7 +95,7 @@ static size_t layout(int world, int side, size_t *ranks_off, size_t *chans_off, 
   return off;
 }
 
-static void attach(host_comm *c, void *map) {
+static void attach(shm_comm *c, void *map) {
   size_t ro, co, so, go;
   c->bytes = layout(c->world, c->side, &ro, &co, &so, &go);
   c->map = map;
@@ -112,12 +112,12 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void bell_ring(host_comm *c) {
+static void bell_ring(shm_comm *c) {
   atomic_fetch_add(&c->h->bell, 1);
   syscall(SYS_futex, (uint32_t *)&c->h->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-static void bell_wait(host_comm *c, uint32_t seen) {
+static void bell_wait(shm_comm *c, uint32_t seen) {
   struct timespec ts = {0, HC_TICK_NS};
   syscall(SYS_futex, (uint32_t *)&c->h->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
@@ -132,7 +132,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* Is rank q still in the job?  0, or -1 with why not. */
-static int alive(host_comm *c, int q, const char *what, char *err, size_t errlen) {
+static int alive(shm_comm *c, int q, const char *what, char *err, size_t errlen) {
   hc_rank *r = &c->ranks[q];
   if (atomic_load(&r->state) == HC_LEFT)
     return fail(err, errlen, "rank %d left the job (its script ended after %llu collectives) while rank %d waits "
@@ -145,7 +145,7 @@ static int alive(host_comm *c, int q, const char *what, char *err, size_t errlen
 }
 
 /* Wait until every rank has passed phase p. */
-static int wait_phase(host_comm *c, uint64_t p, const char *what, char *err, size_t errlen) {
+static int wait_phase(shm_comm *c, uint64_t p, const char *what, char *err, size_t errlen) {
   double t0 = now_s();
   for (;;) {
     uint32_t seen = atomic_load(&c->h->bell);
@@ -161,7 +161,7 @@ static int wait_phase(host_comm *c, uint64_t p, const char *what, char *err, siz
   }
 }
 
-static int barrier(host_comm *c, const char *what, char *err, size_t errlen) {
+static int barrier(shm_comm *c, const char *what, char *err, size_t errlen) {
   uint64_t p = ++c->phase;
   atomic_store_explicit(&c->ranks[c->rank].phase, p, memory_order_release);
   bell_ring(c);
@@ -170,7 +170,7 @@ static int barrier(host_comm *c, const char *what, char *err, size_t errlen) {
 
 /* ---- joining and leaving -------------------------------------------------- */
 
-static int open_private(host_comm *c, char *err, size_t errlen) {
+static int open_private(shm_comm *c, char *err, size_t errlen) {
   size_t ro, co, so, go;
   size_t bytes = layout(c->world, c->side, &ro, &co, &so, &go);
   void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -196,7 +196,7 @@ void dev_comm_cleanup(int port, int world) {
   }
 }
 
-static int open_shared(host_comm *c, const dev_rank_info *ri, char *err, size_t errlen) {
+static int open_shared(shm_comm *c, const dev_rank_info *ri, char *err, size_t errlen) {
   char name[128];
   seg_name(name, sizeof name, ri->master_port, ri->world, c->side);
   size_t ro, co, so, go;
@@ -284,14 +284,14 @@ fail:
   return -1;
 }
 
-int host_comm_open(const dev_rank_info *ri, int side, host_comm **out, char *err, size_t errlen) {
+int shm_comm_open(const dev_rank_info *ri, int side, shm_comm **out, char *err, size_t errlen) {
   *out = NULL;
   if (ri->world > HC_MAXRANK)
     return fail(err, errlen, "the host backend joins at most %d ranks, not %d", HC_MAXRANK, ri->world);
   if (ri->local_world != ri->world)
     return fail(err, errlen, "the host backend joins ranks of one node only (world of %d, %d on this node)",
                 ri->world, ri->local_world);
-  host_comm *c = calloc(1, sizeof *c);
+  shm_comm *c = calloc(1, sizeof *c);
   if (!c) return fail(err, errlen, "out of memory");
   c->rank = ri->rank;
   c->world = ri->world;
@@ -313,7 +313,7 @@ int host_comm_open(const dev_rank_info *ri, int side, host_comm **out, char *err
   return 0;
 }
 
-void host_comm_close(host_comm *c) {
+void shm_comm_close(shm_comm *c) {
   if (!c) return;
   if (c->map) {
     atomic_store(&c->ranks[c->rank].done, c->done);
@@ -407,7 +407,7 @@ static void reduce_into(dev_dtype t, dev_cred r, unsigned char *dst, unsigned ch
 
 /* ---- collectives ----------------------------------------------------------- */
 
-static unsigned char *slot(host_comm *c, int q) { return c->slots + (size_t)q * HC_SLOT; }
+static unsigned char *slot(shm_comm *c, int q) { return c->slots + (size_t)q * HC_SLOT; }
 static unsigned char *vptr(const dev_view *v) { return (unsigned char *)dev_view_ptr(v); }
 
 static void describe(char *out, size_t len, const hc_sig *s) {
@@ -422,7 +422,7 @@ static void describe(char *out, size_t len, const hc_sig *s) {
 
 /* Publish this rank's call, meet, and compare: every rank sees the same
  * table, so ranks that disagree all fail, together. */
-static int check_sig(host_comm *c, const dev_coll *x, uint64_t seq, const char *what, char *err, size_t errlen) {
+static int check_sig(shm_comm *c, const dev_coll *x, uint64_t seq, const char *what, char *err, size_t errlen) {
   hc_sig *me = &c->ranks[c->rank].sig;
   const dev_view *v = x->kind == DEV_COLL_RECV ? &x->recv : &x->send;
   me->seq = seq;
@@ -449,7 +449,7 @@ static int check_sig(host_comm *c, const dev_coll *x, uint64_t seq, const char *
   return 0;
 }
 
-static int run_rooted_or_reduce(host_comm *c, const dev_coll *x, const char *what, char *err, size_t errlen) {
+static int run_rooted_or_reduce(shm_comm *c, const dev_coll *x, const char *what, char *err, size_t errlen) {
   dev_dtype t = x->send.dtype;
   size_t esz = dev_dtype_size(t), n = (size_t)dev_view_numel(&x->send), w = (size_t)c->world;
   unsigned char *send = vptr(&x->send), *recv = vptr(&x->recv);
@@ -524,7 +524,7 @@ static unsigned char *p2p_byte(p2p *p, size_t i) {
 }
 
 /* Move what the ring allows; 1 if anything moved. */
-static int p2p_progress(p2p *p, host_comm *c, char *err, size_t errlen, int *bad) {
+static int p2p_progress(p2p *p, shm_comm *c, char *err, size_t errlen, int *bad) {
   int is_send = p->x->kind == DEV_COLL_SEND, moved = 0;
   while (p->moved < p->total) {
     uint64_t posted = atomic_load_explicit(&p->ch->posted, memory_order_acquire);
@@ -557,7 +557,7 @@ static int p2p_progress(p2p *p, host_comm *c, char *err, size_t errlen, int *bad
   return moved;
 }
 
-static int run_p2p(host_comm *c, const dev_coll *g, int n, const char *what, char *err, size_t errlen) {
+static int run_p2p(shm_comm *c, const dev_coll *g, int n, const char *what, char *err, size_t errlen) {
   p2p *ps = calloc((size_t)n, sizeof *ps);
   if (!ps) return fail(err, errlen, "out of memory");
   for (int i = 0; i < n; i++) {
@@ -610,7 +610,7 @@ static int run_p2p(host_comm *c, const dev_coll *g, int n, const char *what, cha
   return rc;
 }
 
-int host_comm_run(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
+int shm_comm_run(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
   pthread_mutex_lock(&c->mu);
   while (c->next_seq != seq) pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
@@ -646,7 +646,7 @@ int host_comm_run(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *er
  * slots or rings) to compare collectives across ranks and to see a rank that
  * left or died, which NCCL itself does not notice between GPUs of one node. */
 
-int host_comm_check(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
+int shm_comm_check(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
   char what[96];
   int p2p = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
   dev_coll_describe(what, sizeof what, g[0].kind, n, seq);
@@ -654,7 +654,7 @@ int host_comm_check(host_comm *c, uint64_t seq, const dev_coll *g, int n, char *
   return p2p ? run_p2p(c, g, n, what, err, errlen) : check_sig(c, &g[0], seq, what, err, errlen);
 }
 
-int host_comm_gone(host_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen) {
+int shm_comm_gone(shm_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen) {
   for (int q = 0; q < c->world; q++) {
     if (q == c->rank || (mask && !(mask[q / 64] >> (q % 64) & 1))) continue;
     hc_rank *r = &c->ranks[q];
@@ -665,9 +665,9 @@ int host_comm_gone(host_comm *c, const uint64_t *mask, uint64_t need, const char
   return -1;
 }
 
-void host_comm_set_done(host_comm *c, uint64_t done) { c->done = done; }
+void shm_comm_set_done(shm_comm *c, uint64_t done) { c->done = done; }
 
-void host_comm_set_options(host_comm *c, int check, double timeout_s) {
+void shm_comm_set_options(shm_comm *c, int check, double timeout_s) {
   pthread_mutex_lock(&c->mu);
   c->check = check;
   if (timeout_s > 0) c->timeout = timeout_s;

@@ -21,14 +21,11 @@ int cli_report(lua_State *L, int status, const char *pname);
  * work runs on).  The SIGINT handler before the call is restored after it. */
 int cli_docall(gpulua *g, int narg, int nres);
 
-/* How many Ctrl-Cs cli_docall has taken so far. */
+/* gpulua_poll with Ctrl-C interrupting it as cli_docall does. */
+int cli_poll(gpulua *g, double timeout_s);
+
+/* How many Ctrl-Cs cli_docall and cli_poll have taken so far. */
 unsigned cli_sigints(void);
-
-/* gpu.run(): the queued tasks, in protected mode; reports an error itself. */
-int cli_run_tasks(gpulua *g);
-
-/* gpu.sync_debug(mode) in protected mode; reports an error itself. */
-int set_sync_debug(gpulua *g, const char *mode);
 
 /* The interactive read-eval-print loop; returns at end of input.  With
  * sync_warn, host-device syncs in entered statements warn (printing the

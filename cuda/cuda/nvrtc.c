@@ -81,15 +81,6 @@ static int kfail(char *err, size_t errlen, const char *fmt, ...)
   return -1;
 }
 
-void dev_kimage_free(dev_kimage *img)
-{
-  if (!img) return;
-  for (int i = 0; i < img->n; i++) free(img->lowered[i]);
-  free(img->lowered);
-  free(img->data);
-  memset(img, 0, sizeof *img);
-}
-
 /* ---- the key and the cache ----------------------------------------------- */
 
 typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;

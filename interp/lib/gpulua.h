@@ -52,7 +52,7 @@ extern "C" {
 /* Layout version of gpulua_options.  New fields are only ever appended (and
  * this number raised); a library accepts any older layout it knows, reading
  * the fields that the caller's `size` covers and defaulting the rest. */
-#define GPULUA_OPTIONS_VERSION 1
+#define GPULUA_OPTIONS_VERSION 2
 
 typedef struct gpulua_options {
   size_t size;          /* sizeof(gpulua_options) as the application compiled it */
@@ -66,10 +66,14 @@ typedef struct gpulua_options {
                            opens the package library itself. */
   int ignore_env;       /* 1: the package library ignores LUA_PATH/LUA_CPATH (as `lua -E`).
                            Default 0. */
+  /* -- version 2 -- */
+  int interruptible;    /* 1: waits for the device give up on gpulua_interrupt (Ctrl-C).
+                           Default 0: an interruptible wait polls on cuda where a plain
+                           one blocks, so only an application that interrupts asks. */
 } gpulua_options;
 
 /* Always initialise options with this (then set fields by name). */
-#define GPULUA_OPTIONS_INIT { sizeof(gpulua_options), GPULUA_OPTIONS_VERSION, NULL, 1, 0 }
+#define GPULUA_OPTIONS_INIT { sizeof(gpulua_options), GPULUA_OPTIONS_VERSION, NULL, 1, 0, 0 }
 
 typedef struct gpulua gpulua;
 
@@ -234,6 +238,45 @@ const char *gpulua_error(gpulua *g);
 /* Finishes queued work, releases the interpreter and every device object it
  * holds, and frees the handle.  gpulua_close(NULL) does nothing. */
 void gpulua_close(gpulua *g);
+
+/* ---- interrupts, sync policy, the device ---------------------------------
+ *
+ * What an interactive front end (gpulua's own REPL, a notebook kernel)
+ * needs beyond running chunks. */
+
+/* Makes the wait for the device in progress, or the next one, give up: the
+ * waiting call (t:item(), gpu.synchronize(), gpulua_synchronize, ...) fails
+ * with the message "interrupted", while the queued work runs on and
+ * finishes as usual.  Only on an instance opened with interruptible = 1;
+ * otherwise it does nothing.  Async-signal-safe: meant for a SIGINT
+ * handler, which stops Lua code itself the way lua.c does (lua_sethook on
+ * gpulua_state(g), read before the signal came).  g may be a failed handle. */
+void gpulua_interrupt(gpulua *g);
+
+/* Takes an interrupt no wait has taken: returns 1 if one was pending, else
+ * 0.  For a handler whose Lua hook stopped the script first, or to drop a
+ * stale interrupt once the interrupted call has returned. */
+int gpulua_interrupt_clear(gpulua *g);
+
+/* What a host-device sync (t:item(), gpu.synchronize(), ...) does, as
+ * gpu.sync_debug(mode): "off", "warn" (a warning naming the call and the
+ * script line) or "error".  Returns 0, or non-zero for another mode (the
+ * message in gpulua_error()). */
+int gpulua_sync_debug(gpulua *g, const char *mode);
+
+/* While suspended (on = 1), syncs are counted but neither warned about nor
+ * refused: a front end showing a result the user asked for.  on = 0 ends it. */
+void gpulua_sync_debug_suspend(gpulua *g, int on);
+
+/* The backend this instance opened ("host" or "cuda") and, in *device when
+ * device is not NULL, its device number; NULL for a failed handle. */
+const char *gpulua_backend(gpulua *g, int *device);
+
+/* For a launcher of ranks (the script's processes of a job, each an
+ * instance: README, "Ranks"), once every rank has exited: removes what a
+ * job of `world` ranks meeting at `port` may have left on this node (a rank
+ * killed while the ranks were meeting leaves shared memory behind). */
+void gpulua_job_cleanup(int port, int world);
 
 /* ---- DLPack ---------------------------------------------------------------
  *

@@ -1,15 +1,12 @@
 /* luamod.c — the entry point of gpu.so, the `gpu` bindings as a Lua C module
  * for a stock Lua 5.4 (`LUA_CPATH=<dir>/?.so lua5.4 -e 'local gpu = require
  * "gpu"'`).  gpu.so holds the same objects as libgpulua minus the runtime
- * (interp/runtime.c: a host lua_State is the caller's here) and without a
+ * (interp/lib/runtime.c: a host lua_State is the caller's here) and without a
  * copy of Lua: the Lua API comes from the process that loads it.
  *
- * The bindings' own opener is bindings/gpu.c's luaopen_gpu; in gpu.so the
- * Makefile renames that symbol in a copy of gpu.o to gpulua_luamod_core (it
- * cannot be renamed in the source: libgpulua and the gpulua binary call it by
- * its name), so that the exported luaopen_gpu below also makes the embedded
- * stdlib modules (gpu.test, gpu.pipeline, gpu.trace) require-able, as in
- * gpulua.  Every lua_State that requires gpu gets its own device context.
+ * luaopen_gpu below is the module's only export: it opens the bindings
+ * (bind_open_gpu, bindings/gpu.c) and also makes the embedded stdlib modules
+ * (gpu.test, gpu.pipeline, gpu.trace) require-able, as in gpulua.  Every lua_State that requires gpu gets its own device context.
  *
  * At lua_close the queued work is finished (gpulua does that before its own
  * exit), and an asynchronous error it left (an integer division by zero in a
@@ -29,8 +26,6 @@
 
 #include "bindings.h"
 #include "stdlib_modules.h"
-
-int gpulua_luamod_core(lua_State *L);   /* bindings/gpu.c's luaopen_gpu, renamed */
 
 int luaopen_gpu(lua_State *L);
 
@@ -70,7 +65,7 @@ static void hook_exit_status(void) {}
  * (finalizers run in the reverse order of their marking): finish the
  * queued work while the context is open, and report what failed in it. */
 static int closer_gc(lua_State *L) {
-  if (gpulua_bind_finish(L) != LUA_OK) {
+  if (bind_finish(L) != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
     fprintf(stderr, "gpu: %s\n", msg != NULL ? msg : "an error in queued work");
     fflush(stderr);
@@ -80,8 +75,8 @@ static int closer_gc(lua_State *L) {
 }
 
 int luaopen_gpu(lua_State *L) {
-  gpulua_stdlib_preload(L);
-  int n = gpulua_luamod_core(L);
+  stdlib_preload(L);
+  int n = bind_open_gpu(L);
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &closer) == LUA_TNIL) {
     lua_newuserdatauv(L, 1, 0);
     lua_createtable(L, 0, 1);

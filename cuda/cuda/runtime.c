@@ -17,7 +17,7 @@
 #include <cuda_runtime_api.h>
 #include <library_types.h>
 
-#include "cuda_kernels.h"
+#include "kernels.h"
 #include "devpriv.h"
 
 #define MAXMARK 64
@@ -793,7 +793,7 @@ static int c_copy(dev_stream *s, const dev_kop *op) {
   cudaError_t e = cudaStreamSynchronize(c->st);
   if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "copy"); goto out; }
   if (src->buf->kind == DEV_MEM_HOST) {
-    if (dev_host_run(&a, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
+    if (dev_cpu_run(&a, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
     cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count, 0};
     if (cuk_launch(&b, &env, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
   } else {
@@ -801,7 +801,7 @@ static int c_copy(dev_stream *s, const dev_kop *op) {
     if (cuk_launch(&a, &env, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
     e = cudaStreamSynchronize(c->st);
     if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "copy"); goto out; }
-    if (dev_host_run(&b, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
+    if (dev_cpu_run(&b, msg, sizeof msg)) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "copy: %s", msg); goto out; }
   }
   e = cudaStreamSynchronize(c->st);
   if (e != cudaSuccess) rc = cuda_fail(ctx, e, "copy");
@@ -898,7 +898,7 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
   return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
 }
 
-/* ---- collectives (cuda/cuda_nccl.c) ------------------------------------- */
+/* ---- collectives (cuda/cuda/nccl.c) ------------------------------------- */
 
 static int c_comm_open(dev_ctx *ctx, const dev_rank_info *ri) {
   cuda_comm *cc;
@@ -1041,6 +1041,7 @@ const dev_backend dev_cuda_backend = {
   .mem_total = c_mem_total,
   .trim = c_trim,
   .submit = c_submit,
+  .compile = dev_nvrtc_compile,
   .module_load = c_module_load,
   .module_unload = c_module_unload,
   .kernel_get = c_kernel_get,

@@ -1,7 +1,7 @@
 /* cuk_launch: the built-in kernels' one entry point, a switch on the op kind.
  * The views are checked here, once (dev_submit has already checked the ops it
  * passes, which say so in env->checked); each launcher validates the rest of
- * its op as dev_host_run() does, enqueues on env->stream and returns at once. */
+ * its op as dev_cpu_run() does, enqueues on env->stream and returns at once. */
 #include "k_common.cuh"
 
 extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)

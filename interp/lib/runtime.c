@@ -4,6 +4,7 @@
  * or its Lua registry. */
 #include "gpulua.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,9 @@
 
 struct gpulua {
   lua_State *L;     /* NULL in the failed state */
+  struct dev_ctx *ctx;   /* the gpu module's device context (NULL: failed) */
+  volatile sig_atomic_t interruptible;   /* gpulua_interrupt may use ctx (a
+                                            signal handler reads it) */
   char *err;        /* owned copy of the last error message, or NULL */
   int err_nomem;    /* the last error could not be copied */
 };
@@ -59,9 +63,9 @@ static int setup_state(lua_State *L) {
   }
   if (o->open_libs)
     luaL_openlibs(L);
-  gpulua_stdlib_preload(L);
+  stdlib_preload(L);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  lua_pushcfunction(L, luaopen_gpu);
+  lua_pushcfunction(L, bind_open_gpu);
   lua_setfield(L, -2, "gpu");
   lua_pop(L, 1);
   if (o->device != NULL) {
@@ -69,7 +73,7 @@ static int setup_state(lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, GPULUA_REG_DEVICE);
   }
   /* Eagerly, so a device that cannot be opened fails gpulua_open. */
-  luaL_requiref(L, "gpu", luaopen_gpu, 1);
+  luaL_requiref(L, "gpu", bind_open_gpu, 1);
   return 0;
 }
 
@@ -116,10 +120,15 @@ gpulua *gpulua_open(const gpulua_options *o) {
   if (lua_pcall(g->L, 1, 0, 0) != LUA_OK) {
     set_error(g, top_message(g->L));
     lua_settop(g->L, 0);
-    gpulua_bind_finish(g->L);
+    bind_finish(g->L);
     lua_close(g->L);
     g->L = NULL;
+    return g;
   }
+  g->ctx = bind_dev(g->L);
+  g->interruptible = opt.interruptible != 0 && g->ctx != NULL;
+  if (g->interruptible)
+    bind_interrupt_enable(g->ctx, 1);
   return g;
 }
 
@@ -173,7 +182,7 @@ int gpulua_synchronize(gpulua *g) {
   if (g == NULL || g->L == NULL)
     return LUA_ERRRUN;
   int top = lua_gettop(g->L);
-  int status = gpulua_bind_finish(g->L);
+  int status = bind_finish(g->L);
   if (status != LUA_OK)
     set_error(g, top_message(g->L));
   lua_settop(g->L, top);
@@ -185,7 +194,7 @@ int gpulua_poll(gpulua *g, double timeout_s) {
     return -1;
   lua_State *L = g->L;
   int top = lua_gettop(L);
-  lua_pushcfunction(L, gpulua_bind_run);
+  lua_pushcfunction(L, bind_run);
   int nargs = 0;
   if (timeout_s >= 0) {
     lua_pushnumber(L, timeout_s);
@@ -196,6 +205,39 @@ int gpulua_poll(gpulua *g, double timeout_s) {
   lua_settop(L, top);
   return left;
 }
+
+void gpulua_interrupt(gpulua *g) {
+  if (g != NULL && g->interruptible)
+    bind_interrupt(g->ctx);
+}
+
+int gpulua_interrupt_clear(gpulua *g) {
+  return g != NULL && g->interruptible ? bind_interrupt_clear(g->ctx) : 0;
+}
+
+int gpulua_sync_debug(gpulua *g, const char *mode) {
+  if (g == NULL || g->L == NULL)
+    return LUA_ERRRUN;
+  int top = lua_gettop(g->L);
+  lua_pushcfunction(g->L, bind_sync_debug);
+  lua_pushstring(g->L, mode != NULL ? mode : "(null)");
+  int status = gpulua_pcall(g, 1, 0);
+  lua_settop(g->L, top);
+  return status;
+}
+
+void gpulua_sync_debug_suspend(gpulua *g, int on) {
+  if (g != NULL && g->L != NULL && g->ctx != NULL)
+    bind_sync_suspend(g->L, on != 0);
+}
+
+const char *gpulua_backend(gpulua *g, int *device) {
+  if (g == NULL || g->ctx == NULL)
+    return NULL;
+  return bind_backend(g->ctx, device);
+}
+
+void gpulua_job_cleanup(int port, int world) { bind_job_cleanup(port, world); }
 
 const char *gpulua_error(gpulua *g) {
   if (g == NULL)
@@ -212,7 +254,8 @@ void gpulua_close(gpulua *g) {
     /* Queued work must finish while the context and its objects still
      * exist; an async error here has nobody left to report to. */
     lua_settop(g->L, 0);
-    gpulua_bind_finish(g->L);
+    bind_finish(g->L);
+    g->interruptible = 0;   /* the context goes with the state */
     lua_close(g->L);
   }
   free(g->err);
@@ -256,8 +299,8 @@ static int call_entry(gpulua *g, lua_CFunction f, void *arg, int idx, int nres, 
 
 int gpulua_push_tensor(gpulua *g, const gpulua_tensor_info *t,
                        void (*release)(void *ud, void *data), void *ud) {
-  gpulua_bind_wrap w = {t, release, ud};
-  return call_entry(g, gpulua_bind_push_tensor, &w, 0, 1, "gpulua_push_tensor");
+  embed_wrap w = {t, release, ud};
+  return call_entry(g, embed_push_tensor, &w, 0, 1, "gpulua_push_tensor");
 }
 
 int gpulua_check_tensor(gpulua *g, int idx, gpulua_tensor_info *out) {
@@ -266,7 +309,7 @@ int gpulua_check_tensor(gpulua *g, int idx, gpulua_tensor_info *out) {
       set_error(g, "gpulua_check_tensor: out is NULL");
     return LUA_ERRRUN;
   }
-  return call_entry(g, gpulua_bind_check_tensor, out, idx, 0, "gpulua_check_tensor");
+  return call_entry(g, embed_check_tensor, out, idx, 0, "gpulua_check_tensor");
 }
 
 int gpulua_stream_handle(gpulua *g, int idx, void **out) {
@@ -275,17 +318,17 @@ int gpulua_stream_handle(gpulua *g, int idx, void **out) {
       set_error(g, "gpulua_stream_handle: out is NULL");
     return LUA_ERRRUN;
   }
-  return call_entry(g, gpulua_bind_stream_handle, out, idx, 0, "gpulua_stream_handle");
+  return call_entry(g, embed_stream_handle, out, idx, 0, "gpulua_stream_handle");
 }
 
 int gpulua_push_stream(gpulua *g, void *stream) {
-  return call_entry(g, gpulua_bind_push_stream, stream, 0, 1, "gpulua_push_stream");
+  return call_entry(g, embed_push_stream, stream, 0, 1, "gpulua_push_stream");
 }
 
 int gpulua_register_kernel(gpulua *g, const char *name, const char *params,
                            gpulua_kernel_fn fn, void *ud) {
-  gpulua_bind_kernel k = {name, params, fn, ud};
-  return call_entry(g, gpulua_bind_register_kernel, &k, 0, 0, "gpulua_register_kernel");
+  embed_kernel k = {name, params, fn, ud};
+  return call_entry(g, embed_register_kernel, &k, 0, 0, "gpulua_register_kernel");
 }
 
 /* ---- DLPack ------------------------------------------------------------- */
@@ -340,13 +383,13 @@ static int to_dlpack(gpulua *g, const char *fname, int idx, void *out, int versi
     set_error(g, msg);
     return LUA_ERRRUN;
   }
-  return dlpack_call(g, fname, gpulua_bind_dlpack_export, lua_absindex(g->L, idx), out, versioned, 0);
+  return dlpack_call(g, fname, embed_dlpack_export, lua_absindex(g->L, idx), out, versioned, 0);
 }
 
 static int push_dlpack(gpulua *g, const char *fname, void *m, int versioned) {
   if (g == NULL || g->L == NULL)
     return LUA_ERRRUN;
-  return dlpack_call(g, fname, gpulua_bind_dlpack_import, 0, m, versioned, 1);
+  return dlpack_call(g, fname, embed_dlpack_import, 0, m, versioned, 1);
 }
 
 int gpulua_to_dlpack(gpulua *g, int idx, DLManagedTensor **out) {
@@ -372,7 +415,7 @@ int gpulua_push_dlpack_versioned(gpulua *g, DLManagedTensorVersioned *m) {
 static int push_capsule(gpulua *g, const char *fname, void *m, int versioned) {
   if (g == NULL || g->L == NULL)
     return LUA_ERRRUN;
-  return dlpack_call(g, fname, gpulua_bind_dlpack_capsule, 0, m, versioned, 1);
+  return dlpack_call(g, fname, embed_dlpack_capsule, 0, m, versioned, 1);
 }
 
 int gpulua_push_dlpack_capsule(gpulua *g, DLManagedTensor *m) {
