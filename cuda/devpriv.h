@@ -1,11 +1,13 @@
 /* Private to the device layer: the backend interface and the shared structs.
- * dev.c holds what both backends share (validation, buffer lifetime, counters);
- * a backend implements dev_backend. */
+ * The cuda/dev*.c files hold what both backends share (the context, buffer
+ * lifetime, streams, validation, collectives, counters; see the section
+ * "the device layer's own files" below); a backend implements dev_backend. */
 #ifndef GPULUA_DEVPRIV_H
 #define GPULUA_DEVPRIV_H
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include "device.h"
 
 struct race_ctx;
@@ -49,7 +51,7 @@ typedef struct dev_backend {
   int (*watch_done)(dev_ctx *ctx, void *impl);
   void (*watch_free)(dev_ctx *ctx, void *impl);
 
-  /* Memory for the device layer's cache (dev.c), which calls alloc only
+  /* Memory for the device layer's cache (dev_buf.c), which calls alloc only
    * when no cached block fits, and free only for blocks no queued work uses.
    * alloc fails with DEV_ERR_NOMEM (no message needed) when memory of the
    * kind is exhausted; mem_total is what the kind has in all; trim, optional,
@@ -161,13 +163,13 @@ struct dev_ctx {
   dev_stream *dflt;
   dev_stream *streams;
   dev_stream *released;   /* released streams, freed once idle */
-  dev_stream *lingering;  /* closed streams that buffers still name (dev.c) */
+  dev_stream *lingering;  /* closed streams that buffers still name (dev_buf.c) */
   struct bufx *fenced;    /* live buffers with fences */
   unsigned sweeps;
   uint64_t next_stream_id;
   struct bufx *bufs;      /* every live buffer */
   struct bufx *dead;      /* wrapped buffers released, waiting for their uses */
-  struct dev_memcache *cache;   /* cached blocks per kind and size class (dev.c) */
+  struct dev_memcache *cache;   /* cached blocks per kind and size class (dev_buf.c) */
   /* bytes per memory kind: held by live buffers, their high-water mark,
    * and taken from the backend (live + cached) */
   size_t mlive[DEV_NMEMKIND], mpeak[DEV_NMEMKIND], mreserved[DEV_NMEMKIND];
@@ -269,6 +271,172 @@ dev_launch *dev_launch_dup(const dev_launch *l);
  * numbered seq in messages */
 void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq);
 
+/* ---- the device layer's own files (cuda/dev*.c) ------------------------ */
+
+/* cuda/dev.c: free a context whose last reference went */
+void dev_ctx_destroy(dev_ctx *ctx);
+
+/* cuda/dev_sync.c: the wait of a counted sync (interruptible while
+ * interrupts are enabled); a backend wait's status, the interrupt taken and
+ * the message set if it gave up for one */
+int dev_sync_wait(dev_ctx *ctx, dev_stream *s, uint64_t pos);
+int dev_intr_check(dev_ctx *ctx, int rc);
+
+/* cuda/dev_stream.c: a stream of the context (the default one at open) */
+int dev_stream_new(dev_ctx *ctx, int priority, int nonblocking, int is_default,
+                   void *wrap, dev_stream **out);
+
+/* Every call that enqueues work on s tests this first. */
+static inline int check_open(dev_stream *s) {
+  if (s->closed) return dev_fail(s->ctx, DEV_ERR_INVALID, "stream is closed");
+  return DEV_OK;
+}
+
+/* cuda/dev_op.c: a view of this context, of a sane shape, within its buffer */
+int dev_check_view(dev_ctx *ctx, const dev_view *v, const char *what);
+
+/* cuda/dev_buf.c: buffers and their lifetime (its header says what holds).
+ * The sweep (deferred releases, dead wrapped buffers, lingering and
+ * released streams), and one that checks the streams now; drop a stream
+ * reference (released at 0, freed once idle); free a stream (drained,
+ * unreferenced, or at the context's end); pending blocks whose uses are
+ * over become ready (one kind, or all: -1); every block back to the
+ * backend, waiting for queued uses. */
+void dev_sweep(dev_ctx *ctx);
+void dev_sweep_all(dev_ctx *ctx);
+void dev_stream_unref(dev_stream *s);
+void dev_stream_destroy(dev_stream *s);
+void dev_cache_settle(dev_ctx *ctx, int kind);
+void dev_cache_free_all(dev_ctx *ctx);
+
+/* A buffer with its use list: for each stream that touched it, the stream
+ * position after its last read and its last write. */
+typedef struct buf_use {
+  dev_stream *s;
+  uint64_t rpos, wpos;
+  uint64_t waited;                  /* fences: id + 1 of the last stream made to wait */
+} buf_use;
+
+typedef struct bufx {
+  dev_buf b;
+  buf_use *use;
+  int nuse, cap;
+  /* a reused block: its previous owners' uses still queued (wpos), which
+   * other streams wait for before they touch it */
+  buf_use *fence;
+  int nfence, fcap;
+  struct bufx *fprev, *fnext;       /* ctx->fenced while it has fences */
+  int in_fenced;
+  size_t block;                     /* bytes of its cache block (0: wrapped) */
+  int cls;                          /* its size class */
+  int dead;                         /* wrapped, refs hit 0, waiting for its uses */
+  int wrapped;                      /* memory owned by someone else */
+  int internal;                     /* the device layer's own: not in the stats */
+  struct bufx *prev, *next;         /* ctx->bufs, ctx->dead or a cache list */
+  void (*release)(void *ud, void *ptr);
+  void *ud;
+  struct race_buf *race;            /* race checker state (race.c) */
+  struct bufx *defer_next;          /* ctx->deferred, under defer_mu */
+  int async_pending;                /* releases waiting there, under defer_mu */
+} bufx;
+
+#define BX(b) ((bufx *)(b))
+
+/* The cache of blocks (dev_buf.c): per memory kind and size class,
+ * blocks no queued work uses, and blocks still used by queued work. */
+#define MIN_BLOCK 256
+#define NCLASS (8 * 56 + 9)
+struct dev_memcache {
+  bufx *ready[DEV_NMEMKIND][NCLASS];
+  bufx *pending[DEV_NMEMKIND][NCLASS];   /* oldest first */
+  bufx *ptail[DEV_NMEMKIND][NCLASS];
+};
+
+/* The buffer helpers of every op (dev_op.c, dev_coll.c) and of the
+ * lifetime code (dev_buf.c, dev_stream.c), static inline: the per-op path
+ * (fences, recording a use) calls into no other file for them. */
+
+/* Work queued on s from now on runs after everything queued on o so far:
+ * the same stream, or CUDA's legacy default stream and a blocking stream. */
+static inline int ordered_after(const dev_stream *s, const dev_stream *o) {
+  return s == o || (s->is_default && !o->nonblocking) || (o->is_default && !s->nonblocking);
+}
+
+static inline uint64_t use_last(const buf_use *u) { return u->rpos > u->wpos ? u->rpos : u->wpos; }
+
+/* Drop the uses (or fences) that the streams are already past. */
+static inline void prune_uses(dev_ctx *ctx, buf_use *use, int *n) {
+  int j = 0;
+  for (int i = 0; i < *n; i++) {
+    if (ctx->bk->pos_done(use[i].s, use_last(&use[i]))) dev_stream_unref(use[i].s);
+    else use[j++] = use[i];
+  }
+  *n = j;
+}
+
+/* Live buffers with fences, so that a closed stream they name can be let
+ * go of without a sync (stream_forget, dev_buf.c). */
+static inline void fenced_remove(dev_ctx *ctx, bufx *x) {
+  if (!x->in_fenced) return;
+  if (x->fprev) x->fprev->fnext = x->fnext; else ctx->fenced = x->fnext;
+  if (x->fnext) x->fnext->fprev = x->fprev;
+  x->fprev = x->fnext = NULL;
+  x->in_fenced = 0;
+}
+
+static inline void prune(bufx *x) {
+  if (x->nuse) prune_uses(x->b.ctx, x->use, &x->nuse);
+  if (x->nfence) {
+    prune_uses(x->b.ctx, x->fence, &x->nfence);
+    if (x->nfence == 0) fenced_remove(x->b.ctx, x);
+  }
+}
+
+/* Before an op on s touches x: wait for the fences of a reused block that s
+ * is not ordered after.  Each stream waits once per fence. */
+static inline int apply_fences(bufx *x, dev_stream *s) {
+  dev_ctx *ctx = s->ctx;
+  int rc = DEV_OK;
+  for (int i = 0; i < x->nfence && rc == DEV_OK; i++) {
+    buf_use *f = &x->fence[i];
+    if (ordered_after(s, f->s) || f->waited == s->id + 1) continue;
+    if (!ctx->bk->pos_done(f->s, f->wpos)) rc = ctx->bk->stream_wait(s, f->s, f->wpos);
+    if (rc == DEV_OK) f->waited = s->id + 1;
+  }
+  return rc;
+}
+
+static inline int fence_op_bufs(dev_stream *s, dev_buf *const *bufs, int n) {
+  for (int i = 0; i < n; i++) {
+    bufx *x = BX(bufs[i]);
+    if (x->nfence) {
+      int rc = apply_fences(x, s);
+      if (rc) return rc;
+    }
+  }
+  return DEV_OK;
+}
+
+static inline void note_use(bufx *x, dev_stream *s, int write) {
+  uint64_t pos = s->ctx->bk->stream_pos(s);
+  for (int i = 0; i < x->nuse; i++) {
+    if (x->use[i].s != s) continue;
+    if (write) x->use[i].wpos = pos; else x->use[i].rpos = pos;
+    return;
+  }
+  prune(x);
+  if (x->nuse == x->cap) {
+    int cap = x->cap ? 2 * x->cap : 4;
+    buf_use *nu = realloc(x->use, (size_t)cap * sizeof *nu);
+    /* Out of memory here: fall back to waiting, so lifetime stays correct. */
+    if (!nu) { s->ctx->bk->pos_wait(s, pos); return; }
+    x->use = nu;
+    x->cap = cap;
+  }
+  s->refs++;
+  x->use[x->nuse++] = (buf_use){s, write ? 0 : pos, write ? pos : 0, 0};
+}
+
 /* cuda/shm_comm.c: collectives between the processes of one node through
  * shared memory (the host backend's).  shm_comm_run runs the group numbered
  * seq after every earlier one, from any thread.  With side set, the segment
@@ -291,8 +459,9 @@ void shm_comm_set_done(shm_comm *c, uint64_t done);
 void shm_comm_set_options(shm_comm *c, int check, double timeout_s);
 
 /* cuda/race.c: the stream race checker (GPULUA_CHECK=races).  The hooks
- * below are called by dev.c only while ctx->race is set, except the *_gone
- * ones, which free an object's checker state whenever it has some. */
+ * below are called by the dev*.c files only while ctx->race is set, except
+ * the *_gone ones, which free an object's checker state whenever it has
+ * some. */
 int race_set(dev_ctx *ctx, int on);
 /* commit 0: before enqueueing, DEV_ERR_RACE if the op's accesses conflict
  * with unordered work of other streams; commit 1: after, record them */
@@ -310,7 +479,7 @@ void race_read_wait(dev_stream *s, dev_buf *b);
 void race_stream_gone(dev_stream *s);
 void race_event_gone(dev_event *e);
 void race_buf_gone(struct race_buf *rb);
-/* dev.c: where a buffer keeps its checker state */
+/* dev_buf.c: where a buffer keeps its checker state */
 struct race_buf **dev_buf_racep(dev_buf *b);
 
 #ifdef GPULUA_HAVE_CUDA

@@ -1,0 +1,173 @@
+/* Ranks and collectives: joining the job, the checks NCCL would make (or
+ * hang on), and enqueueing a collective or a group of sends/receives.
+ *
+ * - Submission follows ops (dev_op.c): the checks, the race check, the
+ *   fences, the backend, the race checker's record, then the uses (a send
+ *   buffer read, a receive buffer written).
+ * - ctx->coll_seq counts the collectives (a group is one) the backend took;
+ *   the backend gets the next number, which moves only on success, so every
+ *   rank numbers a collective alike (messages and the sideband use it).
+ * - A group holds sends and receives only; a send to this rank itself needs
+ *   its receive in the same group.
+ */
+#include <stdio.h>
+
+#include "devpriv.h"
+
+/* ---- ranks and collectives ------------------------------------------- */
+
+const char *dev_coll_name(dev_coll_kind k) {
+  static const char *const names[DEV_NCOLL] = {"all_reduce", "broadcast", "reduce", "all_gather",
+                                               "reduce_scatter", "send", "recv"};
+  return (unsigned)k < DEV_NCOLL ? names[k] : "?";
+}
+
+void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq) {
+  if (n > 1) snprintf(out, len, "a group of %d sends/receives (#%llu)", n, (unsigned long long)seq);
+  else snprintf(out, len, "%s #%llu", dev_coll_name(kind), (unsigned long long)seq);
+}
+
+const char *dev_cred_name(dev_cred r) {
+  static const char *const names[DEV_NCRED] = {"sum", "prod", "max", "min", "avg"};
+  return (unsigned)r < DEV_NCRED ? names[r] : "?";
+}
+
+int dev_comm_init(dev_ctx *ctx, const dev_rank_info *want) {
+  dev_rank_info r = *want;
+  const dev_rank_info *ri = &r;
+  if (r.check < 0) r.check = ctx->bk == &dev_host_backend;
+  if (ctx->comm) {
+    if (ri->rank != ctx->ri.rank || ri->world != ctx->ri.world)
+      return dev_fail(ctx, DEV_ERR_INVALID, "the communicator is already joined as rank %d of %d",
+                      ctx->ri.rank, ctx->ri.world);
+    if (ri->defer || !ctx->bk->comm_connect) return DEV_OK;
+    ctx->ri.check = ri->check;
+    ctx->ri.timeout_s = ri->timeout_s;
+    return ctx->bk->comm_connect(ctx, ri);
+  }
+  if (!ctx->bk->comm_open)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "collectives are not available on the %s backend", ctx->bk->name);
+  if (ri->world < 1 || ri->rank < 0 || ri->rank >= ri->world)
+    return dev_fail(ctx, DEV_ERR_INVALID, "rank %d of a world of %d", ri->rank, ri->world);
+  if (ri->local_world < 1 || ri->local_rank < 0 || ri->local_rank >= ri->local_world)
+    return dev_fail(ctx, DEV_ERR_INVALID, "local rank %d of %d", ri->local_rank, ri->local_world);
+  int rc = dev_check_async(ctx);
+  if (rc) return rc;
+  ctx->ri = *ri;
+  /* the backend sets ctx->comm once joined */
+  return ctx->bk->comm_open(ctx, ri);
+}
+
+int dev_comm_ready(dev_ctx *ctx) { return ctx->comm != NULL; }
+int dev_comm_world(dev_ctx *ctx) { return ctx->ri.world; }
+
+static int coll_count_fail(dev_ctx *ctx, const dev_coll *c, const char *what, int64_t want, int64_t got) {
+  return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s has %lld elements, expected %lld", dev_coll_name(c->kind),
+                  what, (long long)got, (long long)want);
+}
+
+static int coll_view(dev_ctx *ctx, const dev_coll *c, const dev_view *v, const char *what) {
+  char w[64];
+  snprintf(w, sizeof w, "%s: %s", dev_coll_name(c->kind), what);
+  int rc = dev_check_view(ctx, v, w);
+  if (rc) return rc;
+  if (!dev_view_contiguous(v))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: the %s tensor must be contiguous (use t:contiguous())",
+                    dev_coll_name(c->kind), what);
+  return DEV_OK;
+}
+
+static int coll_check(dev_ctx *ctx, const dev_coll *g, int n) {
+  int rc, world = ctx->ri.world, self_send = 0, self_recv = 0;
+  for (int i = 0; i < n; i++) {
+    const dev_coll *c = &g[i];
+    if ((unsigned)c->kind >= DEV_NCOLL) return dev_fail(ctx, DEV_ERR_INVALID, "collective: bad kind");
+    const char *name = dev_coll_name(c->kind);
+    int p2p = c->kind == DEV_COLL_SEND || c->kind == DEV_COLL_RECV;
+    if (n > 1 && !p2p)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s cannot be grouped: a group holds sends and receives", name);
+    int has_send = c->kind != DEV_COLL_RECV, has_recv = c->kind != DEV_COLL_SEND;
+    if (has_send && (rc = coll_view(ctx, c, &c->send, "send"))) return rc;
+    if (has_recv && (rc = coll_view(ctx, c, &c->recv, "recv"))) return rc;
+    if (has_send && has_recv && c->send.dtype != c->recv.dtype)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtypes differ (%s and %s)", name,
+                      dev_dtype_name(c->send.dtype), dev_dtype_name(c->recv.dtype));
+    int64_t ns = has_send ? dev_view_numel(&c->send) : 0, nr = has_recv ? dev_view_numel(&c->recv) : 0;
+    switch (c->kind) {
+    case DEV_COLL_ALL_REDUCE: case DEV_COLL_BROADCAST: case DEV_COLL_REDUCE:
+      if (nr != ns) return coll_count_fail(ctx, c, "the output", ns, nr);
+      break;
+    case DEV_COLL_ALL_GATHER:
+      if (nr != ns * world) return coll_count_fail(ctx, c, "the output", ns * world, nr);
+      break;
+    case DEV_COLL_REDUCE_SCATTER:
+      if (ns != nr * world) return coll_count_fail(ctx, c, "the input", nr * world, ns);
+      break;
+    default:
+      break;
+    }
+    if (has_send && has_recv && c->send.buf == c->recv.buf) {
+      /* overlapping input and output: only NCCL's in-place layouts */
+      size_t esz = dev_dtype_size(c->send.dtype), so = c->send.offset, ro = c->recv.offset;
+      size_t sb = (size_t)ns * esz, rb = (size_t)nr * esz, at = so;
+      int overlap = so < ro + rb && ro < so + sb;
+      if (c->kind == DEV_COLL_ALL_GATHER) at = ro + (size_t)ctx->ri.rank * sb;
+      else if (c->kind == DEV_COLL_REDUCE_SCATTER) at = so + (size_t)ctx->ri.rank * rb;
+      int ok = c->kind == DEV_COLL_ALL_GATHER ? so == at : c->kind == DEV_COLL_REDUCE_SCATTER ? ro == at : so == ro;
+      if (overlap && !ok)
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: the input and output overlap; in place, %s", name,
+                        c->kind == DEV_COLL_ALL_GATHER ? "the input is this rank's block of the output"
+                        : c->kind == DEV_COLL_REDUCE_SCATTER ? "the output is this rank's block of the input"
+                                                             : "they are the same tensor");
+    }
+    if (c->kind == DEV_COLL_ALL_REDUCE || c->kind == DEV_COLL_REDUCE || c->kind == DEV_COLL_REDUCE_SCATTER) {
+      dev_dtype t = c->recv.dtype;
+      if ((unsigned)c->red >= DEV_NCRED) return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad reduction", name);
+      if (t == DEV_BOOL)
+        return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s: bool tensors cannot be reduced (use u8)", name);
+      if (c->red == DEV_CRED_AVG && !dev_dtype_is_float(t))
+        return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s: avg needs a floating dtype, got %s (use sum)", name,
+                        dev_dtype_name(t));
+    }
+    if (c->kind != DEV_COLL_ALL_REDUCE && c->kind != DEV_COLL_ALL_GATHER && c->kind != DEV_COLL_REDUCE_SCATTER &&
+        (c->peer < 0 || c->peer >= world))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s %d is not a rank (world of %d)", name, p2p ? "peer" : "root",
+                      c->peer, world);
+    if (p2p && c->peer == ctx->ri.rank) {
+      if (c->kind == DEV_COLL_SEND) self_send++; else self_recv++;
+    }
+  }
+  /* NCCL's rule: a rank sends to itself only with the matching receive in
+   * the same group */
+  if (self_send != self_recv)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s to this rank itself needs a matching %s in the same gpu.group",
+                    self_send > self_recv ? "send" : "recv", self_send > self_recv ? "recv" : "send");
+  return DEV_OK;
+}
+
+int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n) {
+  int rc = dev_check_async(ctx);
+  if (rc) return rc;
+  if (n < 1) return DEV_OK;
+  if (!ctx->comm) return dev_fail(ctx, DEV_ERR_INVALID, "%s: the communicator is not joined", dev_coll_name(c->kind));
+  if (!s) s = ctx->dflt;
+  if ((rc = check_open(s))) return rc;
+  if ((rc = coll_check(ctx, c, n))) return rc;
+  if (ctx->race && (rc = race_coll(ctx, s, c, n, 0))) return rc;
+  for (int i = 0; i < n; i++) {
+    dev_buf *bufs[2] = {NULL, NULL};
+    int k = 0;
+    if (c[i].kind != DEV_COLL_RECV) bufs[k++] = c[i].send.buf;
+    if (c[i].kind != DEV_COLL_SEND) bufs[k++] = c[i].recv.buf;
+    if ((rc = fence_op_bufs(s, bufs, k))) return rc;
+  }
+  if ((rc = ctx->bk->coll(s, c, n, ctx->coll_seq + 1))) return rc;
+  if (ctx->race) race_coll(ctx, s, c, n, 1);
+  if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
+  ctx->coll_seq++;
+  for (int i = 0; i < n; i++) {
+    if (c[i].kind != DEV_COLL_RECV) note_use(BX(c[i].send.buf), s, 0);
+    if (c[i].kind != DEV_COLL_SEND) note_use(BX(c[i].recv.buf), s, 1);
+  }
+  return DEV_OK;
+}
