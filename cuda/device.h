@@ -148,7 +148,7 @@ struct dev_buf {
   void *priv;
 };
 
-/* Memory comes from a cache (see dev.c): a block freed while queued work on
+/* Memory comes from a cache (see dev_buf.c): a block freed while queued work on
  * a stream still uses it may go at once to a buffer allocated for a stream
  * ordered after that work (dev_buf_alloc_on with that stream); any other
  * stream, and the host, wait for that work before they touch the buffer.

@@ -579,7 +579,7 @@ static size_t phys_memory(void) {
   return pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : 0;
 }
 
-/* The device layer caches blocks above this (dev.c), and asks only when none
+/* The device layer caches blocks above this (dev_buf.c), and asks only when none
  * fits.  Device memory comes from the device's stream-ordered pool. */
 static int c_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, void **out) {
   cstate *cs = CS(ctx);
@@ -612,7 +612,7 @@ static void c_free(dev_ctx *ctx, dev_memkind kind, void *p, size_t bytes) {
   (void)bytes;
   switch (kind) {
   case DEV_MEM_DEVICE:
-    /* dev.c frees only once every use is over, so the side stream may free now. */
+    /* dev_buf.c frees only once every use is over, so the side stream may free now. */
     if (cudaFreeAsync(p, CS(ctx)->side) != cudaSuccess) cudaGetLastError();
     break;
   case DEV_MEM_PINNED:
