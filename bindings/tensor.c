@@ -45,11 +45,7 @@ gpu_tensor *bind_test_tensor(lua_State *L, int idx) {
 static const char *kind_name(const gpu_tensor *t) { return dev_memkind_name(t->v.buf->kind); }
 
 gpu_tensor *bind_push_tensor_handle(lua_State *L) {
-  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
-  t->tag = &bind_tensor_type;
-  luaL_setmetatable(L, GPULUA_TENSOR);
-  return t;
+  return bind_new_udata(L, &bind_tensor_type, sizeof(gpu_tensor), 0);
 }
 
 /* Push a tensor in released state, then allocate: an error leaks nothing.
@@ -560,13 +556,10 @@ static int t_release(lua_State *L) {
   return 0;
 }
 
-/* __index, with the methods table as upvalue 1: a method is one raw get. */
-static int t_index(lua_State *L) {
+/* t.shape, t.dtype, t.device, t.device_index, t.ndim, t.closed (after the
+ * methods) */
+static int t_fields(lua_State *L) {
   const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
-  if (k) {
-    lua_pushvalue(L, 2);
-    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
-  }
   gpu_tensor *t = to_tensor(L, 1);
   lua_settop(L, 2);
   if (!k) return luaL_error(L, "tensors are not indexable with %s (use t:get(i))", luaL_typename(L, 2));
@@ -1332,11 +1325,13 @@ static const luaL_Reg methods[] = {
   {"sigmoid", t_sigmoid}, {"sigmoid_", t_sigmoid_}, {"tanh", t_tanh}, {"tanh_", t_tanh_},
   {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax},
   {"matmul", t_matmul},
+  {"save", bind_tensor_save},
   {"close", t_release},
   {NULL, NULL}
 };
 
 static const luaL_Reg metamethods[] = {
+  {"__index", t_fields},
   {"__newindex", t_newindex},
   {"__add", t_meta_add}, {"__sub", t_meta_sub}, {"__mul", t_meta_mul},
   {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__unm", t_unm},
@@ -1356,15 +1351,7 @@ static const luaL_Reg funcs[] = {
 };
 
 int bind_open_tensor(lua_State *L) {
-  if (luaL_newmetatable(L, GPULUA_TENSOR)) {
-    luaL_setfuncs(L, metamethods, 0);
-    luaL_newlib(L, methods);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "__methods");
-    lua_pushcclosure(L, t_index, 1);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  bind_newtype(L, &bind_tensor_type, metamethods, methods);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }
