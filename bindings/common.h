@@ -105,7 +105,11 @@ static inline void bind_call_site(lua_State *L, dev_ctx *ctx, const char *fname)
   bind_site(L, ctx);
   dev_set_call(ctx, fname);
 }
-/* Raise "<where>fname: <device layer message>". */
+/* How a device error is raised, the one way: "<where>fname: <device layer
+ * message>", where is the calling script line (found up the stack when a C
+ * function such as print called the binding); fname NULL: the message names
+ * the call itself.  BIND_CHECK evaluates fname only when call failed, so it
+ * may be formatted then (a kernel's name, a collective's message). */
 int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname);
 #define BIND_CHECK(L, ctx, call, fname) \
   do { if ((call) != DEV_OK) bind_raise((L), (ctx), (fname)); } while (0)

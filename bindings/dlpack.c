@@ -100,7 +100,7 @@ int embed_dlpack_export(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   bind_call_site(L, ctx, "to_dlpack");
   /* the consumer may read or write at once, on any stream */
-  if (dev_buf_wait(t->v.buf, "a DLPack export") != DEV_OK) bind_raise(L, ctx, "to_dlpack");
+  BIND_CHECK(L, ctx, dev_buf_wait(t->v.buf, "a DLPack export"), "to_dlpack");
   dl_export *e = calloc(1, sizeof *e);
   if (!e) return luaL_error(L, "to_dlpack: out of memory");
   /* nothing below raises */
@@ -257,8 +257,7 @@ static int push_import(lua_State *L, void *p, int versioned, int arg, const char
   gpu_tensor *t = bind_push_tensor_handle(L);
   /* ownership passes here, and nothing after raises */
   dev_buf *b;
-  if (dev_buf_wrap(ctx, kind, (void *)first, bytes, release, p, &b) != DEV_OK)
-    return bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, dev_buf_wrap(ctx, kind, (void *)first, bytes, release, p, &b), fname);
   t->v = v;
   t->v.buf = b;
   return 1;

@@ -68,7 +68,7 @@ static int elapsed(lua_State *L, int start, int end) {
   dev_ctx *ctx = bind_ctx(L);
   dev_event *a = bind_check_event(L, start), *b = bind_check_event(L, end);
   double ms;
-  if (dev_event_elapsed(a, b, &ms)) return luaL_error(L, "elapsed: %s", dev_errmsg(ctx));
+  BIND_CHECK(L, ctx, dev_event_elapsed(a, b, &ms), "elapsed");
   lua_pushnumber(L, ms);
   return 1;
 }

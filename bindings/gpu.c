@@ -60,7 +60,8 @@ int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname) {
       }
     }
   }
-  lua_pushfstring(L, "%s: %s", fname, dev_errmsg(ctx));
+  if (fname) lua_pushfstring(L, "%s: %s", fname, dev_errmsg(ctx));
+  else lua_pushstring(L, dev_errmsg(ctx));
   lua_concat(L, lua_gettop(L) - top);
   return lua_error(L);
 }

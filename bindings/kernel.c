@@ -214,6 +214,12 @@ static void *tensor_arg(lua_State *L, const dev_kernel *k, int i, int idx, dev_b
   return ptr;
 }
 
+/* "kernel 'saxpy'": the name a failed launch is raised with */
+static const char *kernel_what(char *buf, size_t n, const dev_kernel *k) {
+  snprintf(buf, n, "kernel '%s'", k->sig.name);
+  return buf;
+}
+
 /* launcher(args...) */
 static int launcher_call(lua_State *L) {
   gpu_launcher *ln = bind_check_type(L, 1, &bind_launcher_type, sizeof *ln);
@@ -317,11 +323,8 @@ static int launcher_call(lua_State *L) {
   memcpy(l.grid, ln->grid, sizeof l.grid);
   memcpy(l.block, ln->block, sizeof l.block);
   dev_kop op = {.kind = DEV_OP_LAUNCH, .launch = &l};
-  if (dev_submit(ctx, s, &op) != DEV_OK) {
-    char what[160];
-    snprintf(what, sizeof what, "kernel '%s'", k->sig.name);
-    bind_raise(L, ctx, what);
-  }
+  char what[160];
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), kernel_what(what, sizeof what, k));
   return 0;
 }
 

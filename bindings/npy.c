@@ -482,7 +482,7 @@ static int gpu_load(lua_State *L) {
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
   op.in[0] = stage->v;
   bind_call_site(L, ctx, "load");
-  if (dev_submit(ctx, s, &op) != DEV_OK) bind_raise(L, ctx, "load");
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), "load");
   /* the staging buffer goes back to the pool once the copy has read it */
   drop(L, sidx);
   lua_settop(L, dst);
@@ -581,7 +581,7 @@ int bind_tensor_save(lua_State *L) {
   if (t->v.buf->kind != DEV_MEM_DEVICE && dev_view_contiguous(&t->v)) {
     /* written from where it lies, once queued writers are done */
     bind_call_site(L, ctx, "save");
-    if (dev_buf_fence(t->v.buf, 0) != DEV_OK) bind_raise(L, ctx, "save");
+    BIND_CHECK(L, ctx, dev_buf_fence(t->v.buf, 0), "save");
     data = dev_view_ptr(&t->v);
   } else {
     /* C order on the host: a counted sync, as t:totable */
@@ -589,7 +589,7 @@ int bind_tensor_save(lua_State *L) {
     dev_stream *s = bind_opt_stream(L, 3);
     t = bind_check_tensor(L, 1);
     bind_call_site(L, ctx, "save");
-    if (dev_read(ctx, s, &t->v, p) != DEV_OK) bind_raise(L, ctx, "save");
+    BIND_CHECK(L, ctx, dev_read(ctx, s, &t->v, p), "save");
     data = p;
   }
   char hdr[1024], err[512];

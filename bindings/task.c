@@ -581,7 +581,7 @@ static int await_k(lua_State *L, int status, lua_KContext kctx) {
     lua_setiuservalue(L, me, 2);
   }
   dev_ctx *ctx = bind_ctx(L);
-  if (dev_check_async(ctx) != DEV_OK) return bind_raise(L, ctx, "await");
+  BIND_CHECK(L, ctx, dev_check_async(ctx), "await");
   return 0;
 }
 

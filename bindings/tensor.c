@@ -90,7 +90,7 @@ static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0
   if (in0) op->in[0].buf = bind_check_tensor(L, in0)->v.buf;
   if (in1) op->in[1].buf = bind_check_tensor(L, in1)->v.buf;
   bind_call_site(L, ctx, fname);
-  if (dev_submit(ctx, s, op) != DEV_OK) bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, op), fname);
 }
 
 static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in1,
@@ -310,7 +310,7 @@ static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void 
   }
   dev_buf_release(tmp);
   dev_buf_release(cast);
-  if (rc != DEV_OK) bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, rc, fname);
 }
 
 /* ---- constructors ---------------------------------------------------- */
@@ -332,7 +332,7 @@ static int fill_new(lua_State *L, const char *fname, int value_kind) {
     dev_stream *s = opts_stream(L, opts);
     bind_call_site(L, ctx, fname);
     size_t nbytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
-    if (dev_memset(ctx, s, t->v.buf, 0, 0, nbytes) != DEV_OK) bind_raise(L, ctx, fname);
+    BIND_CHECK(L, ctx, dev_memset(ctx, s, t->v.buf, 0, 0, nbytes), fname);
   } else if (value_kind > 0) {
     dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
     submit(L, opts, &op, 0, 0, 0, fname);
@@ -601,7 +601,7 @@ static void *download(lua_State *L, int tidx, int opts, const char *fname) {
     t = bind_check_tensor(L, tidx);
     rc = dev_read(ctx, s, &t->v, p);
   }
-  if (rc != DEV_OK) bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, rc, fname);
   return p;
 }
 
@@ -645,7 +645,7 @@ static int t_get(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   unsigned char buf[8];
   bind_call_site(L, ctx, "get");
-  if (dev_read(ctx, bind_current_stream(L), &v, buf) != DEV_OK) bind_raise(L, ctx, "get");
+  BIND_CHECK(L, ctx, dev_read(ctx, bind_current_stream(L), &v, buf), "get");
   push_elem(L, t->v.dtype, buf);
   return 1;
 }
@@ -782,7 +782,7 @@ static void read_shown(lua_State *L, int tidx, show *sh) {
         bv.offset += (size_t)((v.shape[d] - SHOW_EDGE) * v.stride[d]) * esz;
       }
     }
-    if (dev_read(ctx, s, &bv, blk) != DEV_OK) bind_raise(L, ctx, "tostring");
+    BIND_CHECK(L, ctx, dev_read(ctx, s, &bv, blk), "tostring");
     int64_t idx[DEV_MAXDIM] = {0}, nb = dev_view_numel(&bv);
     for (int64_t e = 0; e < nb; e++) {
       int64_t at = 0;
@@ -1036,7 +1036,7 @@ static int t_zero_(lua_State *L) {
     dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = {1, 0, 0}};
     rc = dev_submit(ctx, s, &op);
   }
-  if (rc != DEV_OK) bind_raise(L, ctx, "zero_");
+  BIND_CHECK(L, ctx, rc, "zero_");
   lua_settop(L, 1);
   return 1;
 }

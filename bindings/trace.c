@@ -71,7 +71,7 @@ static int trace_collect(lua_State *L) {
   dev_set_call(ctx, calls[call]);
   int rc = dev_trace_collect(ctx, counted);
   dev_set_call(ctx, NULL);
-  if (rc) bind_raise(L, ctx, "trace");
+  BIND_CHECK(L, ctx, rc, "trace");
   dev_trace_info in;
   dev_trace_get_info(ctx, &in);
   lua_createtable(L, 0, 8);
@@ -185,9 +185,8 @@ static int gpu_range_new(lua_State *L) {
 static int range_end(lua_State *L, int force) {
   gpu_range *r = bind_check_type(L, 1, &bind_range_type, sizeof *r);
   if (!r->open) return 0;
-  if (dev_range_pop(r->ctx, r->id, force) != DEV_OK) {
-    if (!force) return luaL_error(L, "gpu.range: %s", dev_errmsg(r->ctx));
-  }
+  int rc = dev_range_pop(r->ctx, r->id, force);
+  if (!force) BIND_CHECK(L, r->ctx, rc, "gpu.range");
   r->open = 0;
   dev_ctx_release(r->ctx);
   r->ctx = NULL;
