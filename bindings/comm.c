@@ -194,16 +194,14 @@ static int opt_out(lua_State *L, int opts) {
   return lua_gettop(L);
 }
 
-/* The device layer's messages for collectives already start with the
- * collective's name. */
-static int coll_raise(lua_State *L, dev_ctx *ctx, const char *fname) {
+/* The name a failed collective is raised with (BIND_CHECK's fname, taken
+ * after the failure): none when the device layer's message starts with the
+ * collective's name already. */
+static const char *coll_name(dev_ctx *ctx, const char *fname) {
   const char *msg = dev_errmsg(ctx);
   size_t n = strlen(fname);
-  if (strncmp(msg, fname, n) == 0 && msg[n] == ':') return luaL_error(L, "%s", msg);
-  return bind_raise(L, ctx, fname);
+  return strncmp(msg, fname, n) == 0 && msg[n] == ':' ? NULL : fname;
 }
-#define COLL_CHECK(L, ctx, call, fname) \
-  do { if ((call) != DEV_OK) coll_raise((L), (ctx), (fname)); } while (0)
 
 /* Enqueue one collective: tensors at stack indices si (send) and ri (recv),
  * fetched here after the last Lua allocation. */
@@ -213,7 +211,7 @@ static void enqueue(lua_State *L, const char *fname, dev_coll *c, int si, int ri
   if (si) c->send = bind_check_tensor(L, si)->v;
   if (ri) c->recv = bind_check_tensor(L, ri)->v;
   bind_site(L, ctx);
-  COLL_CHECK(L, ctx, dev_collective(ctx, s, c, 1), fname);
+  BIND_CHECK(L, ctx, dev_collective(ctx, s, c, 1), coll_name(ctx, fname));
 }
 
 /* gpu.all_reduce(t, {op =, out =, stream =}) -> out or t */
@@ -376,7 +374,7 @@ static void flush_group(lua_State *L, int list) {
   }
   dev_ctx *ctx = dev_stream_ctx(s);
   bind_site(L, ctx);
-  COLL_CHECK(L, ctx, dev_collective(ctx, s, g, n), "group");
+  BIND_CHECK(L, ctx, dev_collective(ctx, s, g, n), coll_name(ctx, "group"));
 }
 
 static int group_body(lua_State *L) {
@@ -433,7 +431,7 @@ static int comm_barrier(lua_State *L) {
   int rc = dev_memset(ctx, s, b, 0, 0, 1);
   if (rc == DEV_OK) rc = dev_collective(ctx, s, &c, 1);
   dev_buf_release(b);
-  COLL_CHECK(L, ctx, rc, "barrier");
+  BIND_CHECK(L, ctx, rc, coll_name(ctx, "barrier"));
   bind_call_site(L, ctx, "barrier");
   BIND_CHECK(L, ctx, dev_stream_synchronize(s), "barrier");
   return 0;

@@ -8,18 +8,40 @@
 
 #include "../cuda/device.h"
 
+/* The types' names: their metatables' registry names and __name, so that
+ * errors say "gpu.Stream expected, got ...".  Each has a bind_type below. */
 #define GPULUA_STREAM "gpu.Stream"
 #define GPULUA_EVENT "gpu.Event"
 #define GPULUA_TENSOR "gpu.Tensor"
-#define GPULUA_DLPACK "gpu.DLPack"      /* a DLPack capsule handed to scripts */
-#define GPULUA_STATE "gpu.State"          /* metatable name */
-#define GPULUA_STATE_KEY "gpulua.state"   /* registry key of the state */
-#define GPULUA_USING "gpu.Using"
-#define GPULUA_NOSYNC "gpu.NoSync"
-#define SYNC_WARN_MAX 256                 /* distinct sync warnings shown */
+#define GPULUA_KERNEL "gpu.Kernel"
+#define GPULUA_LAUNCHER "gpu.Launcher"     /* k{grid =, block =}: a configured launch */
+#define GPULUA_MODULE "gpu.Module"         /* a table: the kernels of a module by name */
+#define GPULUA_MODREF "gpu.ModuleRef"      /* holds a module while it is being made */
+#define GPULUA_MODFILE "gpu.ModuleFile"    /* a module file being read (gpu.load_module) */
+#define GPULUA_TASK "gpu.Task"
+#define GPULUA_NOSYNC "gpu.NoSync"         /* a gpu.nosync scope */
+#define GPULUA_RANGE "gpu.Range"
+#define GPULUA_USING "gpu.Using"           /* gpu.using's to-be-closed guard */
+#define GPULUA_NPY_FILE "gpu.NpyFile"      /* a .npy file being read (gpu.load) */
+#define GPULUA_DLPACK "gpu.DLPack"         /* a DLPack capsule handed to scripts */
+#define GPULUA_STATE "gpu.State"           /* the per-interpreter state */
+#define SYNC_WARN_MAX 256                  /* distinct sync warnings shown */
+
+/* Each handle type starts with a tag, the address of its type's bind_type:
+ * a userdata of the type's size whose first word is that address is that
+ * type.  One load, where luaL_testudata looks the metatable up by name in the
+ * registry (three times per enqueued op, a third of the cost of a fill).
+ * Only C code makes full userdata, so a script cannot forge a tag; the
+ * metatables are still set, for methods and __gc. */
+typedef struct bind_type { const char *name; } bind_type;
+extern const bind_type bind_stream_type, bind_event_type, bind_tensor_type, bind_kernel_type,
+    bind_launcher_type, bind_module_type, bind_modref_type, bind_modfile_type, bind_task_type,
+    bind_nosync_type, bind_range_type, bind_using_type, bind_npy_file_type, bind_dlpack_type,
+    bind_state_type;
 
 /* One per interpreter, a full userdata anchored in the registry. */
 typedef struct gpu_state {
+  const bind_type *tag;
   dev_ctx *ctx;
   uint64_t seed, offset;       /* the generator: Philox key and next counter */
   int current;                 /* registry ref: table thread -> current stream (weak keys) */
@@ -34,15 +56,6 @@ typedef struct gpu_state {
   size_t gc_limit[DEV_NMEMKIND];   /* bytes live per kind past which the collector runs */
   size_t gc_young, gc_young_step;  /* bytes allocated since the last collection step, and the step */
 } gpu_state;
-
-/* Each handle type starts with a tag, the address of its type's bind_type:
- * a userdata of the type's size whose first word is that address is that
- * type.  One load, where luaL_testudata looks the metatable up by name in the
- * registry (three times per enqueued op, a third of the cost of a fill).
- * Only C code makes full userdata, so a script cannot forge a tag; the
- * metatables are still set, for methods and __gc. */
-typedef struct bind_type { const char *name; } bind_type;
-extern const bind_type bind_stream_type, bind_event_type, bind_tensor_type;
 
 typedef struct gpu_stream { const bind_type *tag; dev_stream *s; } gpu_stream;
 typedef struct gpu_event { const bind_type *tag; dev_event *e; } gpu_event;
@@ -67,6 +80,20 @@ const char *bind_typename(lua_State *L, int idx);
 /* As luaL_checkudata: the handle, or a "<type> expected" argument error. */
 void *bind_check_type(lua_State *L, int idx, const bind_type *ty, size_t size);
 
+/* Make ty's metatable, as liolib's createmeta: registered under ty->name
+ * (luaL_newmetatable, which sets __name), with the metamethods `meta`.  When
+ * the type has methods or fields, __index is one C closure: a raw get in the
+ * methods table (its upvalue; also the metatable's __methods, which the
+ * REPL's completion reads), then, for a key that is no method, the type's
+ * field getter, meta's "__index" entry, called with (object, key).  Either
+ * may be NULL.  Leaves the stack as it was; a second call for ty does
+ * nothing. */
+void bind_newtype(lua_State *L, const bind_type *ty, const luaL_Reg *meta, const luaL_Reg *methods);
+/* Push a new full userdata of type ty (made by bind_newtype): size bytes,
+ * zeroed, the tag set, nuv user values, ty's metatable.  The released state
+ * of every handle is all zeros but for what its maker sets next. */
+void *bind_new_udata(lua_State *L, const bind_type *ty, size_t size, int nuv);
+
 gpu_state *bind_state(lua_State *L);
 static inline dev_ctx *bind_ctx(lua_State *L) { return bind_state(L)->ctx; }
 
@@ -78,7 +105,11 @@ static inline void bind_call_site(lua_State *L, dev_ctx *ctx, const char *fname)
   bind_site(L, ctx);
   dev_set_call(ctx, fname);
 }
-/* Raise "<where>fname: <device layer message>". */
+/* How a device error is raised, the one way: "<where>fname: <device layer
+ * message>", where is the calling script line (found up the stack when a C
+ * function such as print called the binding); fname NULL: the message names
+ * the call itself.  BIND_CHECK evaluates fname only when call failed, so it
+ * may be formatted then (a kernel's name, a collective's message). */
 int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname);
 #define BIND_CHECK(L, ctx, call, fname) \
   do { if ((call) != DEV_OK) bind_raise((L), (ctx), (fname)); } while (0)
@@ -101,7 +132,7 @@ void bind_push_event(lua_State *L, dev_event *e);     /* takes ownership */
 
 /* kernels: a gpu.Kernel handle in the released state (m NULL), for a
  * module made after it is pushed */
-typedef struct gpu_kernel_handle { dev_module *m; dev_kernel *k; } gpu_kernel_handle;
+typedef struct gpu_kernel_handle { const bind_type *tag; dev_module *m; dev_kernel *k; } gpu_kernel_handle;
 gpu_kernel_handle *bind_new_kernel_handle(lua_State *L);
 
 /* tensors */
@@ -110,6 +141,7 @@ gpu_kernel_handle *bind_new_kernel_handle(lua_State *L);
 gpu_tensor *bind_push_tensor_handle(lua_State *L);
 gpu_tensor *bind_check_tensor(lua_State *L, int idx);
 gpu_tensor *bind_test_tensor(lua_State *L, int idx); /* NULL if not a tensor; raises if closed */
+int bind_tensor_save(lua_State *L);   /* t:save(path [, opts]), in npy.c with the .npy writer */
 
 /* Table-field helpers for an opts table at idx (idx may be none/nil). */
 int bind_opt_field(lua_State *L, int idx, const char *field); /* pushes the field, returns its type */
@@ -136,7 +168,7 @@ int *bind_sync_slot(lua_State *L);
 void bind_sync_apply(lua_State *L);
 void bind_sync_apply_slot(lua_State *L, int slot);
 int bind_open_trace(lua_State *L);    /* gpu.trace, gpu.range */
-int bind_open_npy(lua_State *L);      /* gpu.load, t:save (.npy files) */
+int bind_open_npy(lua_State *L);      /* gpu.load (.npy files) */
 int bind_open_dlpack(lua_State *L);   /* gpu.from_dlpack */
 int bind_open_memory(lua_State *L);   /* gpu.memory, gpu.empty_cache, gpu.reset_peak_memory */
 void bind_memory_init(gpu_state *st); /* once the context is open */

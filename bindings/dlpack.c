@@ -100,7 +100,7 @@ int embed_dlpack_export(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   bind_call_site(L, ctx, "to_dlpack");
   /* the consumer may read or write at once, on any stream */
-  if (dev_buf_wait(t->v.buf, "a DLPack export") != DEV_OK) bind_raise(L, ctx, "to_dlpack");
+  BIND_CHECK(L, ctx, dev_buf_wait(t->v.buf, "a DLPack export"), "to_dlpack");
   dl_export *e = calloc(1, sizeof *e);
   if (!e) return luaL_error(L, "to_dlpack: out of memory");
   /* nothing below raises */
@@ -257,8 +257,7 @@ static int push_import(lua_State *L, void *p, int versioned, int arg, const char
   gpu_tensor *t = bind_push_tensor_handle(L);
   /* ownership passes here, and nothing after raises */
   dev_buf *b;
-  if (dev_buf_wrap(ctx, kind, (void *)first, bytes, release, p, &b) != DEV_OK)
-    return bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, dev_buf_wrap(ctx, kind, (void *)first, bytes, release, p, &b), fname);
   t->v = v;
   t->v.buf = b;
   return 1;
@@ -274,10 +273,10 @@ int embed_dlpack_import(lua_State *L) {
  * a full userdata, so a script can neither forge nor reuse one.  It owns m
  * until gpu.from_dlpack consumes it (then the tensor does); an unused one
  * calls m's deleter when collected or closed.  m NULL: used or released. */
-typedef struct dl_capsule { void *m; int versioned; } dl_capsule;
+typedef struct dl_capsule { const bind_type *tag; void *m; int versioned; } dl_capsule;
 
 static int capsule_release(lua_State *L) {
-  dl_capsule *c = luaL_checkudata(L, 1, GPULUA_DLPACK);
+  dl_capsule *c = bind_check_type(L, 1, &bind_dlpack_type, sizeof *c);
   void *m = c->m;
   c->m = NULL;
   if (m) {
@@ -288,7 +287,7 @@ static int capsule_release(lua_State *L) {
 }
 
 static int capsule_tostring(lua_State *L) {
-  dl_capsule *c = luaL_checkudata(L, 1, GPULUA_DLPACK);
+  dl_capsule *c = bind_check_type(L, 1, &bind_dlpack_type, sizeof *c);
   lua_pushfstring(L, "gpu.DLPack (%s%s)", c->versioned ? "versioned, " : "", c->m ? "unused" : "used");
   return 1;
 }
@@ -299,10 +298,8 @@ int embed_dlpack_capsule(lua_State *L) {
   void *m = lua_touserdata(L, 1);
   int versioned = lua_toboolean(L, 2);
   if (!m) return luaL_error(L, "the managed tensor is NULL");
-  dl_capsule *c = lua_newuserdatauv(L, sizeof *c, 0);
-  c->m = NULL;
+  dl_capsule *c = bind_new_udata(L, &bind_dlpack_type, sizeof *c, 0);
   c->versioned = versioned;
-  luaL_setmetatable(L, GPULUA_DLPACK);
   c->m = m;
   return 1;
 }
@@ -311,7 +308,7 @@ int embed_dlpack_capsule(lua_State *L) {
  * which it owns from then on; the capsule is used up.  Raised: the capsule
  * keeps it. */
 static int gpu_from_dlpack(lua_State *L) {
-  dl_capsule *c = luaL_testudata(L, 1, GPULUA_DLPACK);
+  dl_capsule *c = bind_test_type(L, 1, &bind_dlpack_type, sizeof *c);
   if (!c) return luaL_typeerror(L, 1, GPULUA_DLPACK " (a capsule from gpulua_push_dlpack_capsule)");
   if (!c->m) return luaL_argerror(L, 1, "the capsule was used already (a DLPack tensor is imported once)");
   push_import(L, c->m, c->versioned, 1, "from_dlpack");
@@ -332,9 +329,7 @@ static const luaL_Reg capsule_meta[] = {
 };
 
 int bind_open_dlpack(lua_State *L) {
-  luaL_newmetatable(L, GPULUA_DLPACK);
-  luaL_setfuncs(L, capsule_meta, 0);
-  lua_pop(L, 1);
+  bind_newtype(L, &bind_dlpack_type, capsule_meta, NULL);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

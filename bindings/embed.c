@@ -120,10 +120,7 @@ int embed_push_stream(lua_State *L) {
     bind_push_stream(L, dev_default_stream(ctx));
     return 1;
   }
-  gpu_stream *p = lua_newuserdatauv(L, sizeof *p, 0);
-  p->tag = &bind_stream_type;
-  p->s = NULL;
-  luaL_setmetatable(L, GPULUA_STREAM);
+  gpu_stream *p = bind_new_udata(L, &bind_stream_type, sizeof *p, 0);
   dev_stream *s;
   if (dev_stream_wrap(ctx, native, &s) != DEV_OK)
     return luaL_error(L, "gpulua_push_stream: %s", dev_errmsg(ctx));

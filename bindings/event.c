@@ -14,10 +14,7 @@ dev_event *bind_check_event(lua_State *L, int idx) {
 }
 
 void bind_push_event(lua_State *L, dev_event *e) {
-  gpu_event *p = lua_newuserdatauv(L, sizeof *p, 0);
-  p->tag = &bind_event_type;
-  p->e = NULL;
-  luaL_setmetatable(L, GPULUA_EVENT);
+  gpu_event *p = bind_new_udata(L, &bind_event_type, sizeof *p, 0);
   p->e = e;
 }
 
@@ -29,10 +26,7 @@ static int event_new(lua_State *L) {
     if (bind_opt_field(L, 1, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
-  gpu_event *p = lua_newuserdatauv(L, sizeof *p, 0);
-  p->tag = &bind_event_type;
-  p->e = NULL;
-  luaL_setmetatable(L, GPULUA_EVENT);
+  gpu_event *p = bind_new_udata(L, &bind_event_type, sizeof *p, 0);
   BIND_CHECK(L, ctx, dev_event_create(ctx, timing, &p->e), "event");
   return 1;
 }
@@ -74,7 +68,7 @@ static int elapsed(lua_State *L, int start, int end) {
   dev_ctx *ctx = bind_ctx(L);
   dev_event *a = bind_check_event(L, start), *b = bind_check_event(L, end);
   double ms;
-  if (dev_event_elapsed(a, b, &ms)) return luaL_error(L, "elapsed: %s", dev_errmsg(ctx));
+  BIND_CHECK(L, ctx, dev_event_elapsed(a, b, &ms), "elapsed");
   lua_pushnumber(L, ms);
   return 1;
 }
@@ -84,13 +78,10 @@ static int event_elapsed(lua_State *L) { return elapsed(L, 1, 2); }
 /* ev2 - ev1: milliseconds from ev1 to ev2 */
 static int event_sub(lua_State *L) { return elapsed(L, 2, 1); }
 
-static int event_index(lua_State *L) {
+/* e.closed, e.timing, e.recorded (after the methods) */
+static int event_fields(lua_State *L) {
   gpu_event *p = to_event(L, 1);
   const char *k = luaL_checkstring(L, 2);
-  lua_getmetatable(L, 1);
-  lua_getfield(L, -1, "__methods");
-  if (lua_getfield(L, -1, k) != LUA_TNIL) return 1;
-  lua_pop(L, 3);
   if (strcmp(k, "closed") == 0) {
     lua_pushboolean(L, p->e == NULL);
     return 1;
@@ -122,7 +113,7 @@ static const luaL_Reg methods[] = {
 };
 
 static const luaL_Reg metamethods[] = {
-  {"__index", event_index},
+  {"__index", event_fields},
   {"__sub", event_sub},
   {"__tostring", event_tostring},
   {"__gc", event_release},
@@ -131,12 +122,7 @@ static const luaL_Reg metamethods[] = {
 };
 
 int bind_open_event(lua_State *L) {
-  if (luaL_newmetatable(L, GPULUA_EVENT)) {
-    luaL_setfuncs(L, metamethods, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__methods");
-  }
-  lua_pop(L, 1);
+  bind_newtype(L, &bind_event_type, metamethods, methods);
   lua_pushcfunction(L, event_new);
   lua_setfield(L, -2, "event");
   return 0;

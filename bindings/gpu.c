@@ -10,16 +10,6 @@
 #include "bindings.h"
 #include "common.h"
 
-const bind_type bind_stream_type = {GPULUA_STREAM};
-const bind_type bind_event_type = {GPULUA_EVENT};
-const bind_type bind_tensor_type = {GPULUA_TENSOR};
-
-void *bind_check_type(lua_State *L, int idx, const bind_type *ty, size_t size) {
-  void *p = bind_test_type(L, idx, ty, size);
-  if (!p) luaL_typeerror(L, idx, ty->name);
-  return p;
-}
-
 /* The state's registry key is this address: no string lookup per call. */
 static const char state_key = 0;
 
@@ -70,7 +60,8 @@ int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname) {
       }
     }
   }
-  lua_pushfstring(L, "%s: %s", fname, dev_errmsg(ctx));
+  if (fname) lua_pushfstring(L, "%s: %s", fname, dev_errmsg(ctx));
+  else lua_pushstring(L, dev_errmsg(ctx));
   lua_concat(L, lua_gettop(L) - top);
   return lua_error(L);
 }
@@ -85,13 +76,6 @@ int bind_opt_field(lua_State *L, int idx, const char *field) {
   idx = lua_absindex(L, idx);
   lua_pushstring(L, field);
   return lua_rawget(L, idx);
-}
-
-const char *bind_typename(lua_State *L, int idx) {
-  idx = lua_absindex(L, idx);
-  if (luaL_getmetafield(L, idx, "__name") == LUA_TSTRING) return lua_tostring(L, -1);
-  if (lua_type(L, idx) == LUA_TLIGHTUSERDATA) return "light userdata";
-  return luaL_typename(L, idx);
 }
 
 /* k (n bytes) is one of the space-separated words of list */
@@ -146,13 +130,18 @@ dev_stream *bind_stream_opts(lua_State *L, int idx) {
 }
 
 static int state_gc(lua_State *L) {
-  gpu_state *st = luaL_checkudata(L, 1, GPULUA_STATE);
+  gpu_state *st = bind_check_type(L, 1, &bind_state_type, sizeof *st);
   if (st->ctx) {
     dev_close(st->ctx);
     st->ctx = NULL;
   }
   return 0;
 }
+
+static const luaL_Reg state_meta[] = {
+  {"__gc", state_gc},
+  {NULL, NULL}
+};
 
 static int gpu_device_count(lua_State *L) {
   lua_pushinteger(L, dev_device_count(bind_ctx(L)));
@@ -373,14 +362,10 @@ int bind_open_gpu(lua_State *L) {
     if (lua_getfield(L, LUA_REGISTRYINDEX, GPULUA_REG_DEVICE) == LUA_TSTRING)
       spec = lua_tostring(L, -1);
     /* Push, then acquire: the state exists (released) before the context. */
-    gpu_state *st = lua_newuserdatauv(L, sizeof *st, 0);
-    memset(st, 0, sizeof *st);
+    bind_newtype(L, &bind_state_type, state_meta, NULL);
+    gpu_state *st = bind_new_udata(L, &bind_state_type, sizeof *st, 0);
     st->current = st->dflt = LUA_NOREF;
     st->seed = 0x5EEDULL;
-    luaL_newmetatable(L, GPULUA_STATE);
-    lua_pushcfunction(L, state_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
     st->sync_main = -1;
     /* GPULUA_SYNC_DEBUG: the initial mode, for scripts and embedders alike;
      * checked before anything is set up */

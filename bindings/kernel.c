@@ -15,47 +15,40 @@
 
 #include "common.h"
 
-#define GPULUA_KERNEL "gpu.Kernel"
-#define GPULUA_LAUNCHER "gpu.Launcher"
-#define GPULUA_MODULE "gpu.Module"
-#define GPULUA_MODREF "gpu.ModuleRef"
-#define GPULUA_MODFILE "gpu.ModuleFile"
 #define MAXPARAMS 128
 
 /* Each handle holds a reference on its module; NULL once closed. */
 typedef gpu_kernel_handle gpu_kernel;
 typedef struct gpu_launcher {
-  const bind_type *tag;         /* &launcher_type: launches skip the checkudata lookup */
+  const bind_type *tag;
   dev_module *m;
   dev_kernel *k;
   unsigned grid[3], block[3];
   size_t shared;
   int has_stream;               /* the stream is uservalue 1 */
 } gpu_launcher;
-typedef struct gpu_modref { dev_module *m; } gpu_modref;
-
-static const bind_type launcher_type = {GPULUA_LAUNCHER};
+typedef struct gpu_modref { const bind_type *tag; dev_module *m; } gpu_modref;
 
 static int modref_release(lua_State *L) {
-  gpu_modref *r = luaL_checkudata(L, 1, GPULUA_MODREF);
+  gpu_modref *r = bind_check_type(L, 1, &bind_modref_type, sizeof *r);
   if (r->m) { dev_module *m = r->m; r->m = NULL; dev_module_release(m); }
   return 0;
 }
 
 static gpu_kernel *check_kernel(lua_State *L, int idx) {
-  gpu_kernel *g = luaL_checkudata(L, idx, GPULUA_KERNEL);
+  gpu_kernel *g = bind_check_type(L, idx, &bind_kernel_type, sizeof *g);
   if (!g->m) luaL_argerror(L, idx, "kernel is closed");
   return g;
 }
 
 static int kernel_release(lua_State *L) {
-  gpu_kernel *g = luaL_checkudata(L, 1, GPULUA_KERNEL);
+  gpu_kernel *g = bind_check_type(L, 1, &bind_kernel_type, sizeof *g);
   if (g->m) { dev_module *m = g->m; g->m = NULL; g->k = NULL; dev_module_release(m); }
   return 0;
 }
 
 static int launcher_release(lua_State *L) {
-  gpu_launcher *ln = bind_check_type(L, 1, &launcher_type, sizeof(gpu_launcher));
+  gpu_launcher *ln = bind_check_type(L, 1, &bind_launcher_type, sizeof(gpu_launcher));
   if (ln->m) { dev_module *m = ln->m; ln->m = NULL; ln->k = NULL; dev_module_release(m); }
   return 0;
 }
@@ -115,10 +108,7 @@ static int kernel_call(lua_State *L) {
     return luaL_error(L, "kernel '%s': call it with a launch configuration first: "
                       "k{grid = ..., block = ...}(args...)", g->k->sig.name);
   bind_check_opts(L, 2, "grid block shared stream");
-  gpu_launcher *ln = lua_newuserdatauv(L, sizeof *ln, 1);
-  memset(ln, 0, sizeof *ln);
-  ln->tag = &launcher_type;
-  luaL_setmetatable(L, GPULUA_LAUNCHER);
+  gpu_launcher *ln = bind_new_udata(L, &bind_launcher_type, sizeof *ln, 1);
   check_dim3(L, 2, "grid", ln->grid, 1);
   check_dim3(L, 2, "block", ln->block, 1);
   if (bind_opt_field(L, 2, "shared") != LUA_TNIL) {
@@ -224,9 +214,15 @@ static void *tensor_arg(lua_State *L, const dev_kernel *k, int i, int idx, dev_b
   return ptr;
 }
 
+/* "kernel 'saxpy'": the name a failed launch is raised with */
+static const char *kernel_what(char *buf, size_t n, const dev_kernel *k) {
+  snprintf(buf, n, "kernel '%s'", k->sig.name);
+  return buf;
+}
+
 /* launcher(args...) */
 static int launcher_call(lua_State *L) {
-  gpu_launcher *ln = bind_check_type(L, 1, &launcher_type, sizeof *ln);
+  gpu_launcher *ln = bind_check_type(L, 1, &bind_launcher_type, sizeof *ln);
   if (!ln->m) return luaL_argerror(L, 1, "launcher is closed");
   dev_kernel *k = ln->k;
   int np = k->sig.nparams, nargs = lua_gettop(L) - 1;
@@ -327,17 +323,16 @@ static int launcher_call(lua_State *L) {
   memcpy(l.grid, ln->grid, sizeof l.grid);
   memcpy(l.block, ln->block, sizeof l.block);
   dev_kop op = {.kind = DEV_OP_LAUNCH, .launch = &l};
-  if (dev_submit(ctx, s, &op) != DEV_OK) {
-    char what[160];
-    snprintf(what, sizeof what, "kernel '%s'", k->sig.name);
-    bind_raise(L, ctx, what);
-  }
+  char what[160];
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), kernel_what(what, sizeof what, k));
   return 0;
 }
 
 /* ---- kernel fields ------------------------------------------------------- */
 
-static int kernel_index(lua_State *L) {
+/* k.name, k.signature, k.params, ... and k:close: no methods table, so that
+ * every field of a closed kernel, close too, raises "kernel is closed" */
+static int kernel_fields(lua_State *L) {
   gpu_kernel *g = check_kernel(L, 1);
   const char *key = luaL_checkstring(L, 2);
   const dev_kernel *k = g->k;
@@ -366,7 +361,7 @@ static int kernel_index(lua_State *L) {
 }
 
 static int kernel_tostring(lua_State *L) {
-  gpu_kernel *g = luaL_checkudata(L, 1, GPULUA_KERNEL);
+  gpu_kernel *g = bind_check_type(L, 1, &bind_kernel_type, sizeof *g);
   if (!g->m) { lua_pushliteral(L, "gpu.Kernel (closed)"); return 1; }
   push_signature(L, g->k);
   lua_pushfstring(L, "gpu.Kernel: %s", lua_tostring(L, -1));
@@ -374,7 +369,7 @@ static int kernel_tostring(lua_State *L) {
 }
 
 static int launcher_tostring(lua_State *L) {
-  gpu_launcher *ln = bind_check_type(L, 1, &launcher_type, sizeof(gpu_launcher));
+  gpu_launcher *ln = bind_check_type(L, 1, &bind_launcher_type, sizeof(gpu_launcher));
   if (!ln->m) { lua_pushliteral(L, "gpu.Launcher (closed)"); return 1; }
   lua_pushfstring(L, "gpu.Launcher: %s grid {%d, %d, %d} block {%d, %d, %d} shared %d", ln->k->sig.name,
                   (int)ln->grid[0], (int)ln->grid[1], (int)ln->grid[2], (int)ln->block[0],
@@ -409,9 +404,7 @@ static void push_module(lua_State *L, int ref) {
   lua_createtable(L, 0, n);
   for (int i = 0; i < n; i++) {
     dev_kernel *k = dev_module_kernel(m, i);
-    gpu_kernel *g = lua_newuserdatauv(L, sizeof *g, 0);
-    g->m = NULL;
-    luaL_setmetatable(L, GPULUA_KERNEL);
+    gpu_kernel *g = bind_new_udata(L, &bind_kernel_type, sizeof *g, 0);
     dev_module_retain(m);
     g->m = m;
     g->k = k;
@@ -421,18 +414,11 @@ static void push_module(lua_State *L, int ref) {
 }
 
 gpu_kernel_handle *bind_new_kernel_handle(lua_State *L) {
-  gpu_kernel *g = lua_newuserdatauv(L, sizeof *g, 0);
-  g->m = NULL;
-  g->k = NULL;
-  luaL_setmetatable(L, GPULUA_KERNEL);
-  return g;
+  return bind_new_udata(L, &bind_kernel_type, sizeof(gpu_kernel), 0);
 }
 
 static gpu_modref *new_modref(lua_State *L) {
-  gpu_modref *r = lua_newuserdatauv(L, sizeof *r, 0);
-  r->m = NULL;
-  luaL_setmetatable(L, GPULUA_MODREF);
-  return r;
+  return bind_new_udata(L, &bind_modref_type, sizeof(gpu_modref), 0);
 }
 
 /* gpu.compile(src, {options = {...}, name =, cache =}) */
@@ -492,10 +478,10 @@ static int gpu_compile(lua_State *L) {
 
 /* The open module file: a to-be-closed userdata that owns the descriptor,
  * made before the open, so that no error (an allocation included) leaks it. */
-typedef struct modfile { int fd; } modfile;
+typedef struct modfile { const bind_type *tag; int fd; } modfile;
 
 static int modfile_close(lua_State *L) {
-  modfile *f = luaL_checkudata(L, 1, GPULUA_MODFILE);
+  modfile *f = bind_check_type(L, 1, &bind_modfile_type, sizeof *f);
   if (f->fd >= 0) {
     close(f->fd);
     f->fd = -1;
@@ -517,9 +503,8 @@ static int image_text(const char *s, size_t len) {
 
 /* Push the contents of the regular file at path (at most MAX_IMAGE bytes). */
 static void push_file(lua_State *L, const char *path, size_t len) {
-  modfile *f = lua_newuserdatauv(L, sizeof *f, 0);
+  modfile *f = bind_new_udata(L, &bind_modfile_type, sizeof *f, 0);
   f->fd = -1;
-  luaL_setmetatable(L, GPULUA_MODFILE);
   lua_toclose(L, -1);   /* closed on return and on every error */
   /* O_NONBLOCK: opening a FIFO must not wait for a writer (refused below) */
   f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -595,7 +580,7 @@ static int gpu_load_module(lua_State *L) {
 }
 
 static const luaL_Reg kernel_meta[] = {
-  {"__index", kernel_index},
+  {"__index", kernel_fields},
   {"__call", kernel_call},
   {"__tostring", kernel_tostring},
   {"__gc", kernel_release},
@@ -617,27 +602,29 @@ static const luaL_Reg kernel_funcs[] = {
   {NULL, NULL}
 };
 
+static const luaL_Reg modref_meta[] = {
+  {"__gc", modref_release},
+  {NULL, NULL}
+};
+
+static const luaL_Reg modfile_meta[] = {
+  {"__close", modfile_close},
+  {"__gc", modfile_close},
+  {NULL, NULL}
+};
+
+/* a table of kernels: its fields are raw; __index is for a missing one */
+static const luaL_Reg module_meta[] = {
+  {"__index", module_index},
+  {NULL, NULL}
+};
+
 int bind_open_kernel(lua_State *L) {
-  luaL_newmetatable(L, GPULUA_KERNEL);
-  luaL_setfuncs(L, kernel_meta, 0);
-  lua_pop(L, 1);
-  luaL_newmetatable(L, GPULUA_LAUNCHER);
-  luaL_setfuncs(L, launcher_meta, 0);
-  lua_pop(L, 1);
-  luaL_newmetatable(L, GPULUA_MODREF);
-  lua_pushcfunction(L, modref_release);
-  lua_setfield(L, -2, "__gc");
-  lua_pop(L, 1);
-  luaL_newmetatable(L, GPULUA_MODFILE);
-  lua_pushcfunction(L, modfile_close);
-  lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, modfile_close);
-  lua_setfield(L, -2, "__gc");
-  lua_pop(L, 1);
-  luaL_newmetatable(L, GPULUA_MODULE);
-  lua_pushcfunction(L, module_index);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
+  bind_newtype(L, &bind_kernel_type, kernel_meta, NULL);
+  bind_newtype(L, &bind_launcher_type, launcher_meta, NULL);
+  bind_newtype(L, &bind_modref_type, modref_meta, NULL);
+  bind_newtype(L, &bind_modfile_type, modfile_meta, NULL);
+  bind_newtype(L, &bind_module_type, module_meta, NULL);
   luaL_setfuncs(L, kernel_funcs, 0);
   return 0;
 }

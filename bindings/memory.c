@@ -77,7 +77,7 @@ dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int opts, cons
   int rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
   if (rc == DEV_ERR_NOMEM && bind_reclaim(L, kind, bytes) == DEV_OK)
     rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
-  if (rc != DEV_OK) bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, rc, fname);
   return b;
 }
 

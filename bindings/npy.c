@@ -31,7 +31,6 @@
 #define NPY_MAX_HEADER (1 << 20)    /* numpy's own limit is 10000 bytes */
 #define NPY_ALIGN 64
 #define NPY_GROWTH_DIGITS 21        /* numpy leaves room to rewrite the first size */
-#define GPULUA_NPY_FILE "gpu.NpyFile"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the .npy reader and writer assume a little-endian host"
@@ -66,10 +65,10 @@ typedef struct npy_header {
 
 /* ---- the file handle: a userdata that closes the descriptor -------------- */
 
-typedef struct npy_file { int fd; } npy_file;
+typedef struct npy_file { const bind_type *tag; int fd; } npy_file;
 
 static int npy_file_close(lua_State *L) {
-  npy_file *f = luaL_checkudata(L, 1, GPULUA_NPY_FILE);
+  npy_file *f = bind_check_type(L, 1, &bind_npy_file_type, sizeof *f);
   if (f->fd >= 0) {
     close(f->fd);
     f->fd = -1;
@@ -442,9 +441,8 @@ static int gpu_load(lua_State *L) {
   lua_pop(L, 1);
   bind_opt_stream(L, 2);   /* a bad stream raises before the file is read */
 
-  npy_file *f = lua_newuserdatauv(L, sizeof *f, 0);
+  npy_file *f = bind_new_udata(L, &bind_npy_file_type, sizeof *f, 0);
   f->fd = -1;
-  luaL_setmetatable(L, GPULUA_NPY_FILE);
   int fslot = lua_gettop(L);
   lua_toclose(L, fslot);   /* closed on return and on every error */
   /* O_NONBLOCK: opening a FIFO must not wait for a writer (read_header refuses it) */
@@ -484,7 +482,7 @@ static int gpu_load(lua_State *L) {
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
   op.in[0] = stage->v;
   bind_call_site(L, ctx, "load");
-  if (dev_submit(ctx, s, &op) != DEV_OK) bind_raise(L, ctx, "load");
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), "load");
   /* the staging buffer goes back to the pool once the copy has read it */
   drop(L, sidx);
   lua_settop(L, dst);
@@ -570,8 +568,8 @@ static int save_file(const char *path, const char *hdr, size_t hlen, const void 
   return e ? -1 : 0;
 }
 
-/* t:save(path [, {stream = s}]) --> t */
-static int t_save(lua_State *L) {
+/* t:save(path [, {stream = s}]) --> t, one of the tensor's methods */
+int bind_tensor_save(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   size_t plen;
   const char *path = luaL_checklstring(L, 2, &plen);
@@ -583,7 +581,7 @@ static int t_save(lua_State *L) {
   if (t->v.buf->kind != DEV_MEM_DEVICE && dev_view_contiguous(&t->v)) {
     /* written from where it lies, once queued writers are done */
     bind_call_site(L, ctx, "save");
-    if (dev_buf_fence(t->v.buf, 0) != DEV_OK) bind_raise(L, ctx, "save");
+    BIND_CHECK(L, ctx, dev_buf_fence(t->v.buf, 0), "save");
     data = dev_view_ptr(&t->v);
   } else {
     /* C order on the host: a counted sync, as t:totable */
@@ -591,7 +589,7 @@ static int t_save(lua_State *L) {
     dev_stream *s = bind_opt_stream(L, 3);
     t = bind_check_tensor(L, 1);
     bind_call_site(L, ctx, "save");
-    if (dev_read(ctx, s, &t->v, p) != DEV_OK) bind_raise(L, ctx, "save");
+    BIND_CHECK(L, ctx, dev_read(ctx, s, &t->v, p), "save");
     data = p;
   }
   char hdr[1024], err[512];
@@ -608,21 +606,14 @@ static const luaL_Reg funcs[] = {
   {NULL, NULL}
 };
 
+static const luaL_Reg npy_file_meta[] = {
+  {"__close", npy_file_close},
+  {"__gc", npy_file_close},
+  {NULL, NULL}
+};
+
 int bind_open_npy(lua_State *L) {
-  if (luaL_newmetatable(L, GPULUA_NPY_FILE)) {
-    lua_pushcfunction(L, npy_file_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, npy_file_close);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  /* t:save joins the tensor's methods (bind_open_tensor ran before) */
-  luaL_getmetatable(L, GPULUA_TENSOR);
-  if (lua_getfield(L, -1, "__methods") == LUA_TTABLE) {
-    lua_pushcfunction(L, t_save);
-    lua_setfield(L, -2, "save");
-  }
-  lua_pop(L, 2);
+  bind_newtype(L, &bind_npy_file_type, npy_file_meta, NULL);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

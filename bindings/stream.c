@@ -15,10 +15,7 @@ dev_stream *bind_check_stream(lua_State *L, int idx) {
 }
 
 void bind_push_stream(lua_State *L, dev_stream *s) {
-  gpu_stream *p = lua_newuserdatauv(L, sizeof *p, 0);
-  p->tag = &bind_stream_type;
-  p->s = NULL;
-  luaL_setmetatable(L, GPULUA_STREAM);
+  gpu_stream *p = bind_new_udata(L, &bind_stream_type, sizeof *p, 0);
   dev_stream_retain(s);
   p->s = s;
 }
@@ -95,10 +92,7 @@ static int stream_new(lua_State *L) {
     nonblocking = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
-  gpu_stream *p = lua_newuserdatauv(L, sizeof *p, 0);
-  p->tag = &bind_stream_type;
-  p->s = NULL;
-  luaL_setmetatable(L, GPULUA_STREAM);
+  gpu_stream *p = bind_new_udata(L, &bind_stream_type, sizeof *p, 0);
   BIND_CHECK(L, ctx, dev_stream_create(ctx, prio, nonblocking, &p->s), "stream");
   return 1;
 }
@@ -169,14 +163,10 @@ static int stream_record(lua_State *L) {
   return 1;
 }
 
-static int stream_index(lua_State *L) {
+/* s.priority, s.nonblocking, s.id, s.closed, s.is_default (after the methods) */
+static int stream_fields(lua_State *L) {
   gpu_stream *p = to_stream(L, 1);
   const char *k = luaL_checkstring(L, 2);
-  if (lua_getmetatable(L, 1)) {  /* methods first */
-    lua_getfield(L, -1, "__methods");
-    if (lua_getfield(L, -1, k) != LUA_TNIL) return 1;
-    lua_pop(L, 3);
-  }
   if (!p->s) {
     if (strcmp(k, "closed") == 0) { lua_pushboolean(L, 1); return 1; }
     return luaL_error(L, "stream is closed");
@@ -214,9 +204,11 @@ static int stream_tostring(lua_State *L) {
 
 /* ---- gpu.using ------------------------------------------------------- */
 
-/* A to-be-closed guard: { thread, previous stream or false }. */
+/* A to-be-closed guard, its user values { thread, previous stream or false }. */
+typedef struct using_guard { const bind_type *tag; } using_guard;
+
 static int using_close(lua_State *L) {
-  luaL_checkudata(L, 1, GPULUA_USING);
+  bind_check_type(L, 1, &bind_using_type, sizeof(using_guard));
   lua_getiuservalue(L, 1, 1);  /* thread */
   if (lua_isnil(L, -1)) return 0;  /* already restored */
   gpu_state *st = bind_state(L);
@@ -233,8 +225,7 @@ static int using_close(lua_State *L) {
 static int gpu_using(lua_State *L) {
   bind_check_stream(L, 1);
   gpu_state *st = bind_state(L);
-  lua_newuserdatauv(L, 1, 2);
-  luaL_setmetatable(L, GPULUA_USING);
+  bind_new_udata(L, &bind_using_type, sizeof(using_guard), 2);
   lua_pushthread(L);
   lua_setiuservalue(L, -2, 1);
   if (push_current(L) == LUA_TNIL) { lua_pop(L, 1); lua_pushboolean(L, 0); }
@@ -270,10 +261,15 @@ static const luaL_Reg methods[] = {
 };
 
 static const luaL_Reg metamethods[] = {
-  {"__index", stream_index},
+  {"__index", stream_fields},
   {"__tostring", stream_tostring},
   {"__gc", stream_release},
   {"__close", stream_release},
+  {NULL, NULL}
+};
+
+static const luaL_Reg using_meta[] = {
+  {"__close", using_close},
   {NULL, NULL}
 };
 
@@ -286,17 +282,8 @@ static const luaL_Reg funcs[] = {
 };
 
 int bind_open_stream(lua_State *L) {
-  if (luaL_newmetatable(L, GPULUA_STREAM)) {
-    luaL_setfuncs(L, metamethods, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__methods");
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, GPULUA_USING)) {
-    lua_pushcfunction(L, using_close);
-    lua_setfield(L, -2, "__close");
-  }
-  lua_pop(L, 1);
+  bind_newtype(L, &bind_stream_type, metamethods, methods);
+  bind_newtype(L, &bind_using_type, using_meta, NULL);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

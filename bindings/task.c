@@ -22,8 +22,6 @@
 #include "bindings.h"
 #include "common.h"
 
-#define GPULUA_TASK "gpu.Task"
-
 enum { T_NEW, T_READY, T_RUNNING, T_WAIT_DEV, T_WAIT_TASK, T_DONE, T_FAILED };
 static const char *const state_names[] = {"new", "ready", "running", "waiting for the device",
                                           "waiting for a task", "done", "failed"};
@@ -31,6 +29,7 @@ static const char *const state_names[] = {"new", "ready", "running", "waiting fo
 /* user values: 1 the coroutine, 2 what it awaits (kept alive), 3 the
  * results (a table with n) or the error message */
 typedef struct gpu_task {
+  const bind_type *tag;
   int state;
   int id;
   int sync_slot;          /* the mode of its newest open gpu.nosync scope, -1 none */
@@ -41,11 +40,11 @@ typedef struct gpu_task {
 static const char loop_key = 0;   /* registry: the loop table */
 
 static gpu_task *check_task(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, GPULUA_TASK);
+  return bind_check_type(L, idx, &bind_task_type, sizeof(gpu_task));
 }
 
 static gpu_task *test_task(lua_State *L, int idx) {
-  return luaL_testudata(L, idx, GPULUA_TASK);
+  return bind_test_type(L, idx, &bind_task_type, sizeof(gpu_task));
 }
 
 /* Pushes the loop table, creating it on first use. */
@@ -117,6 +116,7 @@ static const char main_owner = 0;   /* the key of the main program's scopes */
 /* user values: 1 the owner (a gpu.Task, or false: the main program), 2 the
  * coroutine that opened it */
 typedef struct nosync_scope {
+  const bind_type *tag;
   lua_Integer seq;   /* its place in the opening order; 0 once closed */
   int mode;
   gpu_state *st;     /* for __gc, which must not raise once the runtime is closed */
@@ -196,11 +196,10 @@ static int gpu_nosync(lua_State *L) {
   int mode = luaL_checkoption(L, 1, "error", sync_modes);
   gpu_state *st = bind_state(L);
   lua_settop(L, 0);
-  nosync_scope *s = lua_newuserdatauv(L, sizeof *s, 2);   /* 1 */
+  nosync_scope *s = bind_new_udata(L, &bind_nosync_type, sizeof *s, 2);   /* 1 */
   s->seq = 0;   /* not open until it is in its owner's list */
   s->mode = mode;
   s->st = st;
-  luaL_setmetatable(L, GPULUA_NOSYNC);
   if (!push_running(L)) {   /* 2: the owner */
     lua_pop(L, 1);
     lua_pushboolean(L, 0);
@@ -254,7 +253,7 @@ static int gpu_nosync(lua_State *L) {
  * is set again for whatever runs now (which may be another task).  Never
  * raises. */
 static int nosync_close(lua_State *L) {
-  nosync_scope *s = luaL_checkudata(L, 1, GPULUA_NOSYNC);
+  nosync_scope *s = bind_check_type(L, 1, &bind_nosync_type, sizeof *s);
   if (s->seq == 0) return 0;
   lua_Integer seq = s->seq;
   s->seq = 0;
@@ -279,10 +278,8 @@ static int task_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   bind_state(L);
   int nargs = lua_gettop(L) - 1;
-  gpu_task *t = lua_newuserdatauv(L, sizeof *t, 3);
-  memset(t, 0, sizeof *t);
+  gpu_task *t = bind_new_udata(L, &bind_task_type, sizeof *t, 3);
   t->sync_slot = -1;
-  luaL_setmetatable(L, GPULUA_TASK);
   int ti = lua_gettop(L);
   lua_State *co = lua_newthread(L);
   lua_setiuservalue(L, ti, 1);
@@ -584,7 +581,7 @@ static int await_k(lua_State *L, int status, lua_KContext kctx) {
     lua_setiuservalue(L, me, 2);
   }
   dev_ctx *ctx = bind_ctx(L);
-  if (dev_check_async(ctx) != DEV_OK) return bind_raise(L, ctx, "await");
+  BIND_CHECK(L, ctx, dev_check_async(ctx), "await");
   return 0;
 }
 
@@ -646,29 +643,6 @@ static int gpu_await(lua_State *L) {
 
 /* ---- methods ------------------------------------------------------------ */
 
-static int task_result(lua_State *L);
-static int task_cancel(lua_State *L);
-
-static int task_index(lua_State *L) {
-  gpu_task *t = check_task(L, 1);
-  const char *k = luaL_checkstring(L, 2);
-  if (strcmp(k, "done") == 0) lua_pushboolean(L, t->state == T_DONE || t->state == T_FAILED);
-  else if (strcmp(k, "failed") == 0) lua_pushboolean(L, t->state == T_FAILED);
-  else if (strcmp(k, "state") == 0) lua_pushstring(L, state_names[t->state]);
-  else if (strcmp(k, "id") == 0) lua_pushinteger(L, t->id);
-  else if (strcmp(k, "error") == 0) {
-    if (t->state == T_FAILED) lua_getiuservalue(L, 1, 3);
-    else lua_pushnil(L);
-  } else if (strcmp(k, "result") == 0) {
-    lua_pushcfunction(L, task_result);
-  } else if (strcmp(k, "cancel") == 0) {
-    lua_pushcfunction(L, task_cancel);
-  } else {
-    lua_pushnil(L);
-  }
-  return 1;
-}
-
 /* t:result() --> the task's results; raises its error, or if it is not done */
 static int task_result(lua_State *L) {
   gpu_task *t = check_task(L, 1);
@@ -699,6 +673,23 @@ static int task_cancel(lua_State *L) {
   return 0;
 }
 
+/* t.done, t.failed, t.state, t.id, t.error (after the methods) */
+static int task_fields(lua_State *L) {
+  gpu_task *t = check_task(L, 1);
+  const char *k = luaL_checkstring(L, 2);
+  if (strcmp(k, "done") == 0) lua_pushboolean(L, t->state == T_DONE || t->state == T_FAILED);
+  else if (strcmp(k, "failed") == 0) lua_pushboolean(L, t->state == T_FAILED);
+  else if (strcmp(k, "state") == 0) lua_pushstring(L, state_names[t->state]);
+  else if (strcmp(k, "id") == 0) lua_pushinteger(L, t->id);
+  else if (strcmp(k, "error") == 0) {
+    if (t->state == T_FAILED) lua_getiuservalue(L, 1, 3);
+    else lua_pushnil(L);
+  } else {
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
 static int task_tostring(lua_State *L) {
   gpu_task *t = check_task(L, 1);
   lua_pushfstring(L, "gpu.Task %d (%s)", t->id, state_names[t->state]);
@@ -711,6 +702,25 @@ static int task_gc(lua_State *L) {
   return 0;
 }
 
+static const luaL_Reg task_methods[] = {
+  {"result", task_result},
+  {"cancel", task_cancel},
+  {NULL, NULL}
+};
+
+static const luaL_Reg task_meta[] = {
+  {"__index", task_fields},
+  {"__tostring", task_tostring},
+  {"__gc", task_gc},
+  {NULL, NULL}
+};
+
+static const luaL_Reg nosync_meta[] = {
+  {"__close", nosync_close},
+  {"__gc", nosync_close},
+  {NULL, NULL}
+};
+
 static const luaL_Reg funcs[] = {
   {"task", task_new},
   {"await", gpu_await},
@@ -720,22 +730,8 @@ static const luaL_Reg funcs[] = {
 };
 
 int bind_open_task(lua_State *L) {
-  if (luaL_newmetatable(L, GPULUA_TASK)) {
-    lua_pushcfunction(L, task_index);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, task_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pushcfunction(L, task_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, GPULUA_NOSYNC)) {
-    lua_pushcfunction(L, nosync_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, nosync_close);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
+  bind_newtype(L, &bind_task_type, task_meta, task_methods);
+  bind_newtype(L, &bind_nosync_type, nosync_meta, NULL);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

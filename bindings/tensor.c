@@ -1,19 +1,18 @@
 /* gpu.Tensor: metadata on the host, data where `device` says (device, pinned
  * or pageable host memory).  Every op checks its arguments here, builds a
  * dev_kop and hands it to the device layer, which queues it on a stream (or
- * runs it here when all its memory is host memory). */
+ * runs it here when all its memory is host memory).  Printing is in
+ * tensor_format.c, nested tables to tensors and back in tensor_table.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
-
-#define MAXSHAPESTR 160
+#include "tensor.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+void bind_shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
   size_t k = (size_t)snprintf(buf, n, "{");
   for (int d = 0; d < ndim && k < n; d++)
     k += (size_t)snprintf(buf + k, n - k, d ? ",%lld" : "%lld", (long long)shape[d]);
@@ -42,20 +41,12 @@ gpu_tensor *bind_test_tensor(lua_State *L, int idx) {
   return t;
 }
 
-static const char *kind_name(const gpu_tensor *t) { return dev_memkind_name(t->v.buf->kind); }
-
 gpu_tensor *bind_push_tensor_handle(lua_State *L) {
-  gpu_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
-  t->tag = &bind_tensor_type;
-  luaL_setmetatable(L, GPULUA_TENSOR);
-  return t;
+  return bind_new_udata(L, &bind_tensor_type, sizeof(gpu_tensor), 0);
 }
 
-/* Push a tensor in released state, then allocate: an error leaks nothing.
- * Made for the stream of the opts table at index opts (0: the current one). */
-static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int ndim,
-                              const int64_t *shape, int opts, const char *fname) {
+gpu_tensor *bind_new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int ndim,
+                            const int64_t *shape, int opts, const char *fname) {
   gpu_tensor *t = bind_push_tensor_handle(L);
   size_t bytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
   dev_buf *b = bind_alloc(L, kind, bytes, opts, fname);
@@ -68,7 +59,7 @@ static gpu_tensor *new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int 
 static gpu_tensor *new_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, int ndim,
                             const int64_t *shape, int opts, const char *fname) {
   if (!like->v.buf) luaL_error(L, "%s: tensor is closed", fname);
-  return new_tensor(L, like->v.buf->kind, dt, ndim, shape, opts, fname);
+  return bind_new_tensor(L, like->v.buf->kind, dt, ndim, shape, opts, fname);
 }
 
 /* A new handle on the same storage (views); base at stack index idx. */
@@ -78,10 +69,6 @@ static gpu_tensor *new_view(lua_State *L, int idx) {
   t->v = base->v;
   dev_buf_retain(t->v.buf);
   return t;
-}
-
-static dev_stream *opts_stream(lua_State *L, int opts) {
-  return opts ? bind_opt_stream(L, opts) : bind_current_stream(L);
 }
 
 /* Enqueue op.  The buffers of its views are taken from the tensors at stack
@@ -94,7 +81,7 @@ static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0
   if (in0) op->in[0].buf = bind_check_tensor(L, in0)->v.buf;
   if (in1) op->in[1].buf = bind_check_tensor(L, in1)->v.buf;
   bind_call_site(L, ctx, fname);
-  if (dev_submit(ctx, s, op) != DEV_OK) bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, op), fname);
 }
 
 static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in1,
@@ -153,7 +140,7 @@ static const char *shown_name(lua_State *L, int idx) {
   return name_at(L, idx) ? s : lua_pushfstring(L, "%s\\0...", s);
 }
 
-static dev_dtype opt_dtype(lua_State *L, int opts, dev_dtype dflt) {
+dev_dtype bind_opt_dtype(lua_State *L, int opts, dev_dtype dflt) {
   dev_dtype dt = dflt;
   if (bind_opt_field(L, opts, "dtype") != LUA_TNIL) {
     if (lua_type(L, -1) != LUA_TSTRING)
@@ -186,7 +173,7 @@ static int parse_device(lua_State *L, const char *name, dev_memkind *out) {
   return -1;
 }
 
-static dev_memkind opt_device(lua_State *L, int opts, dev_memkind dflt) {
+dev_memkind bind_opt_device(lua_State *L, int opts, dev_memkind dflt) {
   dev_memkind k = dflt;
   if (bind_opt_field(L, opts, "device") != LUA_TNIL) {
     int isstr = lua_type(L, -1) == LUA_TSTRING;
@@ -215,7 +202,7 @@ static void scalar_error(lua_State *L, int arg, const char *what, const char *ms
   luaL_error(L, "bad %s (%s)", what, msg);
 }
 
-static dev_scalar check_scalar(lua_State *L, int idx, dev_dtype t, int arg, const char *what) {
+dev_scalar bind_check_scalar(lua_State *L, int idx, dev_dtype t, int arg, const char *what) {
   dev_scalar s = {0, 0, 0};
   int ty = lua_type(L, idx);
   if (t == DEV_BOOL) {
@@ -253,7 +240,7 @@ static dev_scalar check_scalar(lua_State *L, int idx, dev_dtype t, int arg, cons
   return s;
 }
 
-static void push_elem(lua_State *L, dev_dtype t, const void *p) {
+void bind_push_elem(lua_State *L, dev_dtype t, const void *p) {
   switch (t) {
   case DEV_F32: lua_pushnumber(L, *(const float *)p); break;
   case DEV_F64: lua_pushnumber(L, *(const double *)p); break;
@@ -271,8 +258,8 @@ static void push_elem(lua_State *L, dev_dtype t, const void *p) {
 /* Write packed f64/i64 values into dst: cast on the host first, so the device
  * side only ever sees a plain copy. */
 /* dst views the tensor at stack index tidx; the stream comes from opts. */
-static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void *vals,
-                   int opts, const char *fname) {
+void bind_tensor_upload(lua_State *L, dev_view dst_, int tidx, int isint, const void *vals, int opts,
+                        const char *fname) {
   dev_ctx *ctx = bind_ctx(L);
   int64_t n = dev_view_numel(&dst_);
   dev_dtype srct = isint ? DEV_I64 : DEV_F64;
@@ -314,7 +301,7 @@ static void upload(lua_State *L, dev_view dst_, int tidx, int isint, const void 
   }
   dev_buf_release(tmp);
   dev_buf_release(cast);
-  if (rc != DEV_OK) bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, rc, fname);
 }
 
 /* ---- constructors ---------------------------------------------------- */
@@ -324,19 +311,19 @@ static int fill_new(lua_State *L, const char *fname, int value_kind) {
   int ndim = check_shape(L, 1, shape, "shape");
   int opts = value_kind == 2 ? 3 : 2;
   bind_check_opts(L, opts, "dtype device stream");
-  dev_dtype dt = opt_dtype(L, opts, DEV_F32);
-  dev_memkind kind = opt_device(L, opts, DEV_MEM_DEVICE);
+  dev_dtype dt = bind_opt_dtype(L, opts, DEV_F32);
+  dev_memkind kind = bind_opt_device(L, opts, DEV_MEM_DEVICE);
   opts_stream(L, opts);  /* a bad stream option raises before allocating */
   dev_scalar v = {1, 0, 0};
   if (value_kind == 1) { v.i = 1; v.f = 1; }
-  if (value_kind == 2) v = check_scalar(L, 2, dt, 2, NULL);
-  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, opts, fname);
+  if (value_kind == 2) v = bind_check_scalar(L, 2, dt, 2, NULL);
+  gpu_tensor *t = bind_new_tensor(L, kind, dt, ndim, shape, opts, fname);
   if (value_kind == 0) {
     dev_ctx *ctx = bind_ctx(L);
     dev_stream *s = opts_stream(L, opts);
     bind_call_site(L, ctx, fname);
     size_t nbytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
-    if (dev_memset(ctx, s, t->v.buf, 0, 0, nbytes) != DEV_OK) bind_raise(L, ctx, fname);
+    BIND_CHECK(L, ctx, dev_memset(ctx, s, t->v.buf, 0, 0, nbytes), fname);
   } else if (value_kind > 0) {
     dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
     submit(L, opts, &op, 0, 0, 0, fname);
@@ -353,8 +340,8 @@ static int tensor_pinned(lua_State *L) {
   int64_t shape[DEV_MAXDIM];
   int ndim = check_shape(L, 1, shape, "shape");
   bind_check_opts(L, 2, "dtype");
-  dev_dtype dt = opt_dtype(L, 2, DEV_F32);
-  new_tensor(L, DEV_MEM_PINNED, dt, ndim, shape, 0, "pinned");
+  dev_dtype dt = bind_opt_dtype(L, 2, DEV_F32);
+  bind_new_tensor(L, DEV_MEM_PINNED, dt, ndim, shape, 0, "pinned");
   return 1;
 }
 
@@ -366,8 +353,8 @@ static int tensor_arange(lua_State *L) {
   bind_check_opts(L, opts, "dtype device stream");
   int allint = 1;
   for (int i = 1; i <= nargs; i++) allint &= lua_isinteger(L, i);
-  dev_dtype dt = opt_dtype(L, opts, allint ? DEV_I64 : DEV_F32);
-  dev_memkind kind = opt_device(L, opts, DEV_MEM_DEVICE);
+  dev_dtype dt = bind_opt_dtype(L, opts, allint ? DEV_I64 : DEV_F32);
+  dev_memkind kind = bind_opt_device(L, opts, DEV_MEM_DEVICE);
   opts_stream(L, opts);
   int64_t n;
   dev_scalar start = {0, 0, 0}, step = {1, 1, 1};
@@ -398,7 +385,7 @@ static int tensor_arange(lua_State *L) {
   }
   if (!dev_dtype_is_float(dt) && !allint)
     return luaL_error(L, "bad option 'dtype' (arange with non-integer bounds needs a float dtype)");
-  gpu_tensor *t = new_tensor(L, kind, dt, 1, &n, opts, "arange");
+  gpu_tensor *t = bind_new_tensor(L, kind, dt, 1, &n, opts, "arange");
   dev_kop op = {.kind = DEV_OP_ARANGE, .out = t->v, .s0 = start, .s1 = step};
   submit(L, opts, &op, 0, 0, 0, "arange");
   return 1;
@@ -409,8 +396,8 @@ static int random_new(lua_State *L, int normal) {
   int64_t shape[DEV_MAXDIM];
   int ndim = check_shape(L, 1, shape, "shape");
   bind_check_opts(L, 2, normal ? "dtype device stream mean std seed" : "dtype device stream low high seed");
-  dev_dtype dt = opt_dtype(L, 2, DEV_F32);
-  dev_memkind kind = opt_device(L, 2, DEV_MEM_DEVICE);
+  dev_dtype dt = bind_opt_dtype(L, 2, DEV_F32);
+  dev_memkind kind = bind_opt_device(L, 2, DEV_MEM_DEVICE);
   opts_stream(L, 2);
   gpu_state *st = bind_state(L);
   if (normal && !dev_dtype_is_float(dt))
@@ -420,9 +407,9 @@ static int random_new(lua_State *L, int normal) {
   if (dev_dtype_is_float(dt)) {
     a = (dev_scalar){0, 0, 0};
     b = (dev_scalar){0, 0, 1};
-    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = check_scalar(L, -1, DEV_F64, 0, normal ? "option 'mean'" : "option 'low'");
+    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = bind_check_scalar(L, -1, DEV_F64, 0, normal ? "option 'mean'" : "option 'low'");
     lua_pop(L, 1);
-    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = check_scalar(L, -1, DEV_F64, 0, normal ? "option 'std'" : "option 'high'");
+    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = bind_check_scalar(L, -1, DEV_F64, 0, normal ? "option 'std'" : "option 'high'");
     lua_pop(L, 1);
     if (!normal && !(b.f > a.f)) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
     if (normal && !(b.f >= 0)) return luaL_error(L, "bad option 'std' (must be >= 0)");
@@ -433,9 +420,9 @@ static int random_new(lua_State *L, int normal) {
     if (dt == DEV_I8) { a.i = -128; b.i = 128; }
     /* [low, high) must lie in the dtype: low fits, high - 1 fits */
     int64_t maxv = b.i - 1;
-    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = check_scalar(L, -1, dt == DEV_BOOL ? DEV_U8 : dt, 0, "option 'low'");
+    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = bind_check_scalar(L, -1, dt == DEV_BOOL ? DEV_U8 : dt, 0, "option 'low'");
     lua_pop(L, 1);
-    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = check_scalar(L, -1, DEV_I64, 0, "option 'high'");
+    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = bind_check_scalar(L, -1, DEV_I64, 0, "option 'high'");
     lua_pop(L, 1);
     if (b.i <= a.i) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
     if (dt == DEV_BOOL) maxv = 1;
@@ -447,14 +434,14 @@ static int random_new(lua_State *L, int normal) {
   uint64_t seed = st->seed, offset;
   int64_t n = numel_of(ndim, shape);
   if (bind_opt_field(L, 2, "seed") != LUA_TNIL) {
-    seed = (uint64_t)check_scalar(L, -1, DEV_I64, 0, "option 'seed'").i;
+    seed = (uint64_t)bind_check_scalar(L, -1, DEV_I64, 0, "option 'seed'").i;
     offset = 0;
   } else {
     offset = st->offset;
     st->offset += (uint64_t)n;
   }
   lua_pop(L, 1);
-  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, 2, fname);
+  gpu_tensor *t = bind_new_tensor(L, kind, dt, ndim, shape, 2, fname);
   dev_kop op = {.kind = DEV_OP_RAND, .code = normal ? DEV_RAND_NORMAL : DEV_RAND_UNIFORM,
                 .out = t->v, .s0 = a, .s1 = b, .seed = seed, .offset = offset};
   submit(L, 2, &op, 0, 0, 0, fname);
@@ -463,67 +450,6 @@ static int random_new(lua_State *L, int normal) {
 
 static int tensor_rand(lua_State *L) { return random_new(L, 0); }
 static int tensor_randn(lua_State *L) { return random_new(L, 1); }
-
-/* gpu.tensor(values, opts): nested tables (or one number) of Lua values */
-static void infer_shape(lua_State *L, int idx, int *ndim, int64_t *shape) {
-  *ndim = 0;
-  lua_pushvalue(L, idx);
-  while (lua_type(L, -1) == LUA_TTABLE) {
-    if (*ndim == DEV_MAXDIM) luaL_argerror(L, 1, "too many nested tables");
-    lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
-    if (n <= 0) luaL_argerror(L, 1, "empty table (zero-sized dimensions are not supported)");
-    shape[(*ndim)++] = n;
-    lua_rawgeti(L, -1, 1);
-    lua_remove(L, -2);
-  }
-  lua_pop(L, 1);
-}
-
-typedef struct flat { int isint; dev_dtype dt; int64_t k; union { double *f; int64_t *i; } p; } flat;
-
-static void flatten(lua_State *L, int idx, int d, int ndim, const int64_t *shape, flat *fl) {
-  if (d == ndim) {
-    char what[64];
-    snprintf(what, sizeof what, "value at position %lld", (long long)fl->k + 1);
-    dev_scalar v = check_scalar(L, idx, fl->dt, 1, what);
-    if (fl->isint) fl->p.i[fl->k++] = v.i;
-    else fl->p.f[fl->k++] = v.f;
-    return;
-  }
-  if (lua_type(L, idx) != LUA_TTABLE || (int64_t)lua_rawlen(L, idx) != shape[d])
-    luaL_argerror(L, 1, lua_pushfstring(L, "ragged nested table (dim %d should have %d entries)",
-                                        d + 1, (int)shape[d]));
-  for (int64_t i = 1; i <= shape[d]; i++) {
-    lua_rawgeti(L, idx, i);
-    flatten(L, lua_gettop(L), d + 1, ndim, shape, fl);
-    lua_pop(L, 1);
-  }
-}
-
-static int tensor_from(lua_State *L) {
-  int64_t shape[DEV_MAXDIM];
-  int ndim;
-  int ty = lua_type(L, 1);
-  if (ty != LUA_TTABLE && ty != LUA_TNUMBER && ty != LUA_TBOOLEAN)
-    return luaL_typeerror(L, 1, "table or number");
-  bind_check_opts(L, 2, "dtype device stream");
-  dev_dtype dt = opt_dtype(L, 2, DEV_F32);
-  dev_memkind kind = opt_device(L, 2, DEV_MEM_DEVICE);
-  opts_stream(L, 2);
-  infer_shape(L, 1, &ndim, shape);
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++)
-    if (__builtin_mul_overflow(n, shape[d], &n) || n > ((int64_t)1 << 31))
-      return luaL_argerror(L, 1, "table too large");
-  flat fl = {.isint = !dev_dtype_is_float(dt), .dt = dt, .k = 0};
-  /* staging in a userdata: nothing leaks if a value is bad */
-  void *stage = lua_newuserdatauv(L, (size_t)n * 8, 0);
-  fl.p.f = stage;
-  flatten(L, 1, 0, ndim, shape, &fl);
-  gpu_tensor *t = new_tensor(L, kind, dt, ndim, shape, 2, "tensor");
-  upload(L, t->v, lua_gettop(L), fl.isint, stage, 2, "tensor");
-  return 1;
-}
 
 /* ---- fields and small methods ---------------------------------------- */
 
@@ -560,13 +486,10 @@ static int t_release(lua_State *L) {
   return 0;
 }
 
-/* __index, with the methods table as upvalue 1: a method is one raw get. */
-static int t_index(lua_State *L) {
+/* t.shape, t.dtype, t.device, t.device_index, t.ndim, t.closed (after the
+ * methods) */
+static int t_fields(lua_State *L) {
   const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
-  if (k) {
-    lua_pushvalue(L, 2);
-    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
-  }
   gpu_tensor *t = to_tensor(L, 1);
   lua_settop(L, 2);
   if (!k) return luaL_error(L, "tensors are not indexable with %s (use t:get(i))", luaL_typename(L, 2));
@@ -593,7 +516,7 @@ static int t_index(lua_State *L) {
 }
 
 /* Read all values (C order) into a userdata on the stack top; a counted sync. */
-static void *download(lua_State *L, int tidx, int opts, const char *fname) {
+void *bind_tensor_download(lua_State *L, int tidx, int opts, const char *fname) {
   dev_ctx *ctx = bind_ctx(L);
   gpu_tensor *t = bind_check_tensor(L, tidx);
   size_t bytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
@@ -608,7 +531,7 @@ static void *download(lua_State *L, int tidx, int opts, const char *fname) {
     t = bind_check_tensor(L, tidx);
     rc = dev_read(ctx, s, &t->v, p);
   }
-  if (rc != DEV_OK) bind_raise(L, ctx, fname);
+  BIND_CHECK(L, ctx, rc, fname);
   return p;
 }
 
@@ -616,13 +539,13 @@ static int t_item(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   if (dev_view_numel(&t->v) != 1) {
     char sh[MAXSHAPESTR];
-    shape_str(sh, sizeof sh, t->v.ndim, t->v.shape);
+    bind_shape_str(sh, sizeof sh, t->v.ndim, t->v.shape);
     return luaL_error(L, "item: tensor has %I elements (shape %s), expected 1",
                       (lua_Integer)dev_view_numel(&t->v), sh);
   }
   bind_check_opts(L, 2, "stream");
-  void *p = download(L, 1, lua_istable(L, 2) ? 2 : 0, "item");
-  push_elem(L, t->v.dtype, p);
+  void *p = bind_tensor_download(L, 1, lua_istable(L, 2) ? 2 : 0, "item");
+  bind_push_elem(L, t->v.dtype, p);
   return 1;
 }
 
@@ -652,8 +575,8 @@ static int t_get(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   unsigned char buf[8];
   bind_call_site(L, ctx, "get");
-  if (dev_read(ctx, bind_current_stream(L), &v, buf) != DEV_OK) bind_raise(L, ctx, "get");
-  push_elem(L, t->v.dtype, buf);
+  BIND_CHECK(L, ctx, dev_read(ctx, bind_current_stream(L), &v, buf), "get");
+  bind_push_elem(L, t->v.dtype, buf);
   return 1;
 }
 
@@ -662,183 +585,15 @@ static int t_set(lua_State *L) {
   int n = lua_gettop(L) - 2;
   if (n < 0) return luaL_error(L, "set: expected indices and a value");
   dev_view v = element_view(L, t, 2, n, "set");
-  dev_scalar s = check_scalar(L, n + 2, t->v.dtype, n + 2, NULL);
+  dev_scalar s = bind_check_scalar(L, n + 2, t->v.dtype, n + 2, NULL);
   int isint = !dev_dtype_is_float(t->v.dtype);
-  upload(L, v, 1, isint, isint ? (const void *)&s.i : (const void *)&s.f, 0, "set");
+  bind_tensor_upload(L, v, 1, isint, isint ? (const void *)&s.i : (const void *)&s.f, 0, "set");
   lua_settop(L, 1);
   return 1;
-}
-
-static void build_table(lua_State *L, dev_dtype dt, const unsigned char **p, int d, int ndim,
-                        const int64_t *shape) {
-  if (d == ndim) {
-    push_elem(L, dt, *p);
-    *p += dev_dtype_size(dt);
-    return;
-  }
-  luaL_checkstack(L, 4, "tensor too deep");
-  lua_createtable(L, (int)shape[d], 0);
-  for (int64_t i = 1; i <= shape[d]; i++) {
-    build_table(L, dt, p, d + 1, ndim, shape);
-    lua_rawseti(L, -2, i);
-  }
-}
-
-static int t_totable(lua_State *L) {
-  gpu_tensor *t = bind_check_tensor(L, 1);
-  bind_check_opts(L, 2, "stream");
-  const unsigned char *p = download(L, 1, lua_istable(L, 2) ? 2 : 0, "totable");
-  build_table(L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
-  return 1;
-}
-
-/* ---- tostring: shape, dtype, device and values (numpy's layout) -------- */
-
-#define SHOW_MAX 100   /* more elements than this: each long dim is elided */
-#define SHOW_EDGE 3    /* values shown at each end of an elided dim */
-#define ELEM_W 32      /* room for one formatted value */
-
-typedef struct show {
-  int ndim;
-  int64_t n[DEV_MAXDIM];     /* values shown per dim */
-  int elided[DEV_MAXDIM];    /* dim shows SHOW_EDGE at each end and "..." between */
-  int width;                 /* of the widest value */
-  const char *vals;          /* ELEM_W bytes per shown value, C order */
-} show;
-
-static void fmt_elem(lua_State *L, dev_dtype dt, const void *p, char *out) {
-  push_elem(L, dt, p);
-  if (lua_type(L, -1) == LUA_TNUMBER && !lua_isinteger(L, -1)) {
-    double x = lua_tonumber(L, -1);
-    if (x != x) snprintf(out, ELEM_W, "nan");
-    else snprintf(out, ELEM_W, "%.6g", x);
-  } else if (lua_isinteger(L, -1)) {
-    snprintf(out, ELEM_W, "%lld", (long long)lua_tointeger(L, -1));
-  } else {
-    snprintf(out, ELEM_W, "%s", lua_toboolean(L, -1) ? "true" : "false");
-  }
-  lua_pop(L, 1);
-}
-
-static void add_block(luaL_Buffer *b, const show *sh, int d, int64_t *at) {
-  if (d == sh->ndim) {
-    const char *v = sh->vals + *at * ELEM_W;
-    for (int pad = sh->width - (int)strlen(v); pad > 0; pad--) luaL_addchar(b, ' ');
-    luaL_addstring(b, v);
-    (*at)++;
-    return;
-  }
-  luaL_addchar(b, '{');
-  for (int64_t i = 0; i < sh->n[d]; i++) {
-    if (i > 0) {
-      luaL_addchar(b, ',');
-      if (d == sh->ndim - 1) {
-        luaL_addchar(b, ' ');
-      } else {   /* rows on their own lines, a blank line between matrices */
-        for (int k = d; k < sh->ndim - 1; k++) luaL_addchar(b, '\n');
-        for (int k = 0; k <= d; k++) luaL_addchar(b, ' ');
-      }
-    }
-    if (sh->elided[d] && i == SHOW_EDGE) {
-      luaL_addstring(b, "...,");
-      if (d == sh->ndim - 1) {
-        luaL_addchar(b, ' ');
-      } else {
-        for (int k = d; k < sh->ndim - 1; k++) luaL_addchar(b, '\n');
-        for (int k = 0; k <= d; k++) luaL_addchar(b, ' ');
-      }
-    }
-    add_block(b, sh, d + 1, at);
-  }
-  luaL_addchar(b, '}');
-}
-
-/* The shown values of t (all of them, or the ends of each elided dim) read
- * into ELEM_W-byte strings: one dev_read per block of the ends (a counted
- * sync each; one when nothing is elided). */
-static void read_shown(lua_State *L, int tidx, show *sh) {
-  gpu_tensor *t = bind_check_tensor(L, tidx);
-  dev_view v = t->v;
-  int64_t total = 1, nblocks = 1;
-  sh->ndim = v.ndim;
-  for (int d = 0; d < v.ndim; d++) {
-    sh->elided[d] = dev_view_numel(&v) > SHOW_MAX && v.shape[d] > 2 * SHOW_EDGE;
-    sh->n[d] = sh->elided[d] ? 2 * SHOW_EDGE : v.shape[d];
-    total *= sh->n[d];
-    if (sh->elided[d]) nblocks *= 2;
-  }
-  size_t esz = dev_dtype_size(v.dtype);
-  unsigned char *raw = lua_newuserdatauv(L, (size_t)total * esz, 0);
-  unsigned char *blk = lua_newuserdatauv(L, (size_t)total * esz, 0);
-  char *vals = lua_newuserdatauv(L, (size_t)total * ELEM_W, 0);
-  dev_ctx *ctx = bind_ctx(L);
-  dev_stream *s = bind_current_stream(L);
-  v.buf = bind_check_tensor(L, tidx)->v.buf;   /* Lua code may have run: fetch it again */
-  bind_call_site(L, ctx, "tostring");
-  for (int64_t k = 0; k < nblocks; k++) {
-    /* block k: head or tail of each elided dim (a bit each), all of the others */
-    dev_view bv = v;
-    int64_t first[DEV_MAXDIM], bit = 0;
-    for (int d = 0; d < v.ndim; d++) {
-      first[d] = 0;
-      if (!sh->elided[d]) continue;
-      int tail = (int)((k >> bit++) & 1);
-      bv.shape[d] = SHOW_EDGE;
-      if (tail) {
-        first[d] = SHOW_EDGE;
-        bv.offset += (size_t)((v.shape[d] - SHOW_EDGE) * v.stride[d]) * esz;
-      }
-    }
-    if (dev_read(ctx, s, &bv, blk) != DEV_OK) bind_raise(L, ctx, "tostring");
-    int64_t idx[DEV_MAXDIM] = {0}, nb = dev_view_numel(&bv);
-    for (int64_t e = 0; e < nb; e++) {
-      int64_t at = 0;
-      for (int d = 0; d < v.ndim; d++) at = at * sh->n[d] + first[d] + idx[d];
-      memcpy(raw + at * (int64_t)esz, blk + e * (int64_t)esz, esz);
-      for (int d = v.ndim - 1; d >= 0 && ++idx[d] == bv.shape[d]; d--) idx[d] = 0;
-    }
-  }
-  sh->width = 0;
-  for (int64_t i = 0; i < total; i++) {
-    fmt_elem(L, v.dtype, raw + i * (int64_t)esz, vals + i * ELEM_W);
-    int w = (int)strlen(vals + i * ELEM_W);
-    if (w > sh->width) sh->width = w;
-  }
-  sh->vals = vals;
 }
 
 static int t_newindex(lua_State *L) {
   return luaL_error(L, "gpu.Tensor fields are read-only (use t:set(i, ..., v), t:fill(v) or t:to(...))");
-}
-
-/* gpu.Tensor(f32, {2,3}, device) then the values: on the same line for 0
- * and 1 dims, else a row per line; elided with "..." past SHOW_MAX values. */
-static int t_tostring(lua_State *L) {
-  gpu_tensor *t = to_tensor(L, 1);
-  if (!t->v.buf) {
-    lua_pushliteral(L, "gpu.Tensor (closed)");
-    return 1;
-  }
-  char sh[MAXSHAPESTR];
-  shape_str(sh, sizeof sh, t->v.ndim, t->v.shape);
-  lua_settop(L, 1);
-  lua_pushfstring(L, "gpu.Tensor(%s, %s, %s)%s", dev_dtype_name(t->v.dtype), sh, kind_name(t),
-                  t->v.ndim > 1 ? "\n" : " ");
-  if (dev_view_numel(&t->v) == 0) {
-    lua_pushliteral(L, "{}");
-    lua_concat(L, 2);
-    return 1;
-  }
-  show w;
-  read_shown(L, 1, &w);
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  lua_pushvalue(L, 2);
-  luaL_addvalue(&b);
-  int64_t at = 0;
-  add_block(&b, &w, 0, &at);
-  luaL_pushresult(&b);
-  return 1;
 }
 
 /* ---- views and copies ------------------------------------------------ */
@@ -915,8 +670,8 @@ static int t_view(lua_State *L) {
   }
   if (known != n) {
     char a[MAXSHAPESTR], b[MAXSHAPESTR];
-    shape_str(a, sizeof a, ndim, shape);
-    shape_str(b, sizeof b, t->v.ndim, t->v.shape);
+    bind_shape_str(a, sizeof a, ndim, shape);
+    bind_shape_str(b, sizeof b, t->v.ndim, t->v.shape);
     luaL_argerror(L, 2, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)",
                                         a, (lua_Integer)known, b, (lua_Integer)n));
   }
@@ -930,8 +685,8 @@ static int t_view(lua_State *L) {
 static void check_same_numel(lua_State *L, int arg, const gpu_tensor *dst, const gpu_tensor *src) {
   if (dev_view_numel(&dst->v) != dev_view_numel(&src->v)) {
     char a[MAXSHAPESTR], b[MAXSHAPESTR];
-    shape_str(a, sizeof a, src->v.ndim, src->v.shape);
-    shape_str(b, sizeof b, dst->v.ndim, dst->v.shape);
+    bind_shape_str(a, sizeof a, src->v.ndim, src->v.shape);
+    bind_shape_str(b, sizeof b, dst->v.ndim, dst->v.shape);
     luaL_argerror(L, arg, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)",
                                           a, (lua_Integer)dev_view_numel(&src->v), b,
                                           (lua_Integer)dev_view_numel(&dst->v)));
@@ -988,8 +743,8 @@ static int t_to(lua_State *L) {
       luaL_argerror(L, 2, lua_pushfstring(L, "unknown device or dtype '%s'", shown_name(L, 2)));
   } else if (lua_type(L, 2) == LUA_TTABLE) {
     bind_check_opts(L, 2, "device dtype stream");
-    dt = opt_dtype(L, 2, dt);
-    kind = opt_device(L, 2, kind);
+    dt = bind_opt_dtype(L, 2, dt);
+    kind = bind_opt_device(L, 2, kind);
     opts = 2;
   } else {
     luaL_typeerror(L, 2, "device or dtype name, or table");
@@ -999,21 +754,21 @@ static int t_to(lua_State *L) {
   dev_view tv = t->v;
   dev_memkind tkind = t->v.buf->kind;
   if (kind == tkind && dt == tv.dtype) {
-    new_tensor(L, kind, dt, tv.ndim, tv.shape, opts, "to");
+    bind_new_tensor(L, kind, dt, tv.ndim, tv.shape, opts, "to");
     copy_into(L, lua_gettop(L), 1, opts);
     return 1;
   }
   /* Cast where the data is, then move it. */
   int src = 1;
   if (dt != tv.dtype) {
-    gpu_tensor *c = new_tensor(L, tkind, dt, tv.ndim, tv.shape, opts, "to");
+    gpu_tensor *c = bind_new_tensor(L, tkind, dt, tv.ndim, tv.shape, opts, "to");
     dev_kop op = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1, .out = c->v};
     op.in[0] = tv;
     src = lua_gettop(L);
     submit(L, opts, &op, 0, 1, 0, "to");
   }
   if (kind != tkind) {
-    new_tensor(L, kind, dt, tv.ndim, tv.shape, opts, "to");
+    bind_new_tensor(L, kind, dt, tv.ndim, tv.shape, opts, "to");
     copy_into(L, lua_gettop(L), src, opts);
   }
   return 1;
@@ -1021,7 +776,7 @@ static int t_to(lua_State *L) {
 
 static int t_fill(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  dev_scalar v = check_scalar(L, 2, t->v.dtype, 2, NULL);
+  dev_scalar v = bind_check_scalar(L, 2, t->v.dtype, 2, NULL);
   dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
   submit_on(L, bind_stream_opts(L, 3), &op, 1, 0, 0, "fill");
   lua_settop(L, 1);
@@ -1043,7 +798,7 @@ static int t_zero_(lua_State *L) {
     dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = {1, 0, 0}};
     rc = dev_submit(ctx, s, &op);
   }
-  if (rc != DEV_OK) bind_raise(L, ctx, "zero_");
+  BIND_CHECK(L, ctx, rc, "zero_");
   lua_settop(L, 1);
   return 1;
 }
@@ -1076,8 +831,8 @@ static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_d
   for (int d = 0; same && d < ndim; d++) same = o->v.shape[d] == shape[d];
   if (!same || o->v.dtype != dt) {
     char a[MAXSHAPESTR], b[MAXSHAPESTR];
-    shape_str(a, sizeof a, o->v.ndim, o->v.shape);
-    shape_str(b, sizeof b, ndim, shape);
+    bind_shape_str(a, sizeof a, o->v.ndim, o->v.shape);
+    bind_shape_str(b, sizeof b, ndim, shape);
     luaL_error(L, "bad option 'out' to '%s' (%s %s does not match the result %s %s)", fname,
                dev_dtype_name(o->v.dtype), a, dev_dtype_name(dt), b);
   }
@@ -1166,15 +921,15 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     same_kind(L, ib, t, x);
     if (broadcast(&t->v, &x->v, &op.in[0], &op.in[1], &ndim, shape)) {
       char a[MAXSHAPESTR], b[MAXSHAPESTR];
-      shape_str(a, sizeof a, t->v.ndim, t->v.shape);
-      shape_str(b, sizeof b, x->v.ndim, x->v.shape);
+      bind_shape_str(a, sizeof a, t->v.ndim, t->v.shape);
+      bind_shape_str(b, sizeof b, x->v.ndim, x->v.shape);
       luaL_argerror(L, ib, lua_pushfstring(L, "shape %s cannot be broadcast with %s", b, a));
     }
     op.nin = 2;
   } else {
     if (lua_type(L, ib) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, ib)))
       luaL_typeerror(L, ib, "gpu.Tensor or number");
-    op.s0 = check_scalar(L, ib, dt, ib, NULL);
+    op.s0 = bind_check_scalar(L, ib, dt, ib, NULL);
     if (is_intdt(dt) && op.s0.i == 0 && code == DEV_BIN_DIV && !scalar_left)
       luaL_error(L, "%s: integer division by zero", fname);
     if (is_intdt(dt) && op.s0.i < 0 && code == DEV_BIN_POW && !scalar_left)
@@ -1191,7 +946,7 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     for (int d = 0; same && d < ndim; d++) same = shape[d] == t->v.shape[d];
     if (!same) {
       char a[MAXSHAPESTR];
-      shape_str(a, sizeof a, ndim, shape);
+      bind_shape_str(a, sizeof a, ndim, shape);
       luaL_error(L, "%s_: result shape %s does not fit the tensor written in place", fname, a);
     }
     o = t;
@@ -1295,8 +1050,8 @@ static int t_matmul(lua_State *L) {
   if (b->v.ndim != 2) luaL_argerror(L, 2, lua_pushfstring(L, "matmul needs a 2-D tensor, got %d-D", b->v.ndim));
   if (a->v.shape[1] != b->v.shape[0]) {
     char sa[MAXSHAPESTR], sb[MAXSHAPESTR];
-    shape_str(sa, sizeof sa, 2, a->v.shape);
-    shape_str(sb, sizeof sb, 2, b->v.shape);
+    bind_shape_str(sa, sizeof sa, 2, a->v.shape);
+    bind_shape_str(sb, sizeof sb, 2, b->v.shape);
     luaL_argerror(L, 2, lua_pushfstring(L, "a %s @ b %s: a's dim 2 (%I) differs from b's dim 1 (%I)",
                                         sa, sb, (lua_Integer)a->v.shape[1], (lua_Integer)b->v.shape[0]));
   }
@@ -1319,7 +1074,7 @@ static int t_matmul(lua_State *L) {
 
 static const luaL_Reg methods[] = {
   {"numel", t_numel}, {"nbytes", t_nbytes}, {"is_contiguous", t_is_contiguous},
-  {"item", t_item}, {"get", t_get}, {"set", t_set}, {"totable", t_totable},
+  {"item", t_item}, {"get", t_get}, {"set", t_set}, {"totable", bind_tensor_totable},
   {"narrow", t_narrow}, {"view", t_view}, {"contiguous", t_contiguous}, {"clone", t_clone},
   {"copy", t_copy}, {"to", t_to}, {"fill", t_fill}, {"zero_", t_zero_},
   {"add", t_add}, {"add_", t_add_}, {"sub", t_sub}, {"sub_", t_sub_},
@@ -1332,16 +1087,18 @@ static const luaL_Reg methods[] = {
   {"sigmoid", t_sigmoid}, {"sigmoid_", t_sigmoid_}, {"tanh", t_tanh}, {"tanh_", t_tanh_},
   {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax},
   {"matmul", t_matmul},
+  {"save", bind_tensor_save},
   {"close", t_release},
   {NULL, NULL}
 };
 
 static const luaL_Reg metamethods[] = {
+  {"__index", t_fields},
   {"__newindex", t_newindex},
   {"__add", t_meta_add}, {"__sub", t_meta_sub}, {"__mul", t_meta_mul},
   {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__unm", t_unm},
   {"__len", t_len},
-  {"__tostring", t_tostring},
+  {"__tostring", bind_tensor_tostring},
   {"__gc", t_release},
   {"__close", t_release},
   {NULL, NULL}
@@ -1350,21 +1107,13 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg funcs[] = {
   {"empty", tensor_empty}, {"zeros", tensor_zeros}, {"ones", tensor_ones},
   {"full", tensor_full}, {"arange", tensor_arange}, {"rand", tensor_rand},
-  {"randn", tensor_randn}, {"tensor", tensor_from}, {"pinned", tensor_pinned},
+  {"randn", tensor_randn}, {"tensor", bind_tensor_from}, {"pinned", tensor_pinned},
   {"matmul", t_matmul},
   {NULL, NULL}
 };
 
 int bind_open_tensor(lua_State *L) {
-  if (luaL_newmetatable(L, GPULUA_TENSOR)) {
-    luaL_setfuncs(L, metamethods, 0);
-    luaL_newlib(L, methods);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "__methods");
-    lua_pushcclosure(L, t_index, 1);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  bind_newtype(L, &bind_tensor_type, metamethods, methods);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

@@ -6,10 +6,8 @@
 
 #include "common.h"
 
-#define GPULUA_RANGE "gpu.Range"
-
 /* A range holds its context (retained) so that __gc can end it late. */
-typedef struct gpu_range { dev_ctx *ctx; uint64_t id; int open; } gpu_range;
+typedef struct gpu_range { const bind_type *tag; dev_ctx *ctx; uint64_t id; int open; } gpu_range;
 
 static int trace_start(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
@@ -73,7 +71,7 @@ static int trace_collect(lua_State *L) {
   dev_set_call(ctx, calls[call]);
   int rc = dev_trace_collect(ctx, counted);
   dev_set_call(ctx, NULL);
-  if (rc) bind_raise(L, ctx, "trace");
+  BIND_CHECK(L, ctx, rc, "trace");
   dev_trace_info in;
   dev_trace_get_info(ctx, &in);
   lua_createtable(L, 0, 8);
@@ -169,9 +167,7 @@ static int gpu_range_new(lua_State *L) {
   if (lua_type(L, 1) != LUA_TSTRING) return luaL_typeerror(L, 1, "string");
   const char *name = lua_tostring(L, 1);
   luaL_argcheck(L, lua_gettop(L) == 1, 2, "gpu.range takes a name only");
-  gpu_range *r = lua_newuserdatauv(L, sizeof *r, 2);
-  memset(r, 0, sizeof *r);
-  luaL_setmetatable(L, GPULUA_RANGE);
+  gpu_range *r = bind_new_udata(L, &bind_range_type, sizeof *r, 2);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
   /* the owner, kept alive while the range is: its address is not reused */
@@ -187,11 +183,10 @@ static int gpu_range_new(lua_State *L) {
 }
 
 static int range_end(lua_State *L, int force) {
-  gpu_range *r = luaL_checkudata(L, 1, GPULUA_RANGE);
+  gpu_range *r = bind_check_type(L, 1, &bind_range_type, sizeof *r);
   if (!r->open) return 0;
-  if (dev_range_pop(r->ctx, r->id, force) != DEV_OK) {
-    if (!force) return luaL_error(L, "gpu.range: %s", dev_errmsg(r->ctx));
-  }
+  int rc = dev_range_pop(r->ctx, r->id, force);
+  if (!force) BIND_CHECK(L, r->ctx, rc, "gpu.range");
   r->open = 0;
   dev_ctx_release(r->ctx);
   r->ctx = NULL;
@@ -208,7 +203,7 @@ static int range_tbc(lua_State *L) { return range_end(L, !lua_isnoneornil(L, 2))
 static int range_gc(lua_State *L) { return range_end(L, 1); }
 
 static int range_tostring(lua_State *L) {
-  gpu_range *r = luaL_checkudata(L, 1, GPULUA_RANGE);
+  gpu_range *r = bind_check_type(L, 1, &bind_range_type, sizeof *r);
   lua_getiuservalue(L, 1, 1);
   lua_pushfstring(L, "gpu.Range '%s'%s", lua_tostring(L, -1), r->open ? "" : " (closed)");
   return 1;
@@ -236,12 +231,7 @@ static const luaL_Reg trace_funcs[] = {
 };
 
 int bind_open_trace(lua_State *L) {
-  if (luaL_newmetatable(L, GPULUA_RANGE)) {
-    luaL_setfuncs(L, range_metamethods, 0);
-    luaL_newlib(L, range_methods);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  bind_newtype(L, &bind_range_type, range_metamethods, range_methods);
   luaL_newlib(L, trace_funcs);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, trace_index);

@@ -1,0 +1,46 @@
+/* What the gpu.Tensor files share: tensor.c (the type and its ops),
+ * tensor_format.c (tostring) and tensor_table.c (gpu.tensor from nested
+ * tables, t:totable). */
+#ifndef GPULUA_BIND_TENSOR_H
+#define GPULUA_BIND_TENSOR_H
+
+#include "common.h"
+
+#define MAXSHAPESTR 160   /* "{2,3,4}" of the most dims */
+
+void bind_shape_str(char *buf, size_t n, int ndim, const int64_t *shape);
+
+static inline const char *kind_name(const gpu_tensor *t) { return dev_memkind_name(t->v.buf->kind); }
+
+/* The stream of the opts table at index opts, or the current one (opts 0). */
+static inline dev_stream *opts_stream(lua_State *L, int opts) {
+  return opts ? bind_opt_stream(L, opts) : bind_current_stream(L);
+}
+
+/* opts.dtype / opts.device of the table at opts, else dflt. */
+dev_dtype bind_opt_dtype(lua_State *L, int opts, dev_dtype dflt);
+dev_memkind bind_opt_device(lua_State *L, int opts, dev_memkind dflt);
+
+/* The value at idx for dtype t: exact for integers, range-checked.  Errors
+ * name argument `arg`, or, arg 0, the thing described by `what`. */
+dev_scalar bind_check_scalar(lua_State *L, int idx, dev_dtype t, int arg, const char *what);
+/* Push one element of dtype t as a Lua value. */
+void bind_push_elem(lua_State *L, dev_dtype t, const void *p);
+
+/* Push a tensor in released state, then allocate: an error leaks nothing.
+ * Made for the stream of the opts table at index opts (0: the current one). */
+gpu_tensor *bind_new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int ndim,
+                            const int64_t *shape, int opts, const char *fname);
+/* Write packed f64 (isint: i64) values, one per element, into dst, a view
+ * of the tensor at stack index tidx, on the stream of opts. */
+void bind_tensor_upload(lua_State *L, dev_view dst, int tidx, int isint, const void *vals, int opts,
+                        const char *fname);
+/* Read all values of the tensor at tidx (C order) into a userdata pushed on
+ * the stack; a counted sync. */
+void *bind_tensor_download(lua_State *L, int tidx, int opts, const char *fname);
+
+int bind_tensor_tostring(lua_State *L);   /* __tostring (tensor_format.c) */
+int bind_tensor_from(lua_State *L);       /* gpu.tensor(values, opts) (tensor_table.c) */
+int bind_tensor_totable(lua_State *L);    /* t:totable([opts]) (tensor_table.c) */
+
+#endif
