@@ -842,21 +842,21 @@ static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_d
   return o;
 }
 
-static const char *const unop_names[] = {
-  NULL, "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"
-};
+/* An op's dtype rule (ops.h), checked before anything is allocated. */
+static int takes(const dev_opinfo *o, dev_dtype t) { return (dev_dtype_class(t) & o->classes) != 0; }
 
 static int unary(lua_State *L, dev_unop code, int inplace) {
-  const char *fname = unop_names[code];
+  const dev_opinfo *info = dev_unop_info(code);
+  const char *fname = info->name;
   gpu_tensor *t = bind_check_tensor(L, 1);
-  dev_dtype dt = t->v.dtype;
-  if (dt == DEV_BOOL || (!dev_dtype_is_float(dt) && code >= DEV_UN_EXP && code != DEV_UN_RELU))
+  dev_dtype dt = t->v.dtype, rdt = info->to_bool ? DEV_BOOL : dt;
+  if (!takes(info, dt))
     luaL_error(L, "%s: not supported for %s (needs a %s dtype)", fname, dev_dtype_name(dt),
-               code >= DEV_UN_EXP && code != DEV_UN_RELU ? "float" : "numeric");
+               info->classes == DEV_CLS_F ? "float" : "numeric");
   int opts = 2;
   bind_check_opts(L, opts, "out stream");
   dev_view tv = t->v;
-  gpu_tensor *o = inplace ? t : opt_out(L, opts, t, dt, tv.ndim, tv.shape, fname);
+  gpu_tensor *o = inplace ? t : opt_out(L, opts, t, rdt, tv.ndim, tv.shape, fname);
   dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = o->v};
   op.in[0] = tv;
   submit(L, lua_istable(L, opts) ? opts : 0, &op, inplace ? 1 : lua_gettop(L), 1, 0, fname);
@@ -864,24 +864,17 @@ static int unary(lua_State *L, dev_unop code, int inplace) {
   return 1;
 }
 
-#define UNARY_FUNCS(name, code) \
-  static int t_##name(lua_State *L) { return unary(L, code, 0); } \
-  static int t_##name##_(lua_State *L) { return unary(L, code, 1); }
-UNARY_FUNCS(neg, DEV_UN_NEG)
-UNARY_FUNCS(abs, DEV_UN_ABS)
-UNARY_FUNCS(exp, DEV_UN_EXP)
-UNARY_FUNCS(log, DEV_UN_LOG)
-UNARY_FUNCS(sqrt, DEV_UN_SQRT)
-UNARY_FUNCS(relu, DEV_UN_RELU)
-UNARY_FUNCS(sigmoid, DEV_UN_SIGMOID)
-UNARY_FUNCS(tanh, DEV_UN_TANH)
+/* t:name(opts), and t:name_(opts) in place when the result has t's dtype */
+#define UNARY_FUNCS(E, name, cls, res, fl)                                  \
+  static int t_##name(lua_State *L) { return unary(L, DEV_UN_##E, 0); }     \
+  DEV_IF_SAME(res, static int t_##name##_(lua_State *L) { return unary(L, DEV_UN_##E, 1); })
+DEV_UNARY_OPS(UNARY_FUNCS)
+#undef UNARY_FUNCS
 
 static int t_unm(lua_State *L) {
   lua_settop(L, 1);
   return unary(L, DEV_UN_NEG, 0);
 }
-
-static const char *const binop_names[] = {"add", "sub", "mul", "div", "pow", "max", "min"};
 
 /* numpy broadcasting of two views into out shape; fills expanded views */
 static int broadcast(const dev_view *a, const dev_view *b, dev_view *ea, dev_view *eb,
@@ -904,11 +897,11 @@ static int broadcast(const dev_view *a, const dev_view *b, dev_view *ea, dev_vie
 }
 
 static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int inplace, int scalar_left) {
-  const char *fname = binop_names[code];
+  const dev_opinfo *info = dev_binop_info(code);
+  const char *fname = info->name;
   gpu_tensor *t = bind_check_tensor(L, ia);
-  dev_dtype dt = t->v.dtype;
-  if (dt == DEV_BOOL && code != DEV_BIN_MAX && code != DEV_BIN_MIN)
-    luaL_error(L, "%s: not supported for bool", fname);
+  dev_dtype dt = t->v.dtype, rdt = info->to_bool ? DEV_BOOL : dt;
+  if (!takes(info, dt)) luaL_error(L, "%s: not supported for %s", fname, dev_dtype_name(dt));
   bind_check_opts(L, opts, "out stream");
   dev_kop op = {.kind = DEV_OP_BINARY, .code = code};
   gpu_tensor *x = bind_test_tensor(L, ib);
@@ -930,7 +923,7 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     if (lua_type(L, ib) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, ib)))
       luaL_typeerror(L, ib, "gpu.Tensor or number");
     op.s0 = bind_check_scalar(L, ib, dt, ib, NULL);
-    if (is_intdt(dt) && op.s0.i == 0 && code == DEV_BIN_DIV && !scalar_left)
+    if (is_intdt(dt) && op.s0.i == 0 && (info->flags & DEV_OPF_ZDIV) && !scalar_left)
       luaL_error(L, "%s: integer division by zero", fname);
     if (is_intdt(dt) && op.s0.i < 0 && code == DEV_BIN_POW && !scalar_left)
       luaL_error(L, "%s: integers to negative integer powers are not allowed", fname);
@@ -951,7 +944,7 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     }
     o = t;
   } else {
-    o = opt_out(L, opts, t, dt, ndim, shape, fname);
+    o = opt_out(L, opts, t, rdt, ndim, shape, fname);
   }
   op.out = o->v;
   submit(L, lua_istable(L, opts) ? opts : 0, &op, inplace ? ia : lua_gettop(L), ia, x ? ib : 0, fname);
@@ -959,14 +952,12 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
   return 1;
 }
 
-#define BINARY_FUNCS(name, code) \
-  static int t_##name(lua_State *L) { return binary_op(L, code, 1, 2, 3, 0, 0); } \
-  static int t_##name##_(lua_State *L) { return binary_op(L, code, 1, 2, 3, 1, 0); }
-BINARY_FUNCS(add, DEV_BIN_ADD)
-BINARY_FUNCS(sub, DEV_BIN_SUB)
-BINARY_FUNCS(mul, DEV_BIN_MUL)
-BINARY_FUNCS(div, DEV_BIN_DIV)
-BINARY_FUNCS(pow, DEV_BIN_POW)
+/* t:name(x, opts), and t:name_(x, opts) in place when the result has t's dtype */
+#define BINARY_FUNCS(E, name, cls, res, fl)                                                    \
+  static int t_bin_##name(lua_State *L) { return binary_op(L, DEV_BIN_##E, 1, 2, 3, 0, 0); } \
+  DEV_IF_SAME(res, static int t_bin_##name##_(lua_State *L) { return binary_op(L, DEV_BIN_##E, 1, 2, 3, 1, 0); })
+DEV_BINARY_OPS(BINARY_FUNCS)
+#undef BINARY_FUNCS
 
 /* a op b where either may be a number */
 static int meta_binary(lua_State *L, dev_binop code) {
@@ -984,10 +975,8 @@ static int t_meta_pow(lua_State *L) { return meta_binary(L, DEV_BIN_POW); }
 
 /* ---- reductions ------------------------------------------------------ */
 
-static const char *const redop_names[] = {"sum", "mean", "max", "min", "argmax"};
-
 static int reduce(lua_State *L, dev_redop code) {
-  const char *fname = redop_names[code];
+  const char *fname = dev_redop_name(code);
   gpu_tensor *t = bind_check_tensor(L, 1);
   bind_check_opts(L, 2, "dim keepdim stream");
   int dim = -1, keepdim = 0;
@@ -1038,9 +1027,6 @@ static int t_min(lua_State *L) {
   return reduce(L, DEV_RED_MIN);
 }
 
-static int t_max_(lua_State *L) { return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 1, 0); }
-static int t_min_(lua_State *L) { return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 1, 0); }
-
 /* ---- matmul ---------------------------------------------------------- */
 
 static int t_matmul(lua_State *L) {
@@ -1077,14 +1063,7 @@ static const luaL_Reg methods[] = {
   {"item", t_item}, {"get", t_get}, {"set", t_set}, {"totable", bind_tensor_totable},
   {"narrow", t_narrow}, {"view", t_view}, {"contiguous", t_contiguous}, {"clone", t_clone},
   {"copy", t_copy}, {"to", t_to}, {"fill", t_fill}, {"zero_", t_zero_},
-  {"add", t_add}, {"add_", t_add_}, {"sub", t_sub}, {"sub_", t_sub_},
-  {"mul", t_mul}, {"mul_", t_mul_}, {"div", t_div}, {"div_", t_div_},
-  {"pow", t_pow}, {"pow_", t_pow_}, {"max", t_max}, {"max_", t_max_},
-  {"min", t_min}, {"min_", t_min_},
-  {"neg", t_neg}, {"neg_", t_neg_}, {"abs", t_abs}, {"abs_", t_abs_},
-  {"exp", t_exp}, {"exp_", t_exp_}, {"log", t_log}, {"log_", t_log_},
-  {"sqrt", t_sqrt}, {"sqrt_", t_sqrt_}, {"relu", t_relu}, {"relu_", t_relu_},
-  {"sigmoid", t_sigmoid}, {"sigmoid_", t_sigmoid_}, {"tanh", t_tanh}, {"tanh_", t_tanh_},
+  {"max", t_max}, {"min", t_min},
   {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax},
   {"matmul", t_matmul},
   {"save", bind_tensor_save},
@@ -1112,8 +1091,31 @@ static const luaL_Reg funcs[] = {
   {NULL, NULL}
 };
 
+/* The ops of ops.h, one method each (and one with `_`, in place, where the
+ * result has the tensor's dtype).  Added after methods[], where a method of
+ * the same name (max, min: also reductions) wins. */
+#define UNARY_REG(E, name, cls, res, fl) {#name, t_##name}, DEV_IF_SAME(res, {#name "_", t_##name##_},)
+#define BINARY_REG(E, name, cls, res, fl) {#name, t_bin_##name}, DEV_IF_SAME(res, {#name "_", t_bin_##name##_},)
+static const luaL_Reg op_methods[] = {
+  DEV_UNARY_OPS(UNARY_REG)
+  DEV_BINARY_OPS(BINARY_REG)
+  {NULL, NULL}
+};
+#undef UNARY_REG
+#undef BINARY_REG
+
 int bind_open_tensor(lua_State *L) {
   bind_newtype(L, &bind_tensor_type, metamethods, methods);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &bind_tensor_type);
+  lua_getfield(L, -1, "__methods");
+  for (const luaL_Reg *r = op_methods; r->name; r++) {
+    if (lua_getfield(L, -1, r->name) == LUA_TNIL) {
+      lua_pushcfunction(L, r->func);
+      lua_setfield(L, -3, r->name);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

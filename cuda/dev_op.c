@@ -69,6 +69,7 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
       return dev_fail(ctx, DEV_ERR_INVALID, "sleep: bad duration");
     return DEV_OK;
   }
+  if (op->nin < 0 || op->nin > DEV_MAXIN) return dev_fail(ctx, DEV_ERR_INVALID, "op: bad operand count");
   if ((rc = dev_check_view(ctx, &op->out, "output"))) return rc;
   for (int i = 0; i < op->nin; i++)
     if ((rc = dev_check_view(ctx, &op->in[i], "input"))) return rc;
@@ -84,29 +85,32 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
     if (op->code == DEV_RAND_UNIFORM && !isf && t != DEV_BOOL && op->s1.i <= op->s0.i)
       return dev_fail(ctx, DEV_ERR_INVALID, "rand: empty range");
     return DEV_OK;
-  case DEV_OP_UNARY:
+  case DEV_OP_UNARY: {
     if (op->nin != 1 || (unsigned)op->code >= DEV_NUNOP)
       return dev_fail(ctx, DEV_ERR_INVALID, "unary: bad op");
     if (dev_view_numel(&op->in[0]) != dev_view_numel(&op->out))
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: numel mismatch", dev_unop_name(op->code));
     if (op->code == DEV_UN_COPY) return DEV_OK;
-    if (op->in[0].dtype != t || !same_shape(&op->in[0], &op->out))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", dev_unop_name(op->code));
-    if (t == DEV_BOOL || (!isf && op->code >= DEV_UN_EXP && op->code != DEV_UN_RELU))
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s",
-                      dev_unop_name(op->code), dev_dtype_name(t));
+    const dev_opinfo *o = dev_unop_info(op->code);
+    dev_dtype it = op->in[0].dtype;
+    if ((o->to_bool ? t != DEV_BOOL : it != t) || !same_shape(&op->in[0], &op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+    if (!(dev_dtype_class(it) & o->classes))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
     return DEV_OK;
+  }
   case DEV_OP_BINARY: {
-    int nt = (op->flags & DEV_F_SCALAR) ? 1 : 2;
-    if (op->nin != nt || (unsigned)op->code >= DEV_NBINOP)
+    int nt = (op->flags & (DEV_F_SCALAR | DEV_F_SCALAR_LEFT)) ? 1 : 2;
+    const dev_opinfo *o = dev_binop_info(op->code);
+    if (op->nin != nt || !o || ((op->flags & DEV_F_SCALAR_LEFT) && !(o->flags & DEV_OPF_LEFT)))
       return dev_fail(ctx, DEV_ERR_INVALID, "binary: bad operands");
+    dev_dtype it = op->in[0].dtype;
+    if (o->to_bool && t != DEV_BOOL) return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
     for (int i = 0; i < nt; i++)
-      if (op->in[i].dtype != t || !same_shape(&op->in[i], &op->out))
-        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch",
-                        dev_binop_name(op->code));
-    if (t == DEV_BOOL && op->code != DEV_BIN_MAX && op->code != DEV_BIN_MIN)
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for bool",
-                      dev_binop_name(op->code));
+      if (op->in[i].dtype != (o->to_bool ? it : t) || !same_shape(&op->in[i], &op->out))
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+    if (!(dev_dtype_class(it) & o->classes))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
     return DEV_OK;
   }
   case DEV_OP_REDUCE: {
@@ -187,9 +191,10 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     ctx->st.launches++;
     return DEV_OK;
   }
+  /* the output, then the tensor operands (validated: nin of them) */
   int nb = op->kind == DEV_OP_SLEEP ? 0 : 1 + op->nin;
-  if (op->kind == DEV_OP_BINARY && (op->flags & DEV_F_SCALAR)) nb = 2;
-  const dev_view *views[3] = {&op->out, &op->in[0], &op->in[1]};
+  const dev_view *views[1 + DEV_MAXIN] = {&op->out};
+  for (int i = 0; i < DEV_MAXIN; i++) views[1 + i] = &op->in[i];
   int all_host = nb > 0;
   for (int i = 0; i < nb; i++)
     if (!host_visible(views[i]->buf)) all_host = 0;
@@ -210,7 +215,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   int pageable = op->kind == DEV_OP_COPY &&
                  (op->out.buf->kind == DEV_MEM_HOST || op->in[0].buf->kind == DEV_MEM_HOST);
   if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
-  dev_buf *bufs[3] = {NULL, NULL, NULL};
+  dev_buf *bufs[1 + DEV_MAXIN] = {NULL};
   for (int i = 0; i < nb; i++) bufs[i] = views[i]->buf;
   if ((rc = fence_op_bufs(s, bufs, nb))) return rc;
   if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;

@@ -54,7 +54,7 @@ template <int T, int CODE> struct red {
       /* a sum keeps NaN a NaN whatever its payload: the plain conversions do */
       (void)k;
       if constexpr (T == DEV_F16) a = (double)__half2float(__half(__half_raw{s}));
-      else if constexpr (T == DEV_BF16) a = (double)k_u2f((uint32_t)s << 16);
+      else if constexpr (T == DEV_BF16) a = (double)sc_u2f((uint32_t)s << 16);
       else a = (double)s;
     }
     return a;
@@ -97,7 +97,7 @@ template <int T, int CODE> struct red {
 
   static KH double res_d(const A &a, int64_t len)
   {
-    if constexpr (pair && sizeof(V) == 4) { (void)len; return k_f2d(a.v); }
+    if constexpr (pair && sizeof(V) == 4) { (void)len; return sc_f2d(a.v); }
     else if constexpr (pair) { (void)len; return (double)a.v; }
     else if constexpr (CODE == DEV_RED_MEAN) return (double)a / (double)len;
     else { (void)len; return (double)a; }
@@ -107,7 +107,7 @@ template <int T, int CODE> struct red {
   {
     if constexpr (CODE == DEV_RED_ARGMAX) return a.i + 1;
     else if constexpr (pair) return (int64_t)a.v;
-    else return k_wrap((uint64_t)a);
+    else return sc_wrap64((uint64_t)a);
   }
 };
 
