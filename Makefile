@@ -477,7 +477,7 @@ endif
 endif
 
 # (plus build-essential without a C compiler, perl without prove)
-DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config
+DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config python3-numpy
 deps:
 	@missing=; \
 	for p in $(DEB_PKGS); do \

@@ -74,14 +74,20 @@ static gpu_tensor *new_view(lua_State *L, int idx) {
 /* Enqueue op.  The buffers of its views are taken from the tensors at stack
  * indices out/in0/in1 (0: keep the view's buffer) and the stream from opts,
  * here, after the binding's last Lua allocation (see common.h). */
-static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0, int in1,
-                      const char *fname) {
+static void submit_views(lua_State *L, dev_stream *s, dev_kop *op, int out, const int *in, int nin,
+                         const char *fname) {
   dev_ctx *ctx = dev_stream_ctx(s);
   if (out) op->out.buf = bind_check_tensor(L, out)->v.buf;
-  if (in0) op->in[0].buf = bind_check_tensor(L, in0)->v.buf;
-  if (in1) op->in[1].buf = bind_check_tensor(L, in1)->v.buf;
+  for (int i = 0; i < nin; i++)
+    if (in[i]) op->in[i].buf = bind_check_tensor(L, in[i])->v.buf;
   bind_call_site(L, ctx, fname);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, op), fname);
+}
+
+static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0, int in1,
+                      const char *fname) {
+  int in[2] = {in0, in1};
+  submit_views(L, s, op, out, in, 2, fname);
 }
 
 static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in1,
@@ -876,23 +882,44 @@ static int t_unm(lua_State *L) {
   return unary(L, DEV_UN_NEG, 0);
 }
 
-/* numpy broadcasting of two views into out shape; fills expanded views */
+/* numpy broadcasting of n views: the result's shape, and each view expanded
+ * to it (stride 0 along the dims it broadcasts); -1 when they do not
+ * broadcast. */
+static int broadcast_n(int n, const dev_view *const *in, dev_view *ex, int *ndim, int64_t *shape) {
+  int nd = 0;
+  for (int i = 0; i < n; i++)
+    if (in[i]->ndim > nd) nd = in[i]->ndim;
+  for (int d = nd - 1; d >= 0; d--) {
+    int64_t sz = 1;
+    for (int i = 0; i < n; i++) {
+      int di = d - (nd - in[i]->ndim);
+      int64_t si = di >= 0 ? in[i]->shape[di] : 1;
+      if (si == 1) continue;
+      if (sz != 1 && sz != si) return -1;
+      sz = si;
+    }
+    shape[d] = sz;
+  }
+  for (int i = 0; i < n; i++) {
+    ex[i] = *in[i];
+    ex[i].ndim = nd;
+    for (int d = 0; d < nd; d++) {
+      int di = d - (nd - in[i]->ndim);
+      ex[i].shape[d] = shape[d];
+      ex[i].stride[d] = di >= 0 && in[i]->shape[di] != 1 ? in[i]->stride[di] : 0;
+    }
+  }
+  *ndim = nd;
+  return 0;
+}
+
 static int broadcast(const dev_view *a, const dev_view *b, dev_view *ea, dev_view *eb,
                      int *ndim, int64_t *shape) {
-  int n = a->ndim > b->ndim ? a->ndim : b->ndim;
-  *ea = *a;
-  *eb = *b;
-  ea->ndim = eb->ndim = n;
-  for (int d = n - 1; d >= 0; d--) {
-    int da = d - (n - a->ndim), db = d - (n - b->ndim);
-    int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
-    if (sa != sb && sa != 1 && sb != 1) return -1;
-    shape[d] = sa > sb ? sa : sb;
-    ea->shape[d] = eb->shape[d] = shape[d];
-    ea->stride[d] = (da >= 0 && sa != 1) ? a->stride[da] : 0;
-    eb->stride[d] = (db >= 0 && sb != 1) ? b->stride[db] : 0;
-  }
-  *ndim = n;
+  const dev_view *in[2] = {a, b};
+  dev_view ex[2];
+  if (broadcast_n(2, in, ex, ndim, shape)) return -1;
+  *ea = ex[0];
+  *eb = ex[1];
   return 0;
 }
 
@@ -923,6 +950,9 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     if (lua_type(L, ib) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, ib)))
       luaL_typeerror(L, ib, "gpu.Tensor or number");
     op.s0 = bind_check_scalar(L, ib, dt, ib, NULL);
+    /* a comparison sees the number as the tensor's dtype holds it (0.1 as
+     * f16 is 0.0999755859375), as NumPy does */
+    if (info->to_bool) op.s0 = dev_scalar_as(op.s0, dt);
     if (is_intdt(dt) && op.s0.i == 0 && (info->flags & DEV_OPF_ZDIV) && !scalar_left)
       luaL_error(L, "%s: integer division by zero", fname);
     if (is_intdt(dt) && op.s0.i < 0 && code == DEV_BIN_POW && !scalar_left)
@@ -993,6 +1023,7 @@ static int reduce(lua_State *L, dev_redop code) {
   if (code == DEV_RED_SUM && isint) out = DEV_I64;
   if (code == DEV_RED_MEAN && isint) out = DEV_F64;
   if (code == DEV_RED_ARGMAX) out = DEV_I64;
+  if (code == DEV_RED_ANY || code == DEV_RED_ALL) out = DEV_BOOL;
   int ndim = 0;
   int64_t shape[DEV_MAXDIM];
   for (int d = 0; d < t->v.ndim; d++) {
@@ -1013,19 +1044,117 @@ static int reduce(lua_State *L, dev_redop code) {
 static int t_sum(lua_State *L) { return reduce(L, DEV_RED_SUM); }
 static int t_mean(lua_State *L) { return reduce(L, DEV_RED_MEAN); }
 static int t_argmax(lua_State *L) { return reduce(L, DEV_RED_ARGMAX); }
+static int t_any(lua_State *L) { return reduce(L, DEV_RED_ANY); }
+static int t_all(lua_State *L) { return reduce(L, DEV_RED_ALL); }
 
-/* max/min: elementwise with an operand, a reduction without */
+/* max/min: elementwise with an operand (a bool tensor's may be a boolean),
+ * a reduction without */
+static int has_operand(lua_State *L) {
+  return lua_type(L, 2) == LUA_TNUMBER || lua_isboolean(L, 2) || bind_test_tensor_handle(L, 2);
+}
+
 static int t_max(lua_State *L) {
-  if (lua_type(L, 2) == LUA_TNUMBER || bind_test_tensor_handle(L, 2))
-    return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 0, 0);
+  if (has_operand(L)) return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 0, 0);
   return reduce(L, DEV_RED_MAX);
 }
 
 static int t_min(lua_State *L) {
-  if (lua_type(L, 2) == LUA_TNUMBER || bind_test_tensor_handle(L, 2))
-    return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 0, 0);
+  if (has_operand(L)) return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 0, 0);
   return reduce(L, DEV_RED_MIN);
 }
+
+/* ---- selecting: where, masked_fill ------------------------------------ */
+
+static void check_cond(lua_State *L, int arg, const gpu_tensor *c, const char *what) {
+  if (c->v.dtype != DEV_BOOL)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s must be a bool tensor, got %s (make one with t:ne(0), t:gt(x), ...)",
+                                          what, dev_dtype_name(c->v.dtype)));
+}
+
+/* Operand arg of a ternary op: a tensor (the caller takes it), or a number
+ * for dtype dt, into s, with flag set in op. */
+static void ternary_operand(lua_State *L, int arg, dev_dtype dt, dev_kop *op, int flag, dev_scalar *s) {
+  if (bind_test_tensor(L, arg)) return;
+  if (lua_type(L, arg) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, arg)))
+    luaL_typeerror(L, arg, "gpu.Tensor or number");
+  *s = bind_check_scalar(L, arg, dt, arg, NULL);
+  op->flags |= flag;
+}
+
+/* gpu.where(cond, a, b, opts): cond ? a : b elementwise, cond a bool tensor,
+ * a and b tensors of one dtype or numbers (both numbers: opts.dtype, f32 by
+ * default), all broadcast together. */
+static int tensor_where(lua_State *L) {
+  gpu_tensor *c = bind_check_tensor(L, 1);
+  check_cond(L, 1, c, "condition");
+  bind_check_opts(L, 4, "out stream dtype");
+  gpu_tensor *a = bind_test_tensor(L, 2), *b = bind_test_tensor(L, 3), *first = a ? a : b;
+  if (a && b && a->v.dtype != b->v.dtype)
+    luaL_argerror(L, 3, lua_pushfstring(L, "dtype %s does not match %s (cast with :to(\"%s\"))",
+                                        dev_dtype_name(b->v.dtype), dev_dtype_name(a->v.dtype), dev_dtype_name(a->v.dtype)));
+  dev_dtype dt = bind_opt_dtype(L, 4, first ? first->v.dtype : DEV_F32);
+  if (first && dt != first->v.dtype)
+    luaL_error(L, "bad option 'dtype' to 'where' (%s; the result takes the dtype of the tensors, %s)",
+               dev_dtype_name(dt), dev_dtype_name(first->v.dtype));
+  dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_WHERE};
+  ternary_operand(L, 2, dt, &op, DEV_F_SCALAR2, &op.s0);
+  ternary_operand(L, 3, dt, &op, DEV_F_SCALAR3, &op.s1);
+  const dev_view *in[3] = {&c->v};
+  int idx[3] = {1}, n = 1;
+  if (a) { same_kind(L, 2, c, a); in[n] = &a->v; idx[n++] = 2; }
+  if (b) { same_kind(L, 3, c, b); in[n] = &b->v; idx[n++] = 3; }
+  int ndim;
+  int64_t shape[DEV_MAXDIM];
+  if (broadcast_n(n, in, op.in, &ndim, shape)) {
+    char sc[MAXSHAPESTR], sa[MAXSHAPESTR], sb[MAXSHAPESTR];
+    bind_shape_str(sc, sizeof sc, c->v.ndim, c->v.shape);
+    if (a) bind_shape_str(sa, sizeof sa, a->v.ndim, a->v.shape); else snprintf(sa, sizeof sa, "(number)");
+    if (b) bind_shape_str(sb, sizeof sb, b->v.ndim, b->v.shape); else snprintf(sb, sizeof sb, "(number)");
+    luaL_error(L, "where: shapes %s, %s and %s cannot be broadcast together", sc, sa, sb);
+  }
+  op.nin = n;
+  gpu_tensor *o = opt_out(L, 4, c, dt, ndim, shape, "where");
+  op.out = o->v;
+  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, lua_gettop(L), idx, n, "where");
+  return 1;
+}
+
+/* t:masked_fill(mask, v, opts): v where mask (a bool tensor broadcast to t's
+ * shape) is true, t elsewhere; masked_fill_ in place. */
+static int masked_fill(lua_State *L, int inplace) {
+  const char *fname = inplace ? "masked_fill_" : "masked_fill";
+  gpu_tensor *t = bind_check_tensor(L, 1), *m = bind_check_tensor(L, 2);
+  check_cond(L, 2, m, "mask");
+  dev_dtype dt = t->v.dtype;
+  bind_check_opts(L, 4, inplace ? "stream" : "out stream");
+  same_kind(L, 2, t, m);
+  dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_WHERE, .nin = 2};
+  if (lua_type(L, 3) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, 3)))
+    luaL_typeerror(L, 3, "number");
+  op.s0 = bind_check_scalar(L, 3, dt, 3, NULL);
+  op.flags = DEV_F_SCALAR2;
+  const dev_view *in[2] = {&m->v, &t->v};
+  int ndim, same;
+  int64_t shape[DEV_MAXDIM];
+  same = broadcast_n(2, in, op.in, &ndim, shape) == 0 && ndim == t->v.ndim;
+  for (int d = 0; same && d < ndim; d++) same = shape[d] == t->v.shape[d];
+  if (!same) {
+    char a[MAXSHAPESTR], b[MAXSHAPESTR];
+    bind_shape_str(a, sizeof a, m->v.ndim, m->v.shape);
+    bind_shape_str(b, sizeof b, t->v.ndim, t->v.shape);
+    luaL_argerror(L, 2, lua_pushfstring(L, "mask shape %s cannot be broadcast to the tensor's %s", a, b));
+  }
+  dev_view tv = t->v;
+  gpu_tensor *o = inplace ? t : opt_out(L, 4, t, dt, tv.ndim, tv.shape, fname);
+  op.out = o->v;
+  int idx[2] = {2, 1};
+  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, inplace ? 1 : lua_gettop(L), idx, 2, fname);
+  if (inplace) lua_settop(L, 1);
+  return 1;
+}
+
+static int t_masked_fill(lua_State *L) { return masked_fill(L, 0); }
+static int t_masked_fill_(lua_State *L) { return masked_fill(L, 1); }
 
 /* ---- matmul ---------------------------------------------------------- */
 
@@ -1064,7 +1193,8 @@ static const luaL_Reg methods[] = {
   {"narrow", t_narrow}, {"view", t_view}, {"contiguous", t_contiguous}, {"clone", t_clone},
   {"copy", t_copy}, {"to", t_to}, {"fill", t_fill}, {"zero_", t_zero_},
   {"max", t_max}, {"min", t_min},
-  {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax},
+  {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax}, {"any", t_any}, {"all", t_all},
+  {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_},
   {"matmul", t_matmul},
   {"save", bind_tensor_save},
   {"close", t_release},
@@ -1087,7 +1217,7 @@ static const luaL_Reg funcs[] = {
   {"empty", tensor_empty}, {"zeros", tensor_zeros}, {"ones", tensor_ones},
   {"full", tensor_full}, {"arange", tensor_arange}, {"rand", tensor_rand},
   {"randn", tensor_randn}, {"tensor", bind_tensor_from}, {"pinned", tensor_pinned},
-  {"matmul", t_matmul},
+  {"matmul", t_matmul}, {"where", tensor_where},
   {NULL, NULL}
 };
 

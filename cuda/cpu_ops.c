@@ -111,6 +111,7 @@ static void load_f(dev_dtype t, const char *p, int64_t s, int64_t n, float *d)
   case DEV_F32: if (s == 1) { memcpy(d, p, (size_t)n * 4); break; } for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s]; break;
   case DEV_F16: for (i = 0; i < n; i++) d[i] = sc_half_to_float(((const uint16_t *)p)[i * s]); break;
   case DEV_BF16: for (i = 0; i < n; i++) d[i] = sc_bf16_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_BOOL: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s] != 0; break;
   default:
     for (i = 0; i < n; i++) { load_d(t, p + i * s * esz, 1, 1, &v); d[i] = (float)v; }
     break;
@@ -541,6 +542,42 @@ __attribute__((noinline)) static int64_t binop_block(int code, cclass c, const b
   return zeros;
 }
 
+__attribute__((noinline)) static void terop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+                                                  const block *restrict z, block *restrict r, int64_t n)
+{
+  int64_t i;
+  n = round8(n);
+  switch (c) {
+  case C_FLOAT:
+    switch (code) {
+#define T(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
+      for (i = 0; i < n; i++) r->f[i] = sc_##name##_f(x->f[i], y->f[i], z->f[i]); break;)
+    DEV_TERNARY_OPS(T)
+#undef T
+    default: break;
+    }
+    break;
+  case C_DOUBLE:
+    switch (code) {
+#define T(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
+      for (i = 0; i < n; i++) r->d[i] = sc_##name##_d(x->d[i], y->d[i], z->d[i]); break;)
+    DEV_TERNARY_OPS(T)
+#undef T
+    default: break;
+    }
+    break;
+  case C_INT:
+    switch (code) {
+#define T(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_TER_##E: \
+      for (i = 0; i < n; i++) r->i[i] = sc_##name##_i(x->i[i], y->i[i], z->i[i]); break;)
+    DEV_TERNARY_OPS(T)
+#undef T
+    default: break;
+    }
+    break;
+  }
+}
+
 /* The op's dtype rule (ops.h), as dev_op.c's validate has it. */
 static int check_classes(const dev_opinfo *o, dev_dtype t, char *err, size_t errlen)
 {
@@ -633,6 +670,52 @@ static int run_binary(const dev_kop *op, char *err, size_t errlen)
   return 0;
 }
 
+/* Operands 2 and 3 are the next tensors of in[] or, flagged, s0 and s1; a
+ * condition (DEV_OPF_COND) is loaded as 0/1 in the compute type. */
+static int run_ternary(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *out = &op->out, *v[3] = {&op->in[0], NULL, NULL};
+  const dev_opinfo *o = dev_terop_info(op->code);
+  dev_dtype t = out->dtype;
+  cclass c = class_of(t);
+  int s2 = (op->flags & DEV_F_SCALAR2) != 0, s3 = (op->flags & DEV_F_SCALAR3) != 0;
+  int64_t n = dev_view_numel(out), done, k;
+  block b[3], r;
+  walk wo, w[3];
+  static const char *const names[] = {"in[0]", "in[1]", "in[2]"};
+  if (o == NULL) return fail(err, errlen, "ternary: bad op %d", op->code);
+  if (op->nin != 1 + !s2 + !s3) return fail(err, errlen, "%s: bad operands", o->name);
+  if (!s2) v[1] = &op->in[1];
+  if (!s3) v[2] = &op->in[s2 ? 1 : 2];
+  if (check_view(out, "out", err, errlen)) return -1;
+  for (int j = 0, i = 0; j < 3; j++) {
+    dev_dtype want = j == 0 && (o->flags & DEV_OPF_COND) ? DEV_BOOL : t;
+    if (!v[j]) continue;
+    if (check_view(v[j], names[i++], err, errlen)) return -1;
+    if (v[j]->dtype != want)
+      return fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(v[j]->dtype),
+                  dev_dtype_name(want));
+    if (dev_view_numel(v[j]) != n) return fail(err, errlen, "%s: element counts differ", o->name);
+  }
+  if (check_classes(o, t, err, errlen)) return -1;
+  walk_init(&wo, out);
+  for (int j = 0; j < 3; j++)
+    if (v[j]) walk_init(&w[j], v[j]);
+  if (s2) scalar_to(op->s0, t, &b[1]);
+  if (s3) scalar_to(op->s1, t, &b[2]);
+  for (done = 0; done < n; done += k) {
+    k = min64(BLK, n - done);
+    for (int j = 0; j < 3; j++) {
+      if (!v[j]) continue;
+      walk_load(&w[j], v[j]->dtype, c, k, &b[j]);
+      pad8(c, &b[j], k);
+    }
+    terop_block(op->code, c, &b[0], &b[1], &b[2], &r, k);
+    walk_store(&wo, t, c, k, &r);
+  }
+  return 0;
+}
+
 /* Reduces the len elements w yields.  Float sources are read as double,
  * integer and bool ones as int64.  The result goes to *d or *i (see
  * red_class); argmax gives the 1-based position of the first maximum, or of
@@ -642,7 +725,7 @@ static void reduce_walk(walk *w, dev_dtype t, int code, int64_t len, double *d, 
   int isint = class_of(t) == C_INT;
   double sum = 0, best = 0;
   uint64_t isum = 0;
-  int64_t ibest = 0, at = 0, done, k, j;
+  int64_t ibest = 0, at = 0, done, k, j, truth = code == DEV_RED_ALL;
   block b;
   for (done = 0; done < len; done += k) {
     k = min64(BLK, len - done);
@@ -675,20 +758,27 @@ static void reduce_walk(walk *w, dev_dtype t, int code, int64_t len, double *d, 
           if (b.i[j] < ibest) ibest = b.i[j];
       }
       break;
+    case DEV_RED_ANY: case DEV_RED_ALL:
+      /* any: a nonzero (NaN is one) decides; all: a zero */
+      for (j = 0; j < k && truth == (code == DEV_RED_ALL); j++)
+        if ((isint ? b.i[j] != 0 : b.d[j] != 0) != truth) truth = !truth;
+      break;
     default: break;
     }
+    if ((code == DEV_RED_ANY || code == DEV_RED_ALL) && truth != (code == DEV_RED_ALL)) break;
   }
   switch (code) {
   case DEV_RED_SUM: if (isint) *i = sc_wrap64(isum); else *d = sum; break;
   case DEV_RED_MEAN: *d = sum / (double)len; break;
   case DEV_RED_ARGMAX: *i = at + 1; break;
+  case DEV_RED_ANY: case DEV_RED_ALL: *i = truth; break;
   default: if (isint) *i = ibest; else *d = best; break;
   }
 }
 
 static cclass red_class(int code, dev_dtype src)
 {
-  if (code == DEV_RED_ARGMAX) return C_INT;
+  if (code == DEV_RED_ARGMAX || code == DEV_RED_ANY || code == DEV_RED_ALL) return C_INT;
   if (code == DEV_RED_MEAN) return C_DOUBLE;
   return class_of(src) == C_INT ? C_INT : C_DOUBLE;
 }
@@ -728,10 +818,10 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
   if (nout == 0) return 0;
   if (len == 0) {
     dev_kop fill = {.kind = DEV_OP_FILL, .out = *out};
-    if (code != DEV_RED_SUM && code != DEV_RED_MEAN)
+    if (code != DEV_RED_SUM && code != DEV_RED_MEAN && code != DEV_RED_ANY && code != DEV_RED_ALL)
       return fail(err, errlen, "%s of an empty tensor", dev_redop_name(code));
-    if (code == DEV_RED_SUM) fill.s0.is_int = 1;   /* 0 */
-    else fill.s0.f = NAN;                          /* 0/0 */
+    if (code == DEV_RED_MEAN) fill.s0.f = NAN;     /* 0/0 */
+    else fill.s0 = (dev_scalar){1, code == DEV_RED_ALL, code == DEV_RED_ALL};   /* 0, false, true */
     return run_fill(&fill, err, errlen);
   }
   walk_init(&wo, out);
@@ -920,6 +1010,7 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_RAND: return run_rand(op, err, errlen);
   case DEV_OP_UNARY: return run_unary(op, err, errlen);
   case DEV_OP_BINARY: return run_binary(op, err, errlen);
+  case DEV_OP_TERNARY: return run_ternary(op, err, errlen);
   case DEV_OP_REDUCE: return run_reduce(op, err, errlen);
   case DEV_OP_MATMUL: return run_matmul(op, err, errlen);
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);

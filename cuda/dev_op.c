@@ -113,6 +113,19 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
       return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
     return DEV_OK;
   }
+  case DEV_OP_TERNARY: {
+    const dev_opinfo *o = dev_terop_info(op->code);
+    int nt = 1 + !(op->flags & DEV_F_SCALAR2) + !(op->flags & DEV_F_SCALAR3);
+    if (!o || op->nin != nt || (op->flags & ~(DEV_F_SCALAR2 | DEV_F_SCALAR3)))
+      return dev_fail(ctx, DEV_ERR_INVALID, "ternary: bad operands");
+    for (int i = 0; i < nt; i++)
+      if (op->in[i].dtype != (i == 0 && (o->flags & DEV_OPF_COND) ? DEV_BOOL : t) ||
+          !same_shape(&op->in[i], &op->out))
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+    if (!(dev_dtype_class(t) & o->classes))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(t));
+    return DEV_OK;
+  }
   case DEV_OP_REDUCE: {
     const dev_view *src = &op->in[0];
     if (op->nin != 1 || (unsigned)op->code >= DEV_NREDOP || op->dim < -1 || op->dim >= src->ndim)
@@ -150,6 +163,7 @@ static const char *op_name(const dev_kop *op) {
   case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : "rand";
   case DEV_OP_UNARY: return dev_unop_name(op->code);
   case DEV_OP_BINARY: return dev_binop_name(op->code);
+  case DEV_OP_TERNARY: return dev_terop_name(op->code);
   case DEV_OP_REDUCE: return dev_redop_name(op->code);
   case DEV_OP_MATMUL: return "matmul";
   case DEV_OP_COPY: return "copy";

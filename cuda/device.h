@@ -300,6 +300,7 @@ typedef struct dev_scalar { int is_int; int64_t i; double f; } dev_scalar;
 /* The elementwise ops and reductions are declared in ops.h, once. */
 #define DEV_OP_ENUM_UN(E, name, cls, res, fl) DEV_UN_##E,
 #define DEV_OP_ENUM_BIN(E, name, cls, res, fl) DEV_BIN_##E,
+#define DEV_OP_ENUM_TER(E, name, cls, res, fl) DEV_TER_##E,
 #define DEV_OP_ENUM_RED(E, name) DEV_RED_##E,
 typedef enum {
   DEV_UN_COPY,     /* dst = src, converting dtype: cast */
@@ -308,15 +309,18 @@ typedef enum {
 } dev_unop;
 
 typedef enum { DEV_BINARY_OPS(DEV_OP_ENUM_BIN) DEV_NBINOP } dev_binop;
+typedef enum { DEV_TERNARY_OPS(DEV_OP_ENUM_TER) DEV_NTEROP } dev_terop;
 typedef enum { DEV_REDUCE_OPS(DEV_OP_ENUM_RED) DEV_NREDOP } dev_redop;
 #undef DEV_OP_ENUM_UN
 #undef DEV_OP_ENUM_BIN
+#undef DEV_OP_ENUM_TER
 #undef DEV_OP_ENUM_RED
 
 typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL } dev_randkind;
 
 const char *dev_unop_name(dev_unop op);
 const char *dev_binop_name(dev_binop op);
+const char *dev_terop_name(dev_terop op);
 const char *dev_redop_name(dev_redop op);
 
 /* An elementwise op's row of ops.h: its name, the dtype classes it takes
@@ -325,8 +329,11 @@ typedef struct dev_opinfo { const char *name; unsigned classes; int to_bool; uns
 /* NULL for a code outside the table (DEV_UN_COPY included). */
 const dev_opinfo *dev_unop_info(int code);
 const dev_opinfo *dev_binop_info(int code);
+const dev_opinfo *dev_terop_info(int code);
 /* DEV_CLS_F, DEV_CLS_I or DEV_CLS_B; 0 for a bad dtype. */
 unsigned dev_dtype_class(dev_dtype t);
+/* s as dtype t stores it (a float rounded to f16, say); as for a fill. */
+dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t);
 
 /* One unit of queued work, as a backend receives it.  The host backend runs it
  * with dev_cpu_run(); the CUDA backend launches the matching kernel. */
@@ -336,6 +343,8 @@ typedef enum {
   DEV_OP_RAND,      /* code = dev_randkind; uniform [s0,s1) / normal(mean s0, std s1) */
   DEV_OP_UNARY,     /* code = dev_unop; out = op(in[0]) */
   DEV_OP_BINARY,    /* code = dev_binop; out = in[0] op in[1] (or scalar, see flags) */
+  DEV_OP_TERNARY,   /* code = dev_terop; out = op(in[0], x, y): x, y the next tensor
+                       operands in[1], in[2], or s0, s1 (see flags) */
   DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0] */
   DEV_OP_MATMUL,    /* out = in[0] @ in[1], 2-D */
   DEV_OP_COPY,      /* out = in[0], same dtype, same numel; flat element order */
@@ -345,10 +354,12 @@ typedef enum {
 
 enum {
   DEV_F_SCALAR = 1,        /* binary: second operand is s0 */
-  DEV_F_SCALAR_LEFT = 2    /* binary: s0 op in[0] instead of in[0] op s0 */
+  DEV_F_SCALAR_LEFT = 2,   /* binary: s0 op in[0] instead of in[0] op s0 */
+  DEV_F_SCALAR2 = 4,       /* ternary: operand 2 is s0 */
+  DEV_F_SCALAR3 = 8        /* ternary: operand 3 is s1 */
 };
 
-#define DEV_MAXIN 2   /* tensor operands of an op */
+#define DEV_MAXIN 3   /* tensor operands of an op, packed from in[0] */
 
 typedef struct dev_kop {
   dev_opkind kind;

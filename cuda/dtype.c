@@ -59,6 +59,9 @@ static const dev_opinfo unops[DEV_NUNOP] = {DEV_UNARY_OPS(OPINFO)};
 #define OPINFO(E, name, cls, res, fl) [DEV_BIN_##E] = {#name, DEV_CLASSES(cls), DEV_RESULT(res), fl},
 static const dev_opinfo binops[DEV_NBINOP] = {DEV_BINARY_OPS(OPINFO)};
 #undef OPINFO
+#define OPINFO(E, name, cls, res, fl) [DEV_TER_##E] = {#name, DEV_CLASSES(cls), DEV_RESULT(res), fl},
+static const dev_opinfo terops[DEV_NTEROP] = {DEV_TERNARY_OPS(OPINFO)};
+#undef OPINFO
 
 const dev_opinfo *dev_unop_info(int code)
 {
@@ -68,6 +71,11 @@ const dev_opinfo *dev_unop_info(int code)
 const dev_opinfo *dev_binop_info(int code)
 {
   return code >= 0 && code < DEV_NBINOP ? &binops[code] : NULL;
+}
+
+const dev_opinfo *dev_terop_info(int code)
+{
+  return code >= 0 && code < DEV_NTEROP ? &terops[code] : NULL;
 }
 
 unsigned dev_dtype_class(dev_dtype t)
@@ -87,12 +95,43 @@ const char *dev_binop_name(dev_binop op)
   return (unsigned)op < DEV_NBINOP ? binops[op].name : "?";
 }
 
+const char *dev_terop_name(dev_terop op)
+{
+  return (unsigned)op < DEV_NTEROP ? terops[op].name : "?";
+}
+
 const char *dev_redop_name(dev_redop op)
 {
 #define NAME(E, name) [DEV_RED_##E] = #name,
   static const char *const names[DEV_NREDOP] = {DEV_REDUCE_OPS(NAME)};
 #undef NAME
   return (unsigned)op < DEV_NREDOP ? names[op] : "?";
+}
+
+dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t)
+{
+  double v = s.is_int ? (double)s.i : s.f;
+  dev_scalar r = {1, 0, 0};
+  switch (t) {
+  case DEV_F32: r.f = (double)(float)v; break;
+  case DEV_F64: return s;
+  case DEV_F16: r.f = (double)sc_half_to_float(sc_double_to_half(v)); break;
+  case DEV_BF16: r.f = (double)sc_bf16_to_float(sc_double_to_bf16(v)); break;
+  case DEV_BOOL: r.i = s.is_int ? s.i != 0 : v != 0; r.f = (double)r.i; return r;
+  default:
+    /* integers wrap to the width (a float truncates first, saturating) */
+    r.i = s.is_int ? s.i : v != v ? 0 : v <= -0x1p63 ? INT64_MIN : v >= 0x1p63 ? INT64_MAX : (int64_t)v;
+    switch (t) {
+    case DEV_I8: r.i = (int64_t)((uint64_t)r.i & 0xff); if (r.i >= 128) r.i -= 256; break;
+    case DEV_U8: r.i = (int64_t)((uint64_t)r.i & 0xff); break;
+    case DEV_I32: r.i = (int64_t)((uint64_t)r.i & 0xffffffffu); if (r.i >= 0x80000000) r.i -= 0x100000000; break;
+    default: break;
+    }
+    r.f = (double)r.i;
+    return r;
+  }
+  r.is_int = 0;
+  return r;
 }
 
 /* The conversions are scalar.h's, which the kernels share. */

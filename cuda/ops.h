@@ -13,16 +13,22 @@
  *            B (bool), as one token: F, FI, FIB
  *   result   SAME (the operands' dtype) or BOOL
  *   flags    DEV_OPF_ZDIV: integer division, a zero divisor is an error;
- *            DEV_OPF_LEFT: takes a number on its left (a metamethod: 2 - t)
+ *            DEV_OPF_LEFT: takes a number on its left (a metamethod: 2 - t);
+ *            DEV_OPF_COND: (ternary) operand 1 is a bool condition, not of
+ *            the op's dtype
  *
  * Unary ops have a `_` (in place) method when the result is SAME; binary ops
- * take a tensor or a number.  DEV_UN_COPY (the cast) is not in the table.
+ * take a tensor or a number; ternary ops a tensor or a number as operands 2
+ * and 3 (their methods are written out in tensor.c: the table gives their
+ * names, dtype rules and kernels).  DEV_UN_COPY (the cast) is not in the
+ * table.
  */
 #ifndef GPULUA_OPS_H
 #define GPULUA_OPS_H
 
 #define DEV_OPF_ZDIV 1u
 #define DEV_OPF_LEFT 2u
+#define DEV_OPF_COND 4u
 
 #define DEV_UNARY_OPS(X)                        \
   X(NEG, neg, FI, SAME, 0)                      \
@@ -32,7 +38,8 @@
   X(SQRT, sqrt, F, SAME, 0)                     \
   X(RELU, relu, FI, SAME, 0)                    \
   X(SIGMOID, sigmoid, F, SAME, 0)               \
-  X(TANH, tanh, F, SAME, 0)
+  X(TANH, tanh, F, SAME, 0)                     \
+  X(LOGICAL_NOT, logical_not, FIB, BOOL, 0)
 
 #define DEV_BINARY_OPS(X)                                   \
   X(ADD, add, FI, SAME, DEV_OPF_LEFT)                       \
@@ -41,11 +48,23 @@
   X(DIV, div, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV)        \
   X(POW, pow, FI, SAME, DEV_OPF_LEFT)                       \
   X(MAX, max, FIB, SAME, 0)                                 \
-  X(MIN, min, FIB, SAME, 0)
+  X(MIN, min, FIB, SAME, 0)                                 \
+  X(EQ, eq, FIB, BOOL, 0)                                   \
+  X(NE, ne, FIB, BOOL, 0)                                   \
+  X(LT, lt, FIB, BOOL, 0)                                   \
+  X(LE, le, FIB, BOOL, 0)                                   \
+  X(GT, gt, FIB, BOOL, 0)                                   \
+  X(GE, ge, FIB, BOOL, 0)                                   \
+  X(LOGICAL_AND, logical_and, FIB, BOOL, 0)                 \
+  X(LOGICAL_OR, logical_or, FIB, BOOL, 0)
+
+/* where(cond, a, b): cond ? a : b */
+#define DEV_TERNARY_OPS(X)                                  \
+  X(WHERE, where, FIB, SAME, DEV_OPF_COND)
 
 /* Reductions: X(ENUM, name); results by dev_op.c's and tensor.c's rules. */
 #define DEV_REDUCE_OPS(X) \
-  X(SUM, sum) X(MEAN, mean) X(MAX, max) X(MIN, min) X(ARGMAX, argmax)
+  X(SUM, sum) X(MEAN, mean) X(MAX, max) X(MIN, min) X(ARGMAX, argmax) X(ANY, any) X(ALL, all)
 
 /* ---- reading the columns ------------------------------------------------- */
 

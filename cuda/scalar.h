@@ -280,8 +280,22 @@ GPULUA_HD int64_t sc_ipow(int64_t a, int64_t e)
 #define SC_FLOAT2(name, a, b, expr)                                                              \
   GPULUA_HD float sc_##name##_f(float a, float b) { typedef float C; (void)sizeof(C); return (expr); } \
   GPULUA_HD double sc_##name##_d(double a, double b) { typedef double C; (void)sizeof(C); return (expr); }
+#define SC_FLOAT3(name, a, b, c, expr)                                                                          \
+  GPULUA_HD float sc_##name##_f(float a, float b, float c) { typedef float C; (void)sizeof(C); return (expr); }   \
+  GPULUA_HD double sc_##name##_d(double a, double b, double c) { typedef double C; (void)sizeof(C); return (expr); }
 #define SC_INT1(name, x, expr) GPULUA_HD int64_t sc_##name##_i(int64_t x) { return (expr); }
 #define SC_INT2(name, a, b, expr) GPULUA_HD int64_t sc_##name##_i(int64_t a, int64_t b) { return (expr); }
+#define SC_INT3(name, a, b, c, expr) \
+  GPULUA_HD int64_t sc_##name##_i(int64_t a, int64_t b, int64_t c) { return (expr); }
+/* A bool result (0/1), the same formula for every compute type. */
+#define SC_BOOL1(name, x, expr)                                      \
+  GPULUA_HD int sc_##name##_f(float x) { return (expr); }            \
+  GPULUA_HD int sc_##name##_d(double x) { return (expr); }           \
+  GPULUA_HD int sc_##name##_i(int64_t x) { return (expr); }
+#define SC_BOOL2(name, a, b, expr)                                   \
+  GPULUA_HD int sc_##name##_f(float a, float b) { return (expr); }   \
+  GPULUA_HD int sc_##name##_d(double a, double b) { return (expr); } \
+  GPULUA_HD int sc_##name##_i(int64_t a, int64_t b) { return (expr); }
 
 /* unary; integers: negation wraps, so abs(INT_MIN) stays INT_MIN once stored */
 SC_FLOAT1(neg, x, -x)
@@ -295,6 +309,7 @@ SC_FLOAT1(relu, x, x > 0 || x != x ? x : 0)
 SC_INT1(relu, x, x < 0 ? 0 : x)
 SC_FLOAT1(sigmoid, x, 1 / (1 + exp(-x)))
 SC_FLOAT1(tanh, x, tanh(x))
+SC_BOOL1(logical_not, x, x == 0)
 
 /* binary; max/min propagate NaN: a NaN on either side wins.  Integer
  * division by zero gives 0 here; the loops around it report it. */
@@ -312,5 +327,18 @@ SC_FLOAT2(max, a, b, a > b || a != a ? a : b)
 SC_INT2(max, a, b, a > b ? a : b)
 SC_FLOAT2(min, a, b, a < b || a != a ? a : b)
 SC_INT2(min, a, b, a < b ? a : b)
+/* comparisons: NaN is unordered (only ne holds); logical ops: nonzero is true */
+SC_BOOL2(eq, a, b, a == b)
+SC_BOOL2(ne, a, b, a != b)
+SC_BOOL2(lt, a, b, a < b)
+SC_BOOL2(le, a, b, a <= b)
+SC_BOOL2(gt, a, b, a > b)
+SC_BOOL2(ge, a, b, a >= b)
+SC_BOOL2(logical_and, a, b, a != 0 && b != 0)
+SC_BOOL2(logical_or, a, b, a != 0 || b != 0)
+
+/* ternary; where's condition arrives as 0/1 in the compute type */
+SC_FLOAT3(where, c, a, b, c != 0 ? a : b)
+SC_INT3(where, c, a, b, c != 0 ? a : b)
 
 #endif

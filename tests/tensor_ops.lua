@@ -291,4 +291,158 @@ T.test("narrow and view share storage", function()
   T.is(base:narrow(-1, 4, 1):totable(), { { 3 }, { -1 }, { 42 } }, "narrow with dim -1")
 end)
 
+-- comparison operands: every dtype, with ties, NaN for floats
+local CA = { -3, -1, 0, 0, 2, 5, 7, 100 }
+local CB = { 2, -1, 0, 1, 2, 4, 9, 100 }
+local CMP = {
+  eq = function(a, b) return a == b end, ne = function(a, b) return a ~= b end,
+  lt = function(a, b) return a < b end, le = function(a, b) return a <= b end,
+  gt = function(a, b) return a > b end, ge = function(a, b) return a >= b end,
+}
+
+T.test("comparisons: every dtype, tensor and number, a bool result", function()
+  for _, dt in ipairs(T.dtypes) do
+    local A, B, sc = CA, CB, 2
+    if dt == "u8" then
+      A = map2(CA, nil, function(x) return math.abs(x) end)
+      B = map2(CB, nil, function(x) return math.abs(x) end)
+    end
+    if dt == "bool" then A, B, sc = { 1, 0, 0, 1 }, { 1, 1, 0, 0 }, true end
+    local a = gpu.tensor(A, { dtype = dt })
+    local b = gpu.tensor(B, { dtype = dt })
+    -- values as stored, bool as 0/1
+    local num = function(x) x = T.cast(x, dt); return type(x) == "boolean" and (x and 1 or 0) or x end
+    local av, bv = map2(A, nil, num), map2(B, nil, num)
+    local sv = dt == "bool" and 1 or sc
+    for name, f in pairs(CMP) do
+      local r = a[name](a, b)
+      T.is({ r.dtype, r.shape }, { "bool", { #A } }, dt .. " " .. name .. ": bool, same shape")
+      T.is(r:totable(), map2(av, bv, f), dt .. " " .. name .. " tensor")
+      T.is(a[name](a, sc):totable(), map2(av, sv, f), dt .. " " .. name .. " number")
+      T.is(a[name .. "_"], nil, dt .. " no " .. name .. "_ (the result is bool)")
+    end
+  end
+  local nan = gpu.tensor({ 0 / 0, 1, 0 / 0 })
+  local one = gpu.tensor({ 0 / 0, 1, 1 })
+  T.is(nan:eq(one):totable(), { false, true, false }, "NaN == NaN is false")
+  T.is(nan:ne(one):totable(), { true, false, true }, "NaN ~= x is true")
+  for _, name in ipairs { "lt", "le", "gt", "ge" } do
+    T.is(nan[name](nan, 1):totable(), { false, name ~= "lt" and name ~= "gt", false }, "NaN " .. name .. " is false")
+  end
+  local h = gpu.tensor({ 0.1, 0.2 }, { dtype = "f16" })
+  T.is(h:eq(0.1):totable(), { true, false }, "f16 eq(0.1): the number as f16 holds it")
+  T.is(h:lt(0.1):totable(), { false, false }, "f16 lt(0.1)")
+  local m = gpu.tensor({ { 1, 5 }, { 3, 2 } }, { dtype = "i32" })
+  T.is(m:gt(gpu.tensor({ 2, 2 }, { dtype = "i32" })):totable(), { { false, true }, { true, false } }, "broadcast")
+  local o = gpu.empty({ 2, 2 }, { dtype = "bool" })
+  T.ok(rawequal(m:le(3, { out = o }), o), "out= returns out")
+  T.is(o:totable(), { { true, false }, { true, true } }, "out= (a bool tensor)")
+  T.raises_at(function() m:le(3, { out = gpu.empty({ 2, 2 }, { dtype = "i32" }) }) end, "out", "out= must be bool")
+  T.raises_at(function() return m:lt(2.5) end, "integer", "a non-integer number against an integer tensor raises")
+  T.raises_at(function() return m:lt(gpu.ones({ 2 })) end, "dtype", "tensors of two dtypes raise")
+  T.is(m:narrow(2, 2, 1):eq(2):totable(), { { false }, { true } }, "a strided view")
+  T.is(gpu.ones({ 2 }) == 1, false, "t == 1 stays Lua's: false, a userdata is no number (t:eq(1) compares)")
+end)
+
+T.test("logical_and, logical_or, logical_not", function()
+  local a = gpu.tensor({ true, true, false, false }, { dtype = "bool" })
+  local b = gpu.tensor({ true, false, true, false }, { dtype = "bool" })
+  T.is(a:logical_and(b):totable(), { true, false, false, false }, "and")
+  T.is(a:logical_or(b):totable(), { true, true, true, false }, "or")
+  T.is(a:logical_not():totable(), { false, false, true, true }, "not")
+  T.is(a:logical_and(true):totable(), { true, true, false, false }, "and with true")
+  T.is(a:logical_or(false):totable(), { true, true, false, false }, "or with false")
+  for _, dt in ipairs { "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64" } do
+    local x = gpu.tensor({ 0, 2, 0, 3 }, { dtype = dt })
+    local y = gpu.tensor({ 0, 0, 5, 1 }, { dtype = dt })
+    T.is(x:logical_and(y):totable(), { false, false, false, true }, dt .. " and: nonzero is true")
+    T.is(x:logical_or(y):totable(), { false, true, true, true }, dt .. " or")
+    T.is(x:logical_not().dtype, "bool", dt .. " not gives bool")
+    T.is(x:logical_not():totable(), { true, false, true, false }, dt .. " not")
+    T.is(x.logical_not_, nil, dt .. " no logical_not_")
+  end
+  T.is(gpu.tensor({ 0 / 0, 0 }):logical_not():totable(), { false, true }, "NaN is true")
+end)
+
+T.test("where", function()
+  local c = gpu.tensor({ true, false, true, false }, { dtype = "bool" })
+  for _, dt in ipairs(T.dtypes) do
+    local A = dt == "bool" and { true, true, true, true } or { 1, 2, 3, 4 }
+    local B = dt == "bool" and { false, false, false, false } or { 10, 20, 30, 40 }
+    local a, b = gpu.tensor(A, { dtype = dt }), gpu.tensor(B, { dtype = dt })
+    local va = dt == "bool" and true or 5
+    local r = gpu.where(c, a, b)
+    T.is(r.dtype, dt, dt .. " where keeps the dtype")
+    T.is(r:totable(), in_dtype({ A[1], B[2], A[3], B[4] }, dt), dt .. " tensors")
+    T.is(gpu.where(c, va, b):totable(), in_dtype({ va, B[2], va, B[4] }, dt), dt .. " number, tensor")
+    T.is(gpu.where(c, a, va):totable(), in_dtype({ A[1], va, A[3], va }, dt), dt .. " tensor, number")
+  end
+  T.is(gpu.where(c, 1, 0):totable(), { 1.0, 0.0, 1.0, 0.0 }, "two numbers: f32")
+  T.is(gpu.where(c, 1, 0, { dtype = "i64" }):totable(), { 1, 0, 1, 0 }, "two numbers, dtype = i64")
+  local col = gpu.tensor({ { true }, { false } }, { dtype = "bool" })      -- {2,1}
+  local row = gpu.tensor({ 1, 2, 3 })                                     -- {3}
+  local w = gpu.where(col, row, gpu.tensor({ { -1 }, { -2 } }))            -- {2,1}
+  T.is(w.shape, { 2, 3 }, "the three broadcast together")
+  T.is(w:totable(), { { 1.0, 2.0, 3.0 }, { -2.0, -2.0, -2.0 } }, "broadcast values")
+  local o = gpu.empty({ 4 })
+  T.ok(rawequal(gpu.where(c, 1, gpu.zeros({ 4 }), { out = o }), o), "out= returns out")
+  T.is(o:totable(), { 1.0, 0.0, 1.0, 0.0 }, "out= values")
+  local base = gpu.arange(8, { dtype = "f32" }):view({ 2, 4 })
+  T.is(gpu.where(c, base:narrow(1, 2, 1), 0):totable(), { { 4.0, 0.0, 6.0, 0.0 } }, "a strided operand")
+  T.raises_at(function() return gpu.where(gpu.ones({ 4 }), 1, 2) end, "bool", "a non-bool condition raises")
+  T.raises_at(function() return gpu.where(c, gpu.ones({ 4 }), gpu.ones({ 4 }, { dtype = "f64" })) end, "dtype",
+              "two dtypes raise")
+  T.raises_at(function() return gpu.where(c, gpu.ones({ 3 }), 0) end, "broadcast", "shapes that do not broadcast")
+  T.raises_at(function() return gpu.where(c, gpu.ones({ 4 }), 0, { dtype = "f64" }) end, "dtype",
+              "opts.dtype that differs from the tensors' raises")
+  T.raises_at(function() return gpu.where(c, "x", 0) end, "number", "a string operand raises")
+  T.raises_at(function() return gpu.where(c, 1.5, gpu.ones({ 4 }, { dtype = "i32" })) end, "integer",
+              "a non-integer number for an integer dtype raises")
+end)
+
+T.test("masked_fill", function()
+  local t = gpu.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })
+  local m = t:gt(2)
+  T.is(t:masked_fill(m, 0):totable(), { { 1.0, 2.0, 0.0 }, { 0.0, 0.0, 0.0 } }, "new tensor")
+  T.is(t:get(1, 3), 3.0, "t unchanged")
+  local cols = gpu.tensor({ true, false, true }, { dtype = "bool" })
+  T.is(t:masked_fill(cols, -1):totable(), { { -1.0, 2.0, -1.0 }, { -1.0, 5.0, -1.0 } }, "a broadcast mask")
+  local r = t:masked_fill_(m, 9)
+  T.ok(rawequal(r, t), "masked_fill_ returns t")
+  T.is(t:totable(), { { 1.0, 2.0, 9.0 }, { 9.0, 9.0, 9.0 } }, "masked_fill_ writes t")
+  local i = gpu.tensor({ 1, -2, 3 }, { dtype = "i8" })
+  T.is(i:masked_fill(i:lt(0), 127):totable(), { 1, 127, 3 }, "i8")
+  local o = gpu.empty({ 3 }, { dtype = "i8" })
+  T.ok(rawequal(i:masked_fill(i:lt(0), 0, { out = o }), o), "out= returns out")
+  T.is(o:totable(), { 1, 0, 3 }, "out= values")
+  local v = gpu.arange(6, { dtype = "i32" }):view({ 2, 3 }):narrow(2, 2, 2)
+  v:masked_fill_(gpu.tensor({ true, false }, { dtype = "bool" }), -7)
+  T.is(v:totable(), { { -7, 2 }, { -7, 5 } }, "in place through a strided view")
+  T.raises_at(function() return i:masked_fill(i, 0) end, "bool", "a non-bool mask raises")
+  T.raises_at(function() return i:masked_fill(i:lt(0), 300) end, "fit", "a value the dtype cannot hold raises")
+  T.raises_at(function() return i:masked_fill(gpu.ones({ 2, 3 }, { dtype = "bool" }), 0) end, "mask shape",
+              "a mask larger than the tensor raises")
+  T.raises_at(function() return i:masked_fill(i:lt(0), gpu.ones({ 3 }, { dtype = "i8" })) end, "number",
+              "the value is a number")
+end)
+
+T.test("any, all", function()
+  for _, dt in ipairs(T.dtypes) do
+    local z, x = gpu.zeros({ 2, 3 }, { dtype = dt }), gpu.ones({ 2, 3 }, { dtype = dt })
+    local r = z:any()
+    T.is({ r.dtype, r.shape }, { "bool", {} }, dt .. " any: a 0-dim bool")
+    T.is({ z:any():item(), z:all():item(), x:any():item(), x:all():item() }, { false, false, true, true },
+         dt .. " any/all of zeros and ones")
+    x:set(2, 2, dt == "bool" and false or 0)
+    T.is({ x:any():item(), x:all():item() }, { true, false }, dt .. " one zero")
+    T.is(x:all { dim = 1 }:totable(), { true, false, true }, dt .. " all{dim = 1}")
+    T.is(x:all { dim = 2, keepdim = true }:totable(), { { true }, { false } }, dt .. " all{dim = 2, keepdim}")
+    T.is(z:any { dim = -1 }:totable(), { false, false }, dt .. " any{dim = -1}")
+  end
+  T.is(gpu.tensor({ 0, 0 / 0 }):any():item(), true, "NaN is true")
+  local big = gpu.zeros({ 5000 }, { dtype = "u8" })
+  big:set(4999, 1)
+  T.is({ big:any():item(), big:all():item() }, { true, false }, "across blocks")
+end)
+
 T.done()

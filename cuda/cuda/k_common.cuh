@@ -356,11 +356,13 @@ template <int T> constexpr unsigned k_class()
   return T == DEV_BOOL ? DEV_CLS_B : kt<T>::cls == KC_INT ? DEV_CLS_I : DEV_CLS_F;
 }
 
-/* kun<OP>::f(x) and kbin<OP>::f(a, b): the row's scalar function for the
- * compute type of x (float, double, int64); classes, to_bool and flags are
- * the row's columns.  Integer division by zero gives 0: the kernels report it. */
+/* kun<OP>::f(x), kbin<OP>::f(a, b), kter<OP>::f(a, b, c): the row's scalar
+ * function for the compute type of x (float, double, int64); classes,
+ * to_bool and flags are the row's columns.  Integer division by zero gives
+ * 0: the kernels report it. */
 template <int OP> struct kun;
 template <int OP> struct kbin;
+template <int OP> struct kter;
 #define K_UNOP(E, name, cls, res, fl)                                                  \
   template <> struct kun<DEV_UN_##E> {                                                  \
     static constexpr unsigned classes = DEV_CLASSES(cls);                               \
@@ -378,10 +380,20 @@ template <int OP> struct kbin;
                   static KH auto f(double a, double b) { return sc_##name##_d(a, b); }) \
     DEV_IF_I(cls, static KH auto f(int64_t a, int64_t b) { return sc_##name##_i(a, b); }) \
   };
+#define K_TEROP(E, name, cls, res, fl)                                                          \
+  template <> struct kter<DEV_TER_##E> {                                                         \
+    static constexpr unsigned classes = DEV_CLASSES(cls);                                        \
+    static constexpr unsigned flags = fl;                                                        \
+    DEV_IF_F(cls, static KH auto f(float a, float b, float c) { return sc_##name##_f(a, b, c); }  \
+                  static KH auto f(double a, double b, double c) { return sc_##name##_d(a, b, c); }) \
+    DEV_IF_I(cls, static KH auto f(int64_t a, int64_t b, int64_t c) { return sc_##name##_i(a, b, c); }) \
+  };
 DEV_UNARY_OPS(K_UNOP)
 DEV_BINARY_OPS(K_BINOP)
+DEV_TERNARY_OPS(K_TEROP)
 #undef K_UNOP
 #undef K_BINOP
+#undef K_TEROP
 
 /* The cast of UNARY/COPY between different dtypes: integer sources stay
  * exact as int64, every float is exact in double. */
@@ -568,6 +580,7 @@ int k_arange(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);  
 int k_rand(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_rand.cu */
 int k_unary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);    /* k_unary.cu */
 int k_binary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_binary.cu */
+int k_ternary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);  /* k_ternary.cu */
 int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_reduce.cu */
 int k_copy(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_copy.cu */
 int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen); /* k_matmul_int.cu */

@@ -155,4 +155,70 @@ T.test("copies: strided, between memories", function()
   end
 end)
 
+-- small integers in dtype dt (so that comparisons tie), on the device and pinned
+local function ties(dt, shape, seed)
+  local d = gpu.rand(shape, { dtype = dt == "bool" and "bool" or "i32", low = dt ~= "bool" and -3 or nil,
+                              high = dt ~= "bool" and 3 or nil, seed = seed })
+  if dt ~= "bool" and dt ~= "i32" then d = d:to(dt) end
+  if dt == "u8" then d = gpu.rand(shape, { dtype = "u8", low = 0, high = 4, seed = seed }) end
+  return d, d:to("pinned")
+end
+
+T.test("comparisons and logical ops", function()
+  for _, dt in ipairs(ALL) do
+    local a, ah = ties(dt, { 40, 30 }, 71)
+    local b, bh = ties(dt, { 40, 30 }, 72)
+    local r, rh = ties(dt, { 30 }, 73)
+    local s = dt == "bool" and true or 1
+    for _, op in ipairs { "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or" } do
+      same(a[op](a, b), ah[op](ah, bh), op .. " " .. dt)
+      same(a[op](a, r), ah[op](ah, rh), op .. " " .. dt .. " broadcast")
+      same(a[op](a, s), ah[op](ah, s), op .. " " .. dt .. " number")
+      same(a:narrow(2, 3, 20)[op](a:narrow(2, 3, 20), b:narrow(2, 5, 20)),
+           ah:narrow(2, 3, 20)[op](ah:narrow(2, 3, 20), bh:narrow(2, 5, 20)), op .. " " .. dt .. " strided")
+    end
+    same(a:logical_not(), ah:logical_not(), "logical_not " .. dt)
+    same(a:narrow(2, 2, 7):logical_not(), ah:narrow(2, 2, 7):logical_not(), "logical_not " .. dt .. " strided")
+  end
+end)
+
+T.test("where and masked_fill", function()
+  local c, ch = inputs("bool", { 40, 30 }, 81)
+  local cr, crh = inputs("bool", { 40, 1 }, 82)
+  for _, dt in ipairs(ALL) do
+    local a, ah = inputs(dt, { 40, 30 }, 83)
+    local b, bh = inputs(dt, { 40, 30 }, 84)
+    local r, rh = inputs(dt, { 30 }, 85)
+    local s = dt == "bool" and true or 3
+    same(gpu.where(c, a, b), gpu.where(ch, ah, bh), "where " .. dt)
+    same(gpu.where(c, s, b), gpu.where(ch, s, bh), "where " .. dt .. " number, tensor")
+    same(gpu.where(c, a, s), gpu.where(ch, ah, s), "where " .. dt .. " tensor, number")
+    same(gpu.where(c, s, s, { dtype = dt }), gpu.where(ch, s, s, { dtype = dt }), "where " .. dt .. " numbers")
+    same(gpu.where(cr, r, b), gpu.where(crh, rh, bh), "where " .. dt .. " broadcast")
+    same(gpu.where(c:narrow(2, 2, 20), a:narrow(2, 3, 20), b:narrow(2, 5, 20)),
+         gpu.where(ch:narrow(2, 2, 20), ah:narrow(2, 3, 20), bh:narrow(2, 5, 20)), "where " .. dt .. " strided")
+    same(a:masked_fill(c, s), ah:masked_fill(ch, s), "masked_fill " .. dt)
+    same(a:masked_fill(cr, s), ah:masked_fill(crh, s), "masked_fill " .. dt .. " broadcast mask")
+    same(a:clone():masked_fill_(c, s), ah:clone():masked_fill_(ch, s), "masked_fill_ " .. dt)
+  end
+end)
+
+T.test("any and all, whole and along every dim", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = ties(dt, { 17, 9, 13 }, 91)
+    local m = d:ne(dt == "bool" and false or 0)
+    for _, op in ipairs { "any", "all" } do
+      same(d[op](d), h[op](h), op .. " " .. dt)
+      for dim = 1, 3 do
+        same(d[op](d, { dim = dim }), h[op](h, { dim = dim }), op .. " " .. dt .. " dim " .. dim)
+      end
+    end
+    T.ok(m:any():item() == true and m:all():item() == false, "any/all " .. dt .. " of a mixed tensor")
+  end
+  local big = gpu.zeros({ 1 << 22 }, { dtype = "u8" })
+  big:set(3000001, 1)
+  T.is({ big:any():item(), big:all():item(), big:eq(0):all():item() }, { true, false, false },
+       "any/all of 4M u8 with one nonzero")
+end)
+
 T.done()

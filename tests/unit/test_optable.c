@@ -1,8 +1,8 @@
 /* The op table (cuda/ops.h) is the one dtype rule: for every elementwise op
- * and dtype, the device layer's validation (dev_submit) and the host kernels
- * (dev_cpu_run, which the CUDA kernels mirror from the same table) accept
- * exactly the dtypes of the op's classes column, and produce its result
- * dtype.  Before the table, the kernels took bool for neg/abs/relu (and for
+ * (unary, binary, ternary) and dtype, the device layer's validation
+ * (dev_submit) and the host kernels (dev_cpu_run, which the CUDA kernels
+ * mirror from the same table) accept exactly the dtypes of the op's classes
+ * column, and produce its result dtype.  Before the table, the kernels took bool for neg/abs/relu (and for
  * every binary op) where validation refused it. */
 #include <stdio.h>
 #include <string.h>
@@ -86,6 +86,32 @@ int main(void) {
       int got = dev_submit(ctx, NULL, &op) == DEV_OK;
       ok(got == (want && (o->flags & DEV_OPF_LEFT)), "%s %s with a scalar on the left: %s (%s)", o->name,
          dev_dtype_name(t), got ? "accepted" : "refused", got ? "ok" : dev_errmsg(ctx));
+    }
+  }
+
+  for (int code = 0; code < DEV_NTEROP; code++) {
+    const dev_opinfo *o = dev_terop_info(code);
+    for (int t = 0; t < DEV_NDTYPE; t++) {
+      int want = (dev_dtype_class(t) & o->classes) != 0;
+      dev_dtype ct = (o->flags & DEV_OPF_COND) ? DEV_BOOL : (dev_dtype)t;
+      dev_kop op = {.kind = DEV_OP_TERNARY, .code = code, .nin = 3, .out = view(out[t], t)};
+      op.in[0] = view(in[ct], ct);
+      op.in[1] = view(in[t], t);
+      op.in[2] = view(in2[t], t);
+      ok(verdict(ctx, &op, why, sizeof why) == want, "%s %s: %s (%s)", o->name, dev_dtype_name(t),
+         want ? "accepted" : "refused", why);
+      /* operand 2 a number: the tensors pack from in[0] */
+      op.nin = 2;
+      op.flags = DEV_F_SCALAR2;
+      op.s0 = (dev_scalar){1, 1, 1};
+      op.in[1] = op.in[2];
+      ok(verdict(ctx, &op, why, sizeof why) == want, "%s %s with a number: %s (%s)", o->name, dev_dtype_name(t),
+         want ? "accepted" : "refused", why);
+      if (!(o->flags & DEV_OPF_COND) || t == DEV_BOOL) continue;
+      /* a condition of the op's dtype is refused */
+      op.in[0] = view(in[t], t);
+      ok(verdict(ctx, &op, why, sizeof why) == 0, "%s %s with a %s condition: refused", o->name, dev_dtype_name(t),
+         dev_dtype_name(t));
     }
   }
 
