@@ -1002,6 +1002,8 @@ static int t_meta_sub(lua_State *L) { return meta_binary(L, DEV_BIN_SUB); }
 static int t_meta_mul(lua_State *L) { return meta_binary(L, DEV_BIN_MUL); }
 static int t_meta_div(lua_State *L) { return meta_binary(L, DEV_BIN_DIV); }
 static int t_meta_pow(lua_State *L) { return meta_binary(L, DEV_BIN_POW); }
+static int t_meta_mod(lua_State *L) { return meta_binary(L, DEV_BIN_REMAINDER); }
+static int t_meta_idiv(lua_State *L) { return meta_binary(L, DEV_BIN_FLOOR_DIVIDE); }
 
 /* ---- reductions ------------------------------------------------------ */
 
@@ -1156,6 +1158,65 @@ static int masked_fill(lua_State *L, int inplace) {
 static int t_masked_fill(lua_State *L) { return masked_fill(L, 0); }
 static int t_masked_fill_(lua_State *L) { return masked_fill(L, 1); }
 
+/* t:clamp(lo, hi, opts): min(max(t, lo), hi); lo and hi numbers, tensors of
+ * t's dtype or nil (no bound; not both), all broadcast; clamp_ in place. */
+static int clamp(lua_State *L, int inplace) {
+  const char *fname = inplace ? "clamp_" : "clamp";
+  const dev_opinfo *info = dev_terop_info(DEV_TER_CLAMP);
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  dev_dtype dt = t->v.dtype;
+  if (!takes(info, dt))
+    luaL_error(L, "%s: not supported for %s (needs a numeric dtype)", fname, dev_dtype_name(dt));
+  bind_check_opts(L, 4, inplace ? "stream" : "out stream");
+  if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3)) luaL_error(L, "%s: give lo, hi or both", fname);
+  dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_CLAMP};
+  /* a missing bound is the one that changes nothing */
+  dev_scalar none[2] = {{0, 0, -HUGE_VAL}, {0, 0, HUGE_VAL}};
+  if (!dev_dtype_is_float(dt)) {
+    none[0] = (dev_scalar){1, INT64_MIN, 0};
+    none[1] = (dev_scalar){1, INT64_MAX, 0};
+  }
+  const dev_view *in[3] = {&t->v};
+  int idx[3] = {1}, n = 1;
+  for (int k = 0; k < 2; k++) {
+    int arg = 2 + k, flag = k ? DEV_F_SCALAR3 : DEV_F_SCALAR2;
+    dev_scalar *s = k ? &op.s1 : &op.s0;
+    gpu_tensor *b = bind_test_tensor(L, arg);
+    if (b) {
+      if (b->v.dtype != dt)
+        luaL_argerror(L, arg, lua_pushfstring(L, "dtype %s does not match %s (cast with :to(\"%s\"))",
+                                              dev_dtype_name(b->v.dtype), dev_dtype_name(dt), dev_dtype_name(dt)));
+      same_kind(L, arg, t, b);
+      in[n] = &b->v;
+      idx[n++] = arg;
+    } else if (lua_isnoneornil(L, arg)) {
+      *s = none[k];
+      op.flags |= flag;
+    } else {
+      ternary_operand(L, arg, dt, &op, flag, s);
+    }
+  }
+  int ndim, same;
+  int64_t shape[DEV_MAXDIM];
+  if (broadcast_n(n, in, op.in, &ndim, shape)) luaL_error(L, "%s: the bounds' shapes cannot be broadcast with the tensor's", fname);
+  same = ndim == t->v.ndim;
+  for (int d = 0; same && d < ndim; d++) same = shape[d] == t->v.shape[d];
+  if (inplace && !same) {
+    char a[MAXSHAPESTR];
+    bind_shape_str(a, sizeof a, ndim, shape);
+    luaL_error(L, "%s: result shape %s does not fit the tensor written in place", fname, a);
+  }
+  op.nin = n;
+  gpu_tensor *o = inplace ? t : opt_out(L, 4, t, dt, ndim, shape, fname);
+  op.out = o->v;
+  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, inplace ? 1 : lua_gettop(L), idx, n, fname);
+  if (inplace) lua_settop(L, 1);
+  return 1;
+}
+
+static int t_clamp(lua_State *L) { return clamp(L, 0); }
+static int t_clamp_(lua_State *L) { return clamp(L, 1); }
+
 /* ---- matmul ---------------------------------------------------------- */
 
 static int t_matmul(lua_State *L) {
@@ -1194,7 +1255,7 @@ static const luaL_Reg methods[] = {
   {"copy", t_copy}, {"to", t_to}, {"fill", t_fill}, {"zero_", t_zero_},
   {"max", t_max}, {"min", t_min},
   {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax}, {"any", t_any}, {"all", t_all},
-  {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_},
+  {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"clamp", t_clamp}, {"clamp_", t_clamp_},
   {"matmul", t_matmul},
   {"save", bind_tensor_save},
   {"close", t_release},
@@ -1205,7 +1266,8 @@ static const luaL_Reg metamethods[] = {
   {"__index", t_fields},
   {"__newindex", t_newindex},
   {"__add", t_meta_add}, {"__sub", t_meta_sub}, {"__mul", t_meta_mul},
-  {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__unm", t_unm},
+  {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__mod", t_meta_mod}, {"__idiv", t_meta_idiv},
+  {"__unm", t_unm},
   {"__len", t_len},
   {"__tostring", bind_tensor_tostring},
   {"__gc", t_release},

@@ -39,7 +39,16 @@
   X(RELU, relu, FI, SAME, 0)                    \
   X(SIGMOID, sigmoid, F, SAME, 0)               \
   X(TANH, tanh, F, SAME, 0)                     \
-  X(LOGICAL_NOT, logical_not, FIB, BOOL, 0)
+  X(LOGICAL_NOT, logical_not, FIB, BOOL, 0)     \
+  X(FLOOR, floor, FI, SAME, 0)                  \
+  X(CEIL, ceil, FI, SAME, 0)                    \
+  X(ROUND, round, FI, SAME, 0)                  \
+  X(TRUNC, trunc, FI, SAME, 0)                  \
+  X(SIGN, sign, FI, SAME, 0)                    \
+  X(SIN, sin, F, SAME, 0)                       \
+  X(COS, cos, F, SAME, 0)                       \
+  X(RSQRT, rsqrt, F, SAME, 0)                   \
+  X(SQUARE, square, FI, SAME, 0)
 
 #define DEV_BINARY_OPS(X)                                   \
   X(ADD, add, FI, SAME, DEV_OPF_LEFT)                       \
@@ -56,11 +65,15 @@
   X(GT, gt, FIB, BOOL, 0)                                   \
   X(GE, ge, FIB, BOOL, 0)                                   \
   X(LOGICAL_AND, logical_and, FIB, BOOL, 0)                 \
-  X(LOGICAL_OR, logical_or, FIB, BOOL, 0)
+  X(LOGICAL_OR, logical_or, FIB, BOOL, 0)                  \
+  X(FMOD, fmod, FI, SAME, DEV_OPF_ZDIV)                     \
+  X(REMAINDER, remainder, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV) \
+  X(FLOOR_DIVIDE, floor_divide, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV)
 
-/* where(cond, a, b): cond ? a : b */
+/* where(cond, a, b): cond ? a : b; clamp(x, lo, hi): min(max(x, lo), hi) */
 #define DEV_TERNARY_OPS(X)                                  \
-  X(WHERE, where, FIB, SAME, DEV_OPF_COND)
+  X(WHERE, where, FIB, SAME, DEV_OPF_COND)                  \
+  X(CLAMP, clamp, FI, SAME, 0)
 
 /* Reductions: X(ENUM, name); results by dev_op.c's and tensor.c's rules. */
 #define DEV_REDUCE_OPS(X) \

@@ -271,6 +271,20 @@ GPULUA_HD int64_t sc_ipow(int64_t a, int64_t e)
   return sc_wrap64(r);
 }
 
+/* Truncated division's remainder (C's %); b != 0.  b == -1 gives 0, where
+ * INT_MIN % -1 would trap. */
+GPULUA_HD int64_t sc_imod(int64_t a, int64_t b)
+{
+  return b == -1 ? 0 : a % b;
+}
+
+/* Floored remainder (Lua's integer %): the sign of b; b != 0. */
+GPULUA_HD int64_t sc_imodf(int64_t a, int64_t b)
+{
+  int64_t m = sc_imod(a, b);
+  return m != 0 && (m < 0) != (b < 0) ? m + b : m;
+}
+
 /* ---- the ops of ops.h ---------------------------------------------------- */
 
 /* One float formula, two functions; C is the compute type inside. */
@@ -283,6 +297,13 @@ GPULUA_HD int64_t sc_ipow(int64_t a, int64_t e)
 #define SC_FLOAT3(name, a, b, c, expr)                                                                          \
   GPULUA_HD float sc_##name##_f(float a, float b, float c) { typedef float C; (void)sizeof(C); return (expr); }   \
   GPULUA_HD double sc_##name##_d(double a, double b, double c) { typedef double C; (void)sizeof(C); return (expr); }
+/* The same with a body of statements (that returns) instead of an expression. */
+#define SC_FLOAT2S(name, a, b, ...)                                                                       \
+  GPULUA_HD float sc_##name##_f(float a, float b) { typedef float C; (void)sizeof(C); __VA_ARGS__ }       \
+  GPULUA_HD double sc_##name##_d(double a, double b) { typedef double C; (void)sizeof(C); __VA_ARGS__ }
+#define SC_FLOAT3S(name, a, b, c, ...)                                                                           \
+  GPULUA_HD float sc_##name##_f(float a, float b, float c) { typedef float C; (void)sizeof(C); __VA_ARGS__ }      \
+  GPULUA_HD double sc_##name##_d(double a, double b, double c) { typedef double C; (void)sizeof(C); __VA_ARGS__ }
 #define SC_INT1(name, x, expr) GPULUA_HD int64_t sc_##name##_i(int64_t x) { return (expr); }
 #define SC_INT2(name, a, b, expr) GPULUA_HD int64_t sc_##name##_i(int64_t a, int64_t b) { return (expr); }
 #define SC_INT3(name, a, b, c, expr) \
@@ -310,6 +331,23 @@ SC_INT1(relu, x, x < 0 ? 0 : x)
 SC_FLOAT1(sigmoid, x, 1 / (1 + exp(-x)))
 SC_FLOAT1(tanh, x, tanh(x))
 SC_BOOL1(logical_not, x, x == 0)
+/* rounding: round is half to even (as NumPy's); integers are already whole */
+SC_FLOAT1(floor, x, floor(x))
+SC_INT1(floor, x, x)
+SC_FLOAT1(ceil, x, ceil(x))
+SC_INT1(ceil, x, x)
+SC_FLOAT1(round, x, rint(x))
+SC_INT1(round, x, x)
+SC_FLOAT1(trunc, x, trunc(x))
+SC_INT1(trunc, x, x)
+/* sign: -1, 0 or 1; a float's zeros and NaN stay as they are */
+SC_FLOAT1(sign, x, x > 0 ? 1 : x < 0 ? -1 : x)
+SC_INT1(sign, x, (x > 0) - (x < 0))
+SC_FLOAT1(sin, x, sin(x))
+SC_FLOAT1(cos, x, cos(x))
+SC_FLOAT1(rsqrt, x, 1 / sqrt(x))
+SC_FLOAT1(square, x, x * x)
+SC_INT1(square, x, sc_wrap64((uint64_t)x * (uint64_t)x))
 
 /* binary; max/min propagate NaN: a NaN on either side wins.  Integer
  * division by zero gives 0 here; the loops around it report it. */
@@ -336,9 +374,28 @@ SC_BOOL2(gt, a, b, a > b)
 SC_BOOL2(ge, a, b, a >= b)
 SC_BOOL2(logical_and, a, b, a != 0 && b != 0)
 SC_BOOL2(logical_or, a, b, a != 0 || b != 0)
+/* fmod: C's, the sign of a.  remainder: Lua's % and NumPy's remainder, the
+ * sign of b (a - floor(a/b)*b, computed from fmod, which is exact); a zero
+ * takes b's sign, as NumPy's.  floor_divide: Lua's //, floor(a/b) (NumPy's
+ * floor_divide rounds (a - fmod(a, b)) / b instead: 1 // 0.1 is 10 here, 9
+ * there). */
+SC_FLOAT2(fmod, a, b, fmod(a, b))
+SC_INT2(fmod, a, b, b == 0 ? 0 : sc_imod(a, b))
+SC_FLOAT2S(remainder, a, b,
+  C m = fmod(a, b);
+  if (m == 0) return copysign((C)0, b);
+  return (m < 0) != (b < 0) ? m + b : m;)
+SC_INT2(remainder, a, b, b == 0 ? 0 : sc_imodf(a, b))
+SC_FLOAT2(floor_divide, a, b, floor(a / b))
+SC_INT2(floor_divide, a, b, b == 0 ? 0 : sc_floordiv(a, b))
 
 /* ternary; where's condition arrives as 0/1 in the compute type */
 SC_FLOAT3(where, c, a, b, c != 0 ? a : b)
 SC_INT3(where, c, a, b, c != 0 ? a : b)
+/* clamp: max then min, each NaN-propagating as max/min above */
+SC_FLOAT3S(clamp, x, lo, hi,
+  C m = x > lo || x != x ? x : lo;
+  return m < hi || m != m ? m : hi;)
+SC_INT3(clamp, x, lo, hi, (x > lo ? x : lo) < hi ? (x > lo ? x : lo) : hi)
 
 #endif

@@ -51,6 +51,9 @@ local UNARY = {
   { "neg", "FI", "any", true }, { "abs", "FI", "any", true }, { "exp", "F", "any", false },
   { "log", "F", "pos", false }, { "sqrt", "F", "pos", true }, { "relu", "FI", "any", true },
   { "sigmoid", "F", "any", false }, { "tanh", "F", "any", false }, { "logical_not", "FIB", "any", true },
+  { "floor", "FI", "any", true }, { "ceil", "FI", "any", true }, { "round", "FI", "any", true },
+  { "trunc", "FI", "any", true }, { "sign", "FI", "any", true }, { "sin", "F", "any", false },
+  { "cos", "F", "any", false }, { "rsqrt", "F", "pos", true }, { "square", "FI", "any", true },
 }
 -- binary: name, classes, domain of the second operand, exact, takes a number on the left
 local BINARY = {
@@ -60,6 +63,8 @@ local BINARY = {
   { "eq", "FIB", "any", true }, { "ne", "FIB", "any", true }, { "lt", "FIB", "any", true },
   { "le", "FIB", "any", true }, { "gt", "FIB", "any", true }, { "ge", "FIB", "any", true },
   { "logical_and", "FIB", "any", true }, { "logical_or", "FIB", "any", true },
+  { "fmod", "FI", "nonzero", true }, { "remainder", "FI", "nonzero", true, true },
+  { "floor_divide", "FI", "nonzero", true, true },
 }
 local COMPARE = { eq = true, ne = true, lt = true, le = true, gt = true, ge = true }
 
@@ -183,7 +188,8 @@ end
 local LEFT = {
   add = function(a, b) return a + b end, sub = function(a, b) return a - b end,
   mul = function(a, b) return a * b end, div = function(a, b) return a / b end,
-  pow = function(a, b) return a ^ b end,
+  pow = function(a, b) return a ^ b end, remainder = function(a, b) return a % b end,
+  floor_divide = function(a, b) return a // b end,
 }
 
 for _, b in ipairs(BINARY) do
@@ -239,6 +245,21 @@ for _, dt in ipairs(CLASSES.FIB) do
   end
 end
 
+for _, dt in ipairs(CLASSES.FI) do
+  local x, lo, hi = operand(dt, "any"), rand(dt, { 17 }, "any"), rand(dt, { 13, 1 }, "any")
+  local l, u = -1.5, 2
+  if not T.is_float(dt) then l, u = dt == "u8" and 3 or -3, 50 end
+  case("clamp " .. dt .. " numbers", "clamp", dt, "tss", { x }, { l, u }, x:clamp(l, u), true)
+  case("clamp " .. dt .. " no lower bound", "clamp", dt, "tns", { x }, { u }, x:clamp(nil, u), true)
+  case("clamp " .. dt .. " no upper bound", "clamp", dt, "tsn", { x }, { l }, x:clamp(l), true)
+  case("clamp " .. dt .. " tensors, broadcast", "clamp", dt, "ttt", { x, lo, hi }, {}, x:clamp(lo, hi), true)
+  case("clamp " .. dt .. " tensor, number", "clamp", dt, "tts", { x, lo }, { u }, x:clamp(lo, u), true)
+  local xs = operand(dt, "any", true)
+  case("clamp " .. dt .. " strided", "clamp", dt, "tss", { xs }, { l, u }, xs:clamp(l, u), true)
+  local sx = special(dt, "any")
+  case("clamp " .. dt .. " special values", "clamp", dt, "tss", { sx }, { l, u }, sx:clamp(l, u), true)
+end
+
 -- ---- the oracle -----------------------------------------------------------
 
 local ORACLE = [=[
@@ -292,6 +313,11 @@ def isint(dt):
 def floor_divide(dt, a, b):
     return np.floor_divide(a, b) if isint(dt) else np.floor(a / b)
 
+def clamp(x, lo, hi):
+    """np.clip's definition, minimum(maximum(x, lo), hi), with either bound absent"""
+    m = x if lo is None else np.maximum(x, lo)
+    return m if hi is None else np.minimum(m, hi)
+
 def rounding(f):
     return lambda dt, x: x if isint(dt) else f(x)
 
@@ -317,7 +343,7 @@ F = {
     "floor_divide": floor_divide,
     "where": lambda dt, c, a, b: np.where(c, a, b),
     "masked_fill": lambda dt, t, m, v: np.where(m, v, t),
-    "clamp": lambda dt, x, lo, hi: np.minimum(np.maximum(x, x if lo is None else lo), x if hi is None else hi),
+    "clamp": lambda dt, x, lo, hi: clamp(x, lo, hi),
 }
 
 results = []
