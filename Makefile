@@ -10,7 +10,8 @@
 #   make test-asan   the suite in a separate ASan+UBSan build, build-asan/
 #   make test-gpu    on a GPU machine: the suite and tests/gpu on the cuda backend
 #   make test-gpu-sanitize  the same under compute-sanitizer (memcheck on every
-#                    file; racecheck and synccheck on the kernel tests)
+#                    file; racecheck and synccheck on the kernel tests), by
+#                    tests/gpu_sanitize.sh
 #   make fuzz        the fuzzers of tests/fuzz/ under ASan+UBSan: libFuzzer on the
 #                    .npy header reader and the kernel-signature parsers (clang),
 #                    and the random API fuzzer tests/fuzz/api.lua; FUZZ_SECONDS
@@ -393,24 +394,13 @@ test-gpu: $(SUITE_DEPS)
 	NCCL_NVLS_ENABLE=0 GPULUA_DEVICE=cuda GPULUA=$(BIN) $(PROVE) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
 
 # compute-sanitizer over every test file on the cuda backend: memcheck on all,
-# racecheck and synccheck on the kernel tests.  Children a test starts on
-# purpose (tests/gpu/kernels.lua's illegal-address run) are not followed; API
-# errors are not reported (every call's status is checked by the code, and one
-# test makes a failing call on purpose to find a signature mismatch).
-SANITIZER ?= $(or $(shell command -v compute-sanitizer 2>/dev/null),/usr/local/cuda/bin/compute-sanitizer)
+# racecheck and synccheck on the kernel tests (tests/gpu_sanitize.sh says
+# how).  SANITIZER: the compute-sanitizer command (the script finds one when
+# it is not set).
 SANITIZE_RACE := tests/gpu/compare.lua tests/gpu/kernels.lua
 test-gpu-sanitize: $(SUITE_DEPS)
-	@st=0; \
-	run() { tool=$$1; f=$$2; \
-	  out=$$(GPULUA_DEVICE=cuda $(SANITIZER) --tool $$tool --target-processes application-only \
-	         --error-exitcode 97 --print-limit 20 --report-api-errors no $(BIN) $$f 2>&1); rc=$$?; \
-	  summary=$$(printf '%s\n' "$$out" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' | tail -n 1); \
-	  fails=$$(printf '%s\n' "$$out" | grep -c '^not ok'); \
-	  printf '%-10s %-28s rc=%-3s %s; %s failed tests\n' $$tool $$f $$rc "$$summary" $$fails; \
-	  if [ $$rc -ne 0 ]; then st=1; printf '%s\n' "$$out" | grep -vE '^ok ' | tail -n 40; fi; }; \
-	for f in $(LUA_TESTS); do run memcheck $$f; done; \
-	for f in $(SANITIZE_RACE); do run racecheck $$f; run synccheck $$f; done; \
-	exit $$st
+	@SANITIZER='$(SANITIZER)' GPULUA=$(BIN) SANITIZE_MEMCHECK='$(LUA_TESTS)' SANITIZE_RACE='$(SANITIZE_RACE)' \
+	  bash tests/gpu_sanitize.sh
 
 run example: $(RUN_DEPS)
 	$(BIN) scripts/overlap.lua

@@ -62,6 +62,10 @@ static int validate_launch(dev_ctx *ctx, const dev_launch *l) {
 }
 
 static int validate(dev_ctx *ctx, const dev_kop *op) {
+  static const char *const kinds[] = {"fill", "arange", "rand", "unary", "binary", "ternary", "reduce", "matmul",
+                                      "copy"};
+  _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_TERNARY == 5 && DEV_OP_COPY == 8,
+                 "kinds[] follows dev_opkind");
   int rc;
   if (op->kind == DEV_OP_LAUNCH) return validate_launch(ctx, op->launch);
   if (op->kind == DEV_OP_SLEEP) {
@@ -69,7 +73,12 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
       return dev_fail(ctx, DEV_ERR_INVALID, "sleep: bad duration");
     return DEV_OK;
   }
-  if (op->nin < 0 || op->nin > DEV_MAXIN) return dev_fail(ctx, DEV_ERR_INVALID, "op: bad operand count");
+  if ((unsigned)op->kind >= sizeof kinds / sizeof kinds[0])
+    return dev_fail(ctx, DEV_ERR_INVALID, "bad op kind %d", (int)op->kind);
+  /* before anything reads in[]: fill, arange and rand take no input */
+  int maxin = op->kind <= DEV_OP_RAND ? 0 : (int)(sizeof op->in / sizeof op->in[0]);
+  if (op->nin < 0 || op->nin > maxin)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operand count %d", kinds[op->kind], op->nin);
   if ((rc = dev_check_view(ctx, &op->out, "output"))) return rc;
   for (int i = 0; i < op->nin; i++)
     if ((rc = dev_check_view(ctx, &op->in[i], "input"))) return rc;

@@ -1,7 +1,7 @@
 -- gpu.test: a small TAP producer for gpulua's test scripts (after luv's
--- tests/tap.lua).  Each script asserts, groups assertions with T.test, and
--- ends with T.done(), which runs the leak check, prints the plan and exits
--- non-zero on any failure.
+-- tests/tap.lua).  Each script asserts, groups assertions with T.test (each
+-- followed by a leak check), and ends with T.done(), which runs the final
+-- leak check, prints the plan and exits non-zero on any failure.
 --
 --   local gpu = require "gpu"
 --   local T = require "gpu.test"
@@ -11,6 +11,7 @@
 --   end)
 --   T.done()
 --
+-- Tests: T.test(name, fn [, {keeps = true}]) (see the leak checks below).
 -- Assertions: T.ok(cond, name)  T.is(got, want, name) (deep, NaN == NaN)
 -- T.isnt(got, other, name)  T.near(got, want, tol | {rel=, abs=}, name)
 -- T.raises(fn, pattern, name)  T.raises_at(fn, pattern, name) (message must
@@ -21,8 +22,16 @@
 -- Child processes: T.gpulua (the binary running this test)  T.run(env, args
 -- [, redirect]) --> output, exited 0  T.tmpfile(contents) --> path.
 --
--- Keep tensors, streams and events inside T.test functions (or close them):
--- the leak check in T.done cannot collect what the main chunk still holds.
+-- Leak checks.  After each T.test, garbage is collected, every stream is
+-- synchronized and the live buffers, streams and events (gpu.stats()) are
+-- compared with their counts before the test: more is a failed test line,
+-- "leak check: test 'add' left 2 buffers, 1 stream" (nothing is printed when
+-- none is left, so the plan is the same).  A test that keeps objects on
+-- purpose for the tests after it says so: T.test(name, fn, {keeps = true}).
+-- T.done checks once more that nothing at all is left: no buffers, streams,
+-- events or memory (T.LEAK_TESTS results).  So keep tensors, streams and
+-- events inside T.test functions, or close them: neither check can collect
+-- what the main chunk still holds.
 
 local T = {}
 
@@ -256,18 +265,71 @@ function T.skip(name, why)
   return report(true, name, "SKIP " .. tostring(why or ""))
 end
 
--- Runs fn(); an error inside it is reported as a failed test with its traceback.
-function T.test(name, fn)
+-- per-test leak check ------------------------------------------------------
+
+local LIVE = { { "buffers", "buffer" }, { "streams", "stream" }, { "events", "event" } }
+
+-- The live counts once garbage is collected (twice: finalizers run by the
+-- first may free more) and every stream is past its work (freed buffers are
+-- swept then); nil while the gpu module is not loaded.
+local function live_counts()
+  local gpu = package.loaded.gpu
+  if type(gpu) ~= "table" then return nil end
+  collectgarbage(); collectgarbage()
+  gpu.synchronize()
+  local s = gpu.stats()
+  local n = {}
+  for _, l in ipairs(LIVE) do n[l[1]] = s[l[1]] end
+  return n
+end
+
+-- Reports a failed test when test `name` left more live objects than
+-- `before` counted; true when it left none.
+local function leak_check_test(name, before)
+  local okc, after = pcall(live_counts)
+  if not okc then
+    report(false, string.format("leak check: test '%s': collectgarbage + synchronize raised", name))
+    T.diag(after)
+    return false
+  end
+  if after == nil then return true end
+  local left = {}
+  for _, l in ipairs(LIVE) do
+    local n = after[l[1]] - (before and before[l[1]] or 0)
+    if n > 0 then left[#left + 1] = string.format("%d %s", n, n == 1 and l[2] or l[1]) end
+  end
+  if #left == 0 then return true end
+  report(false, string.format("leak check: test '%s' left %s", name, table.concat(left, ", ")))
+  T.diag("  (close them, or say T.test(name, fn, {keeps = true}) when later tests use them)")
+  return false
+end
+
+-- Runs fn(); an error inside it is reported as a failed test with its
+-- traceback.  Then the leak check above, unless opts.keeps: the test keeps
+-- buffers, streams or events on purpose (for the tests after it).
+function T.test(name, fn, opts)
   T.diag(name)
+  local check = not (opts and opts.keeps)
+  local before
+  if check then
+    local okc, n = pcall(live_counts)
+    if not okc then
+      report(false, string.format("leak check: test '%s': collectgarbage + synchronize raised before it", name))
+      T.diag(n)
+      check = false
+    end
+    before = n
+  end
   local ok, err = xpcall(fn, debug.traceback)
   if not ok then
     report(false, name .. " (raised an error)")
     T.diag(err)
   end
+  if check and not leak_check_test(name, before) then ok = false end
   return ok
 end
 
--- leak check and exit ------------------------------------------------------
+-- final leak check and exit ------------------------------------------------
 
 -- always reports exactly T.LEAK_TESTS results, so a plan can count them
 local LEAKS = {

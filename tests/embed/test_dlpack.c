@@ -12,7 +12,7 @@
 #include <lua.h>
 
 #include "gpulua.h"
-#include "../unit/tap.h"
+#include "tests/tap.h"
 
 /* The layout of the published ABI on x86-64 (LP64). */
 _Static_assert(sizeof(DLDevice) == 8, "DLDevice");
@@ -37,18 +37,7 @@ _Static_assert(kDLCPU == 1 && kDLCUDA == 2 && kDLCUDAHost == 3 && kDLCUDAManaged
 _Static_assert(kDLInt == 0 && kDLUInt == 1 && kDLFloat == 2 && kDLBfloat == 4 && kDLComplex == 5 && kDLBool == 6,
                "type codes");
 
-static void skip_ok(const char *name, const char *why) { printf("ok %d - %s # SKIP %s\n", ++ntest, name, why); }
-
 static int contains(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
-
-static void diag(const char *msg) {
-  for (const char *p = msg; p && *p;) {
-    const char *nl = strchr(p, '\n');
-    int n = nl ? (int)(nl - p) : (int)strlen(p);
-    printf("# %.*s\n", n, p);
-    p += n + (nl != NULL);
-  }
-}
 
 static int run(gpulua *g, const char *chunk) {
   int st = gpulua_dostring(g, chunk, "=test");
@@ -378,7 +367,7 @@ static void test_import(void) {
        "a queued copy from an imported tensor reads it before its deleter (poisons) runs");
     ok(deleted == 1, "and the deleter ran once");
   } else {
-    skip_ok("queued copy keeps imported pinned memory alive", "host backend only (malloc'd memory is not pinned)");
+    skip("queued copy keeps imported pinned memory alive", "host backend only (malloc'd memory is not pinned)");
   }
 
   /* strides, byte_offset, negative strides, 0-dim */
@@ -590,7 +579,7 @@ static void test_close(void) {
     float *dv = (float *)((char *)md->dl_tensor.data + md->dl_tensor.byte_offset);
     ok(dv[0] == 3 && dv[7] == 3, "and device memory (ordinary memory on the host backend)");
   } else {
-    skip_ok("device memory readable after close", "cuda backend: not host-readable");
+    skip("device memory readable after close", "cuda backend: not host-readable");
   }
   mh->deleter(mh);
   call_deleter_thread(mp);
@@ -605,6 +594,5 @@ int main(void) {
   test_import();
   test_bad_import();
   test_close();
-  printf("1..%d\n", ntest);
-  return nfail != 0;
+  return done_testing();
 }

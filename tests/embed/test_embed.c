@@ -1,7 +1,6 @@
 /* test_embed — TAP test of the embedding API (interp/lib/gpulua.h), as an
  * application uses it: only gpulua.h and the Lua C API. */
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,33 +12,7 @@
 #include <lualib.h>
 
 #include "gpulua.h"
-
-static int ntests, nfailed;
-
-static int ok(int cond, const char *fmt, ...) {
-  va_list ap;
-  ntests++;
-  if (!cond)
-    nfailed++;
-  printf("%sok %d - ", cond ? "" : "not ", ntests);
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-  printf("\n");
-  fflush(stdout);
-  return cond;
-}
-
-/* Show a message as TAP diagnostics (every line prefixed with "# "). */
-static void diag(const char *msg) {
-  const char *p = msg;
-  while (*p) {
-    const char *nl = strchr(p, '\n');
-    int n = nl ? (int)(nl - p) : (int)strlen(p);
-    printf("# %.*s\n", n, p);
-    p += n + (nl != NULL);
-  }
-}
+#include "tests/tap.h"
 
 static int contains(const char *s, const char *sub) {
   return s != NULL && strstr(s, sub) != NULL;
@@ -360,7 +333,5 @@ int main(void) {
   ok(gpulua_state(NULL) == NULL && gpulua_error(NULL) != NULL && gpulua_error(NULL)[0] != '\0',
      "a NULL handle has no state and an explaining error");
 
-  printf("1..%d\n", ntests);
-  fflush(stdout);  /* before exit: LeakSanitizer may end the process in exit() */
-  return nfailed != 0;
+  return done_testing();
 }

@@ -13,7 +13,7 @@
 #include <lua.h>
 
 #include "gpulua.h"
-#include "../unit/tap.h"
+#include "tests/tap.h"
 
 #ifdef GPULUA_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -26,15 +26,6 @@ static const char *line1(const char *msg) {
   static char buf[400];
   snprintf(buf, sizeof buf, "%.*s", (int)strcspn(msg, "\n"), msg);
   return buf;
-}
-
-static void diag(const char *msg) {
-  for (const char *p = msg; *p;) {
-    const char *nl = strchr(p, '\n');
-    int n = nl ? (int)(nl - p) : (int)strlen(p);
-    printf("# %.*s\n", n, p);
-    p += n + (nl != NULL);
-  }
 }
 
 static int is_cuda(gpulua *g) {
@@ -594,7 +585,5 @@ int main(void) {
   if (is_cuda(g)) test_cuda_memory(g);
   gpulua_close(g);
 #endif
-  printf("1..%d\n", ntest);
-  fflush(stdout);
-  return nfail != 0;
+  return done_testing();
 }

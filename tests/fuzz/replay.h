@@ -12,8 +12,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-
-static int nrun;
+#include "tests/tap.h"
 
 static void run_file(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -31,7 +30,7 @@ static void run_file(const char *path) {
     fclose(f);
   }
   if (!f) {
-    printf("not ok %d - cannot open %s\n", ++nrun, path);
+    ok(0, "cannot open %s", path);
     exit(1);
   }
   /* an exact-size copy, so that a read past the end is an ASan report */
@@ -43,7 +42,7 @@ static void run_file(const char *path) {
   fflush(stdout);
   LLVMFuzzerTestOneInput(in, n);
   free(in);
-  printf("ok %d - %s\n", ++nrun, path);
+  ok(1, "%s", path);
 }
 
 static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -54,7 +53,7 @@ static void run_dir(const char *dir, int may_be_missing) {
   DIR *d = opendir(dir);
   if (!d && may_be_missing) return;
   if (!d) {
-    printf("not ok %d - cannot open %s (run from the repository root)\n", ++nrun, dir);
+    ok(0, "cannot open %s (run from the repository root)", dir);
     exit(1);
   }
   char **names = NULL;
@@ -85,6 +84,5 @@ int main(int argc, char **argv) {
     run_dir("tests/fuzz/corpus/" REPLAY_NAME, 0);
     run_dir("tests/fuzz/crashes/" REPLAY_NAME, 1);
   }
-  printf("1..%d\n", nrun);
-  return 0;
+  return done_testing();
 }

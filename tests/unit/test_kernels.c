@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "devpriv.h"
-#include "tap.h"
+#include "tests/tap.h"
 
 
 static const dev_ksig *find(const dev_ksig *k, int n, const char *name) {
@@ -132,7 +132,7 @@ static void test_ptx(void) {
 }
 
 #ifndef GPULUA_HAVE_CUDA
-static void test_nvrtc(void) { printf("ok %d # SKIP NVRTC is the cuda backend's (not built)\n", ++ntest); }
+static void test_nvrtc(void) { skip(NULL, "NVRTC is the cuda backend's (not built)"); }
 #else
 static int count_files(const char *dir) {
   DIR *d = opendir(dir);
@@ -152,7 +152,7 @@ static void test_nvrtc(void) {
   char perr[512] = "";
   if (dev_nvrtc_compile("__global__ void k() {}\n", "probe.cu", "sm_90", NULL, 0, NULL, 0, 0, &probe,
                         NULL, perr, sizeof perr) && strstr(perr, "needs NVRTC")) {
-    printf("ok %d # SKIP %s\n", ++ntest, perr);
+    skip(NULL, perr);
     return;
   }
   dev_kimage_free(&probe);
@@ -243,6 +243,5 @@ int main(void) {
   test_parse();
   test_ptx();
   test_nvrtc();
-  printf("1..%d\n", ntest);
-  return nfail ? 1 : 0;
+  return done_testing();
 }

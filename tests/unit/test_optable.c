@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "device.h"
-#include "tap.h"
+#include "tests/tap.h"
 
 #define N 4
 
@@ -36,7 +36,7 @@ int main(void) {
   char err[256], why[600];
   dev_ctx *ctx = dev_open("host", err, sizeof err);
   if (!ctx) {
-    printf("1..0 # SKIP cannot open the host backend: %s\n", err);
+    skip_all("cannot open the host backend: %s", err);
     return 0;
   }
   dev_buf *in[DEV_NDTYPE], *in2[DEV_NDTYPE], *out[DEV_NDTYPE];
@@ -121,6 +121,5 @@ int main(void) {
     dev_buf_release(out[t]);
   }
   dev_close(ctx);
-  printf("1..%d\n", ntest);
-  return nfail != 0;
+  return done_testing();
 }

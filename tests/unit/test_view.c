@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "devpriv.h"
-#include "tap.h"
+#include "tests/tap.h"
 
 
 static _Alignas(16) unsigned char mem[4096];
@@ -113,6 +113,5 @@ int main(void) {
   v = view(DEV_F32, 0, 1, 1, 1, 0, 0);
   expect(&v, "no memory", "a buffer with no memory");
 
-  printf("1..%d\n", ntest);
-  return nfail != 0;
+  return done_testing();
 }
