@@ -340,8 +340,8 @@ SC_FLOAT1(round, x, rint(x))
 SC_INT1(round, x, x)
 SC_FLOAT1(trunc, x, trunc(x))
 SC_INT1(trunc, x, x)
-/* sign: -1, 0 or 1; a float's zeros and NaN stay as they are */
-SC_FLOAT1(sign, x, x > 0 ? 1 : x < 0 ? -1 : x)
+/* sign: -1, 0 or 1 (-0 too gives 0, as NumPy's); NaN stays NaN */
+SC_FLOAT1(sign, x, x > 0 ? 1 : x < 0 ? -1 : x != x ? x : 0)
 SC_INT1(sign, x, (x > 0) - (x < 0))
 SC_FLOAT1(sin, x, sin(x))
 SC_FLOAT1(cos, x, cos(x))

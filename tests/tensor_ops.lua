@@ -457,7 +457,7 @@ local function trunc(x)
   if x ~= x or x == math.huge or x == -math.huge then return x end
   return x >= 0 and math.floor(x) + 0.0 or math.ceil(x) + 0.0
 end
-local function sign(x) return x > 0 and 1.0 or x < 0 and -1.0 or x end
+local function sign(x) return x > 0 and 1.0 or x < 0 and -1.0 or x ~= x and x or 0.0 end
 
 T.test("floor, ceil, round, trunc, sign, square, sin, cos, rsqrt", function()
   local xs = { -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, -3.7, 3.7, 0, 1e10 }
@@ -481,7 +481,7 @@ T.test("floor, ceil, round, trunc, sign, square, sin, cos, rsqrt", function()
     local r = sp:round():totable()
     T.ok(r[1] ~= r[1] and r[2] == math.huge and r[3] == -math.huge and 1 / r[4] < 0, dt .. " round keeps NaN, inf, -0")
     local sg = sp:sign():totable()
-    T.ok(sg[1] ~= sg[1] and sg[2] == 1 and sg[3] == -1 and 1 / sg[4] < 0, dt .. " sign of NaN, inf, -0")
+    T.ok(sg[1] ~= sg[1] and sg[2] == 1 and sg[3] == -1 and 1 / sg[4] > 0, dt .. " sign of NaN, inf, -0 (+0)")
     T.is(gpu.tensor({ 0 }, { dtype = dt }):rsqrt():totable(), { math.huge }, dt .. " rsqrt(0) = inf")
     local c = t:clone()
     c:floor_()
