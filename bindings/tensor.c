@@ -72,8 +72,9 @@ static gpu_tensor *new_view(lua_State *L, int idx) {
 }
 
 /* Enqueue op.  The buffers of its views are taken from the tensors at stack
- * indices out/in0/in1 (0: keep the view's buffer) and the stream from opts,
- * here, after the binding's last Lua allocation (see common.h). */
+ * indices out and in[0..nin) (0: keep the view's buffer), here, after the
+ * binding's last Lua allocation (see common.h); submit also takes the stream
+ * from opts. */
 static void submit_views(lua_State *L, dev_stream *s, dev_kop *op, int out, const int *in, int nin,
                          const char *fname) {
   dev_ctx *ctx = dev_stream_ctx(s);

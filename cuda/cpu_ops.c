@@ -91,7 +91,10 @@ static void load_d(dev_dtype t, const char *p, int64_t s, int64_t n, double *d)
   int64_t i;
   switch (t) {
   case DEV_F32: for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s]; break;
-  case DEV_F64: if (s == 1) { memcpy(d, p, (size_t)n * 8); break; } for (i = 0; i < n; i++) d[i] = ((const double *)p)[i * s]; break;
+  case DEV_F64:
+    if (s == 1) memcpy(d, p, (size_t)n * 8);
+    else for (i = 0; i < n; i++) d[i] = ((const double *)p)[i * s];
+    break;
   case DEV_F16: for (i = 0; i < n; i++) d[i] = sc_half_to_float(((const uint16_t *)p)[i * s]); break;
   case DEV_BF16: for (i = 0; i < n; i++) d[i] = sc_bf16_to_float(((const uint16_t *)p)[i * s]); break;
   case DEV_I8: for (i = 0; i < n; i++) d[i] = ((const int8_t *)p)[i * s]; break;
@@ -108,7 +111,10 @@ static void load_f(dev_dtype t, const char *p, int64_t s, int64_t n, float *d)
   int64_t i, esz = (int64_t)dev_dtype_size(t);
   double v;
   switch (t) {
-  case DEV_F32: if (s == 1) { memcpy(d, p, (size_t)n * 4); break; } for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s]; break;
+  case DEV_F32:
+    if (s == 1) memcpy(d, p, (size_t)n * 4);
+    else for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s];
+    break;
   case DEV_F16: for (i = 0; i < n; i++) d[i] = sc_half_to_float(((const uint16_t *)p)[i * s]); break;
   case DEV_BF16: for (i = 0; i < n; i++) d[i] = sc_bf16_to_float(((const uint16_t *)p)[i * s]); break;
   case DEV_BOOL: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s] != 0; break;
@@ -126,7 +132,10 @@ static void load_i(dev_dtype t, const char *p, int64_t s, int64_t n, int64_t *d)
   case DEV_I8: for (i = 0; i < n; i++) d[i] = ((const int8_t *)p)[i * s]; break;
   case DEV_U8: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s]; break;
   case DEV_I32: for (i = 0; i < n; i++) d[i] = ((const int32_t *)p)[i * s]; break;
-  case DEV_I64: if (s == 1) { memcpy(d, p, (size_t)n * 8); break; } for (i = 0; i < n; i++) d[i] = ((const int64_t *)p)[i * s]; break;
+  case DEV_I64:
+    if (s == 1) memcpy(d, p, (size_t)n * 8);
+    else for (i = 0; i < n; i++) d[i] = ((const int64_t *)p)[i * s];
+    break;
   case DEV_BOOL: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s] != 0; break;
   default:
     for (i = 0; i < n; i++) { load_d(t, p + i * s * esz, 1, 1, &v); d[i] = sat(v, INT64_MIN, INT64_MAX); }
@@ -139,7 +148,10 @@ static void store_d(dev_dtype t, char *p, int64_t s, int64_t n, const double *v)
   int64_t i;
   switch (t) {
   case DEV_F32: for (i = 0; i < n; i++) ((float *)p)[i * s] = (float)v[i]; break;
-  case DEV_F64: if (s == 1) { memcpy(p, v, (size_t)n * 8); break; } for (i = 0; i < n; i++) ((double *)p)[i * s] = v[i]; break;
+  case DEV_F64:
+    if (s == 1) memcpy(p, v, (size_t)n * 8);
+    else for (i = 0; i < n; i++) ((double *)p)[i * s] = v[i];
+    break;
   case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_double_to_half(v[i]); break;
   case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_double_to_bf16(v[i]); break;
   case DEV_I8: for (i = 0; i < n; i++) ((int8_t *)p)[i * s] = (int8_t)sat(v[i], INT8_MIN, INT8_MAX); break;
@@ -156,7 +168,10 @@ static void store_f(dev_dtype t, char *p, int64_t s, int64_t n, const float *v)
   int64_t i, esz = (int64_t)dev_dtype_size(t);
   double d;
   switch (t) {
-  case DEV_F32: if (s == 1) { memcpy(p, v, (size_t)n * 4); break; } for (i = 0; i < n; i++) ((float *)p)[i * s] = v[i]; break;
+  case DEV_F32:
+    if (s == 1) memcpy(p, v, (size_t)n * 4);
+    else for (i = 0; i < n; i++) ((float *)p)[i * s] = v[i];
+    break;
   case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_float_to_half(v[i]); break;
   case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_float_to_bf16(v[i]); break;
   default:
@@ -178,7 +193,10 @@ static void store_i(dev_dtype t, char *p, int64_t s, int64_t n, const int64_t *v
   case DEV_I8: for (i = 0; i < n; i++) ((int8_t *)p)[i * s] = wrap8(v[i]); break;
   case DEV_U8: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = (uint8_t)((uint64_t)v[i] & 0xff); break;
   case DEV_I32: for (i = 0; i < n; i++) ((int32_t *)p)[i * s] = wrap32(v[i]); break;
-  case DEV_I64: if (s == 1) { memcpy(p, v, (size_t)n * 8); break; } for (i = 0; i < n; i++) ((int64_t *)p)[i * s] = v[i]; break;
+  case DEV_I64:
+    if (s == 1) memcpy(p, v, (size_t)n * 8);
+    else for (i = 0; i < n; i++) ((int64_t *)p)[i * s] = v[i];
+    break;
   case DEV_BOOL: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = v[i] != 0; break;
   default: break;
   }
@@ -455,9 +473,11 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
  * plain loop over the row's scalar function (scalar.h).  The loops run over
  * whole groups of 8 elements, which lets the compiler vectorise them at -O2
  * (no scalar remainder): pad8 zeroes an operand's slots past n up to there.
- * A bool result (0/1) goes to r's int64 array. */
+ * A bool result (0/1) goes to r's int64 array.  Kept out of line: inlined
+ * into the walkers' loops, gcc (12, -O2) no longer vectorises them. */
 #define RES_SAME(m) m
 #define RES_BOOL(m) i
+#define BLOCK_FN __attribute__((noinline)) static
 
 static inline int64_t round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
@@ -467,7 +487,7 @@ static void pad8(cclass c, block *b, int64_t n)
   memset((char *)b + (size_t)n * sz, 0, (size_t)(round8(n) - n) * sz);
 }
 
-__attribute__((noinline)) static void unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n)
+BLOCK_FN void unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n)
 {
   int64_t i;
   n = round8(n);
@@ -503,8 +523,8 @@ __attribute__((noinline)) static void unop_block(int code, cclass c, const block
 }
 
 /* Returns how many integer divisions by zero there were. */
-__attribute__((noinline)) static int64_t binop_block(int code, cclass c, const block *restrict x, const block *restrict y,
-                           block *restrict r, int64_t n)
+BLOCK_FN int64_t binop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+                             block *restrict r, int64_t n)
 {
   int64_t i, zeros = 0, n0 = n;
   n = round8(n);
@@ -542,8 +562,8 @@ __attribute__((noinline)) static int64_t binop_block(int code, cclass c, const b
   return zeros;
 }
 
-__attribute__((noinline)) static void terop_block(int code, cclass c, const block *restrict x, const block *restrict y,
-                                                  const block *restrict z, block *restrict r, int64_t n)
+BLOCK_FN void terop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+                          const block *restrict z, block *restrict r, int64_t n)
 {
   int64_t i;
   n = round8(n);
