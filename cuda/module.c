@@ -240,6 +240,10 @@ int dev_module_load(dev_ctx *ctx, const void *image, size_t len, const char *dec
   *out = NULL;
   int rc = need_kernels(ctx);
   if (rc) return rc;
+  if (ctx->bk->compile_only)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED,
+                    "run-time kernels need the cuda backend (this gpulua runs on the %s backend)",
+                    ctx->bk->name);
   rc = dev_check_async(ctx);
   if (rc) return rc;
   char msg[512];
