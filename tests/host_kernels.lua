@@ -138,12 +138,252 @@ extern "C" __global__ void copyk(const float *x, float *y, int n)
   s:close()
 end)
 
+-- ---- barriers, shared memory, warp primitives ---------------------------------
+
+-- The sums of blocks of 256 (the last one partial), in Lua, in f64.
+local function block_sums(t, n, b)
+  local v, out = t:totable(), {}
+  for i = 0, (n + b - 1) // b - 1 do
+    local acc = 0
+    for k = i * b + 1, math.min((i + 1) * b, n) do acc = acc + v[k] end
+    out[#out + 1] = acc
+  end
+  return out
+end
+
+local function max_rel(got, want)
+  local worst = 0
+  for i = 1, #want do
+    local d = math.abs(got[i] - want[i]) / math.max(1, math.abs(want[i]))
+    if d > worst or d ~= d then worst = d end
+  end
+  return worst
+end
+
+T.test("block reduction: static shared memory and __syncthreads", function()
+  local m = gpu.compile([[
+extern "C" __global__ void block_sum(const float *x, float *out, int n)
+{
+  __shared__ float s[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[threadIdx.x] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+}
+]])
+  local n = 50000
+  local x = gpu.rand({ n })
+  local nb = (n + 255) // 256
+  local out = gpu.zeros({ nb })
+  m.block_sum { grid = nb, block = 256 } (x, out, n)
+  T.ok(max_rel(out:totable(), block_sums(x, n, 256)) < 1e-5, "each block's sum (196 blocks)")
+  T.near(out:sum():item(), x:sum():item(), 1e-4, "the total equals t:sum()")
+end)
+
+T.test("__syncthreads_count, _and, _or; threads that returned early", function()
+  local m = gpu.compile([[
+extern "C" __global__ void votes(const int *x, int *out)
+{
+  int v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  int c = __syncthreads_count(v > 0);
+  int a = __syncthreads_and(v > 0);
+  int o = __syncthreads_or(v > 5);
+  if (threadIdx.x == 0) { out[3 * blockIdx.x] = c; out[3 * blockIdx.x + 1] = a; out[3 * blockIdx.x + 2] = o; }
+}
+extern "C" __global__ void early(int *out, int keep)
+{
+  __shared__ int count;
+  if (threadIdx.x == 0) count = 0;
+  __syncthreads();
+  if (threadIdx.x >= keep) return;          /* the others still meet at the barrier */
+  __syncthreads();
+  int c = __syncthreads_count(1);
+  if (threadIdx.x == 0) out[0] = c;
+}
+]])
+  local x = gpu.tensor({ 1, 2, 3, 0, 7, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 }, { dtype = "i32" })
+  local out = gpu.zeros({ 6 }, { dtype = "i32" })
+  m.votes { grid = 2, block = 8 } (x, out)
+  T.is(out:totable(), { 7, 0, 1, 8, 1, 0 }, "count, and, or per block of 8")
+  local o = gpu.zeros({ 1 }, { dtype = "i32" })
+  m.early { grid = 1, block = 96 } (o, 40)
+  T.is(o:item(), 40, "the 56 threads that returned no longer count at the barriers")
+end)
+
+T.test("warp-shuffle reduction and scans: shfl_down, shfl_xor, shfl_up, shfl", function()
+  local m = gpu.compile([[
+extern "C" __global__ void warp_sums(const float *x, float *out, int n)
+{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = i < n ? x[i] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
+  if ((threadIdx.x & 31) == 0) out[i / 32] = v;
+}
+extern "C" __global__ void lanes(int *out)
+{
+  int lane = threadIdx.x & 31, v = lane * lane;
+  int all = v;
+  for (int o = 1; o < 32; o <<= 1) all += __shfl_xor_sync(0xffffffff, all, o);   /* butterfly: every lane */
+  int scan = lane + 1;
+  for (int o = 1; o < 32; o <<= 1) {                                              /* inclusive prefix sum */
+    int up = __shfl_up_sync(0xffffffff, scan, o);
+    if (lane >= o) scan += up;
+  }
+  int rot = __shfl_sync(0xffffffff, v, (lane + 1) & 31);                          /* from the next lane */
+  int seg = __shfl_sync(0xffffffff, lane, 0, 8);                                   /* width 8: segment heads */
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  out[4 * t] = all; out[4 * t + 1] = scan; out[4 * t + 2] = rot; out[4 * t + 3] = seg;
+}
+extern "C" __global__ void wide(double *out, long long *lo)
+{
+  int lane = threadIdx.x & 31;
+  double d = __shfl_down_sync(0xffffffff, lane + 0.5, 1);
+  long long l = __shfl_down_sync(0xffffffff, (long long)lane << 40, 2);
+  out[threadIdx.x] = d; lo[threadIdx.x] = l;
+}
+]])
+  local n = 4096 + 17
+  local x = gpu.rand({ n })
+  local out = gpu.zeros({ (n + 31) // 32 + 1 })
+  m.warp_sums { grid = (n + 255) // 256, block = 256 } (x, out, n)
+  local got = out:totable()
+  T.ok(max_rel(got, block_sums(x, n, 32)) < 1e-5, "sums of every warp of 32")
+  local o = gpu.zeros({ 2 * 64 * 4 }, { dtype = "i32" }):view({ 128, 4 })
+  m.lanes { grid = 2, block = 64 } (o)
+  local rows, bad = o:totable(), 0
+  for t = 1, 128 do
+    local lane = (t - 1) % 32
+    local want = { 10416, (lane + 1) * (lane + 2) // 2, ((lane + 1) % 32) ^ 2, lane - lane % 8 }
+    for k = 1, 4 do if rows[t][k] ~= want[k] then bad = bad + 1 end end
+  end
+  T.is(bad, 0, "butterfly sum, prefix sum, rotation and width-8 broadcast in 4 warps")
+  local d, l = gpu.zeros({ 32 }, { dtype = "f64" }), gpu.zeros({ 32 }, { dtype = "i64" })
+  m.wide { grid = 1, block = 32 } (d, l)
+  T.is({ d:get(1), d:get(31), d:get(32) }, { 1.5, 31.5, 31.5 }, "a double moves whole; the last lane keeps its own")
+  T.is({ l:get(1), l:get(30), l:get(31) }, { 2 << 40, 31 << 40, 30 << 40 }, "64-bit integers move whole")
+end)
+
+T.test("votes and matches: ballot, any, all, activemask, match_any, reduce", function()
+  local m = gpu.compile([[
+extern "C" __global__ void vote(const int *x, unsigned *out)
+{
+  int lane = threadIdx.x & 31, v = x[threadIdx.x];
+  unsigned b = __ballot_sync(0xffffffff, v > 0);
+  int any = __any_sync(0xffffffff, v > 100), all = __all_sync(0xffffffff, v >= 0);
+  unsigned act = __activemask();
+  unsigned same = __match_any_sync(0xffffffff, v % 3);
+  unsigned sum = __reduce_add_sync(0xffffffff, (unsigned)v);
+  unsigned mx = __reduce_max_sync(0xffffffff, (unsigned)v);
+  if (threadIdx.x == 0) { out[0] = b; out[1] = any; out[2] = all; out[3] = act; out[5] = sum; out[6] = mx; }
+  if (threadIdx.x == 4) out[4] = same;
+  if (lane < 16) {                                   /* half the warp, its own mask */
+    unsigned h = __ballot_sync(0x0000ffff, v > 0);
+    if (threadIdx.x == 0) out[7] = h;
+  }
+}
+]])
+  local v = {}
+  for i = 1, 40 do v[i] = (i % 5 == 0) and 0 or i end
+  local x = gpu.tensor(v, { dtype = "i32" })
+  local out = gpu.zeros({ 8 }, { dtype = "i32" })
+  m.vote { grid = 1, block = 40 } (x, out)
+  local bal, same3, sum, mx = 0, 0, 0, 0
+  for l = 0, 31 do
+    if v[l + 1] > 0 then bal = bal | (1 << l) end
+    if v[l + 1] % 3 == v[5] % 3 then same3 = same3 | (1 << l) end
+    sum = sum + v[l + 1]
+    mx = math.max(mx, v[l + 1])
+  end
+  local got = out:totable()
+  local function u32(i) return i < 0 and i + (1 << 32) or i end
+  T.is({ u32(got[1]), got[2], got[3], u32(got[4]), u32(got[5]), got[6], got[7], u32(got[8]) },
+       { bal, 0, 1, 0xffffffff, same3, sum, mx, bal & 0xffff },
+       "ballot, any, all, activemask, match_any, reduce_add/max, a half-warp ballot")
+end)
+
+T.test("tiled transpose through shared memory", function()
+  local m = gpu.compile([[
+#define TILE 32
+#define ROWS 8
+extern "C" __global__ void transpose(float *out, const float *in, int w, int h)
+{
+  __shared__ float tile[TILE][TILE + 1];
+  int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;
+  for (int j = 0; j < TILE; j += ROWS)
+    if (x < w && y + j < h) tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * w + x];
+  __syncthreads();
+  x = blockIdx.y * TILE + threadIdx.x;
+  y = blockIdx.x * TILE + threadIdx.y;
+  for (int j = 0; j < TILE; j += ROWS)
+    if (x < h && y + j < w) out[(y + j) * h + x] = tile[threadIdx.x][threadIdx.y + j];
+}
+]])
+  local h, w = 70, 45
+  local a = gpu.rand({ h, w })
+  local t = gpu.zeros({ w, h })
+  m.transpose { grid = { (w + 31) // 32, (h + 31) // 32 }, block = { 32, 8 } } (t, a, w, h)
+  local at, tt, bad = a:totable(), t:totable(), 0
+  for i = 1, h do
+    for j = 1, w do if tt[j][i] ~= at[i][j] then bad = bad + 1 end end
+  end
+  T.is(bad, 0, "a 70x45 matrix, 32x32 tiles of 32x8 threads")
+end)
+
+T.test("dynamic shared memory: extern __shared__, in a function and at file scope", function()
+  local m = gpu.compile([[
+extern "C" __global__ void rev(const float *x, float *y, int n)
+{
+  extern __shared__ float buf[];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = x[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = buf[n - 1 - i];
+}
+extern __shared__ __align__(16) unsigned char smem[];
+extern "C" __global__ void halves(const int *x, int *y, int n)
+{
+  int *a = (int *)smem, *b = reinterpret_cast<int *>(smem) + n;   /* two arrays in one buffer */
+  int i = threadIdx.x;
+  a[i] = x[i];
+  b[i] = 2 * x[i];
+  __syncthreads();
+  y[i] = a[n - 1 - i] + b[i];
+}
+]])
+  local n = 24 * 1024                          -- 96 KiB
+  local x, y = gpu.arange(n, { dtype = "f32" }), gpu.zeros({ n })
+  m.rev { grid = 3, block = 256, shared = n * 4 } (x, y, n)
+  T.is({ y:get(1), y:get(n), y:sum():item() }, { n - 1, 0, x:sum():item() }, "96 KiB of shared memory reverses")
+  local xi, yi = gpu.arange(64, { dtype = "i32" }), gpu.zeros({ 64 }, { dtype = "i32" })
+  m.halves { grid = 1, block = 64, shared = 2 * 64 * 4 } (xi, yi, 64)
+  T.is({ yi:get(1), yi:get(64) }, { 63, 126 }, "a file-scope extern __shared__ split by casts")
+end)
+
 if not HOST then
   T.done()
   return
 end
 
 -- ---- the host backend's own -----------------------------------------------
+
+T.test("a warp operation that cannot complete fails the kernel, naming the block", function()
+  local m = gpu.compile([[
+extern "C" __global__ void stuck(int *x)
+{
+  if (threadIdx.x < 16) x[threadIdx.x] = __shfl_sync(0xffffffff, 1, 0);
+  else __syncthreads();
+}
+]])
+  local x = gpu.zeros({ 32 }, { dtype = "i32" })
+  m.stuck { grid = { 1, 2 }, block = 32 } (x)
+  local msg = T.raises(function() gpu.synchronize() end, "block %[0,%d,0%] cannot go on", "the sync raises")
+  T.ok(msg and msg:find("16 threads wait at __syncthreads and 16 at a warp operation", 1, true),
+       "what waits for what: " .. tostring(msg))
+  T.ok(msg and msg:find("'stuck' enqueued at ", 1, true), "the kernel and where it was enqueued")
+end)
 
 T.test("compile errors: the compiler's message, the kernel's line, the script's line", function()
   local msg = T.raises_at(function()

@@ -7,8 +7,13 @@
  * default one per CPU, the stream's worker counted), each running whole
  * blocks, one at a time.  A block's threads run one after the other in a
  * loop the compiler sees through (gpulua_hk_kernel.run_blocks), unless the
- * module uses barriers or warp primitives; then they run as fibers that
- * switch at those calls (not yet). */
+ * module uses barriers or warp primitives: then each thread is a fiber with
+ * its own stack, and a fiber that reaches __syncthreads or a warp operation
+ * hands the CPU to the next one, round robin; the operation completes when
+ * every live thread of the block (of the warp, for the lanes of its mask)
+ * has reached it, so it means what it means on a GPU.  Threads that exited
+ * no longer count, as on current GPUs; a wait that can never complete (a
+ * warp operation naming a thread blocked at a barrier) fails the kernel. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "hk.h"
@@ -174,13 +180,86 @@ typedef struct hk_job {
   char err[1024];               /* the first failure (emu) */
 } hk_job;
 
+/* ---- fibers ---------------------------------------------------------------- */
+
+#if defined(__x86_64__) && !defined(GPULUA_HK_UCONTEXT)
+/* The switch: callee-saved registers on the old stack, its stack pointer
+ * into *save, then the other's restored.  The floating-point control words
+ * stay as they are (loading them costs more than the rest of the switch):
+ * every fiber of a thread shares the thread's.  A new fiber's stack holds a
+ * frame whose return address is gpulua_hk_fiber_start, which calls rbx(r12). */
+#define HK_ASM_SWITCH 1
+__asm__(".text\n"
+        ".globl gpulua_hk_switch\n.hidden gpulua_hk_switch\n.type gpulua_hk_switch,@function\n"
+        "gpulua_hk_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size gpulua_hk_switch, .-gpulua_hk_switch\n"
+        ".globl gpulua_hk_fiber_start\n.hidden gpulua_hk_fiber_start\n.type gpulua_hk_fiber_start,@function\n"
+        "gpulua_hk_fiber_start:\n"
+        "  movq %r12, %rdi\n  callq *%rbx\n  ud2\n"
+        ".size gpulua_hk_fiber_start, .-gpulua_hk_fiber_start\n");
+void gpulua_hk_switch(void **save, void *to);
+void gpulua_hk_fiber_start(void);
+#else
+#include <ucontext.h>
+#endif
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+enum { F_RUN, F_BAR, F_WARP, F_DONE };
+
+typedef struct hk_worker hk_worker;
+
+typedef struct hk_fiber {
+  void *sp;                     /* saved stack pointer while switched out */
+#ifndef HK_ASM_SWITCH
+  ucontext_t uc;
+#endif
+  hk_worker *w;
+  unsigned th;                  /* linear thread index in the block */
+  int state;
+  unsigned bar_gen;             /* the barrier it waits at */
+  /* its warp operation: what it asked, and the result */
+  int op, arg, width;
+  unsigned mask;
+  unsigned long long v, res;
+} hk_fiber;
+
+/* Bytes of stack per fiber (CUDA gives a thread 1 KiB by default; C++ and
+ * printf need more), with a guard page below each. */
+#define HK_STACK ((size_t)128 << 10)
+
 /* The state of a thread that runs blocks: a pool worker or a stream's. */
-typedef struct hk_worker {
+struct hk_worker {
   jmp_buf jb;                   /* a failing thread leaves its block through here */
   hk_job *job;
   void *dyn;                    /* dynamic shared memory */
   size_t dyn_cap;
-} hk_worker;
+  /* fibers */
+  char *stacks;                 /* HK_MAX_THREADS of (guard page + HK_STACK) */
+  size_t page;
+  int guarded;                  /* stacks whose guard page is set */
+  hk_fiber *f;                  /* HK_MAX_THREADS */
+  int nf, cur, live, in_fibers;
+  void *main_sp;
+#ifndef HK_ASM_SWITCH
+  ucontext_t main_uc;
+#endif
+  const void *main_lo;          /* this thread's own stack (AddressSanitizer) */
+  size_t main_size;
+  gpulua_hk_block blk;          /* the block the fibers run */
+  unsigned long long block;
+  unsigned bar_gen;             /* barriers completed in this block */
+  int bar_arrived, bar_true[2], res_true[2], res_total[2];
+  unsigned warp_live[HK_MAX_THREADS / 32], warp_arrived[HK_MAX_THREADS / 32];
+  unsigned warp_active[HK_MAX_THREADS / 32];   /* lanes waiting in __activemask */
+};
 
 static pthread_key_t worker_key;
 static pthread_once_t worker_once = PTHREAD_ONCE_INIT;
@@ -189,6 +268,8 @@ static void worker_free(void *p)
 {
   hk_worker *w = p;
   if (!w) return;
+  if (w->stacks) munmap(w->stacks, HK_MAX_THREADS * (w->page + HK_STACK));
+  free(w->f);
   free(w->dyn);
   free(w);
 }
@@ -202,6 +283,15 @@ static hk_worker *worker_self(void)
   if (w) return w;
   w = calloc(1, sizeof *w);
   if (w && pthread_setspecific(worker_key, w)) { free(w); w = NULL; }
+  if (w) {
+    pthread_attr_t a;
+    void *lo;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+      if (pthread_attr_getstack(&a, &lo, &size) == 0) { w->main_lo = lo; w->main_size = size; }
+      pthread_attr_destroy(&a);
+    }
+  }
   return w;
 }
 
@@ -219,46 +309,443 @@ static void job_fail(hk_job *j, const char *fmt, ...)
   pthread_mutex_unlock(&j->emu);
 }
 
+/* ---- switching fibers ------------------------------------------------------ */
+
+static char *stack_lo(const hk_worker *w, int i) { return w->stacks + (size_t)i * (w->page + HK_STACK) + w->page; }
+
+/* Switch from the running context (saved into *save, unless final: it is
+ * never resumed) to sp / uc, whose stack is [lo, lo + size). */
+static void swap_to(hk_worker *w, void **save, void *sp, void *uc, const void *lo, size_t size, int final)
+{
+#ifdef __SANITIZE_ADDRESS__
+  void *fake = NULL;
+  __sanitizer_start_switch_fiber(final ? NULL : &fake, lo, size);
+#else
+  (void)lo;
+  (void)size;
+  (void)final;
+#endif
+#ifdef HK_ASM_SWITCH
+  (void)uc;
+  gpulua_hk_switch(save, sp);
+#else
+  (void)sp;
+  swapcontext((ucontext_t *)save, (ucontext_t *)uc);
+#endif
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+  (void)w;
+}
+
+static void switch_fiber(hk_worker *w, int to, int final)
+{
+  hk_fiber *from = &w->f[w->cur], *f = &w->f[to];
+  w->cur = to;
+#ifdef HK_ASM_SWITCH
+  /* the one after it runs next, usually: its saved frame is a cache miss
+   * away, as every fiber's stack is another page */
+  const hk_fiber *after = &w->f[to + 1 < w->nf ? to + 1 : 0];
+  __builtin_prefetch(after->sp);
+  __builtin_prefetch((const char *)after->sp + 64);
+  void *dummy;
+  swap_to(w, final ? &dummy : &from->sp, f->sp, NULL, stack_lo(w, to), HK_STACK, final);
+#else
+  swap_to(w, (void *)&from->uc, NULL, &f->uc, stack_lo(w, to), HK_STACK, final);
+  (void)final;
+#endif
+}
+
+/* Back to the thread's own stack, leaving the block's fibers for good. */
+__attribute__((noreturn)) static void switch_main(hk_worker *w)
+{
+#ifdef HK_ASM_SWITCH
+  void *dummy;
+  swap_to(w, &dummy, w->main_sp, NULL, w->main_lo, w->main_size, 1);
+#else
+  ucontext_t dummy;
+  swap_to(w, (void *)&dummy, NULL, &w->main_uc, w->main_lo, w->main_size, 1);
+#endif
+  abort();   /* not reached */
+}
+
 /* ---- the callbacks of compiled code ------------------------------------------ */
 
+static void job_fail_kind(hk_job *j, int kind, const char *msg)
+{
+  switch (kind) {
+  case GPULUA_FAIL_ASSERT:
+    job_fail(j, "device-side assert triggered (cudaErrorAssert): %s", msg);
+    break;
+  case GPULUA_FAIL_TRAP:
+    job_fail(j, "an illegal instruction was encountered (cudaErrorIllegalInstruction): %s", msg);
+    break;
+  default:
+    job_fail(j, "%s", msg);
+    break;
+  }
+}
+
+/* The kernel stops: this thread leaves its block (the other workers stop
+ * at their next block). */
 static void rt_fail(void *wp, int kind, const char *msg)
 {
   hk_worker *w = wp;
-  switch (kind) {
-  case GPULUA_FAIL_ASSERT:
-    job_fail(w->job, "device-side assert triggered (cudaErrorAssert): %s", msg);
-    break;
-  case GPULUA_FAIL_TRAP:
-    job_fail(w->job, "an illegal instruction was encountered (cudaErrorIllegalInstruction): %s", msg);
-    break;
-  default:
-    job_fail(w->job, "%s", msg);
-    break;
-  }
+  job_fail_kind(w->job, kind, msg);
+  if (w->in_fibers) switch_main(w);
   longjmp(w->jb, 1);
+}
+
+static void fail_here(hk_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void fail_here(hk_worker *w, const char *fmt, ...)
+{
+  char msg[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  rt_fail(w, GPULUA_FAIL_OTHER, msg);
+  abort();   /* not reached */
+}
+
+/* Every live fiber waits: nothing can make progress. */
+__attribute__((noreturn)) static void deadlock(hk_worker *w)
+{
+  int bar = 0, warp = 0;
+  for (int i = 0; i < w->nf; i++) {
+    if (w->f[i].state == F_BAR) bar++;
+    if (w->f[i].state == F_WARP) warp++;
+  }
+  unsigned long long gx = w->blk.grid[0], gy = w->blk.grid[1];
+  fail_here(w, "block [%llu,%llu,%llu] cannot go on: %d thread%s wait%s at __syncthreads and %d at a "
+            "warp operation whose other lanes are elsewhere (a barrier or warp operation not reached "
+            "by every thread it waits for)", w->block % gx, w->block / gx % gy, w->block / gx / gy, bar,
+            bar == 1 ? "" : "s", bar == 1 ? "s" : "", warp);
+}
+
+/* The next runnable fiber after the current one, round robin. */
+static void yield(hk_worker *w)
+{
+  int n = w->nf;
+  for (int k = 1; k <= n; k++) {
+    int j = w->cur + k < n ? w->cur + k : w->cur + k - n;
+    if (w->f[j].state == F_RUN) {
+      if (j != w->cur) switch_fiber(w, j, 0);
+      return;
+    }
+  }
+  deadlock(w);
+}
+
+static void active_try(hk_worker *w, int wi);
+
+static void bar_release(hk_worker *w)
+{
+  unsigned par = w->bar_gen & 1;
+  w->res_true[par] = w->bar_true[par];
+  w->res_total[par] = w->bar_arrived;
+  w->bar_true[par] = 0;
+  w->bar_arrived = 0;
+  for (int i = 0; i < w->nf; i++)
+    if (w->f[i].state == F_BAR) w->f[i].state = F_RUN;
+  w->bar_gen++;
 }
 
 static int rt_barrier(void *wp, int kind, int pred)
 {
-  (void)kind;
-  (void)pred;
-  rt_fail(wp, GPULUA_FAIL_OTHER, "internal error: a barrier in a kernel run without fibers");
-  return 0;
+  hk_worker *w = wp;
+  if (!w->in_fibers) fail_here(w, "internal error: __syncthreads in a kernel run without fibers");
+  hk_fiber *f = &w->f[w->cur];
+  unsigned gen = w->bar_gen;
+  w->bar_true[gen & 1] += pred != 0;
+  w->bar_arrived++;
+  if (w->bar_arrived == w->live) {
+    bar_release(w);
+  } else {
+    f->state = F_BAR;
+    f->bar_gen = gen;
+    active_try(w, (int)(f->th >> 5));
+    yield(w);
+  }
+  int t = w->res_true[gen & 1], total = w->res_total[gen & 1];
+  switch (kind) {
+  case GPULUA_BAR_COUNT: return t;
+  case GPULUA_BAR_AND: return t == total;
+  case GPULUA_BAR_OR: return t > 0;
+  default: return 0;
+  }
+}
+
+/* The lanes of group (every one arrived) of warp wi get their results. */
+static void warp_complete(hk_worker *w, int wi, unsigned group)
+{
+  hk_fiber *base = &w->f[wi * 32];
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; l++)
+    if ((group >> l & 1) && base[l].v) ballot |= 1u << l;
+  for (int l = 0; l < 32; l++) {
+    if (!(group >> l & 1)) continue;
+    hk_fiber *f = &base[l];
+    unsigned width = (unsigned)f->width, seg = (unsigned)l & ~(width - 1), src = (unsigned)l;
+    unsigned a = (unsigned)f->arg;
+    unsigned long long r = 0;
+    switch (f->op) {
+    case GPULUA_W_SHFL: src = seg + (a & (width - 1)); break;
+    case GPULUA_W_UP: src = ((unsigned)l & (width - 1)) >= a ? (unsigned)l - a : (unsigned)l; break;
+    case GPULUA_W_DOWN: src = ((unsigned)l & (width - 1)) + a < width ? (unsigned)l + a : (unsigned)l; break;
+    case GPULUA_W_XOR: src = (unsigned)l ^ a; if (src >= seg + width) src = (unsigned)l; break;
+    default: break;
+    }
+    switch (f->op) {
+    case GPULUA_W_SHFL: case GPULUA_W_UP: case GPULUA_W_DOWN: case GPULUA_W_XOR:
+      r = src < 32 && (group >> src & 1) ? base[src].v : f->v;
+      break;
+    case GPULUA_W_BALLOT: r = ballot; break;
+    case GPULUA_W_ANY: r = ballot != 0; break;
+    case GPULUA_W_ALL: r = ballot == group; break;
+    case GPULUA_W_MATCH_ANY: case GPULUA_W_MATCH_ALL: {
+      unsigned m = 0;
+      for (int k = 0; k < 32; k++)
+        if ((group >> k & 1) && base[k].v == f->v) m |= 1u << k;
+      r = f->op == GPULUA_W_MATCH_ANY ? m : m == group ? group : 0;
+      break;
+    }
+    case GPULUA_W_ADD: case GPULUA_W_MIN: case GPULUA_W_MAX: case GPULUA_W_UMIN: case GPULUA_W_UMAX:
+    case GPULUA_W_AND: case GPULUA_W_OR: case GPULUA_W_XORR: {
+      uint32_t acc = 0;
+      int first = 1;
+      for (int k = 0; k < 32; k++) {
+        if (!(group >> k & 1)) continue;
+        uint32_t x = (uint32_t)base[k].v;
+        if (first) { acc = x; first = 0; continue; }
+        switch (f->op) {
+        case GPULUA_W_ADD: acc += x; break;
+        case GPULUA_W_MIN: acc = (int32_t)x < (int32_t)acc ? x : acc; break;
+        case GPULUA_W_MAX: acc = (int32_t)x > (int32_t)acc ? x : acc; break;
+        case GPULUA_W_UMIN: acc = x < acc ? x : acc; break;
+        case GPULUA_W_UMAX: acc = x > acc ? x : acc; break;
+        case GPULUA_W_AND: acc &= x; break;
+        case GPULUA_W_OR: acc |= x; break;
+        default: acc ^= x; break;
+        }
+      }
+      r = acc;
+      break;
+    }
+    default: break;
+    }
+    f->res = r;
+  }
+  w->warp_arrived[wi] &= ~group;
+  for (int l = 0; l < 32; l++)
+    if ((group >> l & 1) && base[l].state == F_WARP) base[l].state = F_RUN;
+}
+
+/* __activemask: the lanes that reach it together.  Lanes run one after the
+ * other here, so those waiting in it get their answer once no other live
+ * lane of the warp can run on to join them (each has exited or waits at a
+ * barrier or another warp operation). */
+static void active_try(hk_worker *w, int wi)
+{
+  unsigned waiting = w->warp_active[wi];
+  if (!waiting) return;
+  hk_fiber *base = &w->f[wi * 32];
+  for (int l = 0; l < 32; l++)
+    if ((w->warp_live[wi] >> l & 1) && base[l].state == F_RUN && !(waiting >> l & 1)) return;
+  w->warp_active[wi] = 0;
+  w->warp_arrived[wi] &= ~waiting;
+  for (int l = 0; l < 32; l++) {
+    if (!(waiting >> l & 1)) continue;
+    base[l].res = waiting;
+    base[l].state = F_RUN;
+  }
+}
+
+/* Complete whatever waits in warp wi that now can (a lane arrived or left). */
+static void warp_try(hk_worker *w, int wi)
+{
+  hk_fiber *base = &w->f[wi * 32];
+  for (int l = 0; l < 32; l++) {
+    if (!(w->warp_arrived[wi] >> l & 1) || (w->warp_active[wi] >> l & 1)) continue;
+    unsigned group = base[l].mask & w->warp_live[wi];
+    if ((w->warp_arrived[wi] & group) == group) warp_complete(w, wi, group);
+  }
+  active_try(w, wi);
 }
 
 static unsigned long long rt_warp(void *wp, int op, unsigned mask, unsigned long long v, int arg, int width)
 {
-  (void)op; (void)mask; (void)v; (void)arg; (void)width;
-  rt_fail(wp, GPULUA_FAIL_OTHER, "internal error: a warp primitive in a kernel run without fibers");
+  hk_worker *w = wp;
+  if (!w->in_fibers) fail_here(w, "internal error: a warp primitive in a kernel run without fibers");
+  hk_fiber *f = &w->f[w->cur];
+  int wi = (int)(f->th >> 5), lane = (int)(f->th & 31);
+  if (op == GPULUA_W_ACTIVE) {
+    f->state = F_WARP;
+    w->warp_active[wi] |= 1u << lane;
+    w->warp_arrived[wi] |= 1u << lane;
+    active_try(w, wi);
+    if (f->state != F_RUN) yield(w);
+    return f->res;
+  }
+  if (width < 1 || width > 32 || (width & (width - 1))) width = 32;
+  f->op = op;
+  f->arg = arg;
+  f->width = width;
+  f->v = v;
+  f->mask = mask | 1u << lane;
+  w->warp_arrived[wi] |= 1u << lane;
+  unsigned group = f->mask & w->warp_live[wi];
+  if ((w->warp_arrived[wi] & group) == group) {
+    warp_complete(w, wi, group);
+  } else {
+    f->state = F_WARP;
+    active_try(w, wi);
+    yield(w);
+  }
+  return f->res;
+}
+
+/* The current fiber's thread returned. */
+__attribute__((noreturn)) static void fiber_done(hk_worker *w)
+{
+  hk_fiber *f = &w->f[w->cur];
+  f->state = F_DONE;
+  w->live--;
+  int wi = (int)(f->th >> 5);
+  w->warp_live[wi] &= ~(1u << (f->th & 31));
+  w->warp_arrived[wi] &= ~(1u << (f->th & 31));
+  w->warp_active[wi] &= ~(1u << (f->th & 31));
+  if (w->live == 0) switch_main(w);
+  if (w->bar_arrived > 0 && w->bar_arrived == w->live) bar_release(w);
+  warp_try(w, wi);
+  int n = w->nf;
+  for (int k = 1; k < n; k++) {
+    int j = w->cur + k < n ? w->cur + k : w->cur + k - n;
+    if (w->f[j].state == F_RUN) {
+      switch_fiber(w, j, 1);
+      abort();   /* not reached */
+    }
+  }
+  deadlock(w);
+}
+
+static void fiber_entry(hk_fiber *f)
+{
+  hk_worker *w = f->w;
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+  w->job->hk->k->run_thread(&w->blk, w->block, f->th);
+  fiber_done(w);
+}
+
+#ifndef HK_ASM_SWITCH
+static void fiber_entry_uc(unsigned hi, unsigned lo)
+{
+  fiber_entry((hk_fiber *)(uintptr_t)((uint64_t)hi << 32 | lo));
+}
+#endif
+
+/* Stacks and fiber records for n threads. */
+static int ensure_fibers(hk_worker *w, int n)
+{
+  if (!w->stacks) {
+    long pg = sysconf(_SC_PAGESIZE);
+    w->page = pg > 0 ? (size_t)pg : 4096;
+    void *p = mmap(NULL, HK_MAX_THREADS * (w->page + HK_STACK), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    w->stacks = p;
+  }
+  if (!w->f && !(w->f = calloc(HK_MAX_THREADS, sizeof *w->f))) return -1;
+  for (; w->guarded < n; w->guarded++)
+    if (mprotect(w->stacks + (size_t)w->guarded * (w->page + HK_STACK), w->page, PROT_NONE)) return -1;
   return 0;
+}
+
+static void fiber_init(hk_worker *w, int i)
+{
+  hk_fiber *f = &w->f[i];
+  f->w = w;
+  f->th = (unsigned)i;
+  f->state = F_RUN;
+  char *lo = stack_lo(w, i);
+#ifdef __SANITIZE_ADDRESS__
+  /* the frames a finished fiber left on it keep their redzones' poison */
+  __asan_unpoison_memory_region(lo + HK_STACK - 16384, 16384);
+#endif
+#ifdef HK_ASM_SWITCH
+  /* the frame gpulua_hk_switch pops: r15..r12, rbx, rbp, then the return
+   * address; gpulua_hk_fiber_start runs with rsp 16-aligned.  The tops are
+   * staggered within a page: stacks a page multiple apart would all fall
+   * into the same cache sets. */
+  char *top = lo + HK_STACK - (size_t)(i * 832 % 4096);
+  uint64_t *sp = (uint64_t *)(((uintptr_t)top & ~(uintptr_t)15) - 56);
+  sp[0] = 0;                             /* r15 */
+  sp[1] = 0;                             /* r14 */
+  sp[2] = 0;                             /* r13 */
+  sp[3] = (uint64_t)(uintptr_t)f;        /* r12: the argument */
+  sp[4] = (uint64_t)(uintptr_t)fiber_entry;   /* rbx: the function */
+  sp[5] = 0;                             /* rbp */
+  sp[6] = (uint64_t)(uintptr_t)gpulua_hk_fiber_start;
+  f->sp = sp;
+#else
+  getcontext(&f->uc);
+  f->uc.uc_stack.ss_sp = lo;
+  f->uc.uc_stack.ss_size = HK_STACK;
+  f->uc.uc_link = NULL;
+  uint64_t a = (uint64_t)(uintptr_t)f;
+  makecontext(&f->uc, (void (*)(void))fiber_entry_uc, 2, (unsigned)(a >> 32), (unsigned)a);
+#endif
+}
+
+/* One block of j as fibers on this thread: 0, or -1 once the kernel failed. */
+static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
+{
+  int n = (int)(j->l->block[0] * j->l->block[1] * j->l->block[2]);
+  if (ensure_fibers(w, n)) {
+    job_fail(j, "out of memory for the stacks of %d kernel threads", n);
+    return -1;
+  }
+  w->blk = j->tmpl;
+  w->blk.w = w;
+  w->blk.dyn = w->dyn;
+  w->blk.first = b;
+  w->blk.last = b + 1;
+  w->block = b;
+  w->job = j;
+  w->nf = n;
+  w->live = n;
+  w->cur = 0;
+  w->bar_gen = 0;
+  w->bar_arrived = 0;
+  w->bar_true[0] = w->bar_true[1] = 0;
+  for (int i = 0; i < n; i++) fiber_init(w, i);
+  for (int k = 0; k < (n + 31) / 32; k++) {
+    int lanes = n - 32 * k < 32 ? n - 32 * k : 32;
+    w->warp_live[k] = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+    w->warp_arrived[k] = 0;
+    w->warp_active[k] = 0;
+  }
+  w->in_fibers = 1;
+#ifdef HK_ASM_SWITCH
+  swap_to(w, &w->main_sp, w->f[0].sp, NULL, stack_lo(w, 0), HK_STACK, 0);
+#else
+  swap_to(w, (void *)&w->main_uc, NULL, &w->f[0].uc, stack_lo(w, 0), HK_STACK, 0);
+#endif
+  w->in_fibers = 0;
+  if (!atomic_load(&j->failed)) return 0;
+#ifdef __SANITIZE_ADDRESS__
+  /* abandoned fibers leave their frames' shadow behind */
+  __asan_unpoison_memory_region(w->stacks, (size_t)n * (w->page + HK_STACK));
+#endif
+  return -1;
 }
 
 static void rt_bad_access(void *wp, unsigned long long addr, unsigned long long size, int write, void *pc)
 {
   (void)pc;
-  char msg[200];
-  snprintf(msg, sizeof msg, "illegal memory access: a %llu-byte %s at 0x%llx", size, write ? "write" : "read", addr);
-  rt_fail(wp, GPULUA_FAIL_OTHER, msg);
+  fail_here(wp, "illegal memory access: a %llu-byte %s at 0x%llx", size, write ? "write" : "read", addr);
 }
 
 static const gpulua_hk_rt rt = {rt_barrier, rt_warp, rt_fail, rt_bad_access};
@@ -297,11 +784,15 @@ static void run_job(hk_job *j, hk_worker *w)
     job_fail(j, "out of memory for %zu bytes of dynamic shared memory", j->l->shared);
     return;
   }
+  int fibers = j->hk->mod->fibers;
   while (!atomic_load(&j->failed)) {
     unsigned long long b0 = atomic_fetch_add(&j->next_block, j->chunk);
     if (b0 >= j->nblocks) break;
     unsigned long long b1 = b0 + j->chunk < j->nblocks ? b0 + j->chunk : j->nblocks;
-    if (run_range(j, w, b0, b1)) break;
+    int bad = 0;
+    for (unsigned long long b = b0; fibers && b < b1 && !bad; b++) bad = run_block_fibers(j, w, b);
+    if (!fibers) bad = run_range(j, w, b0, b1);
+    if (bad) break;
   }
 }
 
@@ -376,10 +867,6 @@ int hk_launch(const dev_launch *l, char *err, size_t errlen)
   const hk_kern *hk = l->k->handle;
   hk_worker *w = worker_self();
   if (!w) { snprintf(err, errlen, "out of memory"); return -1; }
-  if (hk->mod->fibers) {
-    snprintf(err, errlen, "barriers and warp primitives are not supported yet on the host backend");
-    return -1;
-  }
   hk_job j;
   memset(&j, 0, sizeof j);
   j.l = l;
@@ -405,7 +892,7 @@ int hk_launch(const dev_launch *l, char *err, size_t errlen)
     return -1;
   }
   unsigned long long per = j.nblocks / (8ull * (unsigned long long)(helpers + 1));
-  j.chunk = per < 1 ? 1 : per > 64 ? 64 : per;
+  j.chunk = per < 1 || hk->mod->fibers ? 1 : per > 64 ? 64 : per;
   if (helpers > 0) {
     j.next = pool.jobs;
     pool.jobs = &j;
