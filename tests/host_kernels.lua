@@ -362,12 +362,265 @@ extern "C" __global__ void halves(const int *x, int *y, int n)
   T.is({ yi:get(1), yi:get(64) }, { 63, 126 }, "a file-scope extern __shared__ split by casts")
 end)
 
+-- ---- atomics, math, 16-bit floats, printf, assert, clock64 -----------------------------
+
+T.test("histogram with atomics: shared-memory bins, then global", function()
+  local m = gpu.compile([[
+#define BINS 64
+extern "C" __global__ void histogram(const int *x, int n, unsigned *bins)
+{
+  __shared__ unsigned local[BINS];
+  for (int b = threadIdx.x; b < BINS; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    atomicAdd(&local[x[i] % BINS], 1u);
+  __syncthreads();
+  for (int b = threadIdx.x; b < BINS; b += blockDim.x) atomicAdd(&bins[b], local[b]);
+}
+]])
+  local n = 100000
+  local x = (gpu.rand({ n }) * 1000):to("i32")
+  local bins = gpu.zeros({ 64 }, { dtype = "i32" })
+  m.histogram { grid = 40, block = 128 } (x, n, bins)
+  local want = {}
+  for b = 1, 64 do want[b] = 0 end
+  for _, v in ipairs(x:totable()) do want[v % 64 + 1] = want[v % 64 + 1] + 1 end
+  T.is(bins:totable(), want, "64 bins of 100000 values over 40 blocks")
+end)
+
+T.test("atomics on every type, from many blocks at once", function()
+  local m = gpu.compile([[
+extern "C" __global__ void hammer(int *i, unsigned *u, unsigned long long *ull, long long *ll, float *f, double *d)
+{
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  atomicAdd(&i[0], 1);
+  atomicSub(&i[1], 2);
+  atomicMax(&i[2], t);
+  atomicMin(&i[3], -t);
+  atomicOr(&u[0], 1u << (t % 32));
+  atomicAnd(&u[1], ~(1u << (t % 16)));
+  atomicXor(&u[2], (unsigned)t);
+  atomicInc(&u[3], 9u);               /* counts 0..9 and wraps */
+  atomicAdd(&ull[0], (unsigned long long)t);
+  atomicMax(&ull[1], (unsigned long long)t << 33);
+  atomicMin(&ll[0], (long long)t * -1000000000LL);
+  atomicAdd(&f[0], 0.5f);
+  atomicAdd(&d[0], 0.25);
+  atomicMax(&f[1], (float)t);
+  int old;                            /* a lock-free add through atomicCAS */
+  do { old = i[4]; } while (atomicCAS(&i[4], old, old + 3) != old);
+  atomicExch(&i[5], 7);
+  atomicDec(&u[4], 100u);             /* from 0: wraps to 100, then down */
+}
+]])
+  local nb, bs = 300, 128
+  local N = nb * bs
+  local i = gpu.zeros({ 6 }, { dtype = "i32" })
+  local u = gpu.tensor({ 0, -1, 0, 0, 0 }, { dtype = "i32" })
+  local ull, ll = gpu.zeros({ 2 }, { dtype = "i64" }), gpu.zeros({ 1 }, { dtype = "i64" })
+  local f, d = gpu.zeros({ 2 }), gpu.zeros({ 1 }, { dtype = "f64" })
+  m.hammer { grid = nb, block = bs } (i, u, ull, ll, f, d)
+  local xor = 0
+  for t = 0, N - 1 do xor = xor ~ t end
+  local ui = u:totable()
+  T.is(i:totable(), { N, -2 * N, N - 1, -(N - 1), 3 * N, 7 }, "int: add, sub, max, min, a CAS loop, exch")
+  T.is({ ui[1], ui[2], ui[3], ui[4], ui[5] }, { -1, -65536, xor, N % 10, 100 - (N - 1) % 101 },
+       "unsigned: or, and, xor, inc with wrap, dec with wrap")
+  T.is(ull:totable(), { N * (N - 1) // 2, (N - 1) << 33 }, "unsigned long long: add, max")
+  T.is(ll:item(), (N - 1) * -1000000000, "long long: min")
+  T.is({ f:get(1), f:get(2), d:item() }, { N * 0.5, N - 1.0, N * 0.25 }, "float and double add, float max")
+end)
+
+T.test("the math API against Lua's math", function()
+  local m = gpu.compile([[
+extern "C" __global__ void fns(const double *x, double *out, float *outf, int n)
+{
+  int i = threadIdx.x;
+  if (i >= n) return;
+  double v = x[i];
+  float f = (float)v;
+  double *o = out + 12 * i;
+  o[0] = exp(v); o[1] = log1p(fabs(v)); o[2] = sqrt(fabs(v)); o[3] = tanh(v); o[4] = sin(v) * cos(v);
+  o[5] = rsqrt(fabs(v) + 1); o[6] = erfinv(v / 4); o[7] = normcdf(v); o[8] = atan2(v, 2.0);
+  o[9] = pow(fabs(v), 1.5); o[10] = fma(v, v, 1.0); o[11] = cbrt(v);
+  float *of = outf + 8 * i;
+  of[0] = expf(f); of[1] = __expf(f); of[2] = rsqrtf(fabsf(f) + 1); of[3] = tanhf(f); of[4] = __fdividef(f, 3.0f);
+  of[5] = erfcinvf(0.5f + f / 8); of[6] = fmaxf(f, 0.0f) + fminf(f, 0.0f); of[7] = __saturatef(f);
+}
+]])
+  local xs = { -3.5, -1, -0.25, 0, 0.3, 1, 2.5, 3.9 }
+  local x = gpu.tensor(xs, { dtype = "f64" })
+  local out, outf = gpu.zeros({ #xs * 12 }, { dtype = "f64" }), gpu.zeros({ #xs * 8 })
+  m.fns { grid = 1, block = 32 } (x, out, outf, #xs)
+  local o, of = out:totable(), outf:totable()
+  local function erf(v)   -- Abramowitz-Stegun 7.1.26 is too coarse: by series
+    local s, term, k = 0, v, 0
+    repeat s = s + term / (2 * k + 1); k = k + 1; term = -term * v * v / k until math.abs(term) < 1e-17
+    return 2 / math.sqrt(math.pi) * s
+  end
+  local worst, worstf = 0, 0
+  for k, v in ipairs(xs) do
+    local want = { math.exp(v), math.log(1 + math.abs(v)), math.sqrt(math.abs(v)),
+                   (math.exp(2 * v) - 1) / (math.exp(2 * v) + 1), math.sin(v) * math.cos(v),
+                   1 / math.sqrt(math.abs(v) + 1), nil, 0.5 * (1 + erf(v / math.sqrt(2))), math.atan(v, 2.0),
+                   math.abs(v) ^ 1.5, v * v + 1, (v < 0 and -1 or 1) * math.abs(v) ^ (1 / 3) }
+    local ev = o[12 * (k - 1) + 7]
+    want[7] = erf(ev) - v / 4 + ev      -- erfinv checked through erf
+    for j = 1, 12 do
+      local g = o[12 * (k - 1) + j]
+      worst = math.max(worst, math.abs(g - want[j]) / math.max(1, math.abs(want[j])))
+    end
+    local f = T.round_f32(v)
+    local wf = { math.exp(f), math.exp(f), 1 / math.sqrt(math.abs(f) + 1), want[4], f / 3, nil, f, math.max(0, math.min(1, f)) }
+    local e = of[8 * (k - 1) + 6]
+    wf[6] = e - (1 - erf(e)) + (0.5 + f / 8)   -- erfcinv through erfc
+    for j = 1, 8 do
+      local g = of[8 * (k - 1) + j]
+      worstf = math.max(worstf, math.abs(g - wf[j]) / math.max(1, math.abs(wf[j])))
+    end
+  end
+  T.ok(worst < 1e-13, "double functions within 1e-13 (worst " .. worst .. ")")
+  T.ok(worstf < 1e-6, "float functions within 1e-6 (worst " .. worstf .. ")")
+end)
+
+T.test("integer intrinsics and conversions with rounding modes", function()
+  local m = gpu.compile([[
+extern "C" __global__ void ints(long long *o)
+{
+  o[0] = __popc(0xf0f0f0f1u); o[1] = __clz(1); o[2] = __clz(0); o[3] = __ffs(0x80); o[4] = __brev(1u);
+  o[5] = __byte_perm(0x33221100u, 0x77665544u, 0x7531u); o[6] = __funnelshift_l(0x80000000u, 1u, 1);
+  o[7] = __umulhi(0xffffffffu, 0xffffffffu); o[8] = (long long)__umul64hi(1ull << 63, 6ull);
+  o[9] = __sad(3, 10, 100u); o[10] = __dp4a(0x01020304, 0x01010101, 5); o[11] = __popcll(~0ull);
+  o[12] = __float2int_rn(2.5f); o[13] = __float2int_rn(3.5f); o[14] = __float2int_rz(-2.7f);
+  o[15] = __float2int_rd(-2.2f); o[16] = __float2int_ru(2.2f); o[17] = __float2int_rz(1e20f);
+  o[18] = __float2uint_rz(-5.0f); o[19] = __double2ll_rn(-0.5); o[20] = __float_as_int(1.0f);
+  o[21] = __half_as_ushort(__float2half_rz(1.0009f));                    /* truncated: 1.0 */
+  o[22] = __half_as_ushort(__float2half_ru(1.0f + 0.0001f));            /* up: 1 + 2^-10 */
+  o[23] = __half_as_ushort(__float2half_rd(-1.0f - 0.0001f));           /* down: -(1 + 2^-10) */
+  o[24] = __half_as_ushort(__float2half(70000.0f));                     /* inf */
+  o[25] = __half_as_ushort(__float2half_rz(70000.0f));                  /* the largest: 65504 */
+  o[26] = __bfloat16_as_ushort(__float2bfloat16(1.00390625f));           /* a tie: to even, 1.0 */
+  o[27] = min(-1, 2u) == 2u;                                             /* mixed: as unsigned */
+}
+]])
+  local o = gpu.zeros({ 28 }, { dtype = "i64" })
+  m.ints { grid = 1, block = 1 } (o)
+  T.is(o:totable(), { 17, 31, 32, 8, 0x80000000, 0x77553311, 3, 0xfffffffe, 3, 107, 15, 64,
+                      2, 4, -2, -3, 3, 2147483647, 0, 0, 0x3f800000,
+                      0x3c00, 0x3c01, 0xbc01, 0x7c00, 0x7bff, 0x3f80, 1 },
+       "bits, dp4a, saturating conversions, f16/bf16 rounding modes")
+end)
+
+T.test("f16 and bf16 kernels: conversions and arithmetic as the built-in ops", function()
+  local m = gpu.compile([[
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void to16(const float *x, __half *h, __nv_bfloat16 *b, int n)
+{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { h[i] = __float2half(x[i]); b[i] = __float2bfloat16(x[i]); }
+}
+extern "C" __global__ void axpy16(const __half *x, __half *y, __half a, int n)
+{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __hadd(__hmul(a, x[i]), y[i]);
+}
+extern "C" __global__ void pairs(const __half2 *x, __half2 *y, int n)
+{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __hmul2(x[i], __float2half2_rn(2.0f)) + y[i];
+}
+]])
+  local vals = { 0, -0.0, 1, 1 / 3, -2.5, 65504, 65519, 65520, 1e-7, 6e-8, 2.98e-8, -3e-5, 1e30, 3.14159 }
+  local n = 4096
+  for _, v in ipairs((gpu.randn({ n - #vals }) * 1000):totable()) do vals[#vals + 1] = v end
+  local x = gpu.tensor(vals)
+  local h, b = gpu.empty({ n }, { dtype = "f16" }), gpu.empty({ n }, { dtype = "bf16" })
+  m.to16 { grid = n // 256, block = 256 } (x, h, b, n)
+  T.is(h:totable(), x:to("f16"):totable(), "__float2half as t:to(\"f16\"), with subnormals and inf")
+  T.is(b:totable(), x:to("bf16"):totable(), "__float2bfloat16 as t:to(\"bf16\")")
+  T.is({ h:get(7), h:get(8), h:get(10), h:get(11) }, { 65504, math.huge, 2.0 ^ -24, 0 },
+       "65519 rounds down, 65520 to inf, 6e-8 to the smallest subnormal, 2.98e-8 to 0")
+  local xs, ys = gpu.rand({ n }):to("f16"), gpu.rand({ n }):to("f16")
+  local want = (xs * 0.5 + ys):to("f32")
+  m.axpy16 { grid = n // 256, block = 256 } (xs, ys, 0.5, n)
+  T.is((ys:to("f32") - want):abs():max():item(), 0, "y = 0.5 x + y in f16, element by element as the built-in ops")
+  local p, q = gpu.rand({ n }):to("f16"), gpu.rand({ n }):to("f16")
+  local wq = (p * 2 + q):to("f32")
+  m.pairs { grid = n // 2 // 256, block = 256 } (p, q, n // 2)
+  T.is((q:to("f32") - wq):abs():max():item(), 0, "__half2 arithmetic through an f16 tensor")
+end)
+
+T.test("printf, clock64 and __nanosleep", function()
+  local out, ok = child([==[
+local gpu = require "gpu"
+local m = gpu.compile([[
+extern "C" __global__ void hello(int n, double *dt)
+{
+  long long t0 = clock64();
+  __nanosleep(2000000);
+  printf("hello from block %d thread %d of %d (%.2f)\n", blockIdx.x, threadIdx.x, n, 0.5 * threadIdx.x);
+  if (threadIdx.x == 0) dt[blockIdx.x] = (double)(clock64() - t0);
+}
+]])
+local dt = gpu.zeros({ 2 }, { dtype = "f64" })
+m.hello { grid = 2, block = 3 } (6, dt)
+gpu.synchronize()
+print("dt", dt:min():item() > 0)
+]==])
+  T.ok(ok, "the script runs")
+  local lines = {}
+  for l in out:gmatch("hello from [^\n]*") do lines[#lines + 1] = l end
+  table.sort(lines)
+  T.is(lines, { "hello from block 0 thread 0 of 6 (0.00)", "hello from block 0 thread 1 of 6 (0.50)",
+                "hello from block 0 thread 2 of 6 (1.00)", "hello from block 1 thread 0 of 6 (0.00)",
+                "hello from block 1 thread 1 of 6 (0.50)", "hello from block 1 thread 2 of 6 (1.00)" },
+       "one line per thread, formatted by the C library")
+  T.ok(out:find("dt\ttrue", 1, true), "clock64 moves forward across a __nanosleep")
+end)
+
 if not HOST then
   T.done()
   return
 end
 
 -- ---- the host backend's own -----------------------------------------------
+
+T.test("a device assert and __trap: the kernel, its line, the script's line", function()
+  local out, ok = child([==[
+local gpu = require "gpu"
+local m = gpu.compile([[
+#include <assert.h>
+extern "C" __global__ void check(const int *x, int n)
+{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) assert(x[i] >= 0);
+}
+extern "C" __global__ void boom() { if (threadIdx.x == 5) __trap(); }
+]], { name = "check.cu" })
+local x = gpu.arange(-3, 61, { dtype = "i32" })
+m.check { grid = 4, block = 16 } (gpu.arange(64, { dtype = "i32" }), 64)
+gpu.synchronize()
+print("passing asserts are silent")
+m.check { grid = 4, block = 16 } (x, 64)
+local ok, err = pcall(gpu.synchronize)
+print("first:", err)
+print("after:", gpu.zeros({ 4 }):add(1):sum():item())
+m.boom { grid = 1, block = 8 } ()
+ok, err = pcall(gpu.synchronize)
+print("trap:", err)
+]==])
+  T.ok(ok and out:find("passing asserts are silent", 1, true), "the script runs on")
+  T.ok(out:find("first:%s+[^\n]*:16: synchronize: 'check' enqueued at [^\n]*:15 failed: device%-side assert " ..
+                "triggered %(cudaErrorAssert%): check.cu:5: check: block %[0,0,0%], thread %[[0-2],0,0%]: " ..
+                "Assertion `x%[i%] >= 0` failed%."),
+       "the kernel, the launch's line, the source line, the thread and the expression")
+  T.ok(out:find("after:\t4.0", 1, true), "the context stays usable on the host backend")
+  T.ok(out:find("trap:%s+[^\n]*'boom' enqueued at [^\n]*:19 failed: an illegal instruction was encountered " ..
+                "%(cudaErrorIllegalInstruction%): __trap%(%) in block %[0,0,0%], thread %[5,0,0%]"),
+       "__trap() in block [0,0,0], thread [5,0,0]")
+  if not out:find("cudaErrorAssert", 1, true) then T.diag(out) end
+end)
 
 T.test("a warp operation that cannot complete fails the kernel, naming the block", function()
   local m = gpu.compile([[
