@@ -466,6 +466,9 @@ typedef struct dev_launch {
   dev_buf **bufs;         /* tensors the kernel may touch ... */
   const unsigned char *writes;   /* ... and whether it may write them */
   int nbufs;
+  /* optional, one per parameter: the bytes of the tensor passed for it
+   * (0 for anything else), for GPULUA_KERNEL_CHECK's bounds */
+  const size_t *extents;
 } dev_launch;
 
 /* Grid, block and shared memory valid for this kernel on this device? 0, or

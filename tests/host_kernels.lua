@@ -221,7 +221,7 @@ extern "C" __global__ void warp_sums(const float *x, float *out, int n)
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   float v = i < n ? x[i] : 0.0f;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
-  if ((threadIdx.x & 31) == 0) out[i / 32] = v;
+  if ((threadIdx.x & 31) == 0 && i < n) out[i / 32] = v;
 }
 extern "C" __global__ void lanes(int *out)
 {
@@ -585,6 +585,116 @@ if not HOST then
 end
 
 -- ---- the host backend's own -----------------------------------------------
+
+T.test("GPULUA_KERNEL_CHECK=1: out-of-bounds accesses name the kernel, its line and the script's", function()
+  local script = [==[
+local gpu = require "gpu"
+local m = gpu.compile([[
+extern "C" __global__ void twice(const float *x, float *y, int n)
+{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) y[i] = 2 * x[i < n ? i : 0];           /* one too many */
+}
+extern "C" __global__ void back(float *y) { y[(int)threadIdx.x - 1] = 0; }
+extern "C" __global__ void sneaky(const float *x) { const_cast<float *>(x)[threadIdx.x] = 1; }
+extern "C" __global__ void dyn(float *y)
+{
+  extern __shared__ float buf[];
+  buf[threadIdx.x] = threadIdx.x;                    /* 65 threads, room for 64 */
+  __syncthreads();
+  y[threadIdx.x] = buf[threadIdx.x];
+}
+]], { name = "bounds.cu" })
+local x, y = gpu.ones({ 1000 }), gpu.zeros({ 1000 })
+local function try(f) local ok, err = pcall(f); print(ok and "ok" or err) end
+m.twice { grid = 4, block = 256 } (x, y, 1000)
+try(gpu.synchronize)
+m.back { grid = 1, block = 32 } (y)
+try(gpu.synchronize)
+m.sneaky { grid = 1, block = 4 } (x)
+try(gpu.synchronize)
+m.dyn { grid = 1, block = 65, shared = 64 * 4 } (y)
+try(gpu.synchronize)
+m.twice { grid = 4, block = 250 } (x, y, 999)
+try(gpu.synchronize)
+print("sum", y:sum():item())
+]==]
+  local out = child(script, "GPULUA_KERNEL_CHECK=1")
+  local lines = {}
+  for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  T.ok(out:find(":19: synchronize: 'twice' enqueued at [^\n]*:20 failed: illegal memory access %(cudaErrorIllegalAddress%): " ..
+                "a 4%-byte write of element 1000 of argument 2 'y' %(float %*, 1000 elements%), past its end at " ..
+                "bounds.cu:4, in block %[3,0,0%], thread %[232,0,0%]"),
+       "an off-by-one write: the element, the argument, the kernel's line, the launch's line, the thread")
+  T.ok(out:find("'back' enqueued at [^\n]*:22 failed: [^\n]*a 4%-byte write of element %-1 of argument 1 'y' " ..
+                "%(float %*, 1000 elements%), before its start at bounds.cu:6"), "a write before the start")
+  T.ok(out:find("'sneaky' enqueued at [^\n]*:24 failed: [^\n]*a 4%-byte write to argument 1 'x' %(const float %*, " ..
+                "1000 elements%), which the kernel may only read %(a pointer to const%) at bounds.cu:7"),
+       "a write through a pointer to const")
+  T.ok(out:find("'dyn' enqueued at [^\n]*:26 failed: [^\n]*a 4%-byte write at byte 256 of the dynamic shared " ..
+                "memory %(256 bytes%), past its end at bounds.cu:11"), "dynamic shared memory overrun")
+  T.is(lines[#lines - 1], "ok", "a correct launch of the same module runs")
+  T.ok(out:find("sum\t2000.0", 1, true), "with the right results")
+  if not out:find("bounds.cu:4", 1, true) then T.diag(out) end
+end)
+
+T.test("GPULUA_KERNEL_CHECK=1: correct kernels with shared memory, fibers and atomics run clean", function()
+  local out, ok = child([==[
+local gpu = require "gpu"
+local m = gpu.compile([[
+extern "C" __global__ void block_sum(const float *x, float *out, int n)
+{
+  __shared__ float s[128];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[threadIdx.x] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+    __syncthreads();
+  }
+  float v = s[0];
+  v = __shfl_sync(0xffffffff, v, 0);
+  if (threadIdx.x == 0) atomicAdd(out, v);
+}
+]])
+local x, out = gpu.ones({ 5000 }), gpu.zeros({ 1 })
+m.block_sum { grid = 40, block = 128 } (x, out, 5000)
+print("sum", out:item())
+]==], "GPULUA_KERNEL_CHECK=1")
+  T.ok(ok and out:find("sum\t5000.0", 1, true), "no false alarm, the right sum")
+  if not ok then T.diag(out) end
+end)
+
+T.test("faults in kernel code fail the launch, not the process", function()
+  local out, ok = child([==[
+local gpu = require "gpu"
+local m = gpu.compile([[
+extern "C" __global__ void wild(int *p) { p[threadIdx.x] = 1; }
+extern "C" __global__ void div0(int *p, int d) { p[threadIdx.x] = 10 / (d - (int)threadIdx.x); }
+__device__ int deep(int k) { volatile char buf[4096]; buf[k % 4096] = (char)k; return k > 0 ? deep(k - 1) + buf[0] : 0; }
+extern "C" __global__ void rec(int *p) { __syncthreads(); p[threadIdx.x] = deep(1000); }
+]])
+local p = gpu.zeros({ 32 }, { dtype = "i32" })
+local function try(f) local ok, err = pcall(f); print(ok and "ok" or err) end
+m.wild { grid = 1, block = 32 } (nil)
+try(gpu.synchronize)
+m.div0 { grid = 1, block = 32 } (p, 5)
+try(gpu.synchronize)
+m.rec { grid = 1, block = 4 } (p)
+try(gpu.synchronize)
+print("after", gpu.ones({ 3 }):sum():item())
+]==])
+  T.ok(ok, "the process goes on")
+  T.ok(out:find("'wild' enqueued at [^\n]*:10 failed: illegal memory access %(cudaErrorIllegalAddress%): a fault at " ..
+                "address 0x0 %(a null pointer%?%), in block %[0,0,0%], thread %[0,0,0%] %(GPULUA_KERNEL_CHECK=1 finds the line%)"),
+       "a null pointer: SIGSEGV caught")
+  T.ok(out:find("'div0' enqueued at [^\n]*:12 failed: integer division by zero [^\n]*thread %[5,0,0%]"),
+       "integer division by zero: SIGFPE caught")
+  T.ok(out:find("'rec' enqueued at [^\n]*:14 failed: a kernel thread overflowed its stack of 128 KiB " ..
+                "%(cudaErrorHardwareStackError%)"), "a stack overflow in a fiber")
+  T.ok(out:find("after\t3.0", 1, true), "later work runs")
+  if not ok or not out:find("overflowed", 1, true) then T.diag(out) end
+end)
 
 T.test("a device assert and __trap: the kernel, its line, the script's line", function()
   local out, ok = child([==[

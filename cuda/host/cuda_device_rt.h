@@ -1242,15 +1242,18 @@ template <typename F> struct kernel_of;
 template <typename... P> struct kernel_of<void (*)(P...)> {
   static constexpr unsigned sizes[sizeof...(P) + 1] = {(unsigned)sizeof(typename std::decay<P>::type)..., 0u};
 
+  /* (the loop touches only its own copies: under GPULUA_KERNEL_CHECK it is
+   * checked code, and the block description is libgpulua's memory) */
   template <void (*F)(P...), size_t... I>
-  static void blocks_(const gpulua_hk_block *b, std::index_sequence<I...>)
+  GPULUA_NOCHECK static void blocks_(const gpulua_hk_block *b, std::index_sequence<I...>)
   {
     enter(b);
-    [&](typename std::decay<P>::type... a) {
+    const unsigned bx = b->block[0], by = b->block[1], bz = b->block[2];
+    const unsigned long long first = b->first, last = b->last, gx = b->grid[0], gy = b->grid[1];
+    [=](typename std::decay<P>::type... a) {
       tstate *t = tsp();
-      const unsigned bx = b->block[0], by = b->block[1], bz = b->block[2];
-      for (unsigned long long l = b->first; l < b->last; l++) {
-        t->bid = block_index(b, l);
+      for (unsigned long long l = first; l < last; l++) {
+        t->bid = uint3{(unsigned)(l % gx), (unsigned)(l / gx % gy), (unsigned)(l / gx / gy)};
         for (unsigned z = 0; z < bz; z++)
           for (unsigned y = 0; y < by; y++)
             for (unsigned x = 0; x < bx; x++) {
@@ -1266,7 +1269,8 @@ template <typename... P> struct kernel_of<void (*)(P...)> {
   }
 
   template <void (*F)(P...), size_t... I>
-  static void thread_(const gpulua_hk_block *b, unsigned long long l, unsigned th, std::index_sequence<I...>)
+  GPULUA_NOCHECK static void thread_(const gpulua_hk_block *b, unsigned long long l, unsigned th,
+                                     std::index_sequence<I...>)
   {
     enter(b);
     tstate *t = tsp();
@@ -1288,6 +1292,56 @@ template <typename... P> struct kernel_of<void (*)(P...)> {
 template <typename... P> constexpr unsigned kernel_of<void (*)(P...)>::sizes[sizeof...(P) + 1];
 
 } /* namespace gpulua_rt */
+
+/* For libgpulua's messages: where the failing thread is; this thread's
+ * block of thread-local storage, allocated (the module's __shared__). */
+extern "C" __attribute__((visibility("default"))) GPULUA_NOCHECK void gpulua_hk_where(char *buf, unsigned long n)
+{
+  gpulua_rt::where(buf, n);
+}
+extern "C" __attribute__((visibility("default"))) GPULUA_NOCHECK void *gpulua_hk_tls_probe(void)
+{
+  return gpulua_rt::tsp();
+}
+
+#ifdef GPULUA_KCHECK
+/* GPULUA_KERNEL_CHECK: the compiler calls these before each load and store
+ * of the user's code (-fsanitize=kernel-address, every check a call); an
+ * access must fall in one of the block's ranges: the tensors passed (the
+ * const ones read only), the stacks, shared memory, the module's data. */
+namespace gpulua_rt {
+__attribute__((no_sanitize_address, noinline)) inline void check(unsigned long a, unsigned long n, int write,
+                                                                 void *pc)
+{
+  const gpulua_hk_block *b = tsp()->blk;
+  if (!b) return;                           /* outside a kernel: the module's start-up */
+  for (int i = 0; i < b->nranges; i++) {
+    const gpulua_hk_range *r = &b->ranges[i];
+    if (a >= r->lo && a + n <= r->hi && a + n >= a && (!write || r->write)) return;
+  }
+  b->rt->bad_access(b->w, a, n, write, pc);
+}
+} /* namespace gpulua_rt */
+/* (the compiler's own declarations: void *, long; the module is linked
+ * -Bsymbolic, so its calls reach these and never another's) */
+#define GPULUA_ACCESS(kind, n, write) \
+  extern "C" __attribute__((no_sanitize_address, noinline)) void __asan_##kind##n##_noabort(void *a) \
+  { \
+    gpulua_rt::check((unsigned long)a, n, write, __builtin_return_address(0)); \
+  }
+GPULUA_ACCESS(load, 1, 0) GPULUA_ACCESS(load, 2, 0) GPULUA_ACCESS(load, 4, 0) GPULUA_ACCESS(load, 8, 0)
+GPULUA_ACCESS(load, 16, 0) GPULUA_ACCESS(store, 1, 1) GPULUA_ACCESS(store, 2, 1) GPULUA_ACCESS(store, 4, 1)
+GPULUA_ACCESS(store, 8, 1) GPULUA_ACCESS(store, 16, 1)
+extern "C" __attribute__((no_sanitize_address, noinline)) void __asan_handle_no_return(void) {}
+extern "C" __attribute__((no_sanitize_address, noinline)) void __asan_loadN_noabort(void *a, long n)
+{
+  gpulua_rt::check((unsigned long)a, (unsigned long)n, 0, __builtin_return_address(0));
+}
+extern "C" __attribute__((no_sanitize_address, noinline)) void __asan_storeN_noabort(void *a, long n)
+{
+  gpulua_rt::check((unsigned long)a, (unsigned long)n, 1, __builtin_return_address(0));
+}
+#endif
 
 /* The generated trailer: one GPULUA_HK_KERNEL per launchable kernel, then
  * GPULUA_HK_MODULE listing them. */

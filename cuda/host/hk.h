@@ -15,6 +15,11 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
                const char *const *exprs, int nexprs, int use_cache, dev_kimage *img, char **log,
                char *err, size_t errlen);
 extern const char hk_rt_header[];   /* $(BUILD)/gen/hk_rt.c */
+/* An executable on PATH (or name itself when it has a '/'): 0, or -1. */
+int hk_find_program(const char *name, char *out, size_t n);
+/* argv[0] (a path) run with stdout and stderr into fd out, stdin from
+ * /dev/null; its exit status, or -1 with errno when it cannot start. */
+int hk_run(char *const argv[], int out);
 
 int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl);
 void hk_module_unload(dev_ctx *ctx, void *impl);

@@ -140,7 +140,7 @@ static pthread_mutex_t cx_mu = PTHREAD_MUTEX_INITIALIZER;
 static compiler cx_cached;      /* under cx_mu: the last one identified */
 static time_t cx_mtime;
 
-static int find_on_path(const char *name, char *out, size_t n)
+int hk_find_program(const char *name, char *out, size_t n)
 {
   if (strchr(name, '/')) {
     if (access(name, X_OK) != 0) return -1;
@@ -163,9 +163,7 @@ static int find_on_path(const char *name, char *out, size_t n)
   return -1;
 }
 
-/* argv run with stdout and stderr into fd out (stdin from /dev/null); its
- * exit status, or -1 with errno when it cannot be started. */
-static int run(char *const argv[], int out)
+int hk_run(char *const argv[], int out)
 {
   posix_spawn_file_actions_t fa;
   if (posix_spawn_file_actions_init(&fa)) return -1;
@@ -188,10 +186,10 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   const char *env = getenv("GPULUA_CXX");
   char path[1024];
   if (env && *env) {
-    if (find_on_path(env, path, sizeof path))
+    if (hk_find_program(env, path, sizeof path))
       return kfail(err, errlen, "GPULUA_CXX='%s': no such executable", env);
-  } else if (find_on_path("c++", path, sizeof path) && find_on_path("g++", path, sizeof path) &&
-             find_on_path("clang++", path, sizeof path)) {
+  } else if (hk_find_program("c++", path, sizeof path) && hk_find_program("g++", path, sizeof path) &&
+             hk_find_program("clang++", path, sizeof path)) {
     return kfail(err, errlen, "gpu.compile on the host backend needs a C++ compiler, and none of c++, "
                  "g++, clang++ is on PATH: install g++ (Debian/Ubuntu: apt-get install g++, which "
                  "build-essential brings) or set GPULUA_CXX");
@@ -217,7 +215,7 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   }
   if (fd < 0) return kfail(err, errlen, "cannot create a temporary file: %s", strerror(errno));
   char *argv[] = {path, "--version", NULL};
-  int rc = run(argv, fd);
+  int rc = hk_run(argv, fd);
   int e = errno;
   close(fd);
   size_t len = 0;
@@ -749,11 +747,11 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   static const char *const gcc_check[] = {
     "-DGPULUA_KCHECK=1", "-g", "-fno-omit-frame-pointer", "-fsanitize=kernel-address",
     "--param", "asan-instrumentation-with-call-threshold=0", "--param", "asan-stack=0", "--param",
-    "asan-globals=0", "-fno-sanitize-address-use-after-scope", NULL};
+    "asan-globals=0", "-fno-sanitize-address-use-after-scope", "-Wl,-Bsymbolic", NULL};
   static const char *const clang_check[] = {
     "-DGPULUA_KCHECK=1", "-g", "-fno-omit-frame-pointer", "-fsanitize=kernel-address", "-mllvm",
     "-asan-instrumentation-with-call-threshold=0", "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0",
-    NULL};
+    "-Wl,-Bsymbolic", NULL};
   argv[argc++] = cx.path;
   for (int i = 0; base[i]; i++) argv[argc++] = base[i];
   if (!cx.clang) argv[argc++] = "-fno-gnu-unique";
@@ -839,7 +837,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
     full[n] = NULL;
     int lfd = open(p_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (lfd < 0) { rc = kfail(err, errlen, "cannot write to %s: %s", td.path, strerror(errno)); goto out; }
-    int st = run((char *const *)full, lfd);
+    int st = hk_run((char *const *)full, lfd);
     int e = errno;
     close(lfd);
     if (st < 0) { rc = kfail(err, errlen, "cannot run the C++ compiler %s: %s", cx.path, strerror(e)); goto out; }

@@ -15,6 +15,7 @@
  * no longer count, as on current GPUs; a wait that can never complete (a
  * warp operation naming a thread blocked at a barrier) fails the kernel. */
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -44,12 +45,45 @@ typedef struct hk_kern {
   const gpulua_hk_kernel *k;
 } hk_kern;
 
+#define HK_MAXSEG 16
+
 struct hk_mod {
   void *dl;
   const gpulua_hk_module *m;
   int fibers;                   /* its threads need fibers */
   hk_kern *ks;                  /* one per kernel of m */
+  void (*where)(char *buf, unsigned long n);   /* the failing thread's block and thread */
+  void *(*tls_probe)(void);
+  uintptr_t base;               /* the load address: pc - base is in the file */
+  /* built with GPULUA_KERNEL_CHECK: the file stays (addr2line reads its
+   * lines), and what a kernel may touch besides its tensors */
+  int checked;
+  char path[1100];
+  gpulua_hk_range seg[HK_MAXSEG];   /* the object's loaded segments */
+  int nseg;
+  size_t tls_size;              /* its thread-local storage: __shared__ */
 };
+
+typedef struct seg_find { uintptr_t base; hk_mod *hm; } seg_find;
+
+static int seg_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  (void)size;
+  seg_find *sf = arg;
+  if (info->dlpi_addr != sf->base) return 0;
+  hk_mod *hm = sf->hm;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_TLS) hm->tls_size = ph->p_memsz;
+    if (ph->p_type != PT_LOAD || hm->nseg == HK_MAXSEG) continue;
+    gpulua_hk_range *r = &hm->seg[hm->nseg++];
+    r->lo = info->dlpi_addr + ph->p_vaddr;
+    r->hi = r->lo + ph->p_memsz;
+    r->write = (ph->p_flags & PF_W) != 0;
+    r->param = -1;
+  }
+  return 1;
+}
 
 /* ---- modules -------------------------------------------------------------- */
 
@@ -83,26 +117,42 @@ int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl)
    * under the same name */
   void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   const char *why = dl ? NULL : dlerror();
-  unlink(path);
-  if (!dl) return dev_fail(ctx, DEV_ERR_DEVICE, "load module: %s", why ? why : "dlopen failed");
+  if (!dl) {
+    unlink(path);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "load module: %s", why ? why : "dlopen failed");
+  }
   const gpulua_hk_module *m = dlsym(dl, "gpulua_hk_mod");
   if (!m || m->abi != GPULUA_HK_ABI) {
     dlclose(dl);
+    unlink(path);
     return dev_fail(ctx, DEV_ERR_DEVICE, "load module: not a module of this gpulua's host kernels (interface %d)",
                     GPULUA_HK_ABI);
   }
+  int checked = (m->flags & GPULUA_HK_CHECKED) != 0;
+  if (!checked) unlink(path);
   hk_mod *hm = calloc(1, sizeof *hm);
   hk_kern *ks = calloc(m->nkernels > 0 ? (size_t)m->nkernels : 1, sizeof *ks);
   if (!hm || !ks) {
     free(hm);
     free(ks);
     dlclose(dl);
+    if (checked) unlink(path);
     return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
   }
   hm->dl = dl;
   hm->m = m;
   hm->fibers = dlsym(dl, "gpulua_hk_fibers") != NULL;
   hm->ks = ks;
+  *(void **)&hm->where = dlsym(dl, "gpulua_hk_where");
+  *(void **)&hm->tls_probe = dlsym(dl, "gpulua_hk_tls_probe");
+  struct link_map *lm = NULL;
+  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm) hm->base = lm->l_addr;
+  hm->checked = checked;
+  if (checked) {
+    snprintf(hm->path, sizeof hm->path, "%s", path);
+    seg_find sf = {hm->base, hm};
+    dl_iterate_phdr(seg_cb, &sf);
+  }
   for (int i = 0; i < m->nkernels; i++) {
     ks[i].mod = hm;
     ks[i].k = m->kernels[i];
@@ -117,6 +167,7 @@ void hk_module_unload(dev_ctx *ctx, void *impl)
   hk_mod *hm = impl;
   if (!hm) return;
   dlclose(hm->dl);
+  if (hm->checked) unlink(hm->path);
   free(hm->ks);
   free(hm);
 }
@@ -178,6 +229,8 @@ typedef struct hk_job {
   pthread_cond_t idle;          /* active fell to 0 */
   pthread_mutex_t emu;
   char err[1024];               /* the first failure (emu) */
+  gpulua_hk_range *args;        /* GPULUA_KERNEL_CHECK: the tensors passed */
+  int nargs;
 } hk_job;
 
 /* ---- fibers ---------------------------------------------------------------- */
@@ -241,6 +294,14 @@ struct hk_worker {
   hk_job *job;
   void *dyn;                    /* dynamic shared memory */
   size_t dyn_cap;
+  /* a fault (SIGSEGV, SIGFPE...) in kernel code: what the handler saw */
+  volatile sig_atomic_t in_kernel;
+  int fault_sig, fault_code;
+  void *fault_addr, *fault_pc;
+  char *altstack;               /* ours, when the thread had none */
+  /* GPULUA_KERNEL_CHECK: the job's ranges plus this thread's */
+  gpulua_hk_range *ranges;
+  int nranges, cap_ranges;
   /* fibers */
   char *stacks;                 /* HK_MAX_THREADS of (guard page + HK_STACK) */
   size_t page;
@@ -264,10 +325,21 @@ struct hk_worker {
 static pthread_key_t worker_key;
 static pthread_once_t worker_once = PTHREAD_ONCE_INIT;
 
+#define HK_ALTSTACK ((size_t)64 << 10)
+
+static __thread hk_worker *tls_worker;   /* for the fault handler */
+
 static void worker_free(void *p)
 {
   hk_worker *w = p;
   if (!w) return;
+  tls_worker = NULL;
+  if (w->altstack) {
+    stack_t ss = {.ss_flags = SS_DISABLE};
+    sigaltstack(&ss, NULL);
+    munmap(w->altstack, HK_ALTSTACK);
+  }
+  free(w->ranges);
   if (w->stacks) munmap(w->stacks, HK_MAX_THREADS * (w->page + HK_STACK));
   free(w->f);
   free(w->dyn);
@@ -291,6 +363,24 @@ static hk_worker *worker_self(void)
       if (pthread_attr_getstack(&a, &lo, &size) == 0) { w->main_lo = lo; w->main_size = size; }
       pthread_attr_destroy(&a);
     }
+    /* the fault handler runs on an alternate stack: a kernel thread may
+     * have overflowed its own */
+    stack_t old;
+    if (sigaltstack(NULL, &old) == 0 && (old.ss_flags & SS_DISABLE)) {
+      void *alt = mmap(NULL, HK_ALTSTACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      stack_t ss = {.ss_sp = alt, .ss_size = HK_ALTSTACK, .ss_flags = 0};
+      if (alt != MAP_FAILED && sigaltstack(&ss, NULL) == 0) w->altstack = alt;
+      else if (alt != MAP_FAILED) munmap(alt, HK_ALTSTACK);
+    }
+    /* stream and pool threads block every signal; a fault cannot be */
+    sigset_t faults;
+    sigemptyset(&faults);
+    sigaddset(&faults, SIGSEGV);
+    sigaddset(&faults, SIGBUS);
+    sigaddset(&faults, SIGFPE);
+    sigaddset(&faults, SIGILL);
+    pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+    tls_worker = w;
   }
   return w;
 }
@@ -699,6 +789,8 @@ static void fiber_init(hk_worker *w, int i)
 #endif
 }
 
+static void fault_fail(hk_worker *w);
+
 /* One block of j as fibers on this thread: 0, or -1 once the kernel failed. */
 static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
 {
@@ -712,6 +804,8 @@ static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
   w->blk.dyn = w->dyn;
   w->blk.first = b;
   w->blk.last = b + 1;
+  w->blk.ranges = w->ranges;
+  w->blk.nranges = w->nranges;
   w->block = b;
   w->job = j;
   w->nf = n;
@@ -727,13 +821,24 @@ static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
     w->warp_arrived[k] = 0;
     w->warp_active[k] = 0;
   }
-  w->in_fibers = 1;
-#ifdef HK_ASM_SWITCH
-  swap_to(w, &w->main_sp, w->f[0].sp, NULL, stack_lo(w, 0), HK_STACK, 0);
-#else
-  swap_to(w, (void *)&w->main_uc, NULL, &w->f[0].uc, stack_lo(w, 0), HK_STACK, 0);
+  if (setjmp(w->jb)) {
+    /* a fault: the handler left the fibers for good */
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
-  w->in_fibers = 0;
+    w->in_fibers = 0;
+    fault_fail(w);
+  } else {
+    w->in_fibers = 1;
+    w->in_kernel = 1;
+#ifdef HK_ASM_SWITCH
+    swap_to(w, &w->main_sp, w->f[0].sp, NULL, stack_lo(w, 0), HK_STACK, 0);
+#else
+    swap_to(w, (void *)&w->main_uc, NULL, &w->f[0].uc, stack_lo(w, 0), HK_STACK, 0);
+#endif
+    w->in_kernel = 0;
+    w->in_fibers = 0;
+  }
   if (!atomic_load(&j->failed)) return 0;
 #ifdef __SANITIZE_ADDRESS__
   /* abandoned fibers leave their frames' shadow behind */
@@ -742,10 +847,181 @@ static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
   return -1;
 }
 
+/* ---- what went wrong, in words ------------------------------------------------ */
+
+/* " at FILE:LINE" of pc in a module built with GPULUA_KERNEL_CHECK (its
+ * debug information, read by addr2line), or "". */
+static void source_line(const hk_mod *hm, void *pc, char *out, size_t n)
+{
+  out[0] = 0;
+  char a2l[1100], addr[40], text[256];
+  if (!hm->checked || !pc || hk_find_program("addr2line", a2l, sizeof a2l)) return;
+  snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)((uintptr_t)pc - hm->base - 1));
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC)) return;
+  char *argv[] = {a2l, "-e", (char *)hm->path, "-s", addr, NULL};
+  int st = hk_run(argv, fds[1]);
+  close(fds[1]);
+  ssize_t got = st == 0 ? read(fds[0], text, sizeof text - 1) : -1;
+  close(fds[0]);
+  if (got <= 0) return;
+  text[got] = 0;
+  text[strcspn(text, " \n")] = 0;        /* "file:line (discriminator 2)" */
+  if (text[0] && text[0] != '?' && !strstr(text, ":?") && !strstr(text, ":0"))
+    snprintf(out, n, " at %s", text);
+}
+
+/* The block and thread that failed (their coordinates are the module's). */
+static void thread_where(const hk_mod *hm, char *out, size_t n)
+{
+  out[0] = 0;
+  if (hm->where) hm->where(out, n);
+}
+
+/* Which memory addr is outside of: the nearest tensor argument, or the
+ * dynamic shared memory. */
+static void describe_access(const hk_worker *w, unsigned long long addr, unsigned long long size, int write,
+                            char *out, size_t n)
+{
+  const dev_ksig *sig = &w->job->l->k->sig;
+  const char *rw = write ? "write" : "read";
+  const gpulua_hk_range *best = NULL;
+  unsigned long long dist = ~0ull;
+  for (int i = 0; i < w->nranges; i++) {
+    const gpulua_hk_range *r = &w->ranges[i];
+    if (r->param == -1) continue;
+    unsigned long long d = addr >= r->hi ? addr - r->hi + 1 : addr + size <= r->lo ? r->lo - addr : 0;
+    if (d < dist) { dist = d; best = r; }
+  }
+  if (addr < 65536 && (!best || dist > 0)) {
+    snprintf(out, n, "a %llu-byte %s at address 0x%llx (a null pointer?)", size, rw, addr);
+    return;
+  }
+  if (!best || dist > ((unsigned long long)1 << 20)) {
+    snprintf(out, n, "a %llu-byte %s at 0x%llx, in no tensor the kernel was given, nor its stack or shared "
+             "memory", size, rw, addr);
+    return;
+  }
+  /* the range in elements where they are known */
+  unsigned long long bytes = best->hi - best->lo, el = 1;
+  char name[240];
+  if (best->param >= 0) {
+    const dev_kparam *p = &sig->params[best->param];
+    el = p->pointee >= 0 ? dev_dtype_size((dev_dtype)p->pointee) : p->elsize > 0 ? (unsigned long long)p->elsize : 1;
+    if (bytes % el) el = 1;
+    if (el > 1)
+      snprintf(name, sizeof name, "argument %d '%s' (%s, %llu elements)", best->param + 1, *p->name ? p->name : "?",
+               p->type, bytes / el);
+    else
+      snprintf(name, sizeof name, "argument %d '%s' (%s, %llu bytes)", best->param + 1, *p->name ? p->name : "?",
+               p->type, bytes);
+  } else {
+    snprintf(name, sizeof name, "the dynamic shared memory (%llu bytes)", bytes);
+  }
+  long long off = (long long)(addr - best->lo);
+  if (dist == 0 && addr >= best->lo && addr + size <= best->hi) {
+    snprintf(out, n, "a %llu-byte write to %s, which the kernel may only read (a pointer to const)", size, name);
+  } else if (el > 1 && off % (long long)el == 0) {
+    snprintf(out, n, "a %llu-byte %s of element %lld of %s, %s", size, rw, off / (long long)el, name,
+             off < 0 ? "before its start" : "past its end");
+  } else {
+    snprintf(out, n, "a %llu-byte %s at byte %lld of %s, %s", size, rw, off, name,
+             off < 0 ? "before its start" : "past its end");
+  }
+}
+
 static void rt_bad_access(void *wp, unsigned long long addr, unsigned long long size, int write, void *pc)
 {
-  (void)pc;
-  fail_here(wp, "illegal memory access: a %llu-byte %s at 0x%llx", size, write ? "write" : "read", addr);
+  hk_worker *w = wp;
+  const hk_mod *hm = w->job->hk->mod;
+  char what[400], line[300], at[100];
+  describe_access(w, addr, size, write, what, sizeof what);
+  source_line(hm, pc, line, sizeof line);
+  thread_where(hm, at, sizeof at);
+  fail_here(w, "illegal memory access (cudaErrorIllegalAddress): %s%s, in %s", what, line, at);
+}
+
+/* After a fault in kernel code (the handler jumped back here): the job
+ * fails saying what it was. */
+static void fault_fail(hk_worker *w)
+{
+  const hk_mod *hm = w->job->hk->mod;
+  char at[100], line[300], why[200];
+  thread_where(hm, at, sizeof at);
+  source_line(hm, w->fault_pc, line, sizeof line);
+  const char *hint = hm->checked ? "" : " (GPULUA_KERNEL_CHECK=1 finds the line)";
+  uintptr_t a = (uintptr_t)w->fault_addr;
+  int overflow = 0;
+  if (w->stacks && a >= (uintptr_t)w->stacks && a < (uintptr_t)w->stacks + HK_MAX_THREADS * (w->page + HK_STACK))
+    overflow = (a - (uintptr_t)w->stacks) % (w->page + HK_STACK) < w->page;
+  if (w->main_lo && a < (uintptr_t)w->main_lo + 4096 && a + 65536 >= (uintptr_t)w->main_lo) overflow = 1;
+  switch (w->fault_sig) {
+  case SIGFPE:
+    snprintf(why, sizeof why, "%s (a GPU gives an unspecified value; the CPU traps)",
+             w->fault_code == FPE_INTOVF ? "integer overflow in a division" : "integer division by zero");
+    break;
+  case SIGILL:
+    snprintf(why, sizeof why, "an illegal instruction was encountered (cudaErrorIllegalInstruction)");
+    break;
+  default:
+    if (overflow)
+      snprintf(why, sizeof why, "a kernel thread overflowed its stack of %zu KiB (cudaErrorHardwareStackError)",
+               (size_t)(HK_STACK >> 10));
+    else
+      snprintf(why, sizeof why, "illegal memory access (cudaErrorIllegalAddress): a fault at address 0x%llx%s",
+               (unsigned long long)a, a < 65536 ? " (a null pointer?)" : "");
+    break;
+  }
+  job_fail(w->job, "%s%s, in %s%s", why, line, at, w->fault_sig == SIGFPE || overflow ? "" : hint);
+}
+
+/* ---- faults ------------------------------------------------------------------- */
+
+static struct sigaction prev_act[4];
+static const int fault_sigs[4] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+static void fault_handler(int sig, siginfo_t *si, void *uc)
+{
+  hk_worker *w = tls_worker;
+  if (w && w->in_kernel) {
+    w->in_kernel = 0;
+    w->fault_sig = sig;
+    w->fault_code = si->si_code;
+    w->fault_addr = si->si_addr;
+#if defined(__x86_64__)
+    w->fault_pc = (void *)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    w->fault_pc = (void *)((ucontext_t *)uc)->uc_mcontext.pc;
+#endif
+#ifdef __SANITIZE_ADDRESS__
+    if (w->in_fibers) __sanitizer_start_switch_fiber(NULL, w->main_lo, w->main_size);
+#endif
+    longjmp(w->jb, 2);
+  }
+  /* not ours: what was there before */
+  for (int i = 0; i < 4; i++) {
+    if (fault_sigs[i] != sig) continue;
+    const struct sigaction *p = &prev_act[i];
+    if ((p->sa_flags & SA_SIGINFO) && p->sa_sigaction) {
+      p->sa_sigaction(sig, si, uc);
+    } else if (p->sa_handler == SIG_DFL || p->sa_handler == SIG_IGN) {
+      /* back to the default, and the fault happens again */
+      signal(sig, SIG_DFL);
+    } else {
+      p->sa_handler(sig);
+    }
+  }
+}
+
+static void fault_install(void)
+{
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = fault_handler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 4; i++) sigaction(fault_sigs[i], &sa, &prev_act[i]);
 }
 
 static const gpulua_hk_rt rt = {rt_barrier, rt_warp, rt_fail, rt_bad_access};
@@ -772,10 +1048,53 @@ static int run_range(hk_job *j, hk_worker *w, unsigned long long b0, unsigned lo
   blk.dyn = w->dyn;
   blk.first = b0;
   blk.last = b1;
+  blk.ranges = w->ranges;
+  blk.nranges = w->nranges;
   w->job = j;
-  if (setjmp(w->jb)) return -1;
+  switch (setjmp(w->jb)) {
+  case 0: break;
+  case 2: fault_fail(w); return -1;
+  default: return -1;
+  }
+  w->in_kernel = 1;
   j->hk->k->run_blocks(&blk);
+  w->in_kernel = 0;
   return 0;
+}
+
+static int add_range(hk_worker *w, uintptr_t lo, uintptr_t hi, int write, int param)
+{
+  if (w->nranges == w->cap_ranges) {
+    int cap = w->cap_ranges ? 2 * w->cap_ranges : 32;
+    gpulua_hk_range *r = realloc(w->ranges, (size_t)cap * sizeof *r);
+    if (!r) return -1;
+    w->ranges = r;
+    w->cap_ranges = cap;
+  }
+  w->ranges[w->nranges++] = (gpulua_hk_range){lo, hi, write, param};
+  return 0;
+}
+
+/* GPULUA_KERNEL_CHECK: what this thread's blocks of j may touch. */
+static int make_ranges(hk_job *j, hk_worker *w)
+{
+  const hk_mod *hm = j->hk->mod;
+  w->nranges = 0;
+  if (!hm->checked) return 0;
+  int bad = 0;
+  for (int i = 0; i < j->nargs; i++) bad |= add_range(w, j->args[i].lo, j->args[i].hi, j->args[i].write, j->args[i].param);
+  if (j->l->shared) bad |= add_range(w, (uintptr_t)w->dyn, (uintptr_t)w->dyn + j->l->shared, 1, -2);
+  bad |= add_range(w, (uintptr_t)w->main_lo, (uintptr_t)w->main_lo + w->main_size, 1, -1);
+  if (w->stacks)
+    bad |= add_range(w, (uintptr_t)w->stacks, (uintptr_t)w->stacks + HK_MAX_THREADS * (w->page + HK_STACK), 1, -1);
+  void *tls = NULL;
+  if (dlinfo(hm->dl, RTLD_DI_TLS_DATA, &tls) != 0 || !tls) {
+    if (hm->tls_probe) hm->tls_probe();
+    if (dlinfo(hm->dl, RTLD_DI_TLS_DATA, &tls) != 0) tls = NULL;
+  }
+  if (tls) bad |= add_range(w, (uintptr_t)tls, (uintptr_t)tls + hm->tls_size, 1, -1);
+  for (int i = 0; i < hm->nseg; i++) bad |= add_range(w, hm->seg[i].lo, hm->seg[i].hi, hm->seg[i].write, -1);
+  return bad ? -1 : 0;
 }
 
 static void run_job(hk_job *j, hk_worker *w)
@@ -785,6 +1104,15 @@ static void run_job(hk_job *j, hk_worker *w)
     return;
   }
   int fibers = j->hk->mod->fibers;
+  int n = (int)(j->l->block[0] * j->l->block[1] * j->l->block[2]);
+  if (fibers && ensure_fibers(w, n)) {
+    job_fail(j, "out of memory for the stacks of %d kernel threads", n);
+    return;
+  }
+  if (make_ranges(j, w)) {
+    job_fail(j, "out of memory");
+    return;
+  }
   while (!atomic_load(&j->failed)) {
     unsigned long long b0 = atomic_fetch_add(&j->next_block, j->chunk);
     if (b0 >= j->nblocks) break;
@@ -877,6 +1205,24 @@ int hk_launch(const dev_launch *l, char *err, size_t errlen)
   memcpy(j.tmpl.block, l->block, sizeof j.tmpl.block);
   j.tmpl.shared = l->shared;
   j.nblocks = (unsigned long long)l->grid[0] * l->grid[1] * l->grid[2];
+  pthread_once(&fault_once, fault_install);
+  if (hk->mod->checked) {
+    /* each tensor argument's bytes (a const pointer's read only) */
+    const dev_ksig *sig = &l->k->sig;
+    j.args = calloc(sig->nparams > 0 ? (size_t)sig->nparams : 1, sizeof *j.args);
+    if (!j.args) { snprintf(err, errlen, "out of memory"); return -1; }
+    for (int i = 0; i < sig->nparams; i++) {
+      const dev_kparam *p = &sig->params[i];
+      void *ptr;
+      if ((p->kind != DEV_KP_POINTER && p->kind != DEV_KP_RAW) || p->size != 8 || !l->extents ||
+          !l->extents[i])
+        continue;
+      memcpy(&ptr, l->args[i], sizeof ptr);
+      if (!ptr) continue;
+      j.args[j.nargs++] = (gpulua_hk_range){(uintptr_t)ptr, (uintptr_t)ptr + l->extents[i],
+                                            p->kind == DEV_KP_RAW || !p->is_const, i};
+    }
+  }
   atomic_init(&j.next_block, 0);
   atomic_init(&j.failed, 0);
   pthread_mutex_init(&j.emu, NULL);
@@ -887,6 +1233,7 @@ int hk_launch(const dev_launch *l, char *err, size_t errlen)
   if (*pool.bad) {
     snprintf(err, errlen, "%s", pool.bad);
     pthread_mutex_unlock(&pool.mu);
+    free(j.args);
     pthread_mutex_destroy(&j.emu);
     pthread_cond_destroy(&j.idle);
     return -1;
@@ -911,6 +1258,7 @@ int hk_launch(const dev_launch *l, char *err, size_t errlen)
   }
   int failed = atomic_load(&j.failed);
   if (failed) snprintf(err, errlen, "%s", j.err);
+  free(j.args);
   pthread_mutex_destroy(&j.emu);
   pthread_cond_destroy(&j.idle);
   return failed ? -1 : 0;
