@@ -586,6 +586,40 @@ end
 
 -- ---- the host backend's own -----------------------------------------------
 
+T.test("fibers only for the kernels whose source reaches a barrier or warp primitive", function()
+  -- a local's address: one stack for the whole block in a loop, a stack per
+  -- thread as fibers
+  local src = [[
+__device__ float helper(float v) { __syncthreads(); return v; }
+__device__ float indirect(float v) { return helper(v) + 1; }
+#define WARP_SUM(v) __shfl_xor_sync(0xffffffff, v, 1)
+__device__ void where(unsigned long long *out) { volatile int local = 0; out[threadIdx.x] = (unsigned long long)&local; }
+extern "C" __global__ void plain(unsigned long long *out) { where(out); }
+extern "C" __global__ void barrier(unsigned long long *out) { where(out); indirect(1.0f); }
+extern "C" __global__ void shuffles(unsigned long long *out) { where(out); out[0] += 0 * WARP_SUM(1); }
+]]
+  local m = gpu.compile(src)
+  local function stacks(k, name)
+    local out = gpu.zeros({ 4 }, { dtype = "i64" })
+    k { grid = 1, block = 4 } (out)
+    local t, seen, n = out:totable(), {}, 0
+    for i = 2, 4 do if not seen[t[i]] then seen[t[i]] = true; n = n + 1 end end
+    return n
+  end
+  T.is(stacks(m.plain), 1, "a kernel that reaches none runs as a loop (one stack), beside kernels that do")
+  T.is(stacks(m.barrier), 3, "through two device functions: fibers (a stack per thread)")
+  T.is(stacks(m.shuffles), 3, "through a macro: fibers")
+  local msg = T.raises(function()
+    gpu.compile([[
+#define CAT(a, b) a##b
+extern "C" __global__ void hidden(int *x) { CAT(__sy, ncthreads)(); x[threadIdx.x] = 1; }
+]]).hidden { grid = 1, block = 4 } (gpu.zeros({ 4 }, { dtype = "i32" }))
+    gpu.synchronize()
+  end, "kernel 'hidden' reached __syncthreads, which gpulua did not find on its way in the source",
+    "a barrier the reading of the source misses fails clearly")
+  T.ok(msg ~= nil, "(token pasting)")
+end)
+
 T.test("GPULUA_KERNEL_CHECK=1: out-of-bounds accesses name the kernel, its line and the script's", function()
   local script = [==[
 local gpu = require "gpu"
@@ -683,13 +717,13 @@ try(gpu.synchronize)
 m.rec { grid = 1, block = 4 } (p)
 try(gpu.synchronize)
 print("after", gpu.ones({ 3 }):sum():item())
-]==])
+]==], "GPULUA_KERNEL_CHECK=0")
   T.ok(ok, "the process goes on")
   T.ok(out:find("'wild' enqueued at [^\n]*:10 failed: illegal memory access %(cudaErrorIllegalAddress%): a fault at " ..
-                "address 0x0 %(a null pointer%?%), in block %[0,0,0%], thread %[0,0,0%] %(GPULUA_KERNEL_CHECK=1 finds the line%)"),
+                "address 0x0 %(a null pointer%?%), in block %[0,0,0%] %(GPULUA_KERNEL_CHECK=1 finds the line%)"),
        "a null pointer: SIGSEGV caught")
-  T.ok(out:find("'div0' enqueued at [^\n]*:12 failed: integer division by zero [^\n]*thread %[5,0,0%]"),
-       "integer division by zero: SIGFPE caught")
+  T.ok(out:find("'div0' enqueued at [^\n]*:12 failed: integer division by zero [^\n]*, in block %[0,0,0%]\n"),
+       "integer division by zero: SIGFPE caught (a kernel run as a loop: the block)")
   T.ok(out:find("'rec' enqueued at [^\n]*:14 failed: a kernel thread overflowed its stack of 128 KiB " ..
                 "%(cudaErrorHardwareStackError%)"), "a stack overflow in a fiber")
   T.ok(out:find("after\t3.0", 1, true), "later work runs")

@@ -70,6 +70,9 @@ typedef struct gpulua_hk_kernel {
   void (*run_blocks)(const gpulua_hk_block *b);
   /* one thread of one block, on a fiber of libgpulua's */
   void (*run_thread)(const gpulua_hk_block *b, unsigned long long block, unsigned thread);
+  /* 0: its source reaches no barrier or warp primitive (a loop will do,
+   * even where the module's other kernels need fibers) */
+  int fibers;
 } gpulua_hk_kernel;
 
 #define GPULUA_HK_CHECKED 1u    /* gpulua_hk_module.flags: built for GPULUA_KERNEL_CHECK */
@@ -1284,9 +1287,9 @@ template <typename... P> struct kernel_of<void (*)(P...)> {
     thread_<F>(b, l, th, std::index_sequence_for<P...>());
   }
 
-  template <void (*F)(P...)> static constexpr gpulua_hk_kernel make(const char *name)
+  template <void (*F)(P...)> static constexpr gpulua_hk_kernel make(const char *name, int fibers)
   {
-    return gpulua_hk_kernel{name, (int)sizeof...(P), sizes, &blocks<F>, &thread<F>};
+    return gpulua_hk_kernel{name, (int)sizeof...(P), sizes, &blocks<F>, &thread<F>, fibers};
   }
 };
 template <typename... P> constexpr unsigned kernel_of<void (*)(P...)>::sizes[sizeof...(P) + 1];
@@ -1343,11 +1346,12 @@ extern "C" __attribute__((no_sanitize_address, noinline)) void __asan_storeN_noa
 }
 #endif
 
-/* The generated trailer: one GPULUA_HK_KERNEL per launchable kernel, then
+/* The generated trailer: one GPULUA_HK_KERNEL per launchable kernel (FIBERS:
+ * whether its source may reach a barrier or warp primitive), then
  * GPULUA_HK_MODULE listing them. */
-#define GPULUA_HK_KERNEL(I, F, NAME) \
+#define GPULUA_HK_KERNEL(I, F, NAME, FIBERS) \
   extern "C" __attribute__((visibility("default"))) const gpulua_hk_kernel gpulua_hk_k##I = \
-    ::gpulua_rt::kernel_of<decltype(&F)>::make<&F>(NAME);
+    ::gpulua_rt::kernel_of<decltype(&F)>::make<&F>(NAME, FIBERS);
 #ifdef GPULUA_KCHECK
 #define GPULUA_HK_FLAGS GPULUA_HK_CHECKED
 #else

@@ -568,6 +568,217 @@ out:
   return ret;
 }
 
+/* ---- which kernels need fibers --------------------------------------------- */
+
+/* A kernel needs its threads as fibers when it may reach a barrier or a
+ * warp primitive.  The compiled module tells (gpulua_hk_fibers) but not for
+ * which kernel; this reads the source instead: every function body and
+ * macro, the names each uses, and which of them lead to a primitive.  It
+ * errs towards fibers (a name used anywhere for something that leads there
+ * counts); a header of the user's, which it cannot read, makes every kernel
+ * of the module use them. */
+
+typedef struct fnbody {
+  const char *name;
+  size_t len;
+  size_t first, count;          /* its identifiers in ids[] */
+  int need;
+} fnbody;
+
+typedef struct scan {
+  fnbody *fn;
+  int nfn, capfn;
+  const char **ids;             /* identifiers, as (start, length) */
+  size_t *idlen;
+  size_t nids, capids;
+  int unknown;                  /* an include it cannot see */
+  int oom;
+} scan;
+
+static int is_primitive(const char *s, size_t n)
+{
+  return (n > 6 && strncmp(s, "__sync", 6) == 0) || (n > 5 && strncmp(s + n - 5, "_sync", 5) == 0) ||
+         (n == 12 && strncmp(s, "__activemask", 12) == 0);
+}
+
+static void scan_id(scan *sc, const char *s, size_t n)
+{
+  if (sc->nids == sc->capids) {
+    size_t cap = sc->capids ? 2 * sc->capids : 256;
+    const char **ni = realloc(sc->ids, cap * sizeof *ni);
+    if (!ni) { sc->oom = 1; return; }
+    sc->ids = ni;
+    size_t *nl = realloc(sc->idlen, cap * sizeof *nl);
+    if (!nl) { sc->oom = 1; return; }
+    sc->idlen = nl;
+    sc->capids = cap;
+  }
+  sc->ids[sc->nids] = s;
+  sc->idlen[sc->nids++] = n;
+}
+
+static fnbody *scan_fn(scan *sc, const char *name, size_t len)
+{
+  if (sc->nfn == sc->capfn) {
+    int cap = sc->capfn ? 2 * sc->capfn : 64;
+    fnbody *nf = realloc(sc->fn, (size_t)cap * sizeof *nf);
+    if (!nf) { sc->oom = 1; return NULL; }
+    sc->fn = nf;
+    sc->capfn = cap;
+  }
+  fnbody *f = &sc->fn[sc->nfn++];
+  f->name = name;
+  f->len = len;
+  f->first = sc->nids;
+  f->count = 0;
+  f->need = 0;
+  return f;
+}
+
+/* The tokens that matter: identifiers (kind 'i') and ( ) { } ; (kind 'p'). */
+typedef struct stok { const char *s; size_t n; char kind; } stok;
+
+static void fiber_scan(const char *src, const char *const *exprs, int nexprs, int *need)
+{
+  scan sc;
+  memset(&sc, 0, sizeof sc);
+  stok *tk = NULL;
+  size_t ntk = 0, captk = 0;
+  int line_start = 1;
+  for (const char *p = src; *p && !sc.oom;) {
+    char c = *p;
+    if (c == '\n') { line_start = 1; p++; continue; }
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') { p++; continue; }
+    if (p[0] == '/' && (p[1] == '/' || p[1] == '*')) { p = skip_ws(p, NULL); continue; }
+    if (c == '#' && line_start) {
+      /* a directive: a macro is a body of its own; an include of the user's
+       * is a body it cannot read */
+      const char *e = p;
+      while (*e && !(*e == '\n' && e[-1] != '\\')) e++;
+      const char *q = p + 1;
+      while (*q == ' ' || *q == '\t') q++;
+      if (strncmp(q, "include", 7) == 0) {
+        q += 7;
+        while (*q == ' ' || *q == '\t') q++;
+        if (*q == '"') sc.unknown = 1;
+      } else if (strncmp(q, "define", 6) == 0 && (q[6] == ' ' || q[6] == '\t')) {
+        q += 6;
+        while (*q == ' ' || *q == '\t') q++;
+        const char *nm = q;
+        while (q < e && is_id(*q)) q++;
+        fnbody *f = scan_fn(&sc, nm, (size_t)(q - nm));
+        for (; f && q < e;) {
+          if (is_id(*q) && !(*q >= '0' && *q <= '9')) {
+            const char *a = q;
+            while (q < e && is_id(*q)) q++;
+            scan_id(&sc, a, (size_t)(q - a));
+          } else {
+            q++;
+          }
+        }
+        if (f) f->count = sc.nids - f->first;
+      }
+      p = e;
+      continue;
+    }
+    line_start = 0;
+    if (c == '"' || c == '\'') {
+      p++;
+      while (*p && *p != c && *p != '\n') { if (*p == '\\' && p[1]) p++; p++; }
+      if (*p == c) p++;
+      continue;
+    }
+    stok t = {p, 1, 0};
+    if (is_id(c) && !(c >= '0' && c <= '9')) {
+      while (is_id(*p)) p++;
+      t.n = (size_t)(p - t.s);
+      t.kind = 'i';
+    } else if (c >= '0' && c <= '9') {
+      while (is_id(*p) || *p == '.') p++;
+      continue;
+    } else {
+      p++;
+      if (!strchr("(){};", c)) continue;
+      t.kind = 'p';
+    }
+    if (ntk == captk) {
+      size_t cap = captk ? 2 * captk : 1024;
+      stok *nt = realloc(tk, cap * sizeof *nt);
+      if (!nt) { sc.oom = 1; break; }
+      tk = nt;
+      captk = cap;
+    }
+    tk[ntk++] = t;
+  }
+  /* function bodies: a { after ) at a level outside any body; inside it,
+   * every identifier up to the matching } */
+  for (size_t i = 0; i < ntk && !sc.oom; i++) {
+    if (!(tk[i].kind == 'p' && tk[i].s[0] == '{')) continue;
+    size_t j = i;
+    while (j > 0 && tk[j - 1].kind == 'i') j--;       /* const, noexcept, override... */
+    if (j == 0 || !(tk[j - 1].kind == 'p' && tk[j - 1].s[0] == ')')) continue;
+    /* the ( that matches, and the name before it */
+    size_t k = j - 1;
+    int depth = 0;
+    for (;;) {
+      if (tk[k].kind == 'p' && tk[k].s[0] == ')') depth++;
+      else if (tk[k].kind == 'p' && tk[k].s[0] == '(' && --depth == 0) break;
+      if (k == 0) break;
+      k--;
+    }
+    const char *nm = "";
+    size_t nl = 0;
+    if (k > 0 && tk[k - 1].kind == 'i') { nm = tk[k - 1].s; nl = tk[k - 1].n; }
+    fnbody *f = scan_fn(&sc, nm, nl);
+    depth = 0;
+    size_t e = i;
+    for (; e < ntk; e++) {
+      if (tk[e].kind == 'p' && tk[e].s[0] == '{') depth++;
+      else if (tk[e].kind == 'p' && tk[e].s[0] == '}' && --depth == 0) break;
+      else if (tk[e].kind == 'i') scan_id(&sc, tk[e].s, tk[e].n);
+    }
+    if (f) f->count = sc.nids - f->first;
+    i = e;
+  }
+  /* which bodies lead to a primitive: those that name one, then those that
+   * name such a body, until nothing changes */
+  int changed = 1, anon = 0;
+  for (int f = 0; f < sc.nfn; f++)
+    for (size_t k = 0; k < sc.fn[f].count && !sc.fn[f].need; k++)
+      sc.fn[f].need = is_primitive(sc.ids[sc.fn[f].first + k], sc.idlen[sc.fn[f].first + k]);
+  while (changed && !sc.oom) {
+    changed = 0;
+    for (int f = 0; f < sc.nfn; f++) {
+      if (sc.fn[f].need) continue;
+      for (size_t k = 0; k < sc.fn[f].count && !sc.fn[f].need; k++) {
+        const char *id = sc.ids[sc.fn[f].first + k];
+        size_t n = sc.idlen[sc.fn[f].first + k];
+        for (int g = 0; g < sc.nfn; g++)
+          if (sc.fn[g].need && sc.fn[g].len == n && strncmp(sc.fn[g].name, id, n) == 0) { sc.fn[f].need = 1; break; }
+      }
+      changed |= sc.fn[f].need;
+    }
+  }
+  /* a body without a name (a lambda at namespace scope) could be any */
+  for (int f = 0; f < sc.nfn; f++) if (sc.fn[f].need && sc.fn[f].len == 0) anon = 1;
+  for (int i = 0; i < nexprs; i++) {
+    const char *q = exprs[i][0] == '&' ? exprs[i] + 1 : exprs[i], *last = q;
+    for (const char *r = q; *r; r++) if (r[0] == ':' && r[1] == ':') last = r + 2;
+    size_t n = strlen(last);
+    int found = 0, nd = 0;
+    for (int f = 0; f < sc.nfn; f++) {
+      if (sc.fn[f].len != n || strncmp(sc.fn[f].name, last, n) != 0) continue;
+      found = 1;
+      nd |= sc.fn[f].need;
+    }
+    need[i] = sc.oom || sc.unknown || anon || !found || nd;
+  }
+  free(tk);
+  free(sc.fn);
+  free(sc.ids);
+  free(sc.idlen);
+}
+
 /* ---- the cache ------------------------------------------------------------ */
 
 static const char *cache_dir(char *buf, size_t n)
@@ -775,11 +986,18 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   }
   sb_str(&text, "\"\n");
   int rc = rewrite(src, &text, err, errlen);
+  int *need = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *need);
+  if (!need && rc == 0) rc = kfail(err, errlen, "out of memory");
   if (rc == 0) {
+    fiber_scan(src, exprs, nexprs, need);
+    /* a header pre-included by an option is not read either */
+    for (int i = user_at; i < argc; i++)
+      if (strcmp(argv[i], "-include") == 0)
+        for (int k = 0; k < nexprs; k++) need[k] = 1;
     sb_str(&text, "\n#line 1 \"<gpulua kernel entries>\"\n");
     for (int i = 0; i < nexprs; i++)
-      sb_printf(&text, "GPULUA_HK_KERNEL(%d, %s, \"%s\")\n", i, exprs[i][0] == '&' ? exprs[i] + 1 : exprs[i],
-                exprs[i][0] == '&' ? exprs[i] + 1 : exprs[i]);
+      sb_printf(&text, "GPULUA_HK_KERNEL(%d, %s, \"%s\", %d)\n", i, exprs[i][0] == '&' ? exprs[i] + 1 : exprs[i],
+                exprs[i][0] == '&' ? exprs[i] + 1 : exprs[i], need[i]);
     sb_printf(&text, "GPULUA_HK_MODULE(%d", nexprs);
     if (nexprs == 0) sb_str(&text, ", nullptr");
     for (int i = 0; i < nexprs; i++) sb_printf(&text, ", &gpulua_hk_k%d", i);
@@ -870,6 +1088,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
 out:
   if (have_td) tmp_remove(&td);
   if (rc) dev_kimage_free(img);
+  free(need);
   free(ostore.p);
   free(text.p);
   free(key.p);

@@ -296,6 +296,7 @@ struct hk_worker {
   size_t dyn_cap;
   /* a fault (SIGSEGV, SIGFPE...) in kernel code: what the handler saw */
   volatile sig_atomic_t in_kernel;
+  unsigned long long range_first, range_last;   /* the blocks run as a loop now */
   int fault_sig, fault_code;
   void *fault_addr, *fault_pc;
   char *altstack;               /* ours, when the thread had none */
@@ -498,6 +499,14 @@ static void fail_here(hk_worker *w, const char *fmt, ...)
   abort();   /* not reached */
 }
 
+/* A kernel run as a loop reached a barrier: its source said it would not
+ * (kcompile.c's reading of it missed a way there). */
+__attribute__((noreturn)) static void no_fibers(hk_worker *w, const char *what)
+{
+  fail_here(w, "kernel '%s' reached %s, which gpulua did not find on its way in the source (through a "
+            "macro?): it ran without the fibers that need; please report this", w->job->l->k->sig.name, what);
+}
+
 /* Every live fiber waits: nothing can make progress. */
 __attribute__((noreturn)) static void deadlock(hk_worker *w)
 {
@@ -544,7 +553,7 @@ static void bar_release(hk_worker *w)
 static int rt_barrier(void *wp, int kind, int pred)
 {
   hk_worker *w = wp;
-  if (!w->in_fibers) fail_here(w, "internal error: __syncthreads in a kernel run without fibers");
+  if (!w->in_fibers) no_fibers(w, "__syncthreads");
   hk_fiber *f = &w->f[w->cur];
   unsigned gen = w->bar_gen;
   w->bar_true[gen & 1] += pred != 0;
@@ -666,7 +675,7 @@ static void warp_try(hk_worker *w, int wi)
 static unsigned long long rt_warp(void *wp, int op, unsigned mask, unsigned long long v, int arg, int width)
 {
   hk_worker *w = wp;
-  if (!w->in_fibers) fail_here(w, "internal error: a warp primitive in a kernel run without fibers");
+  if (!w->in_fibers) no_fibers(w, "a warp primitive");
   hk_fiber *f = &w->f[w->cur];
   int wi = (int)(f->th >> 5), lane = (int)(f->th & 31);
   if (op == GPULUA_W_ACTIVE) {
@@ -826,8 +835,8 @@ static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
 #ifdef __SANITIZE_ADDRESS__
     __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
-    w->in_fibers = 0;
     fault_fail(w);
+    w->in_fibers = 0;
   } else {
     w->in_fibers = 1;
     w->in_kernel = 1;
@@ -948,6 +957,15 @@ static void fault_fail(hk_worker *w)
   const hk_mod *hm = w->job->hk->mod;
   char at[100], line[300], why[200];
   thread_where(hm, at, sizeof at);
+  if (!w->in_fibers && !hm->checked) {
+    /* a loop the compiler optimized keeps no exact thread index at hand:
+     * the blocks it was running */
+    unsigned long long gx = w->job->l->grid[0], gy = w->job->l->grid[1], b = w->range_first;
+    if (w->range_last == b + 1)
+      snprintf(at, sizeof at, "block [%llu,%llu,%llu]", b % gx, b / gx % gy, b / gx / gy);
+    else
+      snprintf(at, sizeof at, "one of blocks %llu to %llu (x fastest)", b, w->range_last - 1);
+  }
   source_line(hm, w->fault_pc, line, sizeof line);
   const char *hint = hm->checked ? "" : " (GPULUA_KERNEL_CHECK=1 finds the line)";
   uintptr_t a = (uintptr_t)w->fault_addr;
@@ -1051,6 +1069,8 @@ static int run_range(hk_job *j, hk_worker *w, unsigned long long b0, unsigned lo
   blk.ranges = w->ranges;
   blk.nranges = w->nranges;
   w->job = j;
+  w->range_first = b0;
+  w->range_last = b1;
   switch (setjmp(w->jb)) {
   case 0: break;
   case 2: fault_fail(w); return -1;
@@ -1103,7 +1123,7 @@ static void run_job(hk_job *j, hk_worker *w)
     job_fail(j, "out of memory for %zu bytes of dynamic shared memory", j->l->shared);
     return;
   }
-  int fibers = j->hk->mod->fibers;
+  int fibers = j->hk->mod->fibers && j->hk->k->fibers;
   int n = (int)(j->l->block[0] * j->l->block[1] * j->l->block[2]);
   if (fibers && ensure_fibers(w, n)) {
     job_fail(j, "out of memory for the stacks of %d kernel threads", n);
@@ -1239,7 +1259,7 @@ int hk_launch(const dev_launch *l, char *err, size_t errlen)
     return -1;
   }
   unsigned long long per = j.nblocks / (8ull * (unsigned long long)(helpers + 1));
-  j.chunk = per < 1 || hk->mod->fibers ? 1 : per > 64 ? 64 : per;
+  j.chunk = per < 1 || (hk->mod->fibers && hk->k->fibers) ? 1 : per > 64 ? 64 : per;
   if (helpers > 0) {
     j.next = pool.jobs;
     pool.jobs = &j;
