@@ -488,7 +488,8 @@ endif
 
 endif
 
-# (plus build-essential without a C compiler, perl without prove)
+# (plus build-essential without a C compiler, perl without prove; its g++ is
+# also the C++ compiler gpu.compile runs on the host backend)
 DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config
 deps:
 	@missing=; \

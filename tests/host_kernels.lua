@@ -44,6 +44,26 @@ T.test("saxpy: the same result as the built-in ops", function()
   T.is((y - want):abs():max():item(), 0, "y = 2.5 x + y over 391 blocks")
 end)
 
+T.test("the README's example, as written", function()
+  local n = 1000
+  local x, y = gpu.arange(n, { dtype = "f32" }), gpu.ones({ n })
+  local s = gpu.stream()
+  local m = gpu.compile([[
+extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)
+{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+]], {options = {"--use_fast_math"}, name = "saxpy.cu", cache = true})
+  m.saxpy{grid = (n + 255) // 256, block = 256, stream = s}(2.0, x, y, n)
+  local launch = m.saxpy{grid = {64, 1, 1}, block = {256}, shared = 0}   -- reusable
+  s:synchronize()
+  launch(2.0, x, y, n)                                                      -- current stream
+  T.is(tostring(m.saxpy), "gpu.Kernel: __global__ void saxpy(float a, const float *x, float *y, int n)", "print(m.saxpy)")
+  T.is((y - (x * 4 + 1)):abs():max():item(), 0, "y = 2x + (2x + 1) after both launches")
+  s:close()
+end)
+
 T.test("indices in three dimensions", function()
   local m = gpu.compile([[
 extern "C" __global__ void where(int *out, int nx, int ny)
