@@ -204,6 +204,43 @@ extern "C" __global__ void block_sum(const float *x, float *out, int n)
   T.near(out:sum():item(), x:sum():item(), 1e-4, "the total equals t:sum()")
 end)
 
+T.test("launches on two streams at once: each block's shared memory stays its own", function()
+  local src = [[
+extern "C" __global__ void scale_sum(const float *x, float *out, int n, float k)
+{
+  __shared__ float s[128];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[threadIdx.x] = i < n ? k * x[i] : 0.0f;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) s[threadIdx.x] += s[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+}
+]]
+  local m1, m2 = gpu.compile(src), gpu.compile(src .. "// another module\n")
+  local n = 128 * 300
+  local x = gpu.ones({ n })
+  local s1, s2 = gpu.stream(), gpu.stream()
+  local outs = {}
+  for r = 1, 6 do
+    local o = gpu.zeros({ 300 })
+    local m, st = r % 2 == 1 and m1 or m2, r % 2 == 1 and s1 or s2
+    m.scale_sum { grid = 300, block = 128, stream = st } (x, o, n, r)
+    outs[r] = o
+  end
+  s1:synchronize()
+  s2:synchronize()
+  local bad = 0
+  for r = 1, 6 do
+    if outs[r]:min():item() ~= 128 * r or outs[r]:max():item() ~= 128 * r then bad = bad + 1 end
+  end
+  T.is(bad, 0, "six launches of 300 blocks, two modules, two streams: every block sum right")
+  s1:close()
+  s2:close()
+end)
+
 T.test("__syncthreads_count, _and, _or; threads that returned early", function()
   local m = gpu.compile([[
 extern "C" __global__ void votes(const int *x, int *out)
