@@ -204,14 +204,13 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   }
   pthread_mutex_unlock(&cx_mu);
   /* the first line of `path --version` */
-  char tmpl[] = "/tmp/gpulua-cxx-XXXXXX";
   const char *td = getenv("TMPDIR");
   char name[1100];
   snprintf(name, sizeof name, "%s/gpulua-cxx-XXXXXX", td && *td ? td : "/tmp");
-  int fd = mkstemp(name);
+  int fd = mkostemp(name, O_CLOEXEC);
   if (fd < 0) {
-    snprintf(name, sizeof name, "%s", tmpl);
-    fd = mkstemp(name);
+    snprintf(name, sizeof name, "/tmp/gpulua-cxx-XXXXXX");
+    fd = mkostemp(name, O_CLOEXEC);
   }
   if (fd < 0) return kfail(err, errlen, "cannot create a temporary file: %s", strerror(errno));
   char *argv[] = {path, "--version", NULL};
@@ -982,7 +981,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   sb_str(&text, "#line 1 \"");
   for (const char *q = name; *q; q++) {
     if (*q == '"' || *q == '\\') sb_add(&text, "\\", 1);
-    if (*q != '\n') sb_add(&text, q, 1);
+    sb_add(&text, (unsigned char)*q < 0x20 || *q == 0x7f ? "?" : q, 1);
   }
   sb_str(&text, "\"\n");
   int rc = rewrite(src, &text, err, errlen);

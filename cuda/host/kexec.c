@@ -7,13 +7,20 @@
  * default one per CPU, the stream's worker counted), each running whole
  * blocks, one at a time.  A block's threads run one after the other in a
  * loop the compiler sees through (gpulua_hk_kernel.run_blocks), unless the
- * module uses barriers or warp primitives: then each thread is a fiber with
- * its own stack, and a fiber that reaches __syncthreads or a warp operation
- * hands the CPU to the next one, round robin; the operation completes when
- * every live thread of the block (of the warp, for the lanes of its mask)
- * has reached it, so it means what it means on a GPU.  Threads that exited
- * no longer count, as on current GPUs; a wait that can never complete (a
- * warp operation naming a thread blocked at a barrier) fails the kernel. */
+ * kernel reaches barriers or warp primitives: then each thread is a fiber
+ * with its own stack, and a fiber that reaches __syncthreads or a warp
+ * operation hands the CPU to the next one, round robin; the operation
+ * completes when every live thread of the block (of the warp, for the lanes
+ * of its mask) has reached it, so it means what it means on a GPU.  Threads
+ * that exited no longer count, as on current GPUs; a wait that can never
+ * complete (a warp operation naming a thread blocked at a barrier) fails
+ * the kernel.
+ *
+ * A fault in kernel code (SIGSEGV, SIGBUS, SIGFPE, SIGILL on a block
+ * worker) fails the launch instead of the process.  Modules built for
+ * GPULUA_KERNEL_CHECK call back before each access of the user's code; the
+ * ranges it may touch are set up here per job and worker, and a bad access
+ * is described against the launch's tensor arguments. */
 #include <dlfcn.h>
 #include <link.h>
 #include <errno.h>
