@@ -1201,6 +1201,7 @@ static int pool_grow(unsigned long long nblocks)
         pool.size = (int)v;
     }
   }
+  if (nblocks <= 1 || *pool.bad) return 0;
   unsigned long long want = (unsigned long long)pool.size - 1;
   if (want > nblocks - 1) want = nblocks - 1;
   while ((unsigned long long)pool.started < want) {
@@ -1256,7 +1257,7 @@ int hk_launch(const dev_launch *l, char *err, size_t errlen)
   pthread_cond_init(&j.idle, NULL);
 
   pthread_mutex_lock(&pool.mu);
-  int helpers = j.nblocks > 1 ? pool_grow(j.nblocks) : 0;
+  int helpers = pool_grow(j.nblocks);
   if (*pool.bad) {
     snprintf(err, errlen, "%s", pool.bad);
     pthread_mutex_unlock(&pool.mu);
