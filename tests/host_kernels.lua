@@ -41,7 +41,14 @@ T.test("saxpy: the same result as the built-in ops", function()
   local y = gpu.rand({ n })
   local want = x * 2.5 + y
   m.saxpy { grid = (n + 255) // 256, block = 256 } (2.5, x, y, n)
-  T.is((y - want):abs():max():item(), 0, "y = 2.5 x + y over 391 blocks")
+  -- exact on the host; on cuda the kernel's a * x + y is one fused multiply-add
+  -- (nvcc's default), the built-in ops round twice: within an ulp (y < 3.5)
+  local err = (y - want):abs():max():item()
+  if HOST then
+    T.is(err, 0, "y = 2.5 x + y over 391 blocks")
+  else
+    T.ok(err <= 2 ^ -22, "y = 2.5 x + y over 391 blocks, within an ulp of the built-in ops (" .. err .. ")")
+  end
 end)
 
 T.test("the README's example, as written", function()
