@@ -147,7 +147,8 @@ STDLIB_DIRS := $(sort $(shell find stdlib -type d 2>/dev/null))
 LUA_TESTS := $(sort $(wildcard tests/*.lua) $(wildcard tests/gpu/*.lua))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
-LIB_OBJ := $(call obj,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC)) $(BUILD)/obj/gen/stdlib.o
+LIB_OBJ := $(call obj,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC)) $(BUILD)/obj/gen/stdlib.o \
+           $(BUILD)/obj/gen/hk_rt.o
 CLI_OBJ := $(call obj,$(CLI_SRC))
 CTESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 PTY_TOOL := $(BUILD)/tests/tools/pty
@@ -228,6 +229,17 @@ $(BUILD)/obj/gen/stdlib.o: $(BUILD)/gen/stdlib.c $(BUILD)/cflags
 $(BUILD)/gen/stdlib.c: $(EMBED) $(STDLIB_LUA) $(STDLIB_DIRS)
 	@mkdir -p $(@D)
 	$(EMBED) $@ stdlib $(STDLIB_LUA)
+
+# The host backend's device vocabulary for compiled kernels, embedded as one
+# C string (cuda/host/kcompile.c writes it beside each source it compiles).
+$(BUILD)/obj/gen/hk_rt.o: $(BUILD)/gen/hk_rt.c $(BUILD)/cflags
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/hk_rt.c: cuda/host/cuda_device_rt.h
+	@mkdir -p $(@D)
+	{ echo '/* generated from $< */'; echo 'const char hk_rt_header[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; echo ';'; } > $@.tmp && mv $@.tmp $@
 
 $(EMBED): $(BUILD)/obj/interp/tools/embed_stdlib.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LUA_A) -lm -ldl
@@ -466,7 +478,9 @@ endif
 
 endif
 
-# (plus build-essential without a C compiler, perl without prove)
+# (plus build-essential without a C compiler, perl without prove; its g++ is
+# also the C++ compiler gpu.compile runs on the host backend; python3-numpy is
+# the oracle of tests/ops_numpy.lua)
 DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config python3-numpy
 deps:
 	@missing=; \

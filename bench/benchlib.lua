@@ -37,6 +37,10 @@ B.sizes = {
   loop_iters = B.quick and 30 or 300,
   loop_warm = B.quick and 1 or 10,         -- iterations before the timed loops
   loop_reps = B.quick and 1 or 3,
+  -- bench/kernels.lua: run-time kernels beside the built-in ops
+  kernel_elems = B.quick and 1 << 22 or 1 << 24,
+  kernel_warm = B.quick and 1 or 2,
+  kernel_reps = B.quick and 5 or 10,
 }
 
 -- a count as a key part: 1000 "1k", 100000 "100k"

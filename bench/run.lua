@@ -158,7 +158,7 @@ if ONLY ~= "" then notes[#notes + 1] = "BENCH_ONLY=" .. ONLY .. ": the other par
 if have_ref and want("ops") then run_program("raw", REF .. (B.quick and " quick" or "") .. " all") end
 
 if run_scripts then
-  for _, script in ipairs { "launch.lua", "alloc.lua", "copy.lua", "matmul.lua" } do
+  for _, script in ipairs { "launch.lua", "alloc.lua", "copy.lua", "matmul.lua", "kernels.lua" } do
     run_program("gpulua", string.format("%s %s %s/%s", GPULUA, DEV, HERE, script))
   end
   -- Enqueue costs are a few microseconds and drift with the host's clocks
@@ -392,6 +392,13 @@ local ORDER = {
   { "d2d" },
   { "add", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "add_kernel", gpulua_from = "add", label = "%s (gpulua: its add)", raw_only = true },
+  -- bench/kernels.lua: a run-time kernel within 2x of the built-in op of the same work
+  { "kernel_add" },
+  { "kernel_add_builtin" },
+  { "kernel_add_time", "le_abs", 2.0 },
+  { "kernel_reduce" },
+  { "kernel_reduce_builtin" },
+  { "kernel_reduce_time" },
   { "matmul_f32", "ge_ratio", 0.95 },
   { "matmul_bf16", "ge_ratio", 0.95 },
   { "first_kernel" },

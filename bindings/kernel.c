@@ -220,6 +220,12 @@ static const char *kernel_what(char *buf, size_t n, const dev_kernel *k) {
   return buf;
 }
 
+/* The bytes of the (checked, contiguous) tensor argument at idx. */
+static size_t tensor_bytes(lua_State *L, int idx) {
+  const dev_view *v = &bind_test_tensor_handle(L, idx)->v;
+  return (size_t)dev_view_numel(v) * dev_dtype_size(v->dtype);
+}
+
 /* launcher(args...) */
 static int launcher_call(lua_State *L) {
   gpu_launcher *ln = bind_check_type(L, 1, &bind_launcher_type, sizeof *ln);
@@ -248,17 +254,20 @@ static int launcher_call(lua_State *L) {
   void *args[MAXPARAMS];
   dev_buf *bufs[MAXPARAMS];
   unsigned char writes[MAXPARAMS];
+  size_t ext[MAXPARAMS];
   int nb = 0;
   for (int i = 0; i < np; i++) {
     const dev_kparam *p = &k->sig.params[i];
     int idx = i + 2, t = lua_type(L, idx);
     args[i] = &vals[i];
+    ext[i] = 0;
     switch (p->kind) {
     case DEV_KP_POINTER: {
       void *ptr = NULL;
       if (t != LUA_TNIL) {
         ptr = tensor_arg(L, k, i, idx, &bufs[nb]);
         writes[nb++] = !p->is_const;
+        ext[i] = tensor_bytes(L, idx);
       }
       store(&vals[i], &ptr, 8);
       break;
@@ -291,6 +300,7 @@ static int launcher_call(lua_State *L) {
       if (bind_test_tensor_handle(L, idx) && p->size == 8) {
         void *ptr = tensor_arg(L, k, i, idx, &bufs[nb]);
         writes[nb++] = 1;
+        ext[i] = tensor_bytes(L, idx);
         store(&vals[i], &ptr, 8);
       } else if (t == LUA_TNIL && p->size == 8) {
         vals[i] = 0;
@@ -319,7 +329,8 @@ static int launcher_call(lua_State *L) {
       break;
     }
   }
-  dev_launch l = {.k = k, .shared = ln->shared, .args = args, .bufs = bufs, .writes = writes, .nbufs = nb};
+  dev_launch l = {.k = k, .shared = ln->shared, .args = args, .bufs = bufs, .writes = writes, .nbufs = nb,
+                  .extents = ext};
   memcpy(l.grid, ln->grid, sizeof l.grid);
   memcpy(l.block, ln->block, sizeof l.block);
   dev_kop op = {.kind = DEV_OP_LAUNCH, .launch = &l};

@@ -457,9 +457,10 @@ typedef struct dev_compile_opts {
   int cache;                    /* use the on-disk cache (if not disabled by env) */
 } dev_compile_opts;
 
-/* Compile CUDA C for the current device with NVRTC and load it.  On a compile
- * error returns DEV_ERR_INVALID and, if log is not NULL, sets *log to NVRTC's
- * full log (free() it).  The host backend returns DEV_ERR_UNSUPPORTED. */
+/* Compile CUDA C for the current device and load it: with NVRTC on cuda,
+ * with the system C++ compiler on the host backend (cuda/host/kcompile.c).
+ * On a compile error returns DEV_ERR_INVALID and, if log is not NULL, sets
+ * *log to the compiler's full log (free() it). */
 int dev_module_compile(dev_ctx *ctx, const char *src, const dev_compile_opts *o,
                        dev_module **out, char **log);
 /* What the len bytes at data are: a cubin (ELF), a fatbin, PTX text (an
@@ -487,6 +488,9 @@ typedef struct dev_launch {
   dev_buf **bufs;         /* tensors the kernel may touch ... */
   const unsigned char *writes;   /* ... and whether it may write them */
   int nbufs;
+  /* optional, one per parameter: the bytes of the tensor passed for it
+   * (0 for anything else), for GPULUA_KERNEL_CHECK's bounds */
+  const size_t *extents;
 } dev_launch;
 
 /* Grid, block and shared memory valid for this kernel on this device? 0, or

@@ -76,6 +76,9 @@ typedef struct dev_backend {
                     size_t *sizes, int max, int *nparams);
   /* Names of every kernel in the image (malloc'd array of malloc'd names). */
   int (*kernel_names)(dev_ctx *ctx, void *impl, char ***names, int *n);
+  /* Set where compile's images are the backend's own: no PTX, cubin or
+   * fatbin is loaded (gpu.load_module). */
+  int compile_only;
 
   /* Collectives; NULL on a backend without them.  coll takes a checked
    * group of n (copied) with its sequence number in the job. */

@@ -240,6 +240,10 @@ int dev_module_load(dev_ctx *ctx, const void *image, size_t len, const char *dec
   *out = NULL;
   int rc = need_kernels(ctx);
   if (rc) return rc;
+  if (ctx->bk->compile_only)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED,
+                    "run-time kernels need the cuda backend (this gpulua runs on the %s backend)",
+                    ctx->bk->name);
   rc = dev_check_async(ctx);
   if (rc) return rc;
   char msg[512];
@@ -429,15 +433,20 @@ int dev_cfunc_run(const dev_launch *l, void *stream, char *err, size_t errlen)
 dev_launch *dev_launch_dup(const dev_launch *l)
 {
   int np = l->k->sig.nparams, nb = l->nbufs;
-  /* one block: the launch, arg pointers, 8-byte value slots, buffers, writes */
-  size_t bytes = sizeof(dev_launch) + (size_t)np * (sizeof(void *) + 8) + (size_t)nb * (sizeof(dev_buf *) + 1);
+  /* one block: the launch, arg pointers, 8-byte value slots, extents,
+   * buffers, writes */
+  size_t bytes = sizeof(dev_launch) + (size_t)np * (sizeof(void *) + 8 + sizeof(size_t)) +
+                 (size_t)nb * (sizeof(dev_buf *) + 1);
   dev_launch *c = malloc(bytes);
   if (!c) return NULL;
   *c = *l;
   void **args = (void **)(c + 1);
   uint64_t *vals = (uint64_t *)(args + np);
-  dev_buf **bufs = (dev_buf **)(vals + np);
+  size_t *ext = (size_t *)(vals + np);
+  dev_buf **bufs = (dev_buf **)(ext + np);
   unsigned char *writes = (unsigned char *)(bufs + nb);
+  for (int i = 0; i < np; i++) ext[i] = l->extents ? l->extents[i] : 0;
+  c->extents = l->extents ? ext : NULL;
   for (int i = 0; i < np; i++) {
     int size = l->k->sig.params[i].size;
     vals[i] = 0;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "hk.h"
 
 typedef struct hrec {           /* one event record: its timestamp */
   atomic_int refs;
@@ -94,11 +95,16 @@ static void run_item(hstream *hs, item *it) {
   switch (it->kind) {
   case IT_OP: {
     if (ctx->jitter) jitter(hs);
-    char msg[256];
+    char msg[1024];
     dev_note_running(ctx, 1);
-    int rc = dev_cpu_run(&it->op, msg, sizeof msg);
+    /* a compiled kernel fails as on cuda: named, with where it was enqueued */
+    int hk = it->op.kind == DEV_OP_LAUNCH && hk_is_compiled(it->op.launch->k);
+    int rc = hk ? hk_launch(it->op.launch, msg, sizeof msg) : dev_cpu_run(&it->op, msg, 256);
     dev_note_running(ctx, -1);
-    if (rc)
+    if (rc && hk)
+      dev_async_fail(ctx, "'%s'%s%s failed: %s", dev_op_name(&it->op), *it->site ? " enqueued at " : "",
+                     it->site, msg);
+    else if (rc)
       dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
                      dev_op_name(&it->op), msg);
     if (it->tgen) trace_item(hs, it, t0);
@@ -496,4 +502,10 @@ const dev_backend dev_host_backend = {
   .comm_connect = h_comm_connect,
   .comm_close = h_comm_close,
   .coll = h_coll,
+  .compile = hk_compile,
+  .module_load = hk_module_load,
+  .module_unload = hk_module_unload,
+  .kernel_get = hk_kernel_get,
+  .kernel_names = hk_kernel_names,
+  .compile_only = 1,
 };

@@ -1,0 +1,37 @@
+/* Run-time kernels of the host backend (gpu.compile without a GPU): shared
+ * by cuda/host/backend.c, kcompile.c (compiling and the on-disk cache) and
+ * kexec.c (loading and running). */
+#ifndef GPULUA_HOST_HK_H
+#define GPULUA_HOST_HK_H
+
+#include "devpriv.h"
+
+/* The backend's compile: CUDA C source built into a shared object with the
+ * system C++ compiler against gpulua_cuda_rt.h (hk_rt_header, embedded at
+ * build time).  The image is the shared object; lowered[i] names the entry
+ * of exprs[i] ("&name" of a launchable kernel).  GPULUA_KERNEL_CHECK=1 in
+ * the environment builds it with address checks. */
+int hk_compile(const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
+               const char *const *exprs, int nexprs, int use_cache, dev_kimage *img, char **log,
+               char *err, size_t errlen);
+extern const char hk_rt_header[];   /* $(BUILD)/gen/hk_rt.c */
+/* An executable on PATH (or name itself when it has a '/'): 0, or -1. */
+int hk_find_program(const char *name, char *out, size_t n);
+/* argv[0] (a path) run with stdout and stderr into fd out, stdin from
+ * /dev/null; its exit status, or -1 with errno when it cannot start. */
+int hk_run(char *const argv[], int out);
+
+int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl);
+void hk_module_unload(dev_ctx *ctx, void *impl);
+int hk_kernel_get(dev_ctx *ctx, void *impl, const char *symbol, dev_kernel *k, size_t *sizes, int max,
+                  int *nparams);
+int hk_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n);
+
+/* Run a launch of a compiled kernel on the calling thread and the pool of
+ * block workers; 0 when every block finished, else -1 with what stopped it
+ * in err ("device-side assert triggered ...").  Any thread. */
+int hk_launch(const dev_launch *l, char *err, size_t errlen);
+/* Whether a launch's kernel is one of hk_compile's (not a C function). */
+int hk_is_compiled(const dev_kernel *k);
+
+#endif

@@ -1,0 +1,1293 @@
+/* Compiled host kernels (kcompile.c): loading and running.
+ *
+ * A module is the compiler's shared object, written to a temporary file
+ * and dlopen'ed (each load its own copy, as CUDA modules have their own
+ * globals).  A launch runs on the stream's worker thread: its blocks are
+ * shared out to a process-wide pool of block workers (GPULUA_HOST_THREADS,
+ * default one per CPU, the stream's worker counted), each running whole
+ * blocks, one at a time.  A block's threads run one after the other in a
+ * loop the compiler sees through (gpulua_hk_kernel.run_blocks), unless the
+ * kernel reaches barriers or warp primitives: then each thread is a fiber
+ * with its own stack, and a fiber that reaches __syncthreads or a warp
+ * operation hands the CPU to the next one, round robin; the operation
+ * completes when every live thread of the block (of the warp, for the lanes
+ * of its mask) has reached it, so it means what it means on a GPU.  Threads
+ * that exited no longer count, as on current GPUs; a wait that can never
+ * complete (a warp operation naming a thread blocked at a barrier) fails
+ * the kernel.
+ *
+ * A fault in kernel code (SIGSEGV, SIGBUS, SIGFPE, SIGILL on a block
+ * worker) fails the launch instead of the process.  Modules built for
+ * GPULUA_KERNEL_CHECK call back before each access of the user's code; the
+ * ranges it may touch are set up here per job and worker, and a bad access
+ * is described against the launch's tensor arguments. */
+#include <dlfcn.h>
+#include <link.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "hk.h"
+#define GPULUA_HK_ABI_ONLY
+#include "host/cuda_device_rt.h"
+
+/* As an H100's: a block of 1024 threads, and dynamic shared memory up to
+ * the 227 KiB a kernel may opt in to there (host kernels need no opt-in). */
+#define HK_MAX_THREADS 1024
+#define HK_MAX_DYN_SHARED ((size_t)232448)
+
+typedef struct hk_mod hk_mod;
+
+typedef struct hk_kern {
+  hk_mod *mod;
+  const gpulua_hk_kernel *k;
+} hk_kern;
+
+#define HK_MAXSEG 16
+
+struct hk_mod {
+  void *dl;
+  const gpulua_hk_module *m;
+  int fibers;                   /* its threads need fibers */
+  hk_kern *ks;                  /* one per kernel of m */
+  void (*where)(char *buf, unsigned long n);   /* the failing thread's block and thread */
+  void *(*tls_probe)(void);
+  uintptr_t base;               /* the load address: pc - base is in the file */
+  /* built with GPULUA_KERNEL_CHECK: the file stays (addr2line reads its
+   * lines), and what a kernel may touch besides its tensors */
+  int checked;
+  char path[1100];
+  gpulua_hk_range seg[HK_MAXSEG];   /* the object's loaded segments */
+  int nseg;
+  size_t tls_size;              /* its thread-local storage: __shared__ */
+};
+
+typedef struct seg_find { uintptr_t base; hk_mod *hm; } seg_find;
+
+static int seg_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  (void)size;
+  seg_find *sf = arg;
+  if (info->dlpi_addr != sf->base) return 0;
+  hk_mod *hm = sf->hm;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_TLS) hm->tls_size = ph->p_memsz;
+    if (ph->p_type != PT_LOAD || hm->nseg == HK_MAXSEG) continue;
+    gpulua_hk_range *r = &hm->seg[hm->nseg++];
+    r->lo = info->dlpi_addr + ph->p_vaddr;
+    r->hi = r->lo + ph->p_memsz;
+    r->write = (ph->p_flags & PF_W) != 0;
+    r->param = -1;
+  }
+  return 1;
+}
+
+/* ---- modules -------------------------------------------------------------- */
+
+int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl)
+{
+  char path[1100];
+  const char *td = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/gpulua-k-XXXXXX", td && *td ? td : "/tmp");
+  int fd = mkostemp(path, O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(path, sizeof path, "/tmp/gpulua-k-XXXXXX");
+    fd = mkostemp(path, O_CLOEXEC);
+  }
+  if (fd < 0) return dev_fail(ctx, DEV_ERR_DEVICE, "load module: cannot create a temporary file: %s", strerror(errno));
+  const char *p = image;
+  size_t left = len;
+  while (left > 0) {
+    ssize_t k = write(fd, p, left);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      int e = errno;
+      close(fd);
+      unlink(path);
+      return dev_fail(ctx, DEV_ERR_DEVICE, "load module: cannot write %s: %s", path, strerror(e));
+    }
+    p += k;
+    left -= (size_t)k;
+  }
+  close(fd);
+  /* a fresh name per load: dlopen would hand back an object already loaded
+   * under the same name */
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const char *why = dl ? NULL : dlerror();
+  if (!dl) {
+    unlink(path);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "load module: %s", why ? why : "dlopen failed");
+  }
+  const gpulua_hk_module *m = dlsym(dl, "gpulua_hk_mod");
+  if (!m || m->abi != GPULUA_HK_ABI) {
+    dlclose(dl);
+    unlink(path);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "load module: not a module of this gpulua's host kernels (interface %d)",
+                    GPULUA_HK_ABI);
+  }
+  int checked = (m->flags & GPULUA_HK_CHECKED) != 0;
+  if (!checked) unlink(path);
+  hk_mod *hm = calloc(1, sizeof *hm);
+  hk_kern *ks = calloc(m->nkernels > 0 ? (size_t)m->nkernels : 1, sizeof *ks);
+  if (!hm || !ks) {
+    free(hm);
+    free(ks);
+    dlclose(dl);
+    if (checked) unlink(path);
+    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  }
+  hm->dl = dl;
+  hm->m = m;
+  hm->fibers = dlsym(dl, "gpulua_hk_fibers") != NULL;
+  hm->ks = ks;
+  *(void **)&hm->where = dlsym(dl, "gpulua_hk_where");
+  *(void **)&hm->tls_probe = dlsym(dl, "gpulua_hk_tls_probe");
+  struct link_map *lm = NULL;
+  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm) hm->base = lm->l_addr;
+  hm->checked = checked;
+  if (checked) {
+    snprintf(hm->path, sizeof hm->path, "%s", path);
+    seg_find sf = {hm->base, hm};
+    dl_iterate_phdr(seg_cb, &sf);
+  }
+  for (int i = 0; i < m->nkernels; i++) {
+    ks[i].mod = hm;
+    ks[i].k = m->kernels[i];
+  }
+  *impl = hm;
+  return DEV_OK;
+}
+
+void hk_module_unload(dev_ctx *ctx, void *impl)
+{
+  (void)ctx;
+  hk_mod *hm = impl;
+  if (!hm) return;
+  dlclose(hm->dl);
+  if (hm->checked) unlink(hm->path);
+  free(hm->ks);
+  free(hm);
+}
+
+int hk_kernel_get(dev_ctx *ctx, void *impl, const char *symbol, dev_kernel *k, size_t *sizes, int max,
+                  int *nparams)
+{
+  hk_mod *hm = impl;
+  const gpulua_hk_kernel *kk = dlsym(hm->dl, symbol);
+  hk_kern *found = NULL;
+  for (int i = 0; kk && i < hm->m->nkernels; i++)
+    if (hm->ks[i].k == kk) found = &hm->ks[i];
+  if (!found) return dev_fail(ctx, DEV_ERR_DEVICE, "kernel '%.200s' not found in the module", symbol);
+  k->handle = found;
+  k->max_threads = HK_MAX_THREADS;
+  k->static_shared = 0;
+  k->max_dynamic_shared = HK_MAX_DYN_SHARED;
+  k->shared_set = HK_MAX_DYN_SHARED;
+  int n = kk->nparams < max ? kk->nparams : max;
+  for (int i = 0; i < n; i++) sizes[i] = kk->sizes[i];
+  *nparams = n;
+  return DEV_OK;
+}
+
+int hk_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n)
+{
+  hk_mod *hm = impl;
+  int count = hm->m->nkernels;
+  char **out = calloc(count > 0 ? (size_t)count : 1, sizeof *out);
+  if (!out) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < count; i++) {
+    if (!(out[i] = strdup(hm->m->kernels[i]->name))) {
+      for (int j = 0; j < i; j++) free(out[j]);
+      free(out);
+      return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+    }
+  }
+  *names = out;
+  *n = count;
+  return DEV_OK;
+}
+
+int hk_is_compiled(const dev_kernel *k)
+{
+  return k && k->handle && !dev_kernel_is_cfunc(k);
+}
+
+/* ---- launches ------------------------------------------------------------- */
+
+typedef struct hk_job {
+  struct hk_job *next;          /* the pool's list, under pool.mu */
+  const dev_launch *l;
+  const hk_kern *hk;
+  gpulua_hk_block tmpl;
+  unsigned long long nblocks, chunk;
+  _Atomic unsigned long long next_block;
+  atomic_int failed;
+  int active;                   /* pool workers in it (pool.mu) */
+  pthread_cond_t idle;          /* active fell to 0 */
+  pthread_mutex_t emu;
+  char err[1024];               /* the first failure (emu) */
+  gpulua_hk_range *args;        /* GPULUA_KERNEL_CHECK: the tensors passed */
+  int nargs;
+} hk_job;
+
+/* ---- fibers ---------------------------------------------------------------- */
+
+#if defined(__x86_64__) && !defined(GPULUA_HK_UCONTEXT)
+/* The switch: callee-saved registers on the old stack, its stack pointer
+ * into *save, then the other's restored.  The floating-point control words
+ * stay as they are (loading them costs more than the rest of the switch):
+ * every fiber of a thread shares the thread's.  A new fiber's stack holds a
+ * frame whose return address is gpulua_hk_fiber_start, which calls rbx(r12). */
+#define HK_ASM_SWITCH 1
+__asm__(".text\n"
+        ".globl gpulua_hk_switch\n.hidden gpulua_hk_switch\n.type gpulua_hk_switch,@function\n"
+        "gpulua_hk_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size gpulua_hk_switch, .-gpulua_hk_switch\n"
+        ".globl gpulua_hk_fiber_start\n.hidden gpulua_hk_fiber_start\n.type gpulua_hk_fiber_start,@function\n"
+        "gpulua_hk_fiber_start:\n"
+        "  movq %r12, %rdi\n  callq *%rbx\n  ud2\n"
+        ".size gpulua_hk_fiber_start, .-gpulua_hk_fiber_start\n");
+void gpulua_hk_switch(void **save, void *to);
+void gpulua_hk_fiber_start(void);
+#else
+#include <ucontext.h>
+#endif
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+enum { F_RUN, F_BAR, F_WARP, F_DONE };
+
+typedef struct hk_worker hk_worker;
+
+typedef struct hk_fiber {
+  void *sp;                     /* saved stack pointer while switched out */
+#ifndef HK_ASM_SWITCH
+  ucontext_t uc;
+#endif
+  hk_worker *w;
+  unsigned th;                  /* linear thread index in the block */
+  int state;
+  unsigned bar_gen;             /* the barrier it waits at */
+  /* its warp operation: what it asked, and the result */
+  int op, arg, width;
+  unsigned mask;
+  unsigned long long v, res;
+} hk_fiber;
+
+/* Bytes of stack per fiber (CUDA gives a thread 1 KiB by default; C++ and
+ * printf need more), with a guard page below each. */
+#define HK_STACK ((size_t)128 << 10)
+
+/* The state of a thread that runs blocks: a pool worker or a stream's. */
+struct hk_worker {
+  jmp_buf jb;                   /* a failing thread leaves its block through here */
+  hk_job *job;
+  void *dyn;                    /* dynamic shared memory */
+  size_t dyn_cap;
+  /* a fault (SIGSEGV, SIGFPE...) in kernel code: what the handler saw */
+  volatile sig_atomic_t in_kernel;
+  unsigned long long range_first, range_last;   /* the blocks run as a loop now */
+  int fault_sig, fault_code;
+  void *fault_addr, *fault_pc;
+  char *altstack;               /* ours, when the thread had none */
+  /* GPULUA_KERNEL_CHECK: the job's ranges plus this thread's */
+  gpulua_hk_range *ranges;
+  int nranges, cap_ranges;
+  /* fibers */
+  char *stacks;                 /* HK_MAX_THREADS of (guard page + HK_STACK) */
+  size_t page;
+  int guarded;                  /* stacks whose guard page is set */
+  hk_fiber *f;                  /* HK_MAX_THREADS */
+  int nf, cur, live, in_fibers;
+  void *main_sp;
+#ifndef HK_ASM_SWITCH
+  ucontext_t main_uc;
+#endif
+  const void *main_lo;          /* this thread's own stack (AddressSanitizer) */
+  size_t main_size;
+  gpulua_hk_block blk;          /* the block the fibers run */
+  unsigned long long block;
+  unsigned bar_gen;             /* barriers completed in this block */
+  int bar_arrived, bar_true[2], res_true[2], res_total[2];
+  unsigned warp_live[HK_MAX_THREADS / 32], warp_arrived[HK_MAX_THREADS / 32];
+  unsigned warp_active[HK_MAX_THREADS / 32];   /* lanes waiting in __activemask */
+};
+
+static pthread_key_t worker_key;
+static pthread_once_t worker_once = PTHREAD_ONCE_INIT;
+
+#define HK_ALTSTACK ((size_t)64 << 10)
+
+static __thread hk_worker *tls_worker;   /* for the fault handler */
+
+static void worker_free(void *p)
+{
+  hk_worker *w = p;
+  if (!w) return;
+  tls_worker = NULL;
+  if (w->altstack) {
+    stack_t ss = {.ss_flags = SS_DISABLE};
+    sigaltstack(&ss, NULL);
+    munmap(w->altstack, HK_ALTSTACK);
+  }
+  free(w->ranges);
+  if (w->stacks) munmap(w->stacks, HK_MAX_THREADS * (w->page + HK_STACK));
+  free(w->f);
+  free(w->dyn);
+  free(w);
+}
+
+static void worker_key_init(void) { pthread_key_create(&worker_key, worker_free); }
+
+static hk_worker *worker_self(void)
+{
+  pthread_once(&worker_once, worker_key_init);
+  hk_worker *w = pthread_getspecific(worker_key);
+  if (w) return w;
+  w = calloc(1, sizeof *w);
+  if (w && pthread_setspecific(worker_key, w)) { free(w); w = NULL; }
+  if (w) {
+    pthread_attr_t a;
+    void *lo;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+      if (pthread_attr_getstack(&a, &lo, &size) == 0) { w->main_lo = lo; w->main_size = size; }
+      pthread_attr_destroy(&a);
+    }
+    /* the fault handler runs on an alternate stack: a kernel thread may
+     * have overflowed its own */
+    stack_t old;
+    if (sigaltstack(NULL, &old) == 0 && (old.ss_flags & SS_DISABLE)) {
+      void *alt = mmap(NULL, HK_ALTSTACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      stack_t ss = {.ss_sp = alt, .ss_size = HK_ALTSTACK, .ss_flags = 0};
+      if (alt != MAP_FAILED && sigaltstack(&ss, NULL) == 0) w->altstack = alt;
+      else if (alt != MAP_FAILED) munmap(alt, HK_ALTSTACK);
+    }
+    /* stream and pool threads block every signal; a fault cannot be */
+    sigset_t faults;
+    sigemptyset(&faults);
+    sigaddset(&faults, SIGSEGV);
+    sigaddset(&faults, SIGBUS);
+    sigaddset(&faults, SIGFPE);
+    sigaddset(&faults, SIGILL);
+    pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+    tls_worker = w;
+  }
+  return w;
+}
+
+static void job_fail(hk_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void job_fail(hk_job *j, const char *fmt, ...)
+{
+  pthread_mutex_lock(&j->emu);
+  if (!atomic_load(&j->failed)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->err, sizeof j->err, fmt, ap);
+    va_end(ap);
+    atomic_store(&j->failed, 1);
+  }
+  pthread_mutex_unlock(&j->emu);
+}
+
+/* ---- switching fibers ------------------------------------------------------ */
+
+static char *stack_lo(const hk_worker *w, int i) { return w->stacks + (size_t)i * (w->page + HK_STACK) + w->page; }
+
+/* Switch from the running context (saved into *save, unless final: it is
+ * never resumed) to sp / uc, whose stack is [lo, lo + size). */
+static void swap_to(hk_worker *w, void **save, void *sp, void *uc, const void *lo, size_t size, int final)
+{
+#ifdef __SANITIZE_ADDRESS__
+  void *fake = NULL;
+  __sanitizer_start_switch_fiber(final ? NULL : &fake, lo, size);
+#else
+  (void)lo;
+  (void)size;
+  (void)final;
+#endif
+#ifdef HK_ASM_SWITCH
+  (void)uc;
+  gpulua_hk_switch(save, sp);
+#else
+  (void)sp;
+  swapcontext((ucontext_t *)save, (ucontext_t *)uc);
+#endif
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+  (void)w;
+}
+
+static void switch_fiber(hk_worker *w, int to, int final)
+{
+  hk_fiber *from = &w->f[w->cur], *f = &w->f[to];
+  w->cur = to;
+#ifdef HK_ASM_SWITCH
+  /* the one after it runs next, usually: its saved frame is a cache miss
+   * away, as every fiber's stack is another page */
+  const hk_fiber *after = &w->f[to + 1 < w->nf ? to + 1 : 0];
+  __builtin_prefetch(after->sp);
+  __builtin_prefetch((const char *)after->sp + 64);
+  void *dummy;
+  swap_to(w, final ? &dummy : &from->sp, f->sp, NULL, stack_lo(w, to), HK_STACK, final);
+#else
+  swap_to(w, (void *)&from->uc, NULL, &f->uc, stack_lo(w, to), HK_STACK, final);
+  (void)final;
+#endif
+}
+
+/* Back to the thread's own stack, leaving the block's fibers for good. */
+__attribute__((noreturn)) static void switch_main(hk_worker *w)
+{
+#ifdef HK_ASM_SWITCH
+  void *dummy;
+  swap_to(w, &dummy, w->main_sp, NULL, w->main_lo, w->main_size, 1);
+#else
+  ucontext_t dummy;
+  swap_to(w, (void *)&dummy, NULL, &w->main_uc, w->main_lo, w->main_size, 1);
+#endif
+  abort();   /* not reached */
+}
+
+/* ---- the callbacks of compiled code ------------------------------------------ */
+
+static void job_fail_kind(hk_job *j, int kind, const char *msg)
+{
+  switch (kind) {
+  case GPULUA_FAIL_ASSERT:
+    job_fail(j, "device-side assert triggered (cudaErrorAssert): %s", msg);
+    break;
+  case GPULUA_FAIL_TRAP:
+    job_fail(j, "an illegal instruction was encountered (cudaErrorIllegalInstruction): %s", msg);
+    break;
+  default:
+    job_fail(j, "%s", msg);
+    break;
+  }
+}
+
+/* The kernel stops: this thread leaves its block (the other workers stop
+ * at their next block). */
+static void rt_fail(void *wp, int kind, const char *msg)
+{
+  hk_worker *w = wp;
+  job_fail_kind(w->job, kind, msg);
+  if (w->in_fibers) switch_main(w);
+  longjmp(w->jb, 1);
+}
+
+static void fail_here(hk_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void fail_here(hk_worker *w, const char *fmt, ...)
+{
+  char msg[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  rt_fail(w, GPULUA_FAIL_OTHER, msg);
+  abort();   /* not reached */
+}
+
+/* A kernel run as a loop reached a barrier: its source said it would not
+ * (kcompile.c's reading of it missed a way there). */
+__attribute__((noreturn)) static void no_fibers(hk_worker *w, const char *what)
+{
+  fail_here(w, "kernel '%s' reached %s, which gpulua did not find on its way in the source (through a "
+            "macro?): it ran without the fibers that need; please report this", w->job->l->k->sig.name, what);
+}
+
+/* Every live fiber waits: nothing can make progress. */
+__attribute__((noreturn)) static void deadlock(hk_worker *w)
+{
+  int bar = 0, warp = 0;
+  for (int i = 0; i < w->nf; i++) {
+    if (w->f[i].state == F_BAR) bar++;
+    if (w->f[i].state == F_WARP) warp++;
+  }
+  unsigned long long gx = w->blk.grid[0], gy = w->blk.grid[1];
+  fail_here(w, "block [%llu,%llu,%llu] cannot go on: %d thread%s wait%s at __syncthreads and %d at a "
+            "warp operation whose other lanes are elsewhere (a barrier or warp operation not reached "
+            "by every thread it waits for)", w->block % gx, w->block / gx % gy, w->block / gx / gy, bar,
+            bar == 1 ? "" : "s", bar == 1 ? "s" : "", warp);
+}
+
+/* The next runnable fiber after the current one, round robin. */
+static void yield(hk_worker *w)
+{
+  int n = w->nf;
+  for (int k = 1; k <= n; k++) {
+    int j = w->cur + k < n ? w->cur + k : w->cur + k - n;
+    if (w->f[j].state == F_RUN) {
+      if (j != w->cur) switch_fiber(w, j, 0);
+      return;
+    }
+  }
+  deadlock(w);
+}
+
+static void active_try(hk_worker *w, int wi);
+
+static void bar_release(hk_worker *w)
+{
+  unsigned par = w->bar_gen & 1;
+  w->res_true[par] = w->bar_true[par];
+  w->res_total[par] = w->bar_arrived;
+  w->bar_true[par] = 0;
+  w->bar_arrived = 0;
+  for (int i = 0; i < w->nf; i++)
+    if (w->f[i].state == F_BAR) w->f[i].state = F_RUN;
+  w->bar_gen++;
+}
+
+static int rt_barrier(void *wp, int kind, int pred)
+{
+  hk_worker *w = wp;
+  if (!w->in_fibers) no_fibers(w, "__syncthreads");
+  hk_fiber *f = &w->f[w->cur];
+  unsigned gen = w->bar_gen;
+  w->bar_true[gen & 1] += pred != 0;
+  w->bar_arrived++;
+  if (w->bar_arrived == w->live) {
+    bar_release(w);
+  } else {
+    f->state = F_BAR;
+    f->bar_gen = gen;
+    active_try(w, (int)(f->th >> 5));
+    yield(w);
+  }
+  int t = w->res_true[gen & 1], total = w->res_total[gen & 1];
+  switch (kind) {
+  case GPULUA_BAR_COUNT: return t;
+  case GPULUA_BAR_AND: return t == total;
+  case GPULUA_BAR_OR: return t > 0;
+  default: return 0;
+  }
+}
+
+/* The lanes of group (every one arrived) of warp wi get their results. */
+static void warp_complete(hk_worker *w, int wi, unsigned group)
+{
+  hk_fiber *base = &w->f[wi * 32];
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; l++)
+    if ((group >> l & 1) && base[l].v) ballot |= 1u << l;
+  for (int l = 0; l < 32; l++) {
+    if (!(group >> l & 1)) continue;
+    hk_fiber *f = &base[l];
+    unsigned width = (unsigned)f->width, seg = (unsigned)l & ~(width - 1), src = (unsigned)l;
+    unsigned a = (unsigned)f->arg;
+    unsigned long long r = 0;
+    switch (f->op) {
+    case GPULUA_W_SHFL: src = seg + (a & (width - 1)); break;
+    case GPULUA_W_UP: src = ((unsigned)l & (width - 1)) >= a ? (unsigned)l - a : (unsigned)l; break;
+    case GPULUA_W_DOWN: src = ((unsigned)l & (width - 1)) + a < width ? (unsigned)l + a : (unsigned)l; break;
+    case GPULUA_W_XOR: src = (unsigned)l ^ a; if (src >= seg + width) src = (unsigned)l; break;
+    default: break;
+    }
+    switch (f->op) {
+    case GPULUA_W_SHFL: case GPULUA_W_UP: case GPULUA_W_DOWN: case GPULUA_W_XOR:
+      r = src < 32 && (group >> src & 1) ? base[src].v : f->v;
+      break;
+    case GPULUA_W_BALLOT: r = ballot; break;
+    case GPULUA_W_ANY: r = ballot != 0; break;
+    case GPULUA_W_ALL: r = ballot == group; break;
+    case GPULUA_W_MATCH_ANY: case GPULUA_W_MATCH_ALL: {
+      unsigned m = 0;
+      for (int k = 0; k < 32; k++)
+        if ((group >> k & 1) && base[k].v == f->v) m |= 1u << k;
+      r = f->op == GPULUA_W_MATCH_ANY ? m : m == group ? group : 0;
+      break;
+    }
+    case GPULUA_W_ADD: case GPULUA_W_MIN: case GPULUA_W_MAX: case GPULUA_W_UMIN: case GPULUA_W_UMAX:
+    case GPULUA_W_AND: case GPULUA_W_OR: case GPULUA_W_XORR: {
+      uint32_t acc = 0;
+      int first = 1;
+      for (int k = 0; k < 32; k++) {
+        if (!(group >> k & 1)) continue;
+        uint32_t x = (uint32_t)base[k].v;
+        if (first) { acc = x; first = 0; continue; }
+        switch (f->op) {
+        case GPULUA_W_ADD: acc += x; break;
+        case GPULUA_W_MIN: acc = (int32_t)x < (int32_t)acc ? x : acc; break;
+        case GPULUA_W_MAX: acc = (int32_t)x > (int32_t)acc ? x : acc; break;
+        case GPULUA_W_UMIN: acc = x < acc ? x : acc; break;
+        case GPULUA_W_UMAX: acc = x > acc ? x : acc; break;
+        case GPULUA_W_AND: acc &= x; break;
+        case GPULUA_W_OR: acc |= x; break;
+        default: acc ^= x; break;
+        }
+      }
+      r = acc;
+      break;
+    }
+    default: break;
+    }
+    f->res = r;
+  }
+  w->warp_arrived[wi] &= ~group;
+  for (int l = 0; l < 32; l++)
+    if ((group >> l & 1) && base[l].state == F_WARP) base[l].state = F_RUN;
+}
+
+/* __activemask: the lanes that reach it together.  Lanes run one after the
+ * other here, so those waiting in it get their answer once no other live
+ * lane of the warp can run on to join them (each has exited or waits at a
+ * barrier or another warp operation). */
+static void active_try(hk_worker *w, int wi)
+{
+  unsigned waiting = w->warp_active[wi];
+  if (!waiting) return;
+  hk_fiber *base = &w->f[wi * 32];
+  for (int l = 0; l < 32; l++)
+    if ((w->warp_live[wi] >> l & 1) && base[l].state == F_RUN && !(waiting >> l & 1)) return;
+  w->warp_active[wi] = 0;
+  w->warp_arrived[wi] &= ~waiting;
+  for (int l = 0; l < 32; l++) {
+    if (!(waiting >> l & 1)) continue;
+    base[l].res = waiting;
+    base[l].state = F_RUN;
+  }
+}
+
+/* Complete whatever waits in warp wi that now can (a lane arrived or left). */
+static void warp_try(hk_worker *w, int wi)
+{
+  hk_fiber *base = &w->f[wi * 32];
+  for (int l = 0; l < 32; l++) {
+    if (!(w->warp_arrived[wi] >> l & 1) || (w->warp_active[wi] >> l & 1)) continue;
+    unsigned group = base[l].mask & w->warp_live[wi];
+    if ((w->warp_arrived[wi] & group) == group) warp_complete(w, wi, group);
+  }
+  active_try(w, wi);
+}
+
+static unsigned long long rt_warp(void *wp, int op, unsigned mask, unsigned long long v, int arg, int width)
+{
+  hk_worker *w = wp;
+  if (!w->in_fibers) no_fibers(w, "a warp primitive");
+  hk_fiber *f = &w->f[w->cur];
+  int wi = (int)(f->th >> 5), lane = (int)(f->th & 31);
+  if (op == GPULUA_W_ACTIVE) {
+    f->state = F_WARP;
+    w->warp_active[wi] |= 1u << lane;
+    w->warp_arrived[wi] |= 1u << lane;
+    active_try(w, wi);
+    if (f->state != F_RUN) yield(w);
+    return f->res;
+  }
+  if (width < 1 || width > 32 || (width & (width - 1))) width = 32;
+  f->op = op;
+  f->arg = arg;
+  f->width = width;
+  f->v = v;
+  f->mask = mask | 1u << lane;
+  w->warp_arrived[wi] |= 1u << lane;
+  unsigned group = f->mask & w->warp_live[wi];
+  if ((w->warp_arrived[wi] & group) == group) {
+    warp_complete(w, wi, group);
+  } else {
+    f->state = F_WARP;
+    active_try(w, wi);
+    yield(w);
+  }
+  return f->res;
+}
+
+/* The current fiber's thread returned. */
+__attribute__((noreturn)) static void fiber_done(hk_worker *w)
+{
+  hk_fiber *f = &w->f[w->cur];
+  f->state = F_DONE;
+  w->live--;
+  int wi = (int)(f->th >> 5);
+  w->warp_live[wi] &= ~(1u << (f->th & 31));
+  w->warp_arrived[wi] &= ~(1u << (f->th & 31));
+  w->warp_active[wi] &= ~(1u << (f->th & 31));
+  if (w->live == 0) switch_main(w);
+  if (w->bar_arrived > 0 && w->bar_arrived == w->live) bar_release(w);
+  warp_try(w, wi);
+  int n = w->nf;
+  for (int k = 1; k < n; k++) {
+    int j = w->cur + k < n ? w->cur + k : w->cur + k - n;
+    if (w->f[j].state == F_RUN) {
+      switch_fiber(w, j, 1);
+      abort();   /* not reached */
+    }
+  }
+  deadlock(w);
+}
+
+static void fiber_entry(hk_fiber *f)
+{
+  hk_worker *w = f->w;
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+  w->job->hk->k->run_thread(&w->blk, w->block, f->th);
+  fiber_done(w);
+}
+
+#ifndef HK_ASM_SWITCH
+static void fiber_entry_uc(unsigned hi, unsigned lo)
+{
+  fiber_entry((hk_fiber *)(uintptr_t)((uint64_t)hi << 32 | lo));
+}
+#endif
+
+/* Stacks and fiber records for n threads. */
+static int ensure_fibers(hk_worker *w, int n)
+{
+  if (!w->stacks) {
+    long pg = sysconf(_SC_PAGESIZE);
+    w->page = pg > 0 ? (size_t)pg : 4096;
+    void *p = mmap(NULL, HK_MAX_THREADS * (w->page + HK_STACK), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    w->stacks = p;
+  }
+  if (!w->f && !(w->f = calloc(HK_MAX_THREADS, sizeof *w->f))) return -1;
+  for (; w->guarded < n; w->guarded++)
+    if (mprotect(w->stacks + (size_t)w->guarded * (w->page + HK_STACK), w->page, PROT_NONE)) return -1;
+  return 0;
+}
+
+static void fiber_init(hk_worker *w, int i)
+{
+  hk_fiber *f = &w->f[i];
+  f->w = w;
+  f->th = (unsigned)i;
+  f->state = F_RUN;
+  char *lo = stack_lo(w, i);
+#ifdef __SANITIZE_ADDRESS__
+  /* the frames a finished fiber left on it keep their redzones' poison */
+  __asan_unpoison_memory_region(lo + HK_STACK - 16384, 16384);
+#endif
+#ifdef HK_ASM_SWITCH
+  /* the frame gpulua_hk_switch pops: r15..r12, rbx, rbp, then the return
+   * address; gpulua_hk_fiber_start runs with rsp 16-aligned.  The tops are
+   * staggered within a page: stacks a page multiple apart would all fall
+   * into the same cache sets. */
+  char *top = lo + HK_STACK - (size_t)(i * 832 % 4096);
+  uint64_t *sp = (uint64_t *)(((uintptr_t)top & ~(uintptr_t)15) - 56);
+  sp[0] = 0;                             /* r15 */
+  sp[1] = 0;                             /* r14 */
+  sp[2] = 0;                             /* r13 */
+  sp[3] = (uint64_t)(uintptr_t)f;        /* r12: the argument */
+  sp[4] = (uint64_t)(uintptr_t)fiber_entry;   /* rbx: the function */
+  sp[5] = 0;                             /* rbp */
+  sp[6] = (uint64_t)(uintptr_t)gpulua_hk_fiber_start;
+  f->sp = sp;
+#else
+  getcontext(&f->uc);
+  f->uc.uc_stack.ss_sp = lo;
+  f->uc.uc_stack.ss_size = HK_STACK;
+  f->uc.uc_link = NULL;
+  uint64_t a = (uint64_t)(uintptr_t)f;
+  makecontext(&f->uc, (void (*)(void))fiber_entry_uc, 2, (unsigned)(a >> 32), (unsigned)a);
+#endif
+}
+
+static void fault_fail(hk_worker *w);
+
+/* One block of j as fibers on this thread: 0, or -1 once the kernel failed. */
+static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
+{
+  int n = (int)(j->l->block[0] * j->l->block[1] * j->l->block[2]);
+  if (ensure_fibers(w, n)) {
+    job_fail(j, "out of memory for the stacks of %d kernel threads", n);
+    return -1;
+  }
+  w->blk = j->tmpl;
+  w->blk.w = w;
+  w->blk.dyn = w->dyn;
+  w->blk.first = b;
+  w->blk.last = b + 1;
+  w->blk.ranges = w->ranges;
+  w->blk.nranges = w->nranges;
+  w->block = b;
+  w->job = j;
+  w->nf = n;
+  w->live = n;
+  w->cur = 0;
+  w->bar_gen = 0;
+  w->bar_arrived = 0;
+  w->bar_true[0] = w->bar_true[1] = 0;
+  for (int i = 0; i < n; i++) fiber_init(w, i);
+  for (int k = 0; k < (n + 31) / 32; k++) {
+    int lanes = n - 32 * k < 32 ? n - 32 * k : 32;
+    w->warp_live[k] = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+    w->warp_arrived[k] = 0;
+    w->warp_active[k] = 0;
+  }
+  if (setjmp(w->jb)) {
+    /* a fault: the handler left the fibers for good */
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    fault_fail(w);
+    w->in_fibers = 0;
+  } else {
+    w->in_fibers = 1;
+    w->in_kernel = 1;
+#ifdef HK_ASM_SWITCH
+    swap_to(w, &w->main_sp, w->f[0].sp, NULL, stack_lo(w, 0), HK_STACK, 0);
+#else
+    swap_to(w, (void *)&w->main_uc, NULL, &w->f[0].uc, stack_lo(w, 0), HK_STACK, 0);
+#endif
+    w->in_kernel = 0;
+    w->in_fibers = 0;
+  }
+  if (!atomic_load(&j->failed)) return 0;
+#ifdef __SANITIZE_ADDRESS__
+  /* abandoned fibers leave their frames' shadow behind */
+  __asan_unpoison_memory_region(w->stacks, (size_t)n * (w->page + HK_STACK));
+#endif
+  return -1;
+}
+
+/* ---- what went wrong, in words ------------------------------------------------ */
+
+/* " at FILE:LINE" of pc in a module built with GPULUA_KERNEL_CHECK (its
+ * debug information, read by addr2line), or "". */
+static void source_line(const hk_mod *hm, void *pc, char *out, size_t n)
+{
+  out[0] = 0;
+  char a2l[1100], addr[40], text[256];
+  if (!hm->checked || !pc || hk_find_program("addr2line", a2l, sizeof a2l)) return;
+  snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)((uintptr_t)pc - hm->base - 1));
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC)) return;
+  char *argv[] = {a2l, "-e", (char *)hm->path, "-s", addr, NULL};
+  int st = hk_run(argv, fds[1]);
+  close(fds[1]);
+  ssize_t got = st == 0 ? read(fds[0], text, sizeof text - 1) : -1;
+  close(fds[0]);
+  if (got <= 0) return;
+  text[got] = 0;
+  text[strcspn(text, " \n")] = 0;        /* "file:line (discriminator 2)" */
+  if (text[0] && text[0] != '?' && !strstr(text, ":?") && !strstr(text, ":0"))
+    snprintf(out, n, " at %s", text);
+}
+
+/* The block and thread that failed (their coordinates are the module's). */
+static void thread_where(const hk_mod *hm, char *out, size_t n)
+{
+  out[0] = 0;
+  if (hm->where) hm->where(out, n);
+}
+
+/* Which memory addr is outside of: the nearest tensor argument, or the
+ * dynamic shared memory. */
+static void describe_access(const hk_worker *w, unsigned long long addr, unsigned long long size, int write,
+                            char *out, size_t n)
+{
+  const dev_ksig *sig = &w->job->l->k->sig;
+  const char *rw = write ? "write" : "read";
+  const gpulua_hk_range *best = NULL;
+  unsigned long long dist = ~0ull;
+  for (int i = 0; i < w->nranges; i++) {
+    const gpulua_hk_range *r = &w->ranges[i];
+    if (r->param == -1) continue;
+    unsigned long long d = addr >= r->hi ? addr - r->hi + 1 : addr + size <= r->lo ? r->lo - addr : 0;
+    if (d < dist) { dist = d; best = r; }
+  }
+  if (addr < 65536 && (!best || dist > 0)) {
+    snprintf(out, n, "a %llu-byte %s at address 0x%llx (a null pointer?)", size, rw, addr);
+    return;
+  }
+  if (!best || dist > ((unsigned long long)1 << 20)) {
+    snprintf(out, n, "a %llu-byte %s at 0x%llx, in no tensor the kernel was given, nor its stack or shared "
+             "memory", size, rw, addr);
+    return;
+  }
+  /* the range in elements where they are known */
+  unsigned long long bytes = best->hi - best->lo, el = 1;
+  char name[240];
+  if (best->param >= 0) {
+    const dev_kparam *p = &sig->params[best->param];
+    el = p->pointee >= 0 ? dev_dtype_size((dev_dtype)p->pointee) : p->elsize > 0 ? (unsigned long long)p->elsize : 1;
+    if (bytes % el) el = 1;
+    if (el > 1)
+      snprintf(name, sizeof name, "argument %d '%s' (%s, %llu elements)", best->param + 1, *p->name ? p->name : "?",
+               p->type, bytes / el);
+    else
+      snprintf(name, sizeof name, "argument %d '%s' (%s, %llu bytes)", best->param + 1, *p->name ? p->name : "?",
+               p->type, bytes);
+  } else {
+    snprintf(name, sizeof name, "the dynamic shared memory (%llu bytes)", bytes);
+  }
+  long long off = (long long)(addr - best->lo);
+  if (dist == 0 && addr >= best->lo && addr + size <= best->hi) {
+    snprintf(out, n, "a %llu-byte write to %s, which the kernel may only read (a pointer to const)", size, name);
+  } else if (el > 1 && off % (long long)el == 0) {
+    snprintf(out, n, "a %llu-byte %s of element %lld of %s, %s", size, rw, off / (long long)el, name,
+             off < 0 ? "before its start" : "past its end");
+  } else {
+    snprintf(out, n, "a %llu-byte %s at byte %lld of %s, %s", size, rw, off, name,
+             off < 0 ? "before its start" : "past its end");
+  }
+}
+
+static void rt_bad_access(void *wp, unsigned long long addr, unsigned long long size, int write, void *pc)
+{
+  hk_worker *w = wp;
+  const hk_mod *hm = w->job->hk->mod;
+  char what[400], line[300], at[100];
+  describe_access(w, addr, size, write, what, sizeof what);
+  source_line(hm, pc, line, sizeof line);
+  thread_where(hm, at, sizeof at);
+  fail_here(w, "illegal memory access (cudaErrorIllegalAddress): %s%s, in %s", what, line, at);
+}
+
+/* After a fault in kernel code (the handler jumped back here): the job
+ * fails saying what it was. */
+static void fault_fail(hk_worker *w)
+{
+  const hk_mod *hm = w->job->hk->mod;
+  char at[100], line[300], why[200];
+  thread_where(hm, at, sizeof at);
+  if (!w->in_fibers && !hm->checked) {
+    /* a loop the compiler optimized keeps no exact thread index at hand:
+     * the blocks it was running */
+    unsigned long long gx = w->job->l->grid[0], gy = w->job->l->grid[1], b = w->range_first;
+    if (w->range_last == b + 1)
+      snprintf(at, sizeof at, "block [%llu,%llu,%llu]", b % gx, b / gx % gy, b / gx / gy);
+    else
+      snprintf(at, sizeof at, "one of blocks %llu to %llu (x fastest)", b, w->range_last - 1);
+  }
+  source_line(hm, w->fault_pc, line, sizeof line);
+  const char *hint = hm->checked ? "" : " (GPULUA_KERNEL_CHECK=1 finds the line)";
+  uintptr_t a = (uintptr_t)w->fault_addr;
+  int overflow = 0;
+  if (w->stacks && a >= (uintptr_t)w->stacks && a < (uintptr_t)w->stacks + HK_MAX_THREADS * (w->page + HK_STACK))
+    overflow = (a - (uintptr_t)w->stacks) % (w->page + HK_STACK) < w->page;
+  if (w->main_lo && a < (uintptr_t)w->main_lo + 4096 && a + 65536 >= (uintptr_t)w->main_lo) overflow = 1;
+  switch (w->fault_sig) {
+  case SIGFPE:
+    snprintf(why, sizeof why, "%s (a GPU gives an unspecified value; the CPU traps)",
+             w->fault_code == FPE_INTOVF ? "integer overflow in a division" : "integer division by zero");
+    break;
+  case SIGILL:
+    snprintf(why, sizeof why, "an illegal instruction was encountered (cudaErrorIllegalInstruction)");
+    break;
+  default:
+    if (overflow)
+      snprintf(why, sizeof why, "a kernel thread overflowed its stack of %zu KiB (cudaErrorHardwareStackError)",
+               (size_t)(HK_STACK >> 10));
+    else
+      snprintf(why, sizeof why, "illegal memory access (cudaErrorIllegalAddress): a fault at address 0x%llx%s",
+               (unsigned long long)a, a < 65536 ? " (a null pointer?)" : "");
+    break;
+  }
+  job_fail(w->job, "%s%s, in %s%s", why, line, at, w->fault_sig == SIGFPE || overflow ? "" : hint);
+}
+
+/* ---- faults ------------------------------------------------------------------- */
+
+static struct sigaction prev_act[4];
+static const int fault_sigs[4] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+static void fault_handler(int sig, siginfo_t *si, void *uc)
+{
+  hk_worker *w = tls_worker;
+  if (w && w->in_kernel) {
+    w->in_kernel = 0;
+    w->fault_sig = sig;
+    w->fault_code = si->si_code;
+    w->fault_addr = si->si_addr;
+#if defined(__x86_64__)
+    w->fault_pc = (void *)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    w->fault_pc = (void *)((ucontext_t *)uc)->uc_mcontext.pc;
+#endif
+#ifdef __SANITIZE_ADDRESS__
+    if (w->in_fibers) __sanitizer_start_switch_fiber(NULL, w->main_lo, w->main_size);
+#endif
+    longjmp(w->jb, 2);
+  }
+  /* not ours: what was there before */
+  for (int i = 0; i < 4; i++) {
+    if (fault_sigs[i] != sig) continue;
+    const struct sigaction *p = &prev_act[i];
+    if ((p->sa_flags & SA_SIGINFO) && p->sa_sigaction) {
+      p->sa_sigaction(sig, si, uc);
+    } else if (p->sa_handler == SIG_DFL || p->sa_handler == SIG_IGN) {
+      /* back to the default, and the fault happens again */
+      signal(sig, SIG_DFL);
+    } else {
+      p->sa_handler(sig);
+    }
+  }
+}
+
+static void fault_install(void)
+{
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = fault_handler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 4; i++) sigaction(fault_sigs[i], &sa, &prev_act[i]);
+}
+
+static const gpulua_hk_rt rt = {rt_barrier, rt_warp, rt_fail, rt_bad_access};
+
+/* ---- running blocks ------------------------------------------------------- */
+
+static int ensure_dyn(hk_worker *w, size_t bytes)
+{
+  if (bytes <= w->dyn_cap && w->dyn) return 0;
+  size_t cap = (bytes + 255) & ~(size_t)255;
+  void *p = aligned_alloc(256, cap ? cap : 256);
+  if (!p) return -1;
+  free(w->dyn);
+  w->dyn = p;
+  w->dyn_cap = cap;
+  return 0;
+}
+
+/* Blocks [b0, b1) on this thread: 0, or -1 once the kernel failed. */
+static int run_range(hk_job *j, hk_worker *w, unsigned long long b0, unsigned long long b1)
+{
+  gpulua_hk_block blk = j->tmpl;
+  blk.w = w;
+  blk.dyn = w->dyn;
+  blk.first = b0;
+  blk.last = b1;
+  blk.ranges = w->ranges;
+  blk.nranges = w->nranges;
+  w->job = j;
+  w->range_first = b0;
+  w->range_last = b1;
+  switch (setjmp(w->jb)) {
+  case 0: break;
+  case 2: fault_fail(w); return -1;
+  default: return -1;
+  }
+  w->in_kernel = 1;
+  j->hk->k->run_blocks(&blk);
+  w->in_kernel = 0;
+  return 0;
+}
+
+static int add_range(hk_worker *w, uintptr_t lo, uintptr_t hi, int write, int param)
+{
+  if (w->nranges == w->cap_ranges) {
+    int cap = w->cap_ranges ? 2 * w->cap_ranges : 32;
+    gpulua_hk_range *r = realloc(w->ranges, (size_t)cap * sizeof *r);
+    if (!r) return -1;
+    w->ranges = r;
+    w->cap_ranges = cap;
+  }
+  w->ranges[w->nranges++] = (gpulua_hk_range){lo, hi, write, param};
+  return 0;
+}
+
+/* GPULUA_KERNEL_CHECK: what this thread's blocks of j may touch. */
+static int make_ranges(hk_job *j, hk_worker *w)
+{
+  const hk_mod *hm = j->hk->mod;
+  w->nranges = 0;
+  if (!hm->checked) return 0;
+  int bad = 0;
+  for (int i = 0; i < j->nargs; i++) bad |= add_range(w, j->args[i].lo, j->args[i].hi, j->args[i].write, j->args[i].param);
+  if (j->l->shared) bad |= add_range(w, (uintptr_t)w->dyn, (uintptr_t)w->dyn + j->l->shared, 1, -2);
+  bad |= add_range(w, (uintptr_t)w->main_lo, (uintptr_t)w->main_lo + w->main_size, 1, -1);
+  if (w->stacks)
+    bad |= add_range(w, (uintptr_t)w->stacks, (uintptr_t)w->stacks + HK_MAX_THREADS * (w->page + HK_STACK), 1, -1);
+  void *tls = NULL;
+  if (dlinfo(hm->dl, RTLD_DI_TLS_DATA, &tls) != 0 || !tls) {
+    if (hm->tls_probe) hm->tls_probe();
+    if (dlinfo(hm->dl, RTLD_DI_TLS_DATA, &tls) != 0) tls = NULL;
+  }
+  if (tls) bad |= add_range(w, (uintptr_t)tls, (uintptr_t)tls + hm->tls_size, 1, -1);
+  for (int i = 0; i < hm->nseg; i++) bad |= add_range(w, hm->seg[i].lo, hm->seg[i].hi, hm->seg[i].write, -1);
+  return bad ? -1 : 0;
+}
+
+static void run_job(hk_job *j, hk_worker *w)
+{
+  if (ensure_dyn(w, j->l->shared)) {
+    job_fail(j, "out of memory for %zu bytes of dynamic shared memory", j->l->shared);
+    return;
+  }
+  int fibers = j->hk->mod->fibers && j->hk->k->fibers;
+  int n = (int)(j->l->block[0] * j->l->block[1] * j->l->block[2]);
+  if (fibers && ensure_fibers(w, n)) {
+    job_fail(j, "out of memory for the stacks of %d kernel threads", n);
+    return;
+  }
+  if (make_ranges(j, w)) {
+    job_fail(j, "out of memory");
+    return;
+  }
+  while (!atomic_load(&j->failed)) {
+    unsigned long long b0 = atomic_fetch_add(&j->next_block, j->chunk);
+    if (b0 >= j->nblocks) break;
+    unsigned long long b1 = b0 + j->chunk < j->nblocks ? b0 + j->chunk : j->nblocks;
+    int bad = 0;
+    for (unsigned long long b = b0; fibers && b < b1 && !bad; b++) bad = run_block_fibers(j, w, b);
+    if (!fibers) bad = run_range(j, w, b0, b1);
+    if (bad) break;
+  }
+}
+
+/* ---- the pool of block workers ------------------------------------------------ */
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t work;
+  hk_job *jobs;                 /* launches with blocks to hand out */
+  int size;                     /* workers per launch, its own thread counted; 0: not read yet */
+  int started;                  /* pool threads running */
+  char bad[160];                /* GPULUA_HOST_THREADS is not a count */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, ""};
+
+static void *pool_main(void *arg)
+{
+  (void)arg;
+  hk_worker *w = worker_self();
+  pthread_mutex_lock(&pool.mu);
+  for (;;) {
+    hk_job *j = pool.jobs;
+    while (j && (atomic_load(&j->failed) || atomic_load(&j->next_block) >= j->nblocks)) j = j->next;
+    if (!j || !w) {
+      pthread_cond_wait(&pool.work, &pool.mu);
+      if (!w) w = worker_self();
+      continue;
+    }
+    j->active++;
+    pthread_mutex_unlock(&pool.mu);
+    run_job(j, w);
+    pthread_mutex_lock(&pool.mu);
+    if (--j->active == 0) pthread_cond_broadcast(&j->idle);
+  }
+  return NULL;
+}
+
+/* Under pool.mu: the pool threads for a launch of nblocks, started as
+ * needed; how many there are. */
+static int pool_grow(unsigned long long nblocks)
+{
+  if (pool.size == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    pool.size = n > 0 ? (int)n : 1;
+    const char *env = getenv("GPULUA_HOST_THREADS");
+    if (env && *env) {
+      char *end;
+      long v = strtol(env, &end, 10);
+      if (*end || v < 1 || v > 1024)
+        snprintf(pool.bad, sizeof pool.bad, "GPULUA_HOST_THREADS='%.40s' is not a number of threads (1 to 1024)", env);
+      else
+        pool.size = (int)v;
+    }
+  }
+  if (nblocks <= 1 || *pool.bad) return 0;
+  unsigned long long want = (unsigned long long)pool.size - 1;
+  if (want > nblocks - 1) want = nblocks - 1;
+  while ((unsigned long long)pool.started < want) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t th;
+    int e = pthread_create(&th, NULL, pool_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e) break;
+    pthread_detach(th);
+    pool.started++;
+  }
+  return pool.started;
+}
+
+int hk_launch(const dev_launch *l, char *err, size_t errlen)
+{
+  const hk_kern *hk = l->k->handle;
+  hk_worker *w = worker_self();
+  if (!w) { snprintf(err, errlen, "out of memory"); return -1; }
+  hk_job j;
+  memset(&j, 0, sizeof j);
+  j.l = l;
+  j.hk = hk;
+  j.tmpl.rt = &rt;
+  j.tmpl.args = l->args;
+  memcpy(j.tmpl.grid, l->grid, sizeof j.tmpl.grid);
+  memcpy(j.tmpl.block, l->block, sizeof j.tmpl.block);
+  j.tmpl.shared = l->shared;
+  j.nblocks = (unsigned long long)l->grid[0] * l->grid[1] * l->grid[2];
+  pthread_once(&fault_once, fault_install);
+  if (hk->mod->checked) {
+    /* each tensor argument's bytes (a const pointer's read only) */
+    const dev_ksig *sig = &l->k->sig;
+    j.args = calloc(sig->nparams > 0 ? (size_t)sig->nparams : 1, sizeof *j.args);
+    if (!j.args) { snprintf(err, errlen, "out of memory"); return -1; }
+    for (int i = 0; i < sig->nparams; i++) {
+      const dev_kparam *p = &sig->params[i];
+      void *ptr;
+      if ((p->kind != DEV_KP_POINTER && p->kind != DEV_KP_RAW) || p->size != 8 || !l->extents ||
+          !l->extents[i])
+        continue;
+      memcpy(&ptr, l->args[i], sizeof ptr);
+      if (!ptr) continue;
+      j.args[j.nargs++] = (gpulua_hk_range){(uintptr_t)ptr, (uintptr_t)ptr + l->extents[i],
+                                            p->kind == DEV_KP_RAW || !p->is_const, i};
+    }
+  }
+  atomic_init(&j.next_block, 0);
+  atomic_init(&j.failed, 0);
+  pthread_mutex_init(&j.emu, NULL);
+  pthread_cond_init(&j.idle, NULL);
+
+  pthread_mutex_lock(&pool.mu);
+  int helpers = pool_grow(j.nblocks);
+  if (*pool.bad) {
+    snprintf(err, errlen, "%s", pool.bad);
+    pthread_mutex_unlock(&pool.mu);
+    free(j.args);
+    pthread_mutex_destroy(&j.emu);
+    pthread_cond_destroy(&j.idle);
+    return -1;
+  }
+  unsigned long long per = j.nblocks / (8ull * (unsigned long long)(helpers + 1));
+  j.chunk = per < 1 || (hk->mod->fibers && hk->k->fibers) ? 1 : per > 64 ? 64 : per;
+  if (helpers > 0) {
+    j.next = pool.jobs;
+    pool.jobs = &j;
+    pthread_cond_broadcast(&pool.work);
+  }
+  pthread_mutex_unlock(&pool.mu);
+
+  run_job(&j, w);
+
+  if (helpers > 0) {
+    pthread_mutex_lock(&pool.mu);
+    for (hk_job **pp = &pool.jobs; *pp; pp = &(*pp)->next)
+      if (*pp == &j) { *pp = j.next; break; }
+    while (j.active > 0) pthread_cond_wait(&j.idle, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
+  }
+  int failed = atomic_load(&j.failed);
+  if (failed) snprintf(err, errlen, "%s", j.err);
+  free(j.args);
+  pthread_mutex_destroy(&j.emu);
+  pthread_cond_destroy(&j.idle);
+  return failed ? -1 : 0;
+}
