@@ -479,8 +479,9 @@ endif
 endif
 
 # (plus build-essential without a C compiler, perl without prove; its g++ is
-# also the C++ compiler gpu.compile runs on the host backend)
-DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config
+# also the C++ compiler gpu.compile runs on the host backend; python3-numpy is
+# the oracle of tests/ops_numpy.lua)
+DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config python3-numpy
 deps:
 	@missing=; \
 	for p in $(DEB_PKGS); do \

@@ -72,16 +72,23 @@ static gpu_tensor *new_view(lua_State *L, int idx) {
 }
 
 /* Enqueue op.  The buffers of its views are taken from the tensors at stack
- * indices out/in0/in1 (0: keep the view's buffer) and the stream from opts,
- * here, after the binding's last Lua allocation (see common.h). */
-static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0, int in1,
-                      const char *fname) {
+ * indices out and in[0..nin) (0: keep the view's buffer), here, after the
+ * binding's last Lua allocation (see common.h); submit also takes the stream
+ * from opts. */
+static void submit_views(lua_State *L, dev_stream *s, dev_kop *op, int out, const int *in, int nin,
+                         const char *fname) {
   dev_ctx *ctx = dev_stream_ctx(s);
   if (out) op->out.buf = bind_check_tensor(L, out)->v.buf;
-  if (in0) op->in[0].buf = bind_check_tensor(L, in0)->v.buf;
-  if (in1) op->in[1].buf = bind_check_tensor(L, in1)->v.buf;
+  for (int i = 0; i < nin; i++)
+    if (in[i]) op->in[i].buf = bind_check_tensor(L, in[i])->v.buf;
   bind_call_site(L, ctx, fname);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, op), fname);
+}
+
+static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0, int in1,
+                      const char *fname) {
+  int in[2] = {in0, in1};
+  submit_views(L, s, op, out, in, 2, fname);
 }
 
 static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in1,
@@ -842,21 +849,21 @@ static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_d
   return o;
 }
 
-static const char *const unop_names[] = {
-  NULL, "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"
-};
+/* An op's dtype rule (ops.h), checked before anything is allocated. */
+static int takes(const dev_opinfo *o, dev_dtype t) { return (dev_dtype_class(t) & o->classes) != 0; }
 
 static int unary(lua_State *L, dev_unop code, int inplace) {
-  const char *fname = unop_names[code];
+  const dev_opinfo *info = dev_unop_info(code);
+  const char *fname = info->name;
   gpu_tensor *t = bind_check_tensor(L, 1);
-  dev_dtype dt = t->v.dtype;
-  if (dt == DEV_BOOL || (!dev_dtype_is_float(dt) && code >= DEV_UN_EXP && code != DEV_UN_RELU))
+  dev_dtype dt = t->v.dtype, rdt = info->to_bool ? DEV_BOOL : dt;
+  if (!takes(info, dt))
     luaL_error(L, "%s: not supported for %s (needs a %s dtype)", fname, dev_dtype_name(dt),
-               code >= DEV_UN_EXP && code != DEV_UN_RELU ? "float" : "numeric");
+               info->classes == DEV_CLS_F ? "float" : "numeric");
   int opts = 2;
   bind_check_opts(L, opts, "out stream");
   dev_view tv = t->v;
-  gpu_tensor *o = inplace ? t : opt_out(L, opts, t, dt, tv.ndim, tv.shape, fname);
+  gpu_tensor *o = inplace ? t : opt_out(L, opts, t, rdt, tv.ndim, tv.shape, fname);
   dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = o->v};
   op.in[0] = tv;
   submit(L, lua_istable(L, opts) ? opts : 0, &op, inplace ? 1 : lua_gettop(L), 1, 0, fname);
@@ -864,51 +871,65 @@ static int unary(lua_State *L, dev_unop code, int inplace) {
   return 1;
 }
 
-#define UNARY_FUNCS(name, code) \
-  static int t_##name(lua_State *L) { return unary(L, code, 0); } \
-  static int t_##name##_(lua_State *L) { return unary(L, code, 1); }
-UNARY_FUNCS(neg, DEV_UN_NEG)
-UNARY_FUNCS(abs, DEV_UN_ABS)
-UNARY_FUNCS(exp, DEV_UN_EXP)
-UNARY_FUNCS(log, DEV_UN_LOG)
-UNARY_FUNCS(sqrt, DEV_UN_SQRT)
-UNARY_FUNCS(relu, DEV_UN_RELU)
-UNARY_FUNCS(sigmoid, DEV_UN_SIGMOID)
-UNARY_FUNCS(tanh, DEV_UN_TANH)
+/* t:name(opts), and t:name_(opts) in place when the result has t's dtype */
+#define UNARY_FUNCS(E, name, cls, res, fl)                                  \
+  static int t_##name(lua_State *L) { return unary(L, DEV_UN_##E, 0); }     \
+  DEV_IF_SAME(res, static int t_##name##_(lua_State *L) { return unary(L, DEV_UN_##E, 1); })
+DEV_UNARY_OPS(UNARY_FUNCS)
+#undef UNARY_FUNCS
 
 static int t_unm(lua_State *L) {
   lua_settop(L, 1);
   return unary(L, DEV_UN_NEG, 0);
 }
 
-static const char *const binop_names[] = {"add", "sub", "mul", "div", "pow", "max", "min"};
+/* numpy broadcasting of n views: the result's shape, and each view expanded
+ * to it (stride 0 along the dims it broadcasts); -1 when they do not
+ * broadcast. */
+static int broadcast_n(int n, const dev_view *const *in, dev_view *ex, int *ndim, int64_t *shape) {
+  int nd = 0;
+  for (int i = 0; i < n; i++)
+    if (in[i]->ndim > nd) nd = in[i]->ndim;
+  for (int d = nd - 1; d >= 0; d--) {
+    int64_t sz = 1;
+    for (int i = 0; i < n; i++) {
+      int di = d - (nd - in[i]->ndim);
+      int64_t si = di >= 0 ? in[i]->shape[di] : 1;
+      if (si == 1) continue;
+      if (sz != 1 && sz != si) return -1;
+      sz = si;
+    }
+    shape[d] = sz;
+  }
+  for (int i = 0; i < n; i++) {
+    ex[i] = *in[i];
+    ex[i].ndim = nd;
+    for (int d = 0; d < nd; d++) {
+      int di = d - (nd - in[i]->ndim);
+      ex[i].shape[d] = shape[d];
+      ex[i].stride[d] = di >= 0 && in[i]->shape[di] != 1 ? in[i]->stride[di] : 0;
+    }
+  }
+  *ndim = nd;
+  return 0;
+}
 
-/* numpy broadcasting of two views into out shape; fills expanded views */
 static int broadcast(const dev_view *a, const dev_view *b, dev_view *ea, dev_view *eb,
                      int *ndim, int64_t *shape) {
-  int n = a->ndim > b->ndim ? a->ndim : b->ndim;
-  *ea = *a;
-  *eb = *b;
-  ea->ndim = eb->ndim = n;
-  for (int d = n - 1; d >= 0; d--) {
-    int da = d - (n - a->ndim), db = d - (n - b->ndim);
-    int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
-    if (sa != sb && sa != 1 && sb != 1) return -1;
-    shape[d] = sa > sb ? sa : sb;
-    ea->shape[d] = eb->shape[d] = shape[d];
-    ea->stride[d] = (da >= 0 && sa != 1) ? a->stride[da] : 0;
-    eb->stride[d] = (db >= 0 && sb != 1) ? b->stride[db] : 0;
-  }
-  *ndim = n;
+  const dev_view *in[2] = {a, b};
+  dev_view ex[2];
+  if (broadcast_n(2, in, ex, ndim, shape)) return -1;
+  *ea = ex[0];
+  *eb = ex[1];
   return 0;
 }
 
 static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int inplace, int scalar_left) {
-  const char *fname = binop_names[code];
+  const dev_opinfo *info = dev_binop_info(code);
+  const char *fname = info->name;
   gpu_tensor *t = bind_check_tensor(L, ia);
-  dev_dtype dt = t->v.dtype;
-  if (dt == DEV_BOOL && code != DEV_BIN_MAX && code != DEV_BIN_MIN)
-    luaL_error(L, "%s: not supported for bool", fname);
+  dev_dtype dt = t->v.dtype, rdt = info->to_bool ? DEV_BOOL : dt;
+  if (!takes(info, dt)) luaL_error(L, "%s: not supported for %s", fname, dev_dtype_name(dt));
   bind_check_opts(L, opts, "out stream");
   dev_kop op = {.kind = DEV_OP_BINARY, .code = code};
   gpu_tensor *x = bind_test_tensor(L, ib);
@@ -930,7 +951,10 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     if (lua_type(L, ib) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, ib)))
       luaL_typeerror(L, ib, "gpu.Tensor or number");
     op.s0 = bind_check_scalar(L, ib, dt, ib, NULL);
-    if (is_intdt(dt) && op.s0.i == 0 && code == DEV_BIN_DIV && !scalar_left)
+    /* a comparison sees the number as the tensor's dtype holds it (0.1 as
+     * f16 is 0.0999755859375), as NumPy does */
+    if (info->to_bool) op.s0 = dev_scalar_as(op.s0, dt);
+    if (is_intdt(dt) && op.s0.i == 0 && (info->flags & DEV_OPF_ZDIV) && !scalar_left)
       luaL_error(L, "%s: integer division by zero", fname);
     if (is_intdt(dt) && op.s0.i < 0 && code == DEV_BIN_POW && !scalar_left)
       luaL_error(L, "%s: integers to negative integer powers are not allowed", fname);
@@ -951,7 +975,7 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     }
     o = t;
   } else {
-    o = opt_out(L, opts, t, dt, ndim, shape, fname);
+    o = opt_out(L, opts, t, rdt, ndim, shape, fname);
   }
   op.out = o->v;
   submit(L, lua_istable(L, opts) ? opts : 0, &op, inplace ? ia : lua_gettop(L), ia, x ? ib : 0, fname);
@@ -959,14 +983,12 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
   return 1;
 }
 
-#define BINARY_FUNCS(name, code) \
-  static int t_##name(lua_State *L) { return binary_op(L, code, 1, 2, 3, 0, 0); } \
-  static int t_##name##_(lua_State *L) { return binary_op(L, code, 1, 2, 3, 1, 0); }
-BINARY_FUNCS(add, DEV_BIN_ADD)
-BINARY_FUNCS(sub, DEV_BIN_SUB)
-BINARY_FUNCS(mul, DEV_BIN_MUL)
-BINARY_FUNCS(div, DEV_BIN_DIV)
-BINARY_FUNCS(pow, DEV_BIN_POW)
+/* t:name(x, opts), and t:name_(x, opts) in place when the result has t's dtype */
+#define BINARY_FUNCS(E, name, cls, res, fl)                                                    \
+  static int t_bin_##name(lua_State *L) { return binary_op(L, DEV_BIN_##E, 1, 2, 3, 0, 0); } \
+  DEV_IF_SAME(res, static int t_bin_##name##_(lua_State *L) { return binary_op(L, DEV_BIN_##E, 1, 2, 3, 1, 0); })
+DEV_BINARY_OPS(BINARY_FUNCS)
+#undef BINARY_FUNCS
 
 /* a op b where either may be a number */
 static int meta_binary(lua_State *L, dev_binop code) {
@@ -981,13 +1003,13 @@ static int t_meta_sub(lua_State *L) { return meta_binary(L, DEV_BIN_SUB); }
 static int t_meta_mul(lua_State *L) { return meta_binary(L, DEV_BIN_MUL); }
 static int t_meta_div(lua_State *L) { return meta_binary(L, DEV_BIN_DIV); }
 static int t_meta_pow(lua_State *L) { return meta_binary(L, DEV_BIN_POW); }
+static int t_meta_mod(lua_State *L) { return meta_binary(L, DEV_BIN_REMAINDER); }
+static int t_meta_idiv(lua_State *L) { return meta_binary(L, DEV_BIN_FLOOR_DIVIDE); }
 
 /* ---- reductions ------------------------------------------------------ */
 
-static const char *const redop_names[] = {"sum", "mean", "max", "min", "argmax"};
-
 static int reduce(lua_State *L, dev_redop code) {
-  const char *fname = redop_names[code];
+  const char *fname = dev_redop_name(code);
   gpu_tensor *t = bind_check_tensor(L, 1);
   bind_check_opts(L, 2, "dim keepdim stream");
   int dim = -1, keepdim = 0;
@@ -1004,6 +1026,7 @@ static int reduce(lua_State *L, dev_redop code) {
   if (code == DEV_RED_SUM && isint) out = DEV_I64;
   if (code == DEV_RED_MEAN && isint) out = DEV_F64;
   if (code == DEV_RED_ARGMAX) out = DEV_I64;
+  if (code == DEV_RED_ANY || code == DEV_RED_ALL) out = DEV_BOOL;
   int ndim = 0;
   int64_t shape[DEV_MAXDIM];
   for (int d = 0; d < t->v.ndim; d++) {
@@ -1024,22 +1047,176 @@ static int reduce(lua_State *L, dev_redop code) {
 static int t_sum(lua_State *L) { return reduce(L, DEV_RED_SUM); }
 static int t_mean(lua_State *L) { return reduce(L, DEV_RED_MEAN); }
 static int t_argmax(lua_State *L) { return reduce(L, DEV_RED_ARGMAX); }
+static int t_any(lua_State *L) { return reduce(L, DEV_RED_ANY); }
+static int t_all(lua_State *L) { return reduce(L, DEV_RED_ALL); }
 
-/* max/min: elementwise with an operand, a reduction without */
+/* max/min: elementwise with an operand (a bool tensor's may be a boolean),
+ * a reduction without */
+static int has_operand(lua_State *L) {
+  return lua_type(L, 2) == LUA_TNUMBER || lua_isboolean(L, 2) || bind_test_tensor_handle(L, 2);
+}
+
 static int t_max(lua_State *L) {
-  if (lua_type(L, 2) == LUA_TNUMBER || bind_test_tensor_handle(L, 2))
-    return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 0, 0);
+  if (has_operand(L)) return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 0, 0);
   return reduce(L, DEV_RED_MAX);
 }
 
 static int t_min(lua_State *L) {
-  if (lua_type(L, 2) == LUA_TNUMBER || bind_test_tensor_handle(L, 2))
-    return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 0, 0);
+  if (has_operand(L)) return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 0, 0);
   return reduce(L, DEV_RED_MIN);
 }
 
-static int t_max_(lua_State *L) { return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 1, 0); }
-static int t_min_(lua_State *L) { return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 1, 0); }
+/* ---- selecting: where, masked_fill ------------------------------------ */
+
+static void check_cond(lua_State *L, int arg, const gpu_tensor *c, const char *what) {
+  if (c->v.dtype != DEV_BOOL)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s must be a bool tensor, got %s (make one with t:ne(0), t:gt(x), ...)",
+                                          what, dev_dtype_name(c->v.dtype)));
+}
+
+/* Operand arg of a ternary op: a tensor (the caller takes it), or a number
+ * for dtype dt, into s, with flag set in op. */
+static void ternary_operand(lua_State *L, int arg, dev_dtype dt, dev_kop *op, int flag, dev_scalar *s) {
+  if (bind_test_tensor(L, arg)) return;
+  if (lua_type(L, arg) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, arg)))
+    luaL_typeerror(L, arg, "gpu.Tensor or number");
+  *s = bind_check_scalar(L, arg, dt, arg, NULL);
+  op->flags |= flag;
+}
+
+/* gpu.where(cond, a, b, opts): cond ? a : b elementwise, cond a bool tensor,
+ * a and b tensors of one dtype or numbers (both numbers: opts.dtype, f32 by
+ * default), all broadcast together. */
+static int tensor_where(lua_State *L) {
+  gpu_tensor *c = bind_check_tensor(L, 1);
+  check_cond(L, 1, c, "condition");
+  bind_check_opts(L, 4, "out stream dtype");
+  gpu_tensor *a = bind_test_tensor(L, 2), *b = bind_test_tensor(L, 3), *first = a ? a : b;
+  if (a && b && a->v.dtype != b->v.dtype)
+    luaL_argerror(L, 3, lua_pushfstring(L, "dtype %s does not match %s (cast with :to(\"%s\"))",
+                                        dev_dtype_name(b->v.dtype), dev_dtype_name(a->v.dtype), dev_dtype_name(a->v.dtype)));
+  dev_dtype dt = bind_opt_dtype(L, 4, first ? first->v.dtype : DEV_F32);
+  if (first && dt != first->v.dtype)
+    luaL_error(L, "bad option 'dtype' to 'where' (%s; the result takes the dtype of the tensors, %s)",
+               dev_dtype_name(dt), dev_dtype_name(first->v.dtype));
+  dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_WHERE};
+  ternary_operand(L, 2, dt, &op, DEV_F_SCALAR2, &op.s0);
+  ternary_operand(L, 3, dt, &op, DEV_F_SCALAR3, &op.s1);
+  const dev_view *in[3] = {&c->v};
+  int idx[3] = {1}, n = 1;
+  if (a) { same_kind(L, 2, c, a); in[n] = &a->v; idx[n++] = 2; }
+  if (b) { same_kind(L, 3, c, b); in[n] = &b->v; idx[n++] = 3; }
+  int ndim;
+  int64_t shape[DEV_MAXDIM];
+  if (broadcast_n(n, in, op.in, &ndim, shape)) {
+    char sc[MAXSHAPESTR], sa[MAXSHAPESTR], sb[MAXSHAPESTR];
+    bind_shape_str(sc, sizeof sc, c->v.ndim, c->v.shape);
+    if (a) bind_shape_str(sa, sizeof sa, a->v.ndim, a->v.shape); else snprintf(sa, sizeof sa, "(number)");
+    if (b) bind_shape_str(sb, sizeof sb, b->v.ndim, b->v.shape); else snprintf(sb, sizeof sb, "(number)");
+    luaL_error(L, "where: shapes %s, %s and %s cannot be broadcast together", sc, sa, sb);
+  }
+  op.nin = n;
+  gpu_tensor *o = opt_out(L, 4, c, dt, ndim, shape, "where");
+  op.out = o->v;
+  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, lua_gettop(L), idx, n, "where");
+  return 1;
+}
+
+/* t:masked_fill(mask, v, opts): v where mask (a bool tensor broadcast to t's
+ * shape) is true, t elsewhere; masked_fill_ in place. */
+static int masked_fill(lua_State *L, int inplace) {
+  const char *fname = inplace ? "masked_fill_" : "masked_fill";
+  gpu_tensor *t = bind_check_tensor(L, 1), *m = bind_check_tensor(L, 2);
+  check_cond(L, 2, m, "mask");
+  dev_dtype dt = t->v.dtype;
+  bind_check_opts(L, 4, inplace ? "stream" : "out stream");
+  same_kind(L, 2, t, m);
+  dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_WHERE, .nin = 2};
+  if (lua_type(L, 3) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, 3)))
+    luaL_typeerror(L, 3, "number");
+  op.s0 = bind_check_scalar(L, 3, dt, 3, NULL);
+  op.flags = DEV_F_SCALAR2;
+  const dev_view *in[2] = {&m->v, &t->v};
+  int ndim, same;
+  int64_t shape[DEV_MAXDIM];
+  same = broadcast_n(2, in, op.in, &ndim, shape) == 0 && ndim == t->v.ndim;
+  for (int d = 0; same && d < ndim; d++) same = shape[d] == t->v.shape[d];
+  if (!same) {
+    char a[MAXSHAPESTR], b[MAXSHAPESTR];
+    bind_shape_str(a, sizeof a, m->v.ndim, m->v.shape);
+    bind_shape_str(b, sizeof b, t->v.ndim, t->v.shape);
+    luaL_argerror(L, 2, lua_pushfstring(L, "mask shape %s cannot be broadcast to the tensor's %s", a, b));
+  }
+  dev_view tv = t->v;
+  gpu_tensor *o = inplace ? t : opt_out(L, 4, t, dt, tv.ndim, tv.shape, fname);
+  op.out = o->v;
+  int idx[2] = {2, 1};
+  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, inplace ? 1 : lua_gettop(L), idx, 2, fname);
+  if (inplace) lua_settop(L, 1);
+  return 1;
+}
+
+static int t_masked_fill(lua_State *L) { return masked_fill(L, 0); }
+static int t_masked_fill_(lua_State *L) { return masked_fill(L, 1); }
+
+/* t:clamp(lo, hi, opts): min(max(t, lo), hi); lo and hi numbers, tensors of
+ * t's dtype or nil (no bound; not both), all broadcast; clamp_ in place. */
+static int clamp(lua_State *L, int inplace) {
+  const char *fname = inplace ? "clamp_" : "clamp";
+  const dev_opinfo *info = dev_terop_info(DEV_TER_CLAMP);
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  dev_dtype dt = t->v.dtype;
+  if (!takes(info, dt))
+    luaL_error(L, "%s: not supported for %s (needs a numeric dtype)", fname, dev_dtype_name(dt));
+  bind_check_opts(L, 4, inplace ? "stream" : "out stream");
+  if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3)) luaL_error(L, "%s: give lo, hi or both", fname);
+  dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_CLAMP};
+  /* a missing bound is the one that changes nothing */
+  dev_scalar none[2] = {{0, 0, -HUGE_VAL}, {0, 0, HUGE_VAL}};
+  if (!dev_dtype_is_float(dt)) {
+    none[0] = (dev_scalar){1, INT64_MIN, 0};
+    none[1] = (dev_scalar){1, INT64_MAX, 0};
+  }
+  const dev_view *in[3] = {&t->v};
+  int idx[3] = {1}, n = 1;
+  for (int k = 0; k < 2; k++) {
+    int arg = 2 + k, flag = k ? DEV_F_SCALAR3 : DEV_F_SCALAR2;
+    dev_scalar *s = k ? &op.s1 : &op.s0;
+    gpu_tensor *b = bind_test_tensor(L, arg);
+    if (b) {
+      if (b->v.dtype != dt)
+        luaL_argerror(L, arg, lua_pushfstring(L, "dtype %s does not match %s (cast with :to(\"%s\"))",
+                                              dev_dtype_name(b->v.dtype), dev_dtype_name(dt), dev_dtype_name(dt)));
+      same_kind(L, arg, t, b);
+      in[n] = &b->v;
+      idx[n++] = arg;
+    } else if (lua_isnoneornil(L, arg)) {
+      *s = none[k];
+      op.flags |= flag;
+    } else {
+      ternary_operand(L, arg, dt, &op, flag, s);
+    }
+  }
+  int ndim, same;
+  int64_t shape[DEV_MAXDIM];
+  if (broadcast_n(n, in, op.in, &ndim, shape)) luaL_error(L, "%s: the bounds' shapes cannot be broadcast with the tensor's", fname);
+  same = ndim == t->v.ndim;
+  for (int d = 0; same && d < ndim; d++) same = shape[d] == t->v.shape[d];
+  if (inplace && !same) {
+    char a[MAXSHAPESTR];
+    bind_shape_str(a, sizeof a, ndim, shape);
+    luaL_error(L, "%s: result shape %s does not fit the tensor written in place", fname, a);
+  }
+  op.nin = n;
+  gpu_tensor *o = inplace ? t : opt_out(L, 4, t, dt, ndim, shape, fname);
+  op.out = o->v;
+  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, inplace ? 1 : lua_gettop(L), idx, n, fname);
+  if (inplace) lua_settop(L, 1);
+  return 1;
+}
+
+static int t_clamp(lua_State *L) { return clamp(L, 0); }
+static int t_clamp_(lua_State *L) { return clamp(L, 1); }
 
 /* ---- matmul ---------------------------------------------------------- */
 
@@ -1077,15 +1254,9 @@ static const luaL_Reg methods[] = {
   {"item", t_item}, {"get", t_get}, {"set", t_set}, {"totable", bind_tensor_totable},
   {"narrow", t_narrow}, {"view", t_view}, {"contiguous", t_contiguous}, {"clone", t_clone},
   {"copy", t_copy}, {"to", t_to}, {"fill", t_fill}, {"zero_", t_zero_},
-  {"add", t_add}, {"add_", t_add_}, {"sub", t_sub}, {"sub_", t_sub_},
-  {"mul", t_mul}, {"mul_", t_mul_}, {"div", t_div}, {"div_", t_div_},
-  {"pow", t_pow}, {"pow_", t_pow_}, {"max", t_max}, {"max_", t_max_},
-  {"min", t_min}, {"min_", t_min_},
-  {"neg", t_neg}, {"neg_", t_neg_}, {"abs", t_abs}, {"abs_", t_abs_},
-  {"exp", t_exp}, {"exp_", t_exp_}, {"log", t_log}, {"log_", t_log_},
-  {"sqrt", t_sqrt}, {"sqrt_", t_sqrt_}, {"relu", t_relu}, {"relu_", t_relu_},
-  {"sigmoid", t_sigmoid}, {"sigmoid_", t_sigmoid_}, {"tanh", t_tanh}, {"tanh_", t_tanh_},
-  {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax},
+  {"max", t_max}, {"min", t_min},
+  {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax}, {"any", t_any}, {"all", t_all},
+  {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"clamp", t_clamp}, {"clamp_", t_clamp_},
   {"matmul", t_matmul},
   {"save", bind_tensor_save},
   {"close", t_release},
@@ -1096,7 +1267,8 @@ static const luaL_Reg metamethods[] = {
   {"__index", t_fields},
   {"__newindex", t_newindex},
   {"__add", t_meta_add}, {"__sub", t_meta_sub}, {"__mul", t_meta_mul},
-  {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__unm", t_unm},
+  {"__div", t_meta_div}, {"__pow", t_meta_pow}, {"__mod", t_meta_mod}, {"__idiv", t_meta_idiv},
+  {"__unm", t_unm},
   {"__len", t_len},
   {"__tostring", bind_tensor_tostring},
   {"__gc", t_release},
@@ -1108,12 +1280,35 @@ static const luaL_Reg funcs[] = {
   {"empty", tensor_empty}, {"zeros", tensor_zeros}, {"ones", tensor_ones},
   {"full", tensor_full}, {"arange", tensor_arange}, {"rand", tensor_rand},
   {"randn", tensor_randn}, {"tensor", bind_tensor_from}, {"pinned", tensor_pinned},
-  {"matmul", t_matmul},
+  {"matmul", t_matmul}, {"where", tensor_where},
   {NULL, NULL}
 };
 
+/* The ops of ops.h, one method each (and one with `_`, in place, where the
+ * result has the tensor's dtype).  Added after methods[], where a method of
+ * the same name (max, min: also reductions) wins. */
+#define UNARY_REG(E, name, cls, res, fl) {#name, t_##name}, DEV_IF_SAME(res, {#name "_", t_##name##_},)
+#define BINARY_REG(E, name, cls, res, fl) {#name, t_bin_##name}, DEV_IF_SAME(res, {#name "_", t_bin_##name##_},)
+static const luaL_Reg op_methods[] = {
+  DEV_UNARY_OPS(UNARY_REG)
+  DEV_BINARY_OPS(BINARY_REG)
+  {NULL, NULL}
+};
+#undef UNARY_REG
+#undef BINARY_REG
+
 int bind_open_tensor(lua_State *L) {
   bind_newtype(L, &bind_tensor_type, metamethods, methods);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &bind_tensor_type);
+  lua_getfield(L, -1, "__methods");
+  for (const luaL_Reg *r = op_methods; r->name; r++) {
+    if (lua_getfield(L, -1, r->name) == LUA_TNIL) {
+      lua_pushcfunction(L, r->func);
+      lua_setfield(L, -3, r->name);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

@@ -27,6 +27,7 @@
 #endif
 
 #include "devpriv.h"
+#include "scalar.h"
 
 #define BLK 512
 #define TWO_PI 6.283185307179586476925286766559
@@ -59,12 +60,6 @@ static size_t class_size(cclass c) { return c == C_FLOAT ? sizeof(float) : 8; }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Two's-complement wrapping without relying on implementation-defined casts. */
-static inline int64_t wrap64(uint64_t u)
-{
-  return u <= INT64_MAX ? (int64_t)u : -(int64_t)~u - 1;
-}
-
 static inline int8_t wrap8(int64_t v)
 {
   int r = (int)((uint64_t)v & 0xff);
@@ -87,35 +82,21 @@ static inline int64_t sat(double v, int64_t lo, int64_t hi)
   return (int64_t)v;
 }
 
-/* double -> float rounded to odd.  Float keeps more than two extra bits over
- * f16 and bf16, so rounding that result to nearest even again gives exactly
- * the direct double -> f16/bf16 rounding (no double-rounding error). */
-static float round_odd(double x)
-{
-  float f = (float)x;
-  uint32_t b;
-  if ((double)f == x || x != x) return f;
-  memcpy(&b, &f, sizeof b);
-  if (fabs((double)f) > fabs(x)) b--;   /* truncate toward zero (inf -> FLT_MAX) */
-  b |= 1;
-  memcpy(&f, &b, sizeof f);
-  return f;
-}
-
-static inline uint16_t double_to_half(double x) { return dev_float_to_half(round_odd(x)); }
-static inline uint16_t double_to_bf16(double x) { return dev_float_to_bf16(round_odd(x)); }
-
-/* Loads and stores of n elements at p, stride s elements, one switch each.
- * load_f takes the float-compute dtypes and load_i the integer ones; load_d,
- * store_d and store_i take every dtype. */
+/* Loads and stores of n elements at p, stride s elements, one switch each
+ * (a run of the compute type itself is a memcpy).  load_f takes the
+ * float-compute dtypes and load_i the integer ones; load_d, store_d and
+ * store_i take every dtype. */
 static void load_d(dev_dtype t, const char *p, int64_t s, int64_t n, double *d)
 {
   int64_t i;
   switch (t) {
   case DEV_F32: for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s]; break;
-  case DEV_F64: for (i = 0; i < n; i++) d[i] = ((const double *)p)[i * s]; break;
-  case DEV_F16: for (i = 0; i < n; i++) d[i] = dev_half_to_float(((const uint16_t *)p)[i * s]); break;
-  case DEV_BF16: for (i = 0; i < n; i++) d[i] = dev_bf16_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_F64:
+    if (s == 1) memcpy(d, p, (size_t)n * 8);
+    else for (i = 0; i < n; i++) d[i] = ((const double *)p)[i * s];
+    break;
+  case DEV_F16: for (i = 0; i < n; i++) d[i] = sc_half_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) d[i] = sc_bf16_to_float(((const uint16_t *)p)[i * s]); break;
   case DEV_I8: for (i = 0; i < n; i++) d[i] = ((const int8_t *)p)[i * s]; break;
   case DEV_U8: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s]; break;
   case DEV_I32: for (i = 0; i < n; i++) d[i] = ((const int32_t *)p)[i * s]; break;
@@ -130,9 +111,13 @@ static void load_f(dev_dtype t, const char *p, int64_t s, int64_t n, float *d)
   int64_t i, esz = (int64_t)dev_dtype_size(t);
   double v;
   switch (t) {
-  case DEV_F32: for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s]; break;
-  case DEV_F16: for (i = 0; i < n; i++) d[i] = dev_half_to_float(((const uint16_t *)p)[i * s]); break;
-  case DEV_BF16: for (i = 0; i < n; i++) d[i] = dev_bf16_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_F32:
+    if (s == 1) memcpy(d, p, (size_t)n * 4);
+    else for (i = 0; i < n; i++) d[i] = ((const float *)p)[i * s];
+    break;
+  case DEV_F16: for (i = 0; i < n; i++) d[i] = sc_half_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) d[i] = sc_bf16_to_float(((const uint16_t *)p)[i * s]); break;
+  case DEV_BOOL: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s] != 0; break;
   default:
     for (i = 0; i < n; i++) { load_d(t, p + i * s * esz, 1, 1, &v); d[i] = (float)v; }
     break;
@@ -147,7 +132,10 @@ static void load_i(dev_dtype t, const char *p, int64_t s, int64_t n, int64_t *d)
   case DEV_I8: for (i = 0; i < n; i++) d[i] = ((const int8_t *)p)[i * s]; break;
   case DEV_U8: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s]; break;
   case DEV_I32: for (i = 0; i < n; i++) d[i] = ((const int32_t *)p)[i * s]; break;
-  case DEV_I64: for (i = 0; i < n; i++) d[i] = ((const int64_t *)p)[i * s]; break;
+  case DEV_I64:
+    if (s == 1) memcpy(d, p, (size_t)n * 8);
+    else for (i = 0; i < n; i++) d[i] = ((const int64_t *)p)[i * s];
+    break;
   case DEV_BOOL: for (i = 0; i < n; i++) d[i] = ((const uint8_t *)p)[i * s] != 0; break;
   default:
     for (i = 0; i < n; i++) { load_d(t, p + i * s * esz, 1, 1, &v); d[i] = sat(v, INT64_MIN, INT64_MAX); }
@@ -160,9 +148,12 @@ static void store_d(dev_dtype t, char *p, int64_t s, int64_t n, const double *v)
   int64_t i;
   switch (t) {
   case DEV_F32: for (i = 0; i < n; i++) ((float *)p)[i * s] = (float)v[i]; break;
-  case DEV_F64: for (i = 0; i < n; i++) ((double *)p)[i * s] = v[i]; break;
-  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = double_to_half(v[i]); break;
-  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = double_to_bf16(v[i]); break;
+  case DEV_F64:
+    if (s == 1) memcpy(p, v, (size_t)n * 8);
+    else for (i = 0; i < n; i++) ((double *)p)[i * s] = v[i];
+    break;
+  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_double_to_half(v[i]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_double_to_bf16(v[i]); break;
   case DEV_I8: for (i = 0; i < n; i++) ((int8_t *)p)[i * s] = (int8_t)sat(v[i], INT8_MIN, INT8_MAX); break;
   case DEV_U8: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = (uint8_t)sat(v[i], 0, UINT8_MAX); break;
   case DEV_I32: for (i = 0; i < n; i++) ((int32_t *)p)[i * s] = (int32_t)sat(v[i], INT32_MIN, INT32_MAX); break;
@@ -177,9 +168,12 @@ static void store_f(dev_dtype t, char *p, int64_t s, int64_t n, const float *v)
   int64_t i, esz = (int64_t)dev_dtype_size(t);
   double d;
   switch (t) {
-  case DEV_F32: for (i = 0; i < n; i++) ((float *)p)[i * s] = v[i]; break;
-  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = dev_float_to_half(v[i]); break;
-  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = dev_float_to_bf16(v[i]); break;
+  case DEV_F32:
+    if (s == 1) memcpy(p, v, (size_t)n * 4);
+    else for (i = 0; i < n; i++) ((float *)p)[i * s] = v[i];
+    break;
+  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_float_to_half(v[i]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_float_to_bf16(v[i]); break;
   default:
     for (i = 0; i < n; i++) { d = v[i]; store_d(t, p + i * s * esz, 1, 1, &d); }
     break;
@@ -194,12 +188,15 @@ static void store_i(dev_dtype t, char *p, int64_t s, int64_t n, const int64_t *v
   switch (t) {
   case DEV_F32: for (i = 0; i < n; i++) ((float *)p)[i * s] = (float)v[i]; break;
   case DEV_F64: for (i = 0; i < n; i++) ((double *)p)[i * s] = (double)v[i]; break;
-  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = dev_float_to_half((float)v[i]); break;
-  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = double_to_bf16((double)v[i]); break;
+  case DEV_F16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_float_to_half((float)v[i]); break;
+  case DEV_BF16: for (i = 0; i < n; i++) ((uint16_t *)p)[i * s] = sc_double_to_bf16((double)v[i]); break;
   case DEV_I8: for (i = 0; i < n; i++) ((int8_t *)p)[i * s] = wrap8(v[i]); break;
   case DEV_U8: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = (uint8_t)((uint64_t)v[i] & 0xff); break;
   case DEV_I32: for (i = 0; i < n; i++) ((int32_t *)p)[i * s] = wrap32(v[i]); break;
-  case DEV_I64: for (i = 0; i < n; i++) ((int64_t *)p)[i * s] = v[i]; break;
+  case DEV_I64:
+    if (s == 1) memcpy(p, v, (size_t)n * 8);
+    else for (i = 0; i < n; i++) ((int64_t *)p)[i * s] = v[i];
+    break;
   case DEV_BOOL: for (i = 0; i < n; i++) ((uint8_t *)p)[i * s] = v[i] != 0; break;
   default: break;
   }
@@ -404,7 +401,7 @@ static int run_arange(const dev_kop *op, char *err, size_t errlen)
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
     for (j = 0; j < k; j++) {
-      if (exact) b.i[j] = wrap64((uint64_t)op->s0.i + (uint64_t)(done + j) * (uint64_t)op->s1.i);
+      if (exact) b.i[j] = sc_wrap64((uint64_t)op->s0.i + (uint64_t)(done + j) * (uint64_t)op->s1.i);
       else b.d[j] = a + (double)(done + j) * step;
     }
     walk_store(&w, out->dtype, exact ? C_INT : C_DOUBLE, k, &b);
@@ -412,20 +409,8 @@ static int run_arange(const dev_kop *op, char *err, size_t errlen)
   return 0;
 }
 
-/* 53 random bits from two words, as a double in (0, 1). */
-static double unit53(uint32_t hi, uint32_t lo)
-{
-  return ((double)((uint64_t)(hi >> 5) << 26 | lo >> 6) + 0.5) * 0x1p-53;
-}
-
 /* Uniform draws are in [low, high): a value that rounds up to high in a
  * narrow dtype becomes the largest value of that dtype below high. */
-static uint16_t step_down16(uint16_t h)
-{
-  if ((h & 0x7fff) == 0) return 0x8001;          /* +-0 -> smallest negative */
-  return (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
-}
-
 static double below_high(double v, double high, dev_dtype t)
 {
   float f;
@@ -435,11 +420,11 @@ static double below_high(double v, double high, dev_dtype t)
     for (f = (float)v; f >= high;) f = nextafterf(f, -INFINITY);
     return f;
   case DEV_F16:
-    for (h = double_to_half(v); dev_half_to_float(h) >= high;) h = step_down16(h);
-    return dev_half_to_float(h);
+    for (h = sc_double_to_half(v); sc_half_to_float(h) >= high;) h = sc_step_down16(h);
+    return sc_half_to_float(h);
   case DEV_BF16:
-    for (h = double_to_bf16(v); dev_bf16_to_float(h) >= high;) h = step_down16(h);
-    return dev_bf16_to_float(h);
+    for (h = sc_double_to_bf16(v); sc_bf16_to_float(h) >= high;) h = sc_step_down16(h);
+    return sc_bf16_to_float(h);
   default:
     return v < high ? v : nextafter(high, -INFINITY);
   }
@@ -470,12 +455,12 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
         v.i[j] = x[0] & 1;
       } else if (isint) {
         r = range != 0 ? ((uint64_t)x[0] << 32 | x[1]) % range : 0;
-        v.i[j] = wrap64((uint64_t)low + r);
+        v.i[j] = sc_wrap64((uint64_t)low + r);
       } else if (normal) {
-        double z = sqrt(-2.0 * log(unit53(x[0], x[1]))) * cos(TWO_PI * unit53(x[2], x[3]));
+        double z = sqrt(-2.0 * log(sc_unit53(x[0], x[1]))) * cos(TWO_PI * sc_unit53(x[2], x[3]));
         v.d[j] = a + b * z;
       } else {
-        u = t == DEV_F64 ? unit53(x[0], x[1]) : ((x[0] >> 8) + 0.5) * 0x1p-24;
+        u = t == DEV_F64 ? sc_unit53(x[0], x[1]) : ((x[0] >> 8) + 0.5) * 0x1p-24;
         v.d[j] = below_high(a + u * (b - a), b, t);
       }
     }
@@ -484,181 +469,208 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
   return 0;
 }
 
-static void unop_f(int code, float *x, int64_t n)
+/* The ops of ops.h over a block: one case per row and compute type, each a
+ * plain loop over the row's scalar function (scalar.h).  The loops run over
+ * whole groups of 8 elements, which lets the compiler vectorise them at -O2
+ * (no scalar remainder): pad8 zeroes an operand's slots past n up to there.
+ * A bool result (0/1) goes to r's int64 array.  Kept out of line: inlined
+ * into the walkers' loops, gcc (12, -O2) no longer vectorises them. */
+#define RES_SAME(m) m
+#define RES_BOOL(m) i
+#define BLOCK_FN __attribute__((noinline)) static
+
+static inline int64_t round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
+
+static void pad8(cclass c, block *b, int64_t n)
+{
+  size_t sz = class_size(c);
+  memset((char *)b + (size_t)n * sz, 0, (size_t)(round8(n) - n) * sz);
+}
+
+BLOCK_FN void unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n)
 {
   int64_t i;
-  switch (code) {
-  case DEV_UN_NEG: for (i = 0; i < n; i++) x[i] = -x[i]; break;
-  case DEV_UN_ABS: for (i = 0; i < n; i++) x[i] = fabsf(x[i]); break;
-  case DEV_UN_EXP: for (i = 0; i < n; i++) x[i] = expf(x[i]); break;
-  case DEV_UN_LOG: for (i = 0; i < n; i++) x[i] = logf(x[i]); break;
-  case DEV_UN_SQRT: for (i = 0; i < n; i++) x[i] = sqrtf(x[i]); break;
-  case DEV_UN_RELU: for (i = 0; i < n; i++) x[i] = x[i] > 0 || x[i] != x[i] ? x[i] : 0.0f; break;
-  case DEV_UN_SIGMOID: for (i = 0; i < n; i++) x[i] = 1.0f / (1.0f + expf(-x[i])); break;
-  case DEV_UN_TANH: for (i = 0; i < n; i++) x[i] = tanhf(x[i]); break;
-  default: break;
+  n = round8(n);
+  switch (c) {
+  case C_FLOAT:
+    switch (code) {
+#define U(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_UN_##E: \
+      for (i = 0; i < n; i++) r->RES_##res(f)[i] = sc_##name##_f(x->f[i]); break;)
+    DEV_UNARY_OPS(U)
+#undef U
+    default: break;
+    }
+    break;
+  case C_DOUBLE:
+    switch (code) {
+#define U(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_UN_##E: \
+      for (i = 0; i < n; i++) r->RES_##res(d)[i] = sc_##name##_d(x->d[i]); break;)
+    DEV_UNARY_OPS(U)
+#undef U
+    default: break;
+    }
+    break;
+  case C_INT:
+    switch (code) {
+#define U(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_UN_##E: \
+      for (i = 0; i < n; i++) r->i[i] = sc_##name##_i(x->i[i]); break;)
+    DEV_UNARY_OPS(U)
+#undef U
+    default: break;
+    }
+    break;
   }
 }
 
-static void unop_d(int code, double *x, int64_t n)
+/* Returns how many integer divisions by zero there were. */
+BLOCK_FN int64_t binop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+                             block *restrict r, int64_t n)
+{
+  int64_t i, zeros = 0, n0 = n;
+  n = round8(n);
+  switch (c) {
+  case C_FLOAT:
+    switch (code) {
+#define B(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_BIN_##E: \
+      for (i = 0; i < n; i++) r->RES_##res(f)[i] = sc_##name##_f(x->f[i], y->f[i]); break;)
+    DEV_BINARY_OPS(B)
+#undef B
+    default: break;
+    }
+    break;
+  case C_DOUBLE:
+    switch (code) {
+#define B(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_BIN_##E: \
+      for (i = 0; i < n; i++) r->RES_##res(d)[i] = sc_##name##_d(x->d[i], y->d[i]); break;)
+    DEV_BINARY_OPS(B)
+#undef B
+    default: break;
+    }
+    break;
+  case C_INT:
+    switch (code) {
+#define B(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_BIN_##E: \
+      for (i = 0; i < n; i++) r->i[i] = sc_##name##_i(x->i[i], y->i[i]); \
+      if ((fl) & DEV_OPF_ZDIV) for (i = 0; i < n0; i++) zeros += y->i[i] == 0; \
+      break;)
+    DEV_BINARY_OPS(B)
+#undef B
+    default: break;
+    }
+    break;
+  }
+  return zeros;
+}
+
+BLOCK_FN void terop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+                          const block *restrict z, block *restrict r, int64_t n)
 {
   int64_t i;
-  switch (code) {
-  case DEV_UN_NEG: for (i = 0; i < n; i++) x[i] = -x[i]; break;
-  case DEV_UN_ABS: for (i = 0; i < n; i++) x[i] = fabs(x[i]); break;
-  case DEV_UN_EXP: for (i = 0; i < n; i++) x[i] = exp(x[i]); break;
-  case DEV_UN_LOG: for (i = 0; i < n; i++) x[i] = log(x[i]); break;
-  case DEV_UN_SQRT: for (i = 0; i < n; i++) x[i] = sqrt(x[i]); break;
-  case DEV_UN_RELU: for (i = 0; i < n; i++) x[i] = x[i] > 0 || x[i] != x[i] ? x[i] : 0.0; break;
-  case DEV_UN_SIGMOID: for (i = 0; i < n; i++) x[i] = 1.0 / (1.0 + exp(-x[i])); break;
-  case DEV_UN_TANH: for (i = 0; i < n; i++) x[i] = tanh(x[i]); break;
-  default: break;
+  n = round8(n);
+  switch (c) {
+  case C_FLOAT:
+    switch (code) {
+#define T(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
+      for (i = 0; i < n; i++) r->f[i] = sc_##name##_f(x->f[i], y->f[i], z->f[i]); break;)
+    DEV_TERNARY_OPS(T)
+#undef T
+    default: break;
+    }
+    break;
+  case C_DOUBLE:
+    switch (code) {
+#define T(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
+      for (i = 0; i < n; i++) r->d[i] = sc_##name##_d(x->d[i], y->d[i], z->d[i]); break;)
+    DEV_TERNARY_OPS(T)
+#undef T
+    default: break;
+    }
+    break;
+  case C_INT:
+    switch (code) {
+#define T(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_TER_##E: \
+      for (i = 0; i < n; i++) r->i[i] = sc_##name##_i(x->i[i], y->i[i], z->i[i]); break;)
+    DEV_TERNARY_OPS(T)
+#undef T
+    default: break;
+    }
+    break;
   }
 }
 
-/* Integers: negation wraps, so abs(INT_MIN) stays INT_MIN once stored. */
-static void unop_i(int code, int64_t *x, int64_t n)
+/* The op's dtype rule (ops.h), as dev_op.c's validate has it. */
+static int check_classes(const dev_opinfo *o, dev_dtype t, char *err, size_t errlen)
 {
-  int64_t i;
-  switch (code) {
-  case DEV_UN_NEG: for (i = 0; i < n; i++) x[i] = wrap64(0 - (uint64_t)x[i]); break;
-  case DEV_UN_ABS: for (i = 0; i < n; i++) x[i] = x[i] < 0 ? wrap64(0 - (uint64_t)x[i]) : x[i]; break;
-  case DEV_UN_RELU: for (i = 0; i < n; i++) x[i] = x[i] < 0 ? 0 : x[i]; break;
-  default: break;
-  }
+  if (!(dev_dtype_class(t) & o->classes))
+    return fail(err, errlen, "%s is not defined for %s", o->name, dev_dtype_name(t));
+  return 0;
 }
 
 static int run_unary(const dev_kop *op, char *err, size_t errlen)
 {
   const dev_view *out = &op->out, *in = &op->in[0];
   dev_dtype t = out->dtype;
-  cclass c = class_of(t);
+  const dev_opinfo *o = dev_unop_info(op->code);
+  cclass c = class_of(in->dtype), rc;
   int64_t n = dev_view_numel(out), done, k;
-  block x;
+  block x, r;
   walk wo, wi;
   if ((unsigned)op->code >= DEV_NUNOP) return fail(err, errlen, "unary: bad op %d", op->code);
   if (op->code == DEV_UN_COPY && in->dtype == t) return run_copy(out, in, err, errlen);
   if (check_view(out, "out", err, errlen) || check_view(in, "in[0]", err, errlen)) return -1;
   if (dev_view_numel(in) != n) return fail(err, errlen, "%s: element counts differ", dev_unop_name(op->code));
+  walk_init(&wo, out);
+  walk_init(&wi, in);
   if (op->code == DEV_UN_COPY) {
     /* a cast: integers stay exact as int64, every float is exact in double */
     c = class_of(in->dtype) == C_INT ? C_INT : C_DOUBLE;
-  } else if (in->dtype != t) {
-    return fail(err, errlen, "%s: dtype %s does not match %s", dev_unop_name(op->code),
-                dev_dtype_name(in->dtype), dev_dtype_name(t));
-  } else if (c == C_INT && op->code != DEV_UN_NEG && op->code != DEV_UN_ABS && op->code != DEV_UN_RELU) {
-    return fail(err, errlen, "%s is not defined for %s", dev_unop_name(op->code), dev_dtype_name(t));
+    for (done = 0; done < n; done += k) {
+      k = min64(BLK, n - done);
+      walk_load(&wi, in->dtype, c, k, &x);
+      walk_store(&wo, t, c, k, &x);
+    }
+    return 0;
   }
-  walk_init(&wo, out);
-  walk_init(&wi, in);
+  if (o->to_bool ? t != DEV_BOOL : in->dtype != t)
+    return fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(in->dtype), dev_dtype_name(t));
+  if (check_classes(o, in->dtype, err, errlen)) return -1;
+  rc = o->to_bool ? C_INT : c;
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
     walk_load(&wi, in->dtype, c, k, &x);
-    switch (c) {
-    case C_FLOAT: unop_f(op->code, x.f, k); break;
-    case C_DOUBLE: unop_d(op->code, x.d, k); break;
-    case C_INT: unop_i(op->code, x.i, k); break;
-    }
-    walk_store(&wo, t, c, k, &x);
+    pad8(c, &x, k);
+    unop_block(op->code, c, &x, &r, k);
+    walk_store(&wo, t, rc, k, &r);
   }
   return 0;
-}
-
-/* Max/min propagate NaN: a NaN on either side wins. */
-static void binop_f(int code, const float *a, const float *b, float *o, int64_t n)
-{
-  int64_t i;
-  switch (code) {
-  case DEV_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
-  case DEV_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
-  case DEV_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
-  case DEV_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
-  case DEV_BIN_POW: for (i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
-  case DEV_BIN_MAX: for (i = 0; i < n; i++) o[i] = a[i] > b[i] || a[i] != a[i] ? a[i] : b[i]; break;
-  case DEV_BIN_MIN: for (i = 0; i < n; i++) o[i] = a[i] < b[i] || a[i] != a[i] ? a[i] : b[i]; break;
-  default: break;
-  }
-}
-
-static void binop_d(int code, const double *a, const double *b, double *o, int64_t n)
-{
-  int64_t i;
-  switch (code) {
-  case DEV_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
-  case DEV_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
-  case DEV_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
-  case DEV_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
-  case DEV_BIN_POW: for (i = 0; i < n; i++) o[i] = pow(a[i], b[i]); break;
-  case DEV_BIN_MAX: for (i = 0; i < n; i++) o[i] = a[i] > b[i] || a[i] != a[i] ? a[i] : b[i]; break;
-  case DEV_BIN_MIN: for (i = 0; i < n; i++) o[i] = a[i] < b[i] || a[i] != a[i] ? a[i] : b[i]; break;
-  default: break;
-  }
-}
-
-/* Floor division (Lua's //); b == -1 negates so INT_MIN // -1 wraps. */
-static inline int64_t floordiv(int64_t a, int64_t b)
-{
-  int64_t q;
-  if (b == -1) return wrap64(0 - (uint64_t)a);
-  q = a / b;
-  if (a % b != 0 && (a < 0) != (b < 0)) q--;
-  return q;
-}
-
-static inline int64_t ipow(int64_t a, int64_t e)
-{
-  uint64_t r = 1, base = (uint64_t)a;
-  if (e < 0) return a == 1 ? 1 : a == -1 ? (e % 2 != 0 ? -1 : 1) : 0;
-  for (; e > 0; e >>= 1) {
-    if (e & 1) r *= base;
-    base *= base;
-  }
-  return wrap64(r);
-}
-
-/* Integer binary ops in uint64 so overflow wraps; returns how many divisions by zero. */
-static int64_t binop_i(int code, const int64_t *a, const int64_t *b, int64_t *o, int64_t n)
-{
-  int64_t i, zeros = 0;
-  switch (code) {
-  case DEV_BIN_ADD: for (i = 0; i < n; i++) o[i] = wrap64((uint64_t)a[i] + (uint64_t)b[i]); break;
-  case DEV_BIN_SUB: for (i = 0; i < n; i++) o[i] = wrap64((uint64_t)a[i] - (uint64_t)b[i]); break;
-  case DEV_BIN_MUL: for (i = 0; i < n; i++) o[i] = wrap64((uint64_t)a[i] * (uint64_t)b[i]); break;
-  case DEV_BIN_DIV:
-    for (i = 0; i < n; i++) {
-      if (b[i] == 0) { o[i] = 0; zeros++; }
-      else o[i] = floordiv(a[i], b[i]);
-    }
-    break;
-  case DEV_BIN_POW: for (i = 0; i < n; i++) o[i] = ipow(a[i], b[i]); break;
-  case DEV_BIN_MAX: for (i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
-  case DEV_BIN_MIN: for (i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
-  default: break;
-  }
-  return zeros;
 }
 
 static int run_binary(const dev_kop *op, char *err, size_t errlen)
 {
   const dev_view *out = &op->out;
-  dev_dtype t = out->dtype;
-  cclass c = class_of(t);
+  const dev_opinfo *o = dev_binop_info(op->code);
+  dev_dtype t = op->in[0].dtype;
+  cclass c = class_of(t), rc;
   int scalar = (op->flags & (DEV_F_SCALAR | DEV_F_SCALAR_LEFT)) != 0;
   int left = (op->flags & DEV_F_SCALAR_LEFT) != 0;
   int64_t n = dev_view_numel(out), done, k, zeros = 0;
   block x, y, r;
   walk wo, wa, wb;
-  if ((unsigned)op->code >= DEV_NBINOP) return fail(err, errlen, "binary: bad op %d", op->code);
+  if (o == NULL) return fail(err, errlen, "binary: bad op %d", op->code);
   if (check_view(out, "out", err, errlen) || check_view(&op->in[0], "in[0]", err, errlen) ||
       (!scalar && check_view(&op->in[1], "in[1]", err, errlen)))
     return -1;
+  if (o->to_bool && out->dtype != DEV_BOOL)
+    return fail(err, errlen, "%s: the result is bool, not %s", o->name, dev_dtype_name(out->dtype));
   for (int i = 0; i < (scalar ? 1 : 2); i++) {
-    if (op->in[i].dtype != t)
-      return fail(err, errlen, "%s: dtype %s does not match %s", dev_binop_name(op->code),
-                  dev_dtype_name(op->in[i].dtype), dev_dtype_name(t));
+    if (op->in[i].dtype != (o->to_bool ? t : out->dtype))
+      return fail(err, errlen, "%s: dtype %s does not match %s", o->name,
+                  dev_dtype_name(op->in[i].dtype), dev_dtype_name(o->to_bool ? t : out->dtype));
     if (dev_view_numel(&op->in[i]) != n)
-      return fail(err, errlen, "%s: element counts differ", dev_binop_name(op->code));
+      return fail(err, errlen, "%s: element counts differ", o->name);
   }
+  if (check_classes(o, t, err, errlen)) return -1;
+  rc = o->to_bool ? C_INT : c;
   walk_init(&wo, out);
   walk_init(&wa, &op->in[0]);
   if (scalar) scalar_to(op->s0, t, left ? &x : &y);
@@ -666,15 +678,61 @@ static int run_binary(const dev_kop *op, char *err, size_t errlen)
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
     walk_load(&wa, t, c, k, left ? &y : &x);
-    if (!scalar) walk_load(&wb, t, c, k, &y);
-    switch (c) {
-    case C_FLOAT: binop_f(op->code, x.f, y.f, r.f, k); break;
-    case C_DOUBLE: binop_d(op->code, x.d, y.d, r.d, k); break;
-    case C_INT: zeros += binop_i(op->code, x.i, y.i, r.i, k); break;
+    pad8(c, left ? &y : &x, k);
+    if (!scalar) {
+      walk_load(&wb, t, c, k, &y);
+      pad8(c, &y, k);
     }
-    walk_store(&wo, t, c, k, &r);
+    zeros += binop_block(op->code, c, &x, &y, &r, k);
+    walk_store(&wo, out->dtype, rc, k, &r);
   }
   if (zeros > 0) return fail(err, errlen, "integer division by zero");
+  return 0;
+}
+
+/* Operands 2 and 3 are the next tensors of in[] or, flagged, s0 and s1; a
+ * condition (DEV_OPF_COND) is loaded as 0/1 in the compute type. */
+static int run_ternary(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *out = &op->out, *v[3] = {&op->in[0], NULL, NULL};
+  const dev_opinfo *o = dev_terop_info(op->code);
+  dev_dtype t = out->dtype;
+  cclass c = class_of(t);
+  int s2 = (op->flags & DEV_F_SCALAR2) != 0, s3 = (op->flags & DEV_F_SCALAR3) != 0;
+  int64_t n = dev_view_numel(out), done, k;
+  block b[3], r;
+  walk wo, w[3];
+  static const char *const names[] = {"in[0]", "in[1]", "in[2]"};
+  if (o == NULL) return fail(err, errlen, "ternary: bad op %d", op->code);
+  if (op->nin != 1 + !s2 + !s3) return fail(err, errlen, "%s: bad operands", o->name);
+  if (!s2) v[1] = &op->in[1];
+  if (!s3) v[2] = &op->in[s2 ? 1 : 2];
+  if (check_view(out, "out", err, errlen)) return -1;
+  for (int j = 0, i = 0; j < 3; j++) {
+    dev_dtype want = j == 0 && (o->flags & DEV_OPF_COND) ? DEV_BOOL : t;
+    if (!v[j]) continue;
+    if (check_view(v[j], names[i++], err, errlen)) return -1;
+    if (v[j]->dtype != want)
+      return fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(v[j]->dtype),
+                  dev_dtype_name(want));
+    if (dev_view_numel(v[j]) != n) return fail(err, errlen, "%s: element counts differ", o->name);
+  }
+  if (check_classes(o, t, err, errlen)) return -1;
+  walk_init(&wo, out);
+  for (int j = 0; j < 3; j++)
+    if (v[j]) walk_init(&w[j], v[j]);
+  if (s2) scalar_to(op->s0, t, &b[1]);
+  if (s3) scalar_to(op->s1, t, &b[2]);
+  for (done = 0; done < n; done += k) {
+    k = min64(BLK, n - done);
+    for (int j = 0; j < 3; j++) {
+      if (!v[j]) continue;
+      walk_load(&w[j], v[j]->dtype, c, k, &b[j]);
+      pad8(c, &b[j], k);
+    }
+    terop_block(op->code, c, &b[0], &b[1], &b[2], &r, k);
+    walk_store(&wo, t, c, k, &r);
+  }
   return 0;
 }
 
@@ -687,7 +745,7 @@ static void reduce_walk(walk *w, dev_dtype t, int code, int64_t len, double *d, 
   int isint = class_of(t) == C_INT;
   double sum = 0, best = 0;
   uint64_t isum = 0;
-  int64_t ibest = 0, at = 0, done, k, j;
+  int64_t ibest = 0, at = 0, done, k, j, truth = code == DEV_RED_ALL;
   block b;
   for (done = 0; done < len; done += k) {
     k = min64(BLK, len - done);
@@ -720,20 +778,27 @@ static void reduce_walk(walk *w, dev_dtype t, int code, int64_t len, double *d, 
           if (b.i[j] < ibest) ibest = b.i[j];
       }
       break;
+    case DEV_RED_ANY: case DEV_RED_ALL:
+      /* any: a nonzero (NaN is one) decides; all: a zero */
+      for (j = 0; j < k && truth == (code == DEV_RED_ALL); j++)
+        if ((isint ? b.i[j] != 0 : b.d[j] != 0) != truth) truth = !truth;
+      break;
     default: break;
     }
+    if ((code == DEV_RED_ANY || code == DEV_RED_ALL) && truth != (code == DEV_RED_ALL)) break;
   }
   switch (code) {
-  case DEV_RED_SUM: if (isint) *i = wrap64(isum); else *d = sum; break;
+  case DEV_RED_SUM: if (isint) *i = sc_wrap64(isum); else *d = sum; break;
   case DEV_RED_MEAN: *d = sum / (double)len; break;
   case DEV_RED_ARGMAX: *i = at + 1; break;
+  case DEV_RED_ANY: case DEV_RED_ALL: *i = truth; break;
   default: if (isint) *i = ibest; else *d = best; break;
   }
 }
 
 static cclass red_class(int code, dev_dtype src)
 {
-  if (code == DEV_RED_ARGMAX) return C_INT;
+  if (code == DEV_RED_ARGMAX || code == DEV_RED_ANY || code == DEV_RED_ALL) return C_INT;
   if (code == DEV_RED_MEAN) return C_DOUBLE;
   return class_of(src) == C_INT ? C_INT : C_DOUBLE;
 }
@@ -773,10 +838,10 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
   if (nout == 0) return 0;
   if (len == 0) {
     dev_kop fill = {.kind = DEV_OP_FILL, .out = *out};
-    if (code != DEV_RED_SUM && code != DEV_RED_MEAN)
+    if (code != DEV_RED_SUM && code != DEV_RED_MEAN && code != DEV_RED_ANY && code != DEV_RED_ALL)
       return fail(err, errlen, "%s of an empty tensor", dev_redop_name(code));
-    if (code == DEV_RED_SUM) fill.s0.is_int = 1;   /* 0 */
-    else fill.s0.f = NAN;                          /* 0/0 */
+    if (code == DEV_RED_MEAN) fill.s0.f = NAN;     /* 0/0 */
+    else fill.s0 = (dev_scalar){1, code == DEV_RED_ALL, code == DEV_RED_ALL};   /* 0, false, true */
     return run_fill(&fill, err, errlen);
   }
   walk_init(&wo, out);
@@ -965,6 +1030,7 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_RAND: return run_rand(op, err, errlen);
   case DEV_OP_UNARY: return run_unary(op, err, errlen);
   case DEV_OP_BINARY: return run_binary(op, err, errlen);
+  case DEV_OP_TERNARY: return run_ternary(op, err, errlen);
   case DEV_OP_REDUCE: return run_reduce(op, err, errlen);
   case DEV_OP_MATMUL: return run_matmul(op, err, errlen);
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
@@ -976,24 +1042,8 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   return fail(err, errlen, "unknown op kind %d", (int)op->kind);
 }
 
-/* Philox-4x32-10 (Salmon et al., SC'11), as in Random123 and cuRAND. */
+/* Philox-4x32-10: scalar.h's, which the kernels share. */
 void dev_philox(uint64_t seed, uint64_t counter, uint32_t out[4])
 {
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-  for (int r = 0; r < 10; r++) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  out[0] = c0;
-  out[1] = c1;
-  out[2] = c2;
-  out[3] = c3;
+  sc_philox(seed, counter, out);
 }

@@ -62,8 +62,10 @@ static int validate_launch(dev_ctx *ctx, const dev_launch *l) {
 }
 
 static int validate(dev_ctx *ctx, const dev_kop *op) {
-  static const char *const kinds[] = {"fill", "arange", "rand", "unary", "binary", "reduce", "matmul", "copy"};
-  _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_COPY == 7, "kinds[] follows dev_opkind");
+  static const char *const kinds[] = {"fill", "arange", "rand", "unary", "binary", "ternary", "reduce", "matmul",
+                                      "copy"};
+  _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_TERNARY == 5 && DEV_OP_COPY == 8,
+                 "kinds[] follows dev_opkind");
   int rc;
   if (op->kind == DEV_OP_LAUNCH) return validate_launch(ctx, op->launch);
   if (op->kind == DEV_OP_SLEEP) {
@@ -92,29 +94,45 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
     if (op->code == DEV_RAND_UNIFORM && !isf && t != DEV_BOOL && op->s1.i <= op->s0.i)
       return dev_fail(ctx, DEV_ERR_INVALID, "rand: empty range");
     return DEV_OK;
-  case DEV_OP_UNARY:
+  case DEV_OP_UNARY: {
     if (op->nin != 1 || (unsigned)op->code >= DEV_NUNOP)
       return dev_fail(ctx, DEV_ERR_INVALID, "unary: bad op");
     if (dev_view_numel(&op->in[0]) != dev_view_numel(&op->out))
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: numel mismatch", dev_unop_name(op->code));
     if (op->code == DEV_UN_COPY) return DEV_OK;
-    if (op->in[0].dtype != t || !same_shape(&op->in[0], &op->out))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", dev_unop_name(op->code));
-    if (t == DEV_BOOL || (!isf && op->code >= DEV_UN_EXP && op->code != DEV_UN_RELU))
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s",
-                      dev_unop_name(op->code), dev_dtype_name(t));
+    const dev_opinfo *o = dev_unop_info(op->code);
+    dev_dtype it = op->in[0].dtype;
+    if ((o->to_bool ? t != DEV_BOOL : it != t) || !same_shape(&op->in[0], &op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+    if (!(dev_dtype_class(it) & o->classes))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
     return DEV_OK;
+  }
   case DEV_OP_BINARY: {
-    int nt = (op->flags & DEV_F_SCALAR) ? 1 : 2;
-    if (op->nin != nt || (unsigned)op->code >= DEV_NBINOP)
+    int nt = (op->flags & (DEV_F_SCALAR | DEV_F_SCALAR_LEFT)) ? 1 : 2;
+    const dev_opinfo *o = dev_binop_info(op->code);
+    if (op->nin != nt || !o || ((op->flags & DEV_F_SCALAR_LEFT) && !(o->flags & DEV_OPF_LEFT)))
       return dev_fail(ctx, DEV_ERR_INVALID, "binary: bad operands");
+    dev_dtype it = op->in[0].dtype;
+    if (o->to_bool && t != DEV_BOOL) return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
     for (int i = 0; i < nt; i++)
-      if (op->in[i].dtype != t || !same_shape(&op->in[i], &op->out))
-        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch",
-                        dev_binop_name(op->code));
-    if (t == DEV_BOOL && op->code != DEV_BIN_MAX && op->code != DEV_BIN_MIN)
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for bool",
-                      dev_binop_name(op->code));
+      if (op->in[i].dtype != (o->to_bool ? it : t) || !same_shape(&op->in[i], &op->out))
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+    if (!(dev_dtype_class(it) & o->classes))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
+    return DEV_OK;
+  }
+  case DEV_OP_TERNARY: {
+    const dev_opinfo *o = dev_terop_info(op->code);
+    int nt = 1 + !(op->flags & DEV_F_SCALAR2) + !(op->flags & DEV_F_SCALAR3);
+    if (!o || op->nin != nt || (op->flags & ~(DEV_F_SCALAR2 | DEV_F_SCALAR3)))
+      return dev_fail(ctx, DEV_ERR_INVALID, "ternary: bad operands");
+    for (int i = 0; i < nt; i++)
+      if (op->in[i].dtype != (i == 0 && (o->flags & DEV_OPF_COND) ? DEV_BOOL : t) ||
+          !same_shape(&op->in[i], &op->out))
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+    if (!(dev_dtype_class(t) & o->classes))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(t));
     return DEV_OK;
   }
   case DEV_OP_REDUCE: {
@@ -154,6 +172,7 @@ static const char *op_name(const dev_kop *op) {
   case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : "rand";
   case DEV_OP_UNARY: return dev_unop_name(op->code);
   case DEV_OP_BINARY: return dev_binop_name(op->code);
+  case DEV_OP_TERNARY: return dev_terop_name(op->code);
   case DEV_OP_REDUCE: return dev_redop_name(op->code);
   case DEV_OP_MATMUL: return "matmul";
   case DEV_OP_COPY: return "copy";
@@ -195,9 +214,10 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     ctx->st.launches++;
     return DEV_OK;
   }
+  /* the output, then the tensor operands (validated: nin of them) */
   int nb = op->kind == DEV_OP_SLEEP ? 0 : 1 + op->nin;
-  if (op->kind == DEV_OP_BINARY && (op->flags & DEV_F_SCALAR)) nb = 2;
-  const dev_view *views[3] = {&op->out, &op->in[0], &op->in[1]};
+  const dev_view *views[1 + DEV_MAXIN] = {&op->out};
+  for (int i = 0; i < DEV_MAXIN; i++) views[1 + i] = &op->in[i];
   int all_host = nb > 0;
   for (int i = 0; i < nb; i++)
     if (!host_visible(views[i]->buf)) all_host = 0;
@@ -218,7 +238,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   int pageable = op->kind == DEV_OP_COPY &&
                  (op->out.buf->kind == DEV_MEM_HOST || op->in[0].buf->kind == DEV_MEM_HOST);
   if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
-  dev_buf *bufs[3] = {NULL, NULL, NULL};
+  dev_buf *bufs[1 + DEV_MAXIN] = {NULL};
   for (int i = 0; i < nb; i++) bufs[i] = views[i]->buf;
   if ((rc = fence_op_bufs(s, bufs, nb))) return rc;
   if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;

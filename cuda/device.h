@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops.h"
+
 #define DEV_MAXDIM 8
 #define DEV_SITE_LEN 80   /* "script.lua:12" of the op that enqueued work */
 
@@ -295,29 +297,43 @@ static inline void *dev_view_ptr(const dev_view *v) {
 /* A scalar operand: exact for every integer dtype, double for floats. */
 typedef struct dev_scalar { int is_int; int64_t i; double f; } dev_scalar;
 
+/* The elementwise ops and reductions are declared in ops.h, once. */
+#define DEV_OP_ENUM_UN(E, name, cls, res, fl) DEV_UN_##E,
+#define DEV_OP_ENUM_BIN(E, name, cls, res, fl) DEV_BIN_##E,
+#define DEV_OP_ENUM_TER(E, name, cls, res, fl) DEV_TER_##E,
+#define DEV_OP_ENUM_RED(E, name) DEV_RED_##E,
 typedef enum {
   DEV_UN_COPY,     /* dst = src, converting dtype: cast */
-  DEV_UN_NEG, DEV_UN_ABS, DEV_UN_EXP, DEV_UN_LOG, DEV_UN_SQRT,
-  DEV_UN_RELU, DEV_UN_SIGMOID, DEV_UN_TANH,
+  DEV_UNARY_OPS(DEV_OP_ENUM_UN)
   DEV_NUNOP
 } dev_unop;
 
-typedef enum {
-  DEV_BIN_ADD, DEV_BIN_SUB, DEV_BIN_MUL, DEV_BIN_DIV, DEV_BIN_POW,
-  DEV_BIN_MAX, DEV_BIN_MIN,
-  DEV_NBINOP
-} dev_binop;
-
-typedef enum {
-  DEV_RED_SUM, DEV_RED_MEAN, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_ARGMAX,
-  DEV_NREDOP
-} dev_redop;
+typedef enum { DEV_BINARY_OPS(DEV_OP_ENUM_BIN) DEV_NBINOP } dev_binop;
+typedef enum { DEV_TERNARY_OPS(DEV_OP_ENUM_TER) DEV_NTEROP } dev_terop;
+typedef enum { DEV_REDUCE_OPS(DEV_OP_ENUM_RED) DEV_NREDOP } dev_redop;
+#undef DEV_OP_ENUM_UN
+#undef DEV_OP_ENUM_BIN
+#undef DEV_OP_ENUM_TER
+#undef DEV_OP_ENUM_RED
 
 typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL } dev_randkind;
 
 const char *dev_unop_name(dev_unop op);
 const char *dev_binop_name(dev_binop op);
+const char *dev_terop_name(dev_terop op);
 const char *dev_redop_name(dev_redop op);
+
+/* An elementwise op's row of ops.h: its name, the dtype classes it takes
+ * (DEV_CLS_* bits), whether its result is bool, its DEV_OPF_* flags. */
+typedef struct dev_opinfo { const char *name; unsigned classes; int to_bool; unsigned flags; } dev_opinfo;
+/* NULL for a code outside the table (DEV_UN_COPY included). */
+const dev_opinfo *dev_unop_info(int code);
+const dev_opinfo *dev_binop_info(int code);
+const dev_opinfo *dev_terop_info(int code);
+/* DEV_CLS_F, DEV_CLS_I or DEV_CLS_B; 0 for a bad dtype. */
+unsigned dev_dtype_class(dev_dtype t);
+/* s as dtype t stores it (a float rounded to f16, say); as for a fill. */
+dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t);
 
 /* One unit of queued work, as a backend receives it.  The host backend runs it
  * with dev_cpu_run(); the CUDA backend launches the matching kernel. */
@@ -327,6 +343,8 @@ typedef enum {
   DEV_OP_RAND,      /* code = dev_randkind; uniform [s0,s1) / normal(mean s0, std s1) */
   DEV_OP_UNARY,     /* code = dev_unop; out = op(in[0]) */
   DEV_OP_BINARY,    /* code = dev_binop; out = in[0] op in[1] (or scalar, see flags) */
+  DEV_OP_TERNARY,   /* code = dev_terop; out = op(in[0], x, y): x, y the next tensor
+                       operands in[1], in[2], or s0, s1 (see flags) */
   DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0] */
   DEV_OP_MATMUL,    /* out = in[0] @ in[1], 2-D */
   DEV_OP_COPY,      /* out = in[0], same dtype, same numel; flat element order */
@@ -336,8 +354,12 @@ typedef enum {
 
 enum {
   DEV_F_SCALAR = 1,        /* binary: second operand is s0 */
-  DEV_F_SCALAR_LEFT = 2    /* binary: s0 op in[0] instead of in[0] op s0 */
+  DEV_F_SCALAR_LEFT = 2,   /* binary: s0 op in[0] instead of in[0] op s0 */
+  DEV_F_SCALAR2 = 4,       /* ternary: operand 2 is s0 */
+  DEV_F_SCALAR3 = 8        /* ternary: operand 3 is s1 */
 };
+
+#define DEV_MAXIN 3   /* tensor operands of an op, packed from in[0] */
 
 typedef struct dev_kop {
   dev_opkind kind;
@@ -346,7 +368,7 @@ typedef struct dev_kop {
   int nin;
   int dim;
   dev_view out;
-  dev_view in[2];
+  dev_view in[DEV_MAXIN];
   dev_scalar s0, s1;
   uint64_t seed, offset;   /* DEV_OP_RAND: counter-based generator key and start */
   double ms;               /* DEV_OP_SLEEP */

@@ -1,10 +1,11 @@
-/* gpulua device layer: dtype, op and memory-kind names; f16/bf16 conversions;
- * view helpers.  Pure functions, no state. */
+/* gpulua device layer: dtype, op and memory-kind names, the op table's rows;
+ * f16/bf16 conversions; view helpers.  Pure functions, no state. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "device.h"
+#include "scalar.h"
 
 static const struct { const char *name; size_t size; int is_float; } dtypes[DEV_NDTYPE] = {
   [DEV_F32] = {"f32", 4, 1}, [DEV_F64] = {"f64", 8, 1},
@@ -51,89 +52,93 @@ const char *dev_memkind_name(dev_memkind k)
   return (unsigned)k < 3 ? names[k] : "?";
 }
 
+/* The rows of ops.h as data, for validation and the bindings' checks. */
+#define OPINFO(E, name, cls, res, fl) [DEV_UN_##E] = {#name, DEV_CLASSES(cls), DEV_RESULT(res), fl},
+static const dev_opinfo unops[DEV_NUNOP] = {DEV_UNARY_OPS(OPINFO)};
+#undef OPINFO
+#define OPINFO(E, name, cls, res, fl) [DEV_BIN_##E] = {#name, DEV_CLASSES(cls), DEV_RESULT(res), fl},
+static const dev_opinfo binops[DEV_NBINOP] = {DEV_BINARY_OPS(OPINFO)};
+#undef OPINFO
+#define OPINFO(E, name, cls, res, fl) [DEV_TER_##E] = {#name, DEV_CLASSES(cls), DEV_RESULT(res), fl},
+static const dev_opinfo terops[DEV_NTEROP] = {DEV_TERNARY_OPS(OPINFO)};
+#undef OPINFO
+
+const dev_opinfo *dev_unop_info(int code)
+{
+  return code > DEV_UN_COPY && code < DEV_NUNOP ? &unops[code] : NULL;
+}
+
+const dev_opinfo *dev_binop_info(int code)
+{
+  return code >= 0 && code < DEV_NBINOP ? &binops[code] : NULL;
+}
+
+const dev_opinfo *dev_terop_info(int code)
+{
+  return code >= 0 && code < DEV_NTEROP ? &terops[code] : NULL;
+}
+
+unsigned dev_dtype_class(dev_dtype t)
+{
+  if (!valid_dtype(t)) return 0;
+  return t == DEV_BOOL ? DEV_CLS_B : dtypes[t].is_float ? DEV_CLS_F : DEV_CLS_I;
+}
+
 const char *dev_unop_name(dev_unop op)
 {
-  static const char *const names[DEV_NUNOP] = {
-    "copy", "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"};
-  return (unsigned)op < DEV_NUNOP ? names[op] : "?";
+  if (op == DEV_UN_COPY) return "copy";
+  return (unsigned)op < DEV_NUNOP ? unops[op].name : "?";
 }
 
 const char *dev_binop_name(dev_binop op)
 {
-  static const char *const names[DEV_NBINOP] = {"add", "sub", "mul", "div", "pow", "max", "min"};
-  return (unsigned)op < DEV_NBINOP ? names[op] : "?";
+  return (unsigned)op < DEV_NBINOP ? binops[op].name : "?";
+}
+
+const char *dev_terop_name(dev_terop op)
+{
+  return (unsigned)op < DEV_NTEROP ? terops[op].name : "?";
 }
 
 const char *dev_redop_name(dev_redop op)
 {
-  static const char *const names[DEV_NREDOP] = {"sum", "mean", "max", "min", "argmax"};
+#define NAME(E, name) [DEV_RED_##E] = #name,
+  static const char *const names[DEV_NREDOP] = {DEV_REDUCE_OPS(NAME)};
+#undef NAME
   return (unsigned)op < DEV_NREDOP ? names[op] : "?";
 }
 
-/* Branch-light conversions (after F. Giesen's "half <-> float" notes): the
- * FPU does the renormalising and rounding of subnormals. */
-float dev_half_to_float(uint16_t h)
+dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t)
 {
-  uint32_t em = (uint32_t)(h & 0x7fff) << 13, e = em & 0x0f800000, b = em + (112u << 23);
-  float f;
-  if (e == 0x0f800000) {          /* inf or NaN: exponent all ones, NaN made quiet */
-    b += 112u << 23;
-    if (em & 0x7fffff) b |= 0x400000;
-  } else if (em == 0) {
-    b = 0;
-  } else if (e == 0) {            /* subnormal: 2^-14 * (1 + m/1024) - 2^-14 */
-    b += 1u << 23;
-    memcpy(&f, &b, sizeof f);
-    f -= 0x1p-14f;
-    memcpy(&b, &f, sizeof b);
+  double v = s.is_int ? (double)s.i : s.f;
+  dev_scalar r = {1, 0, 0};
+  switch (t) {
+  case DEV_F32: r.f = (double)(float)v; break;
+  case DEV_F64: return s;
+  case DEV_F16: r.f = (double)sc_half_to_float(sc_double_to_half(v)); break;
+  case DEV_BF16: r.f = (double)sc_bf16_to_float(sc_double_to_bf16(v)); break;
+  case DEV_BOOL: r.i = s.is_int ? s.i != 0 : v != 0; r.f = (double)r.i; return r;
+  default:
+    /* integers wrap to the width (a float truncates first, saturating) */
+    r.i = s.is_int ? s.i : v != v ? 0 : v <= -0x1p63 ? INT64_MIN : v >= 0x1p63 ? INT64_MAX : (int64_t)v;
+    switch (t) {
+    case DEV_I8: r.i = (int64_t)((uint64_t)r.i & 0xff); if (r.i >= 128) r.i -= 256; break;
+    case DEV_U8: r.i = (int64_t)((uint64_t)r.i & 0xff); break;
+    case DEV_I32: r.i = (int64_t)((uint64_t)r.i & 0xffffffffu); if (r.i >= 0x80000000) r.i -= 0x100000000; break;
+    default: break;
+    }
+    r.f = (double)r.i;
+    return r;
   }
-  b |= (uint32_t)(h & 0x8000) << 16;
-  memcpy(&f, &b, sizeof f);
-  return f;
+  r.is_int = 0;
+  return r;
 }
 
-uint16_t dev_float_to_half(float f)
-{
-  uint32_t b, a;
-  memcpy(&b, &f, sizeof b);
-  uint16_t sign = (uint16_t)(b >> 16 & 0x8000);
-  a = b & 0x7fffffff;
-  if (a >= 0x47800000)            /* 2^16 and up: inf, or NaN kept quiet with its top payload */
-    return sign | (a > 0x7f800000 ? 0x7e00 | (a >> 13 & 0x3ff) : 0x7c00);
-  if (a < 0x38800000) {           /* below 2^-14: half subnormal or zero */
-    /* adding 0.5 leaves the value in units of 2^-24 at the bottom of the
-     * mantissa, rounded to nearest even by the FPU */
-    memcpy(&f, &a, sizeof f);
-    f += 0.5f;
-    memcpy(&a, &f, sizeof a);
-    return sign | (uint16_t)(a - 0x3f000000);
-  }
-  /* rebias the exponent and round the 13 dropped bits to nearest even; a
-   * carry walks into the exponent, so 65520 and up become inf */
-  a += 0xfff + (a >> 13 & 1) - (112u << 23);
-  return sign | (uint16_t)(a >> 13);
-}
-
-float dev_bf16_to_float(uint16_t h)
-{
-  uint32_t b = (uint32_t)h << 16;
-  float f;
-  if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) b |= 0x400000;   /* quiet NaN */
-  memcpy(&f, &b, sizeof f);
-  return f;
-}
-
-uint16_t dev_float_to_bf16(float f)
-{
-  uint32_t b;
-  memcpy(&b, &f, sizeof b);
-  if ((b & 0x7f800000) == 0x7f800000 && (b & 0x7fffff))
-    return (uint16_t)(b >> 16 | 0x40);
-  /* Same exponent range as float: rounding the low 16 bits away is all there is;
-   * a carry walks into the exponent and reaches inf on overflow. */
-  b += 0x7fff + (b >> 16 & 1);
-  return (uint16_t)(b >> 16);
-}
+/* The conversions are scalar.h's, which the kernels share. */
+float dev_half_to_float(uint16_t h) { return sc_half_to_float(h); }
+uint16_t dev_float_to_half(float f) { return sc_float_to_half(f); }
+float dev_bf16_to_float(uint16_t h) { return sc_bf16_to_float(h); }
+uint16_t dev_float_to_bf16(float f) { return sc_float_to_bf16(f); }
 
 int64_t dev_view_numel(const dev_view *v)
 {

@@ -1,10 +1,13 @@
 /* Shared helpers of the built-in CUDA kernels (cuda/k_*.cu).
  *
- * The per-element math is __host__ __device__ so that it can be checked on a
- * CPU against dev_cpu_run(): strided-view offsets, loads into the compute
- * type and stores from it with cpu_ops.c's conversion rules, Philox, the
- * random mappings, and the unary/binary operators.  Compute types are float
- * for f32/f16/bf16, double for f64 and int64 for the integers and bool.
+ * The arithmetic is scalar.h's, compiled here as CUDA and in cpu_ops.c as C:
+ * the f16/bf16 conversions, Philox and every op of ops.h.  On top of it, this
+ * file has what is CUDA's own, __host__ __device__ where it can be checked on
+ * a CPU against dev_cpu_run(): strided-view offsets, loads into the compute
+ * type and stores from it with cpu_ops.c's conversion rules, the random
+ * mappings, and the ops of ops.h as templates (kun, kbin) for the kernels.
+ * Compute types are float for f32/f16/bf16, double for f64 and int64 for the
+ * integers and bool.
  *
  * nvcc contracts a*b+c into an FMA by default; the host rounds twice.  Where
  * the host's result is exact (arange, rand, integer matmul) products and sums
@@ -32,6 +35,7 @@ extern "C" {
 #include "device.h"
 }
 #include "kernels.h"
+#include "scalar.h"
 
 #define KH __host__ __device__ __forceinline__
 #define K_THREADS 256
@@ -44,50 +48,6 @@ extern "C" {
 #endif
 
 /* ---- bits ------------------------------------------------------------- */
-
-KH uint32_t k_f2u(float f)
-{
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-
-KH float k_u2f(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
-
-KH uint64_t k_d2u(double d)
-{
-#ifdef __CUDA_ARCH__
-  return (uint64_t)__double_as_longlong(d);
-#else
-  uint64_t u;
-  memcpy(&u, &d, sizeof u);
-  return u;
-#endif
-}
-
-KH double k_u2d(uint64_t u)
-{
-#ifdef __CUDA_ARCH__
-  return __longlong_as_double((long long)u);
-#else
-  double d;
-  memcpy(&d, &u, sizeof d);
-  return d;
-#endif
-}
 
 KH double k_dmul(double a, double b)
 {
@@ -107,81 +67,7 @@ KH double k_dadd(double a, double b)
 #endif
 }
 
-/* Two's-complement wrap of a uint64 (the host's wrap64). */
-KH int64_t k_wrap(uint64_t u) { return (int64_t)u; }
-
-/* ---- float <-> float conversions, NaNs as on x86 ------------------------ */
-/* The GPU's cvt makes canonical NaNs; the host keeps the top payload bits and
- * sets the quiet bit.  NaNs take the host's path so casts match bit for bit. */
-
-KH double k_f2d(float f)
-{
-  if (f != f) {
-    uint32_t u = k_f2u(f);
-    return k_u2d((uint64_t)(u & 0x80000000u) << 32 | 0x7ff8000000000000ull | (uint64_t)(u & 0x7fffff) << 29);
-  }
-  return (double)f;
-}
-
-KH float k_d2f(double d)
-{
-  if (d != d) {
-    uint64_t u = k_d2u(d);
-    return k_u2f(((uint32_t)(u >> 32) & 0x80000000u) | 0x7fc00000u | ((uint32_t)(u >> 29) & 0x7fffff));
-  }
-  return (float)d;
-}
-
-/* dev_half_to_float: exact; a NaN comes back quiet with its payload. */
-KH float k_half_to_float(uint16_t h)
-{
-  if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
-    return k_u2f((uint32_t)(h & 0x8000) << 16 | 0x7fc00000u | (uint32_t)(h & 0x3ff) << 13);
-  __half_raw r;
-  r.x = h;
-  return __half2float(__half(r));
-}
-
-KH float k_bf16_to_float(uint16_t h)
-{
-  uint32_t b = (uint32_t)h << 16;
-  if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) b |= 0x400000;
-  return k_u2f(b);
-}
-
-/* dev_float_to_half: round to nearest even; NaN quiet with its top payload. */
-KH uint16_t k_float_to_half(float f)
-{
-  if (f != f) {
-    uint32_t a = k_f2u(f);
-    return (uint16_t)((a >> 16 & 0x8000) | 0x7e00 | (a >> 13 & 0x3ff));
-  }
-  __half_raw r = __float2half_rn(f);
-  return r.x;
-}
-
-KH uint16_t k_float_to_bf16(float f)
-{
-  if (f != f) return (uint16_t)(k_f2u(f) >> 16 | 0x40);
-  __nv_bfloat16_raw r = __float2bfloat16_rn(f);
-  return r.x;
-}
-
-/* Direct double -> f16/bf16 rounding (the host rounds to odd in float first,
- * which gives the same result). */
-KH uint16_t k_double_to_half(double d)
-{
-  if (d != d) return k_float_to_half(k_d2f(d));
-  __half_raw r = __double2half(d);
-  return r.x;
-}
-
-KH uint16_t k_double_to_bf16(double d)
-{
-  if (d != d) return k_float_to_bf16(k_d2f(d));
-  __nv_bfloat16_raw r = __double2bfloat16(d);
-  return r.x;
-}
+/* ---- float to integer, and one step down (conversions: scalar.h) ------- */
 
 /* Float to integer: truncate toward zero, saturate, NaN to 0. */
 KH int64_t k_sat(double v, int64_t lo, int64_t hi)
@@ -195,18 +81,18 @@ KH int64_t k_sat(double v, int64_t lo, int64_t hi)
 /* nextafter(x, -inf) by bits, the same on both sides. */
 KH float k_float_down(float f)
 {
-  uint32_t u = k_f2u(f);
+  uint32_t u = sc_f2u(f);
   if (f != f || u == 0xff800000u) return f;
-  if ((u & 0x7fffffffu) == 0) return k_u2f(0x80000001u);
-  return k_u2f(u & 0x80000000u ? u + 1 : u - 1);
+  if ((u & 0x7fffffffu) == 0) return sc_u2f(0x80000001u);
+  return sc_u2f(u & 0x80000000u ? u + 1 : u - 1);
 }
 
 KH double k_double_down(double d)
 {
-  uint64_t u = k_d2u(d);
+  uint64_t u = sc_d2u(d);
   if (d != d || u == 0xfff0000000000000ull) return d;
-  if ((u & 0x7fffffffffffffffull) == 0) return k_u2d(0x8000000000000001ull);
-  return k_u2d(u & 0x8000000000000000ull ? u + 1 : u - 1);
+  if ((u & 0x7fffffffffffffffull) == 0) return sc_u2d(0x8000000000000001ull);
+  return sc_u2d(u & 0x8000000000000000ull ? u + 1 : u - 1);
 }
 
 /* ---- dtypes ------------------------------------------------------------ */
@@ -227,10 +113,10 @@ template <> struct kt<DEV_BOOL> { typedef uint8_t S; typedef int64_t C; static c
 /* cpu_ops.c's load_d: every dtype, exactly, as double */
 template <int T> KH double k_load_d(typename kt<T>::S s)
 {
-  if constexpr (T == DEV_F32) return k_f2d(s);
+  if constexpr (T == DEV_F32) return sc_f2d(s);
   else if constexpr (T == DEV_F64) return s;
-  else if constexpr (T == DEV_F16) return k_f2d(k_half_to_float(s));
-  else if constexpr (T == DEV_BF16) return k_f2d(k_bf16_to_float(s));
+  else if constexpr (T == DEV_F16) return sc_f2d(sc_half_to_float(s));
+  else if constexpr (T == DEV_BF16) return sc_f2d(sc_bf16_to_float(s));
   else if constexpr (T == DEV_BOOL) return s != 0;
   else return (double)s;
 }
@@ -239,9 +125,9 @@ template <int T> KH double k_load_d(typename kt<T>::S s)
 template <int T> KH float k_load_f(typename kt<T>::S s)
 {
   if constexpr (T == DEV_F32) return s;
-  else if constexpr (T == DEV_F16) return k_half_to_float(s);
-  else if constexpr (T == DEV_BF16) return k_bf16_to_float(s);
-  else return k_d2f(k_load_d<T>(s));
+  else if constexpr (T == DEV_F16) return sc_half_to_float(s);
+  else if constexpr (T == DEV_BF16) return sc_bf16_to_float(s);
+  else return sc_d2f(k_load_d<T>(s));
 }
 
 /* load_i: integers exactly, bool as 0/1, floats saturated */
@@ -255,10 +141,10 @@ template <int T> KH int64_t k_load_i(typename kt<T>::S s)
 /* store_d: every dtype; integers saturate, bool is v != 0 (NaN -> 1) */
 template <int T> KH typename kt<T>::S k_store_d(double v)
 {
-  if constexpr (T == DEV_F32) return k_d2f(v);
+  if constexpr (T == DEV_F32) return sc_d2f(v);
   else if constexpr (T == DEV_F64) return v;
-  else if constexpr (T == DEV_F16) return k_double_to_half(v);
-  else if constexpr (T == DEV_BF16) return k_double_to_bf16(v);
+  else if constexpr (T == DEV_F16) return sc_double_to_half(v);
+  else if constexpr (T == DEV_BF16) return sc_double_to_bf16(v);
   else if constexpr (T == DEV_I8) return (int8_t)k_sat(v, INT8_MIN, INT8_MAX);
   else if constexpr (T == DEV_U8) return (uint8_t)k_sat(v, 0, UINT8_MAX);
   else if constexpr (T == DEV_I32) return (int32_t)k_sat(v, INT32_MIN, INT32_MAX);
@@ -269,9 +155,9 @@ template <int T> KH typename kt<T>::S k_store_d(double v)
 template <int T> KH typename kt<T>::S k_store_f(float v)
 {
   if constexpr (T == DEV_F32) return v;
-  else if constexpr (T == DEV_F16) return k_float_to_half(v);
-  else if constexpr (T == DEV_BF16) return k_float_to_bf16(v);
-  else return k_store_d<T>(k_f2d(v));
+  else if constexpr (T == DEV_F16) return sc_float_to_half(v);
+  else if constexpr (T == DEV_BF16) return sc_float_to_bf16(v);
+  else return k_store_d<T>(sc_f2d(v));
 }
 
 /* store_i: integers wrap to the width; int64 -> bf16 goes through double */
@@ -279,8 +165,8 @@ template <int T> KH typename kt<T>::S k_store_i(int64_t v)
 {
   if constexpr (T == DEV_F32) return (float)v;
   else if constexpr (T == DEV_F64) return (double)v;
-  else if constexpr (T == DEV_F16) return k_float_to_half((float)v);
-  else if constexpr (T == DEV_BF16) return k_double_to_bf16((double)v);
+  else if constexpr (T == DEV_F16) return sc_float_to_half((float)v);
+  else if constexpr (T == DEV_BF16) return sc_double_to_bf16((double)v);
   else if constexpr (T == DEV_BOOL) return (uint8_t)(v != 0);
   else return (typename kt<T>::S)(uint64_t)v;
 }
@@ -350,7 +236,7 @@ KH double k_scalar_d(dev_scalar s) { return s.is_int ? (double)s.i : s.f; }
  * through T's store rule. */
 template <int T> KH typename kt<T>::C k_scalar(dev_scalar s)
 {
-  if constexpr (kt<T>::cls == KC_FLOAT) return k_d2f(k_scalar_d(s));
+  if constexpr (kt<T>::cls == KC_FLOAT) return sc_d2f(k_scalar_d(s));
   else if constexpr (kt<T>::cls == KC_DOUBLE) return k_scalar_d(s);
   else {
     if (s.is_int && T != DEV_BOOL) return s.i;
@@ -381,7 +267,7 @@ template <class F> static inline int k_dispatch(int t, F &&f)
  * dtype are integers, otherwise s0 + i*s1 in double, rounded once each. */
 template <int T> KH typename kt<T>::S k_arange_elem(int exact, dev_scalar s0, dev_scalar s1, int64_t i)
 {
-  if (exact) return k_store_i<T>(k_wrap((uint64_t)s0.i + (uint64_t)i * (uint64_t)s1.i));
+  if (exact) return k_store_i<T>(sc_wrap64((uint64_t)s0.i + (uint64_t)i * (uint64_t)s1.i));
   return k_store_d<T>(k_dadd(k_scalar_d(s0), k_dmul((double)i, k_scalar_d(s1))));
 }
 
@@ -393,58 +279,24 @@ template <int T> KH typename kt<T>::S k_fill_elem(dev_scalar s)
   return k_store_d<T>(k_scalar_d(s));
 }
 
-/* ---- Philox-4x32-10 and the random mappings (dev_philox, run_rand) ------ */
-
-KH void k_philox(uint64_t seed, uint64_t counter, uint32_t out[4])
-{
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-K_UNROLL
-  for (int r = 0; r < 10; r++) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  out[0] = c0;
-  out[1] = c1;
-  out[2] = c2;
-  out[3] = c3;
-}
-
-/* 53 random bits from two words, as a double in (0, 1). */
-KH double k_unit53(uint32_t hi, uint32_t lo)
-{
-  return ((double)((uint64_t)(hi >> 5) << 26 | lo >> 6) + 0.5) * 0x1p-53;
-}
-
-KH uint16_t k_step_down16(uint16_t h)
-{
-  if ((h & 0x7fff) == 0) return 0x8001;
-  return (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
-}
+/* ---- the random mappings (run_rand; Philox is scalar.h's) -------------- */
 
 /* A uniform draw that rounds up to high in T becomes T's largest value below
  * high.  (The host loops forever on f32 with high = -inf; this stops there.) */
 template <int T> KH double k_below_high(double v, double high)
 {
   if constexpr (T == DEV_F32) {
-    float f = k_d2f(v);
-    while (f >= high && k_f2u(f) != 0xff800000u) f = k_float_down(f);
-    return k_f2d(f);
+    float f = sc_d2f(v);
+    while (f >= high && sc_f2u(f) != 0xff800000u) f = k_float_down(f);
+    return sc_f2d(f);
   } else if constexpr (T == DEV_F16) {
-    uint16_t h = k_double_to_half(v);
-    while (k_half_to_float(h) >= high) h = k_step_down16(h);
-    return k_f2d(k_half_to_float(h));
+    uint16_t h = sc_double_to_half(v);
+    while (sc_half_to_float(h) >= high) h = sc_step_down16(h);
+    return sc_f2d(sc_half_to_float(h));
   } else if constexpr (T == DEV_BF16) {
-    uint16_t h = k_double_to_bf16(v);
-    while (k_bf16_to_float(h) >= high) h = k_step_down16(h);
-    return k_f2d(k_bf16_to_float(h));
+    uint16_t h = sc_double_to_bf16(v);
+    while (sc_bf16_to_float(h) >= high) h = sc_step_down16(h);
+    return sc_f2d(sc_bf16_to_float(h));
   } else {
     return v < high ? v : k_double_down(high);
   }
@@ -480,105 +332,68 @@ static inline krand k_rand_params(const dev_kop *op)
 template <int T> KH typename kt<T>::S k_rand_elem(const krand &r, uint64_t idx)
 {
   uint32_t x[4];
-  k_philox(r.seed, r.offset + idx, x);
+  sc_philox(r.seed, r.offset + idx, x);
   if constexpr (T == DEV_BOOL) {
     return k_store_i<T>(x[0] & 1);
   } else if constexpr (kt<T>::cls == KC_INT) {
     uint64_t v = r.range != 0 ? ((uint64_t)x[0] << 32 | x[1]) % r.range : 0;
-    return k_store_i<T>(k_wrap((uint64_t)r.low + v));
+    return k_store_i<T>(sc_wrap64((uint64_t)r.low + v));
   } else {
     if (r.normal) {
-      double z = sqrt(-2.0 * log(k_unit53(x[0], x[1]))) * cos(K_TWO_PI * k_unit53(x[2], x[3]));
+      double z = sqrt(-2.0 * log(sc_unit53(x[0], x[1]))) * cos(K_TWO_PI * sc_unit53(x[2], x[3]));
       return k_store_d<T>(k_dadd(r.a, k_dmul(r.b, z)));
     }
-    double u = T == DEV_F64 ? k_unit53(x[0], x[1]) : ((x[0] >> 8) + 0.5) * 0x1p-24;
+    double u = T == DEV_F64 ? sc_unit53(x[0], x[1]) : ((x[0] >> 8) + 0.5) * 0x1p-24;
     return k_store_d<T>(k_below_high<T>(k_dadd(r.a, k_dmul(u, r.b - r.a)), r.b));
   }
 }
 
-/* ---- operators ----------------------------------------------------------- */
+/* ---- the ops of ops.h ------------------------------------------------------ */
 
-/* Floor division (Lua's //); b == -1 negates so INT_MIN // -1 wraps. */
-KH int64_t k_floordiv(int64_t a, int64_t b)
+/* A dtype's class bit (DEV_CLS_*), for the table's classes column. */
+template <int T> constexpr unsigned k_class()
 {
-  int64_t q;
-  if (b == -1) return k_wrap(0 - (uint64_t)a);
-  q = a / b;
-  if (a % b != 0 && (a < 0) != (b < 0)) q--;
-  return q;
+  return T == DEV_BOOL ? DEV_CLS_B : kt<T>::cls == KC_INT ? DEV_CLS_I : DEV_CLS_F;
 }
 
-KH int64_t k_ipow(int64_t a, int64_t e)
-{
-  uint64_t r = 1, base = (uint64_t)a;
-  if (e < 0) return a == 1 ? 1 : a == -1 ? (e % 2 != 0 ? -1 : 1) : 0;
-  for (; e > 0; e >>= 1) {
-    if (e & 1) r *= base;
-    base *= base;
-  }
-  return k_wrap(r);
-}
-
-KH float k_powf(float a, float b) { return powf(a, b); }
-KH double k_powd(double a, double b) { return pow(a, b); }
-
-/* One binary op in compute type C.  Max/min propagate NaN; integer division
- * by zero gives 0 and sets *zero. */
-template <int OP, typename C> KH C k_binop(C a, C b, int *zero)
-{
-  if constexpr (std::is_integral<C>::value) {
-    if constexpr (OP == DEV_BIN_ADD) return k_wrap((uint64_t)a + (uint64_t)b);
-    else if constexpr (OP == DEV_BIN_SUB) return k_wrap((uint64_t)a - (uint64_t)b);
-    else if constexpr (OP == DEV_BIN_MUL) return k_wrap((uint64_t)a * (uint64_t)b);
-    else if constexpr (OP == DEV_BIN_DIV) {
-      if (b == 0) { *zero = 1; return 0; }
-      return k_floordiv(a, b);
-    }
-    else if constexpr (OP == DEV_BIN_POW) return k_ipow(a, b);
-    else if constexpr (OP == DEV_BIN_MAX) return a > b ? a : b;
-    else return a < b ? a : b;
-  } else {
-    (void)zero;
-    if constexpr (OP == DEV_BIN_ADD) return a + b;
-    else if constexpr (OP == DEV_BIN_SUB) return a - b;
-    else if constexpr (OP == DEV_BIN_MUL) return a * b;
-    else if constexpr (OP == DEV_BIN_DIV) return a / b;
-    else if constexpr (OP == DEV_BIN_POW) {
-      if constexpr (sizeof(C) == 4) return k_powf(a, b);
-      else return k_powd(a, b);
-    }
-    else if constexpr (OP == DEV_BIN_MAX) return a > b || a != a ? a : b;
-    else return a < b || a != a ? a : b;
-  }
-}
-
-/* One unary op (not the cast) in compute type C; integers: neg, abs, relu. */
-template <int OP, typename C> KH C k_unop(C x)
-{
-  if constexpr (std::is_integral<C>::value) {   /* negation wraps */
-    if constexpr (OP == DEV_UN_NEG) return k_wrap(0 - (uint64_t)x);
-    else if constexpr (OP == DEV_UN_ABS) return x < 0 ? k_wrap(0 - (uint64_t)x) : x;
-    else return x < 0 ? 0 : x;
-  } else if constexpr (sizeof(C) == 4) {
-    if constexpr (OP == DEV_UN_NEG) return -x;
-    else if constexpr (OP == DEV_UN_ABS) return fabsf(x);
-    else if constexpr (OP == DEV_UN_EXP) return expf(x);
-    else if constexpr (OP == DEV_UN_LOG) return logf(x);
-    else if constexpr (OP == DEV_UN_SQRT) return sqrtf(x);
-    else if constexpr (OP == DEV_UN_RELU) return x > 0 || x != x ? x : 0.0f;
-    else if constexpr (OP == DEV_UN_SIGMOID) return 1.0f / (1.0f + expf(-x));
-    else return tanhf(x);
-  } else {
-    if constexpr (OP == DEV_UN_NEG) return -x;
-    else if constexpr (OP == DEV_UN_ABS) return fabs(x);
-    else if constexpr (OP == DEV_UN_EXP) return exp(x);
-    else if constexpr (OP == DEV_UN_LOG) return log(x);
-    else if constexpr (OP == DEV_UN_SQRT) return sqrt(x);
-    else if constexpr (OP == DEV_UN_RELU) return x > 0 || x != x ? x : 0.0;
-    else if constexpr (OP == DEV_UN_SIGMOID) return 1.0 / (1.0 + exp(-x));
-    else return tanh(x);
-  }
-}
+/* kun<OP>::f(x), kbin<OP>::f(a, b), kter<OP>::f(a, b, c): the row's scalar
+ * function for the compute type of x (float, double, int64); classes,
+ * to_bool and flags are the row's columns.  Integer division by zero gives
+ * 0: the kernels report it. */
+template <int OP> struct kun;
+template <int OP> struct kbin;
+template <int OP> struct kter;
+#define K_UNOP(E, name, cls, res, fl)                                                  \
+  template <> struct kun<DEV_UN_##E> {                                                  \
+    static constexpr unsigned classes = DEV_CLASSES(cls);                               \
+    static constexpr bool to_bool = DEV_RESULT(res);                                    \
+    DEV_IF_F(cls, static KH auto f(float x) { return sc_##name##_f(x); }                \
+                  static KH auto f(double x) { return sc_##name##_d(x); })              \
+    DEV_IF_I(cls, static KH auto f(int64_t x) { return sc_##name##_i(x); })             \
+  };
+#define K_BINOP(E, name, cls, res, fl)                                                 \
+  template <> struct kbin<DEV_BIN_##E> {                                                \
+    static constexpr unsigned classes = DEV_CLASSES(cls);                               \
+    static constexpr bool to_bool = DEV_RESULT(res);                                    \
+    static constexpr unsigned flags = fl;                                               \
+    DEV_IF_F(cls, static KH auto f(float a, float b) { return sc_##name##_f(a, b); }    \
+                  static KH auto f(double a, double b) { return sc_##name##_d(a, b); }) \
+    DEV_IF_I(cls, static KH auto f(int64_t a, int64_t b) { return sc_##name##_i(a, b); }) \
+  };
+#define K_TEROP(E, name, cls, res, fl)                                                          \
+  template <> struct kter<DEV_TER_##E> {                                                         \
+    static constexpr unsigned classes = DEV_CLASSES(cls);                                        \
+    static constexpr unsigned flags = fl;                                                        \
+    DEV_IF_F(cls, static KH auto f(float a, float b, float c) { return sc_##name##_f(a, b, c); }  \
+                  static KH auto f(double a, double b, double c) { return sc_##name##_d(a, b, c); }) \
+    DEV_IF_I(cls, static KH auto f(int64_t a, int64_t b, int64_t c) { return sc_##name##_i(a, b, c); }) \
+  };
+DEV_UNARY_OPS(K_UNOP)
+DEV_BINARY_OPS(K_BINOP)
+DEV_TERNARY_OPS(K_TEROP)
+#undef K_UNOP
+#undef K_BINOP
+#undef K_TEROP
 
 /* The cast of UNARY/COPY between different dtypes: integer sources stay
  * exact as int64, every float is exact in double. */
@@ -765,6 +580,7 @@ int k_arange(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);  
 int k_rand(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_rand.cu */
 int k_unary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);    /* k_unary.cu */
 int k_binary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_binary.cu */
+int k_ternary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);  /* k_ternary.cu */
 int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_reduce.cu */
 int k_copy(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_copy.cu */
 int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen); /* k_matmul_int.cu */

@@ -8,9 +8,9 @@ extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size
 {
   if (op == NULL || env == NULL) return k_fail(err, errlen, "cuk_launch: no op or environment");
   if (!env->checked && op->kind != DEV_OP_SLEEP) {
-    static const char *const names[] = {"in[0]", "in[1]"};
+    static const char *const names[DEV_MAXIN] = {"in[0]", "in[1]", "in[2]"};
     if (k_check_view(&op->out, "out", err, errlen)) return -1;
-    for (int i = 0; i < op->nin && i < 2; i++)
+    for (int i = 0; i < op->nin && i < DEV_MAXIN; i++)
       if (k_check_view(&op->in[i], names[i], err, errlen)) return -1;
   }
   switch (op->kind) {
@@ -19,6 +19,7 @@ extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size
   case DEV_OP_RAND: return k_rand(op, env, err, errlen);
   case DEV_OP_UNARY: return k_unary(op, env, err, errlen);
   case DEV_OP_BINARY: return k_binary(op, env, err, errlen);
+  case DEV_OP_TERNARY: return k_ternary(op, env, err, errlen);
   case DEV_OP_REDUCE: return k_reduce(op, env, err, errlen);
   case DEV_OP_MATMUL: return k_matmul_int(op, env, err, errlen);
   case DEV_OP_COPY: return k_copy(op, env, err, errlen);

@@ -1,7 +1,8 @@
-/* DEV_OP_REDUCE: sum mean max min argmax over the whole tensor (dim -1) or
- * along one dim.  Float sources accumulate in double and integer sums in
- * wrapping int64, as on the host; max/min/argmax carry (value, index) so the
- * first maximum, or the first NaN, wins whatever the tree.
+/* DEV_OP_REDUCE: sum mean max min argmax any all over the whole tensor (dim
+ * -1) or along one dim.  Float sources accumulate in double and integer sums
+ * in wrapping int64, as on the host; max/min/argmax carry (value, index) so
+ * the first maximum, or the first NaN, wins whatever the tree; any/all or
+ * and and the truth (nonzero, NaN included) of the elements.
  *
  * Each output is one run of len elements at stride rstride (or, for dim -1
  * over a view that does not merge into one run, the flat order of the view).
@@ -23,18 +24,19 @@ template <int T, int CODE> struct red {
   typedef typename kt<T>::S S;
   static constexpr bool isint = kt<T>::cls == KC_INT;
   static constexpr bool pair = CODE == DEV_RED_MAX || CODE == DEV_RED_MIN || CODE == DEV_RED_ARGMAX;
+  static constexpr bool logic = CODE == DEV_RED_ANY || CODE == DEV_RED_ALL;
   /* max/min compare in the compute type (exact, and no conversion per element) */
   typedef typename kt<T>::C V;
   typedef typename std::conditional<pair, kpair<V>,
-          typename std::conditional<CODE == DEV_RED_SUM && isint, uint64_t, double>::type>::type A;
+          typename std::conditional<(CODE == DEV_RED_SUM && isint) || logic, uint64_t, double>::type>::type A;
   /* the result goes through store_i (else store_d) */
-  static constexpr bool res_int = CODE == DEV_RED_ARGMAX || (CODE != DEV_RED_MEAN && isint);
+  static constexpr bool res_int = CODE == DEV_RED_ARGMAX || logic || (CODE != DEV_RED_MEAN && isint);
 
   static KH A init()
   {
     A a;
     if constexpr (pair) { a.v = 0; a.i = -1; }
-    else a = 0;
+    else a = CODE == DEV_RED_ALL;
     return a;
   }
 
@@ -44,6 +46,9 @@ template <int T, int CODE> struct red {
     if constexpr (pair) {
       a.v = k_load<T>(s);
       a.i = k;
+    } else if constexpr (logic) {
+      (void)k;
+      a = k_load<T>(s) != 0;
     } else if constexpr (CODE == DEV_RED_SUM && isint) {
       (void)k;
       a = (uint64_t)k_load_i<T>(s);
@@ -54,7 +59,7 @@ template <int T, int CODE> struct red {
       /* a sum keeps NaN a NaN whatever its payload: the plain conversions do */
       (void)k;
       if constexpr (T == DEV_F16) a = (double)__half2float(__half(__half_raw{s}));
-      else if constexpr (T == DEV_BF16) a = (double)k_u2f((uint32_t)s << 16);
+      else if constexpr (T == DEV_BF16) a = (double)sc_u2f((uint32_t)s << 16);
       else a = (double)s;
     }
     return a;
@@ -90,6 +95,10 @@ template <int T, int CODE> struct red {
       if (x.i < 0) return y;
       if (y.i < 0) return x;
       return wins(x, y) ? x : y;
+    } else if constexpr (CODE == DEV_RED_ANY) {
+      return x | y;
+    } else if constexpr (CODE == DEV_RED_ALL) {
+      return x & y;
     } else {
       return x + y;
     }
@@ -97,7 +106,7 @@ template <int T, int CODE> struct red {
 
   static KH double res_d(const A &a, int64_t len)
   {
-    if constexpr (pair && sizeof(V) == 4) { (void)len; return k_f2d(a.v); }
+    if constexpr (pair && sizeof(V) == 4) { (void)len; return sc_f2d(a.v); }
     else if constexpr (pair) { (void)len; return (double)a.v; }
     else if constexpr (CODE == DEV_RED_MEAN) return (double)a / (double)len;
     else { (void)len; return (double)a; }
@@ -107,7 +116,8 @@ template <int T, int CODE> struct red {
   {
     if constexpr (CODE == DEV_RED_ARGMAX) return a.i + 1;
     else if constexpr (pair) return (int64_t)a.v;
-    else return k_wrap((uint64_t)a);
+    else if constexpr (logic) return (int64_t)a;
+    else return sc_wrap64((uint64_t)a);
   }
 };
 
@@ -411,11 +421,10 @@ int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
                   (long long)dev_view_numel(out), (long long)nout);
   if (nout == 0) return 0;
   if (pl.len == 0) {
-    dev_scalar s = {0, 0, 0.0};
-    if (code != DEV_RED_SUM && code != DEV_RED_MEAN)
+    dev_scalar s = {1, code == DEV_RED_ALL, (double)(code == DEV_RED_ALL)};   /* 0, false, true */
+    if (code != DEV_RED_SUM && code != DEV_RED_MEAN && code != DEV_RED_ANY && code != DEV_RED_ALL)
       return k_fail(err, errlen, "%s of an empty tensor", dev_redop_name((dev_redop)code));
-    if (code == DEV_RED_SUM) s.is_int = 1;   /* 0 */
-    else s.f = NAN;                          /* 0/0 */
+    if (code == DEV_RED_MEAN) s = (dev_scalar){0, 0, NAN};   /* 0/0 */
     return k_fill_view(out, s, env, err, errlen);
   }
   pl.nout = nout;
@@ -445,6 +454,8 @@ int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
     case DEV_RED_MEAN: return launch_reduce<T, DEV_RED_MEAN>(&pl, env, err, errlen);
     case DEV_RED_MAX: return launch_reduce<T, DEV_RED_MAX>(&pl, env, err, errlen);
     case DEV_RED_MIN: return launch_reduce<T, DEV_RED_MIN>(&pl, env, err, errlen);
+    case DEV_RED_ANY: return launch_reduce<T, DEV_RED_ANY>(&pl, env, err, errlen);
+    case DEV_RED_ALL: return launch_reduce<T, DEV_RED_ALL>(&pl, env, err, errlen);
     default: return launch_reduce<T, DEV_RED_ARGMAX>(&pl, env, err, errlen);
     }
   });

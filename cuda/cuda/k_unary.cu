@@ -1,35 +1,46 @@
-/* DEV_OP_UNARY: neg abs exp log sqrt relu sigmoid tanh in the dtype's compute
- * type, and DEV_UN_COPY between two dtypes as a cast (k_cast). */
+/* DEV_OP_UNARY: the unary ops of ops.h in the dtype's compute type (kun), and
+ * DEV_UN_COPY between two dtypes as a cast (k_cast). */
 #include "k_common.cuh"
+
+/* The result dtype of OP on T, and one element of it. */
+template <int T, int OP> struct kunary {
+  static constexpr int TO = kun<OP>::to_bool ? DEV_BOOL : T;
+  typedef typename kt<T>::S SI;
+  typedef typename kt<TO>::S SO;
+  static KH SO elem(SI x) { return k_store<TO>(kun<OP>::f(k_load<T>(x))); }
+};
 
 /* ---- kernels ------------------------------------------------------------- */
 
-/* Both sides contiguous: 16-byte vectors when both are aligned. */
+/* Both sides contiguous: the input moves 16 bytes per step when both sides
+ * are aligned for it. */
 template <int T, int OP>
 __global__ void __launch_bounds__(K_THREADS)
-unary_contig(typename kt<T>::S *o, const typename kt<T>::S *a, int64_t n)
+unary_contig(typename kunary<T, OP>::SO *o, const typename kunary<T, OP>::SI *a, int64_t n)
 {
-  typedef typename kt<T>::S S;
-  constexpr int N = 16 / sizeof(S);
+  typedef kunary<T, OP> U;
+  typedef typename U::SI SI;
+  typedef typename U::SO SO;
+  constexpr int V = 16 / sizeof(SI);
   int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x, i;
-  int64_t nv = (((uintptr_t)o | (uintptr_t)a) & 15) == 0 ? n / N : 0;
+  int64_t nv = (uintptr_t)a % 16 == 0 && (uintptr_t)o % (V * sizeof(SO)) == 0 ? n / V : 0;
   for (i = tid; i < nv; i += nth) {
-    kvec<S> v;
-    v.u = ((const uint4 *)a)[i];
+    kpack<SI, V> x = ((const kpack<SI, V> *)a)[i];
+    kpack<SO, V> y;
     K_UNROLL
-    for (int j = 0; j < N; j++) v.x[j] = k_store<T>(k_unop<OP>(k_load<T>(v.x[j])));
-    ((uint4 *)o)[i] = v.u;
+    for (int j = 0; j < V; j++) y.x[j] = U::elem(x.x[j]);
+    ((kpack<SO, V> *)o)[i] = y;
   }
-  for (i = nv * N + tid; i < n; i += nth) o[i] = k_store<T>(k_unop<OP>(k_load<T>(a[i])));
+  for (i = nv * V + tid; i < n; i += nth) o[i] = U::elem(a[i]);
 }
 
 template <int T, int OP>
 __global__ void __launch_bounds__(K_THREADS) unary_strided(kview out, kview in, int64_t n)
 {
-  typedef typename kt<T>::S S;
+  typedef kunary<T, OP> U;
   int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = tid; i < n; i += nth)
-    *k_at<S>(out, i) = k_store<T>(k_unop<OP>(k_load<T>(*k_at<S>(in, i))));
+    *k_at<typename U::SO>(out, i) = U::elem(*k_at<typename U::SI>(in, i));
 }
 
 /* Both sides contiguous: V elements per step, V set by the wider dtype so
@@ -66,10 +77,11 @@ __global__ void __launch_bounds__(K_THREADS) cast_kernel(kview out, kview in, in
 template <int T, int OP>
 static int launch_unary(const kview &out, const kview &in, int64_t n, const cuk_env *env)
 {
-  typedef typename kt<T>::S S;
+  typedef kunary<T, OP> U;
   if (out.contig && in.contig) {
-    int64_t nv = (n + 16 / (int64_t)sizeof(S) - 1) / (16 / (int64_t)sizeof(S));
-    unary_contig<T, OP><<<k_blocks(nv, env), K_THREADS, 0, k_stream(env)>>>((S *)out.p, (const S *)in.p, n);
+    int64_t per = 16 / (int64_t)sizeof(typename U::SI);
+    unary_contig<T, OP><<<k_blocks((n + per - 1) / per, env), K_THREADS, 0, k_stream(env)>>>(
+        (typename U::SO *)out.p, (const typename U::SI *)in.p, n);
   } else {
     unary_strided<T, OP><<<k_blocks(n, env), K_THREADS, 0, k_stream(env)>>>(out, in, n);
   }
@@ -82,16 +94,17 @@ int k_unary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   dev_dtype t = out->dtype;
   int64_t n = dev_view_numel(out);
   int code = op->code, rc;
+  const dev_opinfo *o = dev_unop_info(code);
   kview ko, ki;
   if ((unsigned)code >= DEV_NUNOP) return k_fail(err, errlen, "unary: bad op %d", code);
   if (code == DEV_UN_COPY && in->dtype == t) return k_copy_views(out, in, env, err, errlen);
   if (dev_view_numel(in) != n) return k_fail(err, errlen, "%s: element counts differ", dev_unop_name((dev_unop)code));
   if (code != DEV_UN_COPY) {
-    if (in->dtype != t)
-      return k_fail(err, errlen, "%s: dtype %s does not match %s", dev_unop_name((dev_unop)code),
-                    dev_dtype_name(in->dtype), dev_dtype_name(t));
-    if (!dev_dtype_is_float(t) && code != DEV_UN_NEG && code != DEV_UN_ABS && code != DEV_UN_RELU)
-      return k_fail(err, errlen, "%s is not defined for %s", dev_unop_name((dev_unop)code), dev_dtype_name(t));
+    if (o->to_bool ? t != DEV_BOOL : in->dtype != t)
+      return k_fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(in->dtype),
+                    dev_dtype_name(t));
+    if (!(dev_dtype_class(in->dtype) & o->classes))
+      return k_fail(err, errlen, "%s is not defined for %s", o->name, dev_dtype_name(in->dtype));
   }
   if (n == 0) return 0;
   ko = k_view(out);
@@ -115,25 +128,20 @@ int k_unary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
       });
     });
   } else {
-    rc = k_dispatch(t, [&](auto tag) {
+    /* the kernels of the rows that take T (ops.h's classes column) */
+    rc = k_dispatch(in->dtype, [&](auto tag) {
       constexpr int T = decltype(tag)::value;
       switch (code) {
-      case DEV_UN_NEG: return launch_unary<T, DEV_UN_NEG>(ko, ki, n, env);
-      case DEV_UN_ABS: return launch_unary<T, DEV_UN_ABS>(ko, ki, n, env);
-      case DEV_UN_RELU: return launch_unary<T, DEV_UN_RELU>(ko, ki, n, env);
-      default: break;
+#define K_CASE(E, name, cls, res, fl)                                  \
+      case DEV_UN_##E:                                                 \
+        if constexpr ((kun<DEV_UN_##E>::classes & k_class<T>()) != 0)  \
+          return launch_unary<T, DEV_UN_##E>(ko, ki, n, env);          \
+        else                                                           \
+          return -2;
+      DEV_UNARY_OPS(K_CASE)
+#undef K_CASE
+      default: return -2;
       }
-      if constexpr (kt<T>::cls != KC_INT) {
-        switch (code) {
-        case DEV_UN_EXP: return launch_unary<T, DEV_UN_EXP>(ko, ki, n, env);
-        case DEV_UN_LOG: return launch_unary<T, DEV_UN_LOG>(ko, ki, n, env);
-        case DEV_UN_SQRT: return launch_unary<T, DEV_UN_SQRT>(ko, ki, n, env);
-        case DEV_UN_SIGMOID: return launch_unary<T, DEV_UN_SIGMOID>(ko, ki, n, env);
-        case DEV_UN_TANH: return launch_unary<T, DEV_UN_TANH>(ko, ki, n, env);
-        default: break;
-        }
-      }
-      return -2;
     });
   }
   if (rc != 0) return k_fail(err, errlen, "%s: unsupported for %s", dev_unop_name((dev_unop)code), dev_dtype_name(t));

@@ -78,19 +78,31 @@ end)
 T.test("unary ops", function()
   for _, dt in ipairs(FLOATS) do
     local d, h = inputs(dt, { 64, 33 }, 3, 0.05, 3)
-    for _, op in ipairs { "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh" } do
+    for _, op in ipairs { "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh",
+                          "floor", "ceil", "round", "trunc", "sign", "sin", "cos", "rsqrt", "square" } do
       same(d[op](d), h[op](h), op .. " " .. dt)
     end
+    local s, sh = inputs(dt, { 64, 33 }, 4, -3, 3)
+    for _, op in ipairs { "floor", "ceil", "round", "trunc", "sign", "sin", "cos", "square" } do
+      same(s[op](s), sh[op](sh), op .. " " .. dt .. " negatives")
+      same(s:narrow(2, 2, 20)[op](s:narrow(2, 2, 20)), sh:narrow(2, 2, 20)[op](sh:narrow(2, 2, 20)),
+           op .. " " .. dt .. " strided")
+    end
+    local h2 = (sh * 4):to(dt)
+    same((s * 4):to(dt):round(), h2:round(), "round " .. dt .. " halves (to even)")
   end
   for _, dt in ipairs(INTS) do
     local d, h = inputs(dt, { 1000 }, 5)
-    for _, op in ipairs { "neg", "abs", "relu" } do same(d[op](d), h[op](h), op .. " " .. dt) end
+    for _, op in ipairs { "neg", "abs", "relu", "floor", "ceil", "round", "trunc", "sign", "square" } do
+      same(d[op](d), h[op](h), op .. " " .. dt)
+    end
   end
 end)
 
 T.test("binary ops: tensor, scalar, scalar on the left, broadcast, strided", function()
   for _, dt in ipairs(ALL) do
-    local ops = dt == "bool" and { "max", "min" } or { "add", "sub", "mul", "div", "pow", "max", "min" }
+    local ops = dt == "bool" and { "max", "min" } or
+                { "add", "sub", "mul", "div", "pow", "max", "min", "fmod", "remainder", "floor_divide" }
     local a, ah = inputs(dt, { 40, 30 }, 21, 1, 9)
     local b, bh = inputs(dt, { 40, 30 }, 22, 1, 9)
     local r, rh = inputs(dt, { 30 }, 23, 1, 9)
@@ -106,6 +118,10 @@ T.test("binary ops: tensor, scalar, scalar on the left, broadcast, strided", fun
     if dt ~= "bool" then
       same(7 - a, 7 - ah, "scalar - " .. dt)
       same(7 / a, 7 / ah, "scalar / " .. dt)
+      same(7 % a, 7 % ah, "scalar % " .. dt)
+      same(7 // a, 7 // ah, "scalar // " .. dt)
+      same(a % 3, ah % 3, dt .. " % 3")
+      same(a // 3, ah // 3, dt .. " // 3")
     end
   end
   for _, dt in ipairs(INTS) do
@@ -113,6 +129,16 @@ T.test("binary ops: tensor, scalar, scalar on the left, broadcast, strided", fun
     local b, bh = inputs(dt, { 500 }, 32, 1, 9)
     same(a / b, ah / bh, "floor division " .. dt)
     same(-a / b, -ah / bh, "floor division of negatives " .. dt)
+    for _, op in ipairs { "fmod", "remainder", "floor_divide" } do
+      same(a[op](a, -b), ah[op](ah, -bh), op .. " " .. dt .. " negative divisors")
+    end
+  end
+  for _, dt in ipairs(FLOATS) do
+    local a, ah = inputs(dt, { 500 }, 33, -100, 100)
+    local b, bh = inputs(dt, { 500 }, 34, -9, 9)
+    for _, op in ipairs { "fmod", "remainder", "floor_divide" } do
+      same(a[op](a, b), ah[op](ah, bh), op .. " " .. dt .. " signs mixed")
+    end
   end
 end)
 
@@ -153,6 +179,88 @@ T.test("copies: strided, between memories", function()
     back:copy(h)
     same(back, h, "pinned -> device " .. dt)
   end
+end)
+
+-- small integers in dtype dt (so that comparisons tie), on the device and pinned
+local function ties(dt, shape, seed)
+  local d = gpu.rand(shape, { dtype = dt == "bool" and "bool" or "i32", low = dt ~= "bool" and -3 or nil,
+                              high = dt ~= "bool" and 3 or nil, seed = seed })
+  if dt ~= "bool" and dt ~= "i32" then d = d:to(dt) end
+  if dt == "u8" then d = gpu.rand(shape, { dtype = "u8", low = 0, high = 4, seed = seed }) end
+  return d, d:to("pinned")
+end
+
+T.test("comparisons and logical ops", function()
+  for _, dt in ipairs(ALL) do
+    local a, ah = ties(dt, { 40, 30 }, 71)
+    local b, bh = ties(dt, { 40, 30 }, 72)
+    local r, rh = ties(dt, { 30 }, 73)
+    local s = dt == "bool" and true or 1
+    for _, op in ipairs { "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or" } do
+      same(a[op](a, b), ah[op](ah, bh), op .. " " .. dt)
+      same(a[op](a, r), ah[op](ah, rh), op .. " " .. dt .. " broadcast")
+      same(a[op](a, s), ah[op](ah, s), op .. " " .. dt .. " number")
+      same(a:narrow(2, 3, 20)[op](a:narrow(2, 3, 20), b:narrow(2, 5, 20)),
+           ah:narrow(2, 3, 20)[op](ah:narrow(2, 3, 20), bh:narrow(2, 5, 20)), op .. " " .. dt .. " strided")
+    end
+    same(a:logical_not(), ah:logical_not(), "logical_not " .. dt)
+    same(a:narrow(2, 2, 7):logical_not(), ah:narrow(2, 2, 7):logical_not(), "logical_not " .. dt .. " strided")
+  end
+end)
+
+T.test("where and masked_fill", function()
+  local c, ch = inputs("bool", { 40, 30 }, 81)
+  local cr, crh = inputs("bool", { 40, 1 }, 82)
+  for _, dt in ipairs(ALL) do
+    local a, ah = inputs(dt, { 40, 30 }, 83)
+    local b, bh = inputs(dt, { 40, 30 }, 84)
+    local r, rh = inputs(dt, { 30 }, 85)
+    local s = dt == "bool" and true or 3
+    same(gpu.where(c, a, b), gpu.where(ch, ah, bh), "where " .. dt)
+    same(gpu.where(c, s, b), gpu.where(ch, s, bh), "where " .. dt .. " number, tensor")
+    same(gpu.where(c, a, s), gpu.where(ch, ah, s), "where " .. dt .. " tensor, number")
+    same(gpu.where(c, s, s, { dtype = dt }), gpu.where(ch, s, s, { dtype = dt }), "where " .. dt .. " numbers")
+    same(gpu.where(cr, r, b), gpu.where(crh, rh, bh), "where " .. dt .. " broadcast")
+    same(gpu.where(c:narrow(2, 2, 20), a:narrow(2, 3, 20), b:narrow(2, 5, 20)),
+         gpu.where(ch:narrow(2, 2, 20), ah:narrow(2, 3, 20), bh:narrow(2, 5, 20)), "where " .. dt .. " strided")
+    same(a:masked_fill(c, s), ah:masked_fill(ch, s), "masked_fill " .. dt)
+    same(a:masked_fill(cr, s), ah:masked_fill(crh, s), "masked_fill " .. dt .. " broadcast mask")
+    same(a:clone():masked_fill_(c, s), ah:clone():masked_fill_(ch, s), "masked_fill_ " .. dt)
+  end
+end)
+
+T.test("clamp", function()
+  for _, dt in ipairs { "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64" } do
+    local a, ah = inputs(dt, { 40, 30 }, 95, -9, 9)
+    local lo, loh = inputs(dt, { 30 }, 96, -3, 1)
+    local hi, hih = inputs(dt, { 40, 1 }, 97, 1, 5)
+    local l, u = dt == "u8" and 2 or -2, 3
+    same(a:clamp(l, u), ah:clamp(l, u), "clamp " .. dt .. " numbers")
+    same(a:clamp(nil, u), ah:clamp(nil, u), "clamp " .. dt .. " no lower bound")
+    same(a:clamp(l), ah:clamp(l), "clamp " .. dt .. " no upper bound")
+    same(a:clamp(lo, hi), ah:clamp(loh, hih), "clamp " .. dt .. " tensors, broadcast")
+    same(a:clamp(lo, u), ah:clamp(loh, u), "clamp " .. dt .. " tensor, number")
+    same(a:narrow(2, 3, 20):clamp(l, u), ah:narrow(2, 3, 20):clamp(l, u), "clamp " .. dt .. " strided")
+    same(a:clone():clamp_(l, u), ah:clone():clamp_(l, u), "clamp_ " .. dt)
+  end
+end)
+
+T.test("any and all, whole and along every dim", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = ties(dt, { 17, 9, 13 }, 91)
+    local m = d:ne(dt == "bool" and false or 0)
+    for _, op in ipairs { "any", "all" } do
+      same(d[op](d), h[op](h), op .. " " .. dt)
+      for dim = 1, 3 do
+        same(d[op](d, { dim = dim }), h[op](h, { dim = dim }), op .. " " .. dt .. " dim " .. dim)
+      end
+    end
+    T.ok(m:any():item() == true and m:all():item() == false, "any/all " .. dt .. " of a mixed tensor")
+  end
+  local big = gpu.zeros({ 1 << 22 }, { dtype = "u8" })
+  big:set(3000001, 1)
+  T.is({ big:any():item(), big:all():item(), big:eq(0):all():item() }, { true, false, false },
+       "any/all of 4M u8 with one nonzero")
 end)
 
 T.done()

@@ -17,7 +17,7 @@ static dev_kop op_on(dev_opkind kind, dev_buf *b, int nin) {
   op.out.dtype = DEV_F32;
   int64_t shape[1] = {4};
   dev_view_set_contiguous(&op.out, 1, shape);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < DEV_MAXIN; i++)
     op.in[i] = op.out;
   op.nin = nin;
   return op;
@@ -36,9 +36,9 @@ int main(void) {
 
   static const struct { dev_opkind kind; const char *name; } kinds[] = {
     {DEV_OP_FILL, "fill"}, {DEV_OP_ARANGE, "arange"}, {DEV_OP_RAND, "rand"},
-    {DEV_OP_UNARY, "unary"}, {DEV_OP_BINARY, "binary"}, {DEV_OP_REDUCE, "reduce"},
+    {DEV_OP_UNARY, "unary"}, {DEV_OP_BINARY, "binary"}, {DEV_OP_TERNARY, "ternary"}, {DEV_OP_REDUCE, "reduce"},
     {DEV_OP_MATMUL, "matmul"}, {DEV_OP_COPY, "copy"}};
-  static const int bad_nin[] = {-1, 3, 1000000};
+  static const int bad_nin[] = {-1, DEV_MAXIN + 1, 1000000};
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
     for (size_t j = 0; j < sizeof bad_nin / sizeof bad_nin[0]; j++) {
       dev_kop op = op_on(kinds[k].kind, b, bad_nin[j]);

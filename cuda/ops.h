@@ -1,0 +1,113 @@
+/* Every elementwise op and reduction, declared once.
+ *
+ * Each list is an X-macro: X(ENUM, name, classes, result, flags), one row per
+ * op.  Every layer reads it: the enums and names (device.h, dtype.c), the
+ * device layer's validation (dev_op.c), the Lua methods and their checks
+ * (bindings/tensor.c), the host loops (cpu_ops.c) and the CUDA dispatch
+ * (cuda/k_*.cu).  An op's arithmetic is one scalar function per compute type
+ * in scalar.h: sc_<name>_f (float and double) for F, sc_<name>_i for I and B.
+ *
+ *   ENUM     the code: DEV_UN_<ENUM>, DEV_BIN_<ENUM>, DEV_TER_<ENUM>
+ *   name     the Lua method and the name in messages
+ *   classes  the dtypes it takes: F (f32 f64 f16 bf16), I (i8 u8 i32 i64),
+ *            B (bool), as one token: F, FI, FIB
+ *   result   SAME (the operands' dtype) or BOOL
+ *   flags    DEV_OPF_ZDIV: integer division, a zero divisor is an error;
+ *            DEV_OPF_LEFT: takes a number on its left (a metamethod: 2 - t);
+ *            DEV_OPF_COND: (ternary) operand 1 is a bool condition, not of
+ *            the op's dtype
+ *
+ * Unary ops have a `_` (in place) method when the result is SAME; binary ops
+ * take a tensor or a number; ternary ops a tensor or a number as operands 2
+ * and 3 (their methods are written out in tensor.c: the table gives their
+ * names, dtype rules and kernels).  DEV_UN_COPY (the cast) is not in the
+ * table.
+ */
+#ifndef GPULUA_OPS_H
+#define GPULUA_OPS_H
+
+#define DEV_OPF_ZDIV 1u
+#define DEV_OPF_LEFT 2u
+#define DEV_OPF_COND 4u
+
+#define DEV_UNARY_OPS(X)                        \
+  X(NEG, neg, FI, SAME, 0)                      \
+  X(ABS, abs, FI, SAME, 0)                      \
+  X(EXP, exp, F, SAME, 0)                       \
+  X(LOG, log, F, SAME, 0)                       \
+  X(SQRT, sqrt, F, SAME, 0)                     \
+  X(RELU, relu, FI, SAME, 0)                    \
+  X(SIGMOID, sigmoid, F, SAME, 0)               \
+  X(TANH, tanh, F, SAME, 0)                     \
+  X(LOGICAL_NOT, logical_not, FIB, BOOL, 0)     \
+  X(FLOOR, floor, FI, SAME, 0)                  \
+  X(CEIL, ceil, FI, SAME, 0)                    \
+  X(ROUND, round, FI, SAME, 0)                  \
+  X(TRUNC, trunc, FI, SAME, 0)                  \
+  X(SIGN, sign, FI, SAME, 0)                    \
+  X(SIN, sin, F, SAME, 0)                       \
+  X(COS, cos, F, SAME, 0)                       \
+  X(RSQRT, rsqrt, F, SAME, 0)                   \
+  X(SQUARE, square, FI, SAME, 0)
+
+#define DEV_BINARY_OPS(X)                                   \
+  X(ADD, add, FI, SAME, DEV_OPF_LEFT)                       \
+  X(SUB, sub, FI, SAME, DEV_OPF_LEFT)                       \
+  X(MUL, mul, FI, SAME, DEV_OPF_LEFT)                       \
+  X(DIV, div, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV)        \
+  X(POW, pow, FI, SAME, DEV_OPF_LEFT)                       \
+  X(MAX, max, FIB, SAME, 0)                                 \
+  X(MIN, min, FIB, SAME, 0)                                 \
+  X(EQ, eq, FIB, BOOL, 0)                                   \
+  X(NE, ne, FIB, BOOL, 0)                                   \
+  X(LT, lt, FIB, BOOL, 0)                                   \
+  X(LE, le, FIB, BOOL, 0)                                   \
+  X(GT, gt, FIB, BOOL, 0)                                   \
+  X(GE, ge, FIB, BOOL, 0)                                   \
+  X(LOGICAL_AND, logical_and, FIB, BOOL, 0)                 \
+  X(LOGICAL_OR, logical_or, FIB, BOOL, 0)                  \
+  X(FMOD, fmod, FI, SAME, DEV_OPF_ZDIV)                     \
+  X(REMAINDER, remainder, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV) \
+  X(FLOOR_DIVIDE, floor_divide, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV)
+
+/* where(cond, a, b): cond ? a : b; clamp(x, lo, hi): min(max(x, lo), hi) */
+#define DEV_TERNARY_OPS(X)                                  \
+  X(WHERE, where, FIB, SAME, DEV_OPF_COND)                  \
+  X(CLAMP, clamp, FI, SAME, 0)
+
+/* Reductions: X(ENUM, name); results by dev_op.c's and tensor.c's rules. */
+#define DEV_REDUCE_OPS(X) \
+  X(SUM, sum) X(MEAN, mean) X(MAX, max) X(MIN, min) X(ARGMAX, argmax) X(ANY, any) X(ALL, all)
+
+/* ---- reading the columns ------------------------------------------------- */
+
+/* The classes as bits (dev_dtype_class gives a dtype's). */
+#define DEV_CLS_F 1u
+#define DEV_CLS_I 2u
+#define DEV_CLS_B 4u
+#define DEV_CLASSES_F DEV_CLS_F
+#define DEV_CLASSES_FI (DEV_CLS_F | DEV_CLS_I)
+#define DEV_CLASSES_FIB (DEV_CLS_F | DEV_CLS_I | DEV_CLS_B)
+#define DEV_CLASSES(cls) DEV_CLASSES_##cls
+
+/* DEV_IF_F(cls, code): code when the op has a float formula (sc_<name>_f and
+ * _d); DEV_IF_I(cls, code): when it has an integer one (sc_<name>_i, also
+ * used for bool). */
+#define DEV_IF_F(cls, ...) DEV_IF_F_##cls(__VA_ARGS__)
+#define DEV_IF_F_F(...) __VA_ARGS__
+#define DEV_IF_F_FI(...) __VA_ARGS__
+#define DEV_IF_F_FIB(...) __VA_ARGS__
+#define DEV_IF_I(cls, ...) DEV_IF_I_##cls(__VA_ARGS__)
+#define DEV_IF_I_F(...)
+#define DEV_IF_I_FI(...) __VA_ARGS__
+#define DEV_IF_I_FIB(...) __VA_ARGS__
+
+/* The result column: DEV_IF_SAME(res, code) keeps code for SAME only. */
+#define DEV_RES_SAME 0
+#define DEV_RES_BOOL 1
+#define DEV_RESULT(res) DEV_RES_##res
+#define DEV_IF_SAME(res, ...) DEV_IF_SAME_##res(__VA_ARGS__)
+#define DEV_IF_SAME_SAME(...) __VA_ARGS__
+#define DEV_IF_SAME_BOOL(...)
+
+#endif
