@@ -470,7 +470,7 @@ extern "C" __global__ void hammer(int *i, unsigned *u, unsigned long long *ull, 
   atomicMin(&ll[0], (long long)t * -1000000000LL);
   atomicAdd(&f[0], 0.5f);
   atomicAdd(&d[0], 0.25);
-  atomicMax(&f[1], (float)t);
+  atomicMax((int *)&f[1], __float_as_int((float)t));   /* float max of values >= 0 */
   int old;                            /* a lock-free add through atomicCAS */
   do { old = i[4]; } while (atomicCAS(&i[4], old, old + 3) != old);
   atomicExch(&i[5], 7);
@@ -493,6 +493,12 @@ extern "C" __global__ void hammer(int *i, unsigned *u, unsigned long long *ull, 
   T.is(ull:totable(), { N * (N - 1) // 2, (N - 1) << 33 }, "unsigned long long: add, max")
   T.is(ll:item(), (N - 1) * -1000000000, "long long: min")
   T.is({ f:get(1), f:get(2), d:item() }, { N * 0.5, N - 1.0, N * 0.25 }, "float and double add, float max")
+end)
+
+T.test("what CUDA lacks fails on both backends: atomicMax on a float", function()
+  T.raises_at(function()
+    gpu.compile([[extern "C" __global__ void fm(float *f) { atomicMax(f, 1.0f); }]])
+  end, "compilation failed", "atomicMax(float *, float) does not compile")
 end)
 
 T.test("the math API against Lua's math", function()
@@ -549,6 +555,8 @@ end)
 
 T.test("integer intrinsics and conversions with rounding modes", function()
   local m = gpu.compile([[
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 extern "C" __global__ void ints(long long *o)
 {
   o[0] = __popc(0xf0f0f0f1u); o[1] = __clz(1); o[2] = __clz(0); o[3] = __ffs(0x80); o[4] = __brev(1u);

@@ -486,22 +486,8 @@ static inline float atomicExch(float *a, float v)
 {
   return gpulua_rt::atomic_rmw<float, unsigned>(a, [v](float) { return v; });
 }
-static inline float atomicMax(float *a, float v)
-{
-  return gpulua_rt::atomic_rmw<float, unsigned>(a, [v](float o) { return fmaxf(o, v); });
-}
-static inline float atomicMin(float *a, float v)
-{
-  return gpulua_rt::atomic_rmw<float, unsigned>(a, [v](float o) { return fminf(o, v); });
-}
-static inline double atomicMax(double *a, double v)
-{
-  return gpulua_rt::atomic_rmw<double, unsigned long long>(a, [v](double o) { return fmax(o, v); });
-}
-static inline double atomicMin(double *a, double v)
-{
-  return gpulua_rt::atomic_rmw<double, unsigned long long>(a, [v](double o) { return fmin(o, v); });
-}
+/* no atomicMax/atomicMin on float or double: CUDA has none for sm_90
+ * (NVRTC: "no instance of overloaded function"), so neither does the host */
 /* the scopes are all one here */
 #define GPULUA_SCOPED(op) \
   template <typename... A> static inline auto op##_block(A... a) -> decltype(op(a...)) { return op(a...); } \
