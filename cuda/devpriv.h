@@ -122,6 +122,14 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
                       const char *const *opts, int nopts, const char *const *exprs, int nexprs,
                       int use_cache, dev_kimage *img, char **log, char *err, size_t errlen);
 void dev_kimage_free(dev_kimage *img);   /* module.c */
+/* module.c: the on-disk cache of compiled kernels that both backends'
+ * compilers use (cuda/cuda/nvrtc.c, cuda/host/kcompile.c): a key's hash
+ * (FNV-1a), the directory (GPULUA_KERNEL_CACHE, "0"/"off"/"": none; else
+ * $XDG_CACHE_HOME/gpulua or ~/.cache/gpulua; NULL when off or unknown),
+ * and mkdir -p (0, or -1 with errno). */
+uint64_t dev_kcache_hash(const void *p, size_t n);
+const char *dev_kcache_dir(char *buf, size_t n);
+int dev_mkdirs(char *path);
 
 extern const dev_backend dev_host_backend;
 #ifdef GPULUA_HAVE_CUDA

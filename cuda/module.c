@@ -2,9 +2,12 @@
  * from an image (gpu.load_module), kernels found by name, signatures checked
  * against the compiled code, and launch configurations checked before a
  * launch.  Backend-neutral: the backend loads images and launches. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "devpriv.h"
 
@@ -60,6 +63,43 @@ void dev_module_release(dev_module *m)
   if (!m || --m->refs > 0) return;
   if (m->life) dev_buf_release(m->life);   /* frees m once idle */
   else module_unload(m, NULL);
+}
+
+/* ---- the on-disk cache both backends' compilers share ------------------- */
+
+uint64_t dev_kcache_hash(const void *p, size_t n)
+{
+  const unsigned char *s = p;
+  uint64_t h = 0xcbf29ce484222325ULL;   /* FNV-1a */
+  for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 0x100000001b3ULL; }
+  return h;
+}
+
+const char *dev_kcache_dir(char *buf, size_t n)
+{
+  const char *env = getenv("GPULUA_KERNEL_CACHE");
+  if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "") == 0)) return NULL;
+  if (env && *env) {
+    snprintf(buf, n, "%s", env);
+  } else {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(buf, n, "%s/gpulua", xdg);
+    else if (home && *home) snprintf(buf, n, "%s/.cache/gpulua", home);
+    else return NULL;
+  }
+  return buf;
+}
+
+int dev_mkdirs(char *path)
+{
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    int rc = mkdir(path, 0755);
+    *p = '/';
+    if (rc && errno != EEXIST) return -1;
+  }
+  return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
 }
 
 void dev_kimage_free(dev_kimage *img)

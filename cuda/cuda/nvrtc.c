@@ -103,42 +103,6 @@ static void sb_add(sbuf *b, const void *s, size_t n)
 
 static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s) + 1); }
 
-static uint64_t fnv1a(const void *p, size_t n)
-{
-  const unsigned char *s = p;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 0x100000001b3ULL; }
-  return h;
-}
-
-/* The cache directory, or NULL when caching is off. */
-static const char *cache_dir(char *buf, size_t n)
-{
-  const char *env = getenv("GPULUA_KERNEL_CACHE");
-  if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "") == 0)) return NULL;
-  if (env && *env) {
-    snprintf(buf, n, "%s", env);
-  } else {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg) snprintf(buf, n, "%s/gpulua", xdg);
-    else if (home && *home) snprintf(buf, n, "%s/.cache/gpulua", home);
-    else return NULL;
-  }
-  return buf;
-}
-
-static int mkdirs(char *path)
-{
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    int rc = mkdir(path, 0755);
-    *p = '/';
-    if (rc && errno != EEXIST) return -1;
-  }
-  return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 static const char MAGIC[] = "GPULUA-KCACHE-1\n";
 
 static int read_all(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n ? 0 : -1; }
@@ -187,7 +151,7 @@ static void cache_write(const char *dir, const char *path, const sbuf *key, cons
 {
   char d[1024], tmp[1300];
   snprintf(d, sizeof d, "%s", dir);
-  if (mkdirs(d)) return;
+  if (dev_mkdirs(d)) return;
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) return;
@@ -255,9 +219,9 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
   if (key.oom) { free(key.p); return kfail(err, errlen, "out of memory"); }
 
   char dirbuf[1024], path[1200];
-  const char *dir = use_cache ? cache_dir(dirbuf, sizeof dirbuf) : NULL;
+  const char *dir = use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
   if (dir) {
-    snprintf(path, sizeof path, "%s/%016llx.kc", dir, (unsigned long long)fnv1a(key.p, key.n));
+    snprintf(path, sizeof path, "%s/%016llx.kc", dir, (unsigned long long)dev_kcache_hash(key.p, key.n));
     if (cache_read(path, &key, nexprs, img) == 0) { free(key.p); return 0; }
   }
 

@@ -78,14 +78,6 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
 /* a key part: the string and its terminating zero */
 static void sb_key(sbuf *b, const char *s) { sb_add(b, s, strlen(s) + 1); }
 
-static uint64_t fnv1a(const void *p, size_t n)
-{
-  const unsigned char *s = p;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 0x100000001b3ULL; }
-  return h;
-}
-
 /* ---- files ---------------------------------------------------------------- */
 
 static int write_file(const char *path, const void *data, size_t n)
@@ -780,33 +772,6 @@ static void fiber_scan(const char *src, const char *const *exprs, int nexprs, in
 
 /* ---- the cache ------------------------------------------------------------ */
 
-static const char *cache_dir(char *buf, size_t n)
-{
-  const char *env = getenv("GPULUA_KERNEL_CACHE");
-  if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "") == 0)) return NULL;
-  if (env && *env) {
-    snprintf(buf, n, "%s", env);
-  } else {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg) snprintf(buf, n, "%s/gpulua", xdg);
-    else if (home && *home) snprintf(buf, n, "%s/.cache/gpulua", home);
-    else return NULL;
-  }
-  return buf;
-}
-
-static int mkdirs(char *path)
-{
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    int rc = mkdir(path, 0755);
-    *p = '/';
-    if (rc && errno != EEXIST) return -1;
-  }
-  return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 static const char MAGIC[] = "GPULUA-HKCACHE-1\n";
 
 static int cache_read(const char *path, const sbuf *key, dev_kimage *img)
@@ -836,7 +801,7 @@ static void cache_write(const char *dir, const char *path, const sbuf *key, cons
 {
   char d[1024], tmp[1300];
   snprintf(d, sizeof d, "%s", dir);
-  if (mkdirs(d)) return;
+  if (dev_mkdirs(d)) return;
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) return;
@@ -1007,7 +972,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   sbuf key = {0};
   char hv[64];
   snprintf(hv, sizeof hv, "gpulua-hk %d %016llx", GPULUA_HK_ABI,
-           (unsigned long long)fnv1a(hk_rt_header, strlen(hk_rt_header)));
+           (unsigned long long)dev_kcache_hash(hk_rt_header, strlen(hk_rt_header)));
   sb_key(&key, hv);
   sb_key(&key, cx.ident);
   for (int i = 1; i < argc; i++) sb_key(&key, argv[i]);
@@ -1016,10 +981,10 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   if (key.oom && rc == 0) rc = kfail(err, errlen, "out of memory");
 
   char dirbuf[1024], cpath[1200];
-  const char *dir = rc == 0 && use_cache ? cache_dir(dirbuf, sizeof dirbuf) : NULL;
+  const char *dir = rc == 0 && use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
   int hit = 0;
   if (dir) {
-    snprintf(cpath, sizeof cpath, "%s/%016llx.hk", dir, (unsigned long long)fnv1a(key.p, key.n));
+    snprintf(cpath, sizeof cpath, "%s/%016llx.hk", dir, (unsigned long long)dev_kcache_hash(key.p, key.n));
     hit = cache_read(cpath, &key, img) == 0;
   }
   tmpdir td;
