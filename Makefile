@@ -487,7 +487,7 @@ deps:
 	for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
-	command -v $(CC) >/dev/null 2>&1 || missing="$$missing build-essential"; \
+	{ command -v $(CC) && command -v c++; } >/dev/null 2>&1 || missing="$$missing build-essential"; \
 	command -v $(PROVE) >/dev/null 2>&1 || missing="$$missing perl"; \
 	if [ -z "$$missing" ]; then echo "deps: all installed ($(DEB_PKGS))"; exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
