@@ -108,7 +108,12 @@ static void pend_push(dev_ctx *ctx, bufx *x) {
   bufx **tail = &mc->ptail[x->b.kind][x->cls];
   x->next = NULL;
   x->prev = *tail;
-  if (*tail) (*tail)->next = x; else mc->pending[x->b.kind][x->cls] = x;
+  if (*tail) {
+    (*tail)->next = x;
+  } else {
+    mc->pending[x->b.kind][x->cls] = x;
+    mc->pmask[x->b.kind][x->cls / 64] |= (uint64_t)1 << (x->cls % 64);
+  }
   *tail = x;
 }
 
@@ -116,6 +121,20 @@ static void pend_unlink(dev_ctx *ctx, bufx *x) {
   struct dev_memcache *mc = ctx->cache;
   if (x->next == NULL) mc->ptail[x->b.kind][x->cls] = x->prev;
   list_unlink(&mc->pending[x->b.kind][x->cls], x);
+  if (!mc->pending[x->b.kind][x->cls])
+    mc->pmask[x->b.kind][x->cls / 64] &= ~((uint64_t)1 << (x->cls % 64));
+}
+
+/* The next class at or after c whose pending list of kind k is not empty,
+ * NCLASS if none: walks of every pending list cost what is pending, not
+ * the 457 classes (a stream's close walked them all: 18k instructions). */
+static int pend_next(const struct dev_memcache *mc, int k, int c) {
+  for (int w = c / 64; w < (NCLASS + 63) / 64; w++) {
+    uint64_t m = mc->pmask[k][w];
+    if (w == c / 64) m &= ~(uint64_t)0 << (c % 64);
+    if (m) return w * 64 + __builtin_ctzll(m);
+  }
+  return NCLASS;
 }
 
 static void account_live(dev_ctx *ctx, dev_memkind kind, size_t bytes, int sign) {
@@ -141,7 +160,7 @@ static void block_free(dev_ctx *ctx, bufx *x) {
 void dev_cache_settle(dev_ctx *ctx, int kind) {
   for (int k = 0; k < DEV_NMEMKIND; k++) {
     if (kind >= 0 && k != kind) continue;
-    for (int c = 0; c < NCLASS; c++)
+    for (int c = pend_next(ctx->cache, k, 0); c < NCLASS; c = pend_next(ctx->cache, k, c + 1))
       for (bufx *x = ctx->cache->pending[k][c], *nx; x; x = nx) {
         nx = x->next;
         prune(x);
@@ -173,7 +192,7 @@ static void cache_trim(dev_ctx *ctx, int kind) {
  * let go of it, so that it can be freed once idle. */
 static void cache_forget_stream(dev_ctx *ctx, dev_stream *s) {
   for (int k = 0; k < DEV_NMEMKIND; k++)
-    for (int c = 0; c < NCLASS; c++)
+    for (int c = pend_next(ctx->cache, k, 0); c < NCLASS; c = pend_next(ctx->cache, k, c + 1))
       for (bufx *x = ctx->cache->pending[k][c], *nx; x; x = nx) {
         nx = x->next;
         int j = 0;

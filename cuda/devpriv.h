@@ -361,6 +361,8 @@ struct dev_memcache {
   bufx *ready[DEV_NMEMKIND][NCLASS];
   bufx *pending[DEV_NMEMKIND][NCLASS];   /* oldest first */
   bufx *ptail[DEV_NMEMKIND][NCLASS];
+  /* bit c of kind k: pending[k][c] is not empty (walks skip the rest) */
+  uint64_t pmask[DEV_NMEMKIND][(NCLASS + 63) / 64];
 };
 
 /* The buffer helpers of every op (dev_op.c, dev_coll.c) and of the
