@@ -22,6 +22,8 @@ B.sizes = {
     f32 = { warm = B.quick and 1 or 2, reps = B.quick and 3 or 5 },
     bf16 = { warm = B.quick and 1 or 3, reps = B.quick and 3 or 10 },
   },
+  mm_bmm_batch = B.quick and 4 or 64,     -- the batched row: batch of n^3, bf16
+  mm_bmm_n = B.quick and 128 or 1024,
   ov_batches = B.quick and 8 or 32,
   ov_big = B.quick and 1 << 16 or 1 << 24,   -- elements per batch (f32)
   ov_small = B.quick and 1 << 12 or 1 << 18,

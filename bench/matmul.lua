@@ -49,4 +49,53 @@ for _, dt in ipairs { "f32", "bf16" } do
   end)
 end
 
+-- The layouts matmul takes without a copy, bf16, as bench/ref.cu calls
+-- cuBLAS for them: a:t() @ b (op T on a), and a batch of products
+-- (cublasGemmStridedBatchedEx).  Spot checks as above, per batch.
+local function layout_row(key, label, a, b, nb, n, at)
+  local c = gpu.matmul(a, b, { stream = s })
+  local o = { out = c, stream = s }
+  local t = {}
+  for r = 1 - Z.mm.bf16.warm, Z.mm.bf16.reps do
+    local e0 = s:record { timing = true }
+    gpu.matmul(a, b, o)
+    local e1 = s:record { timing = true }
+    e1:synchronize()
+    if r > 0 then t[r] = e1 - e0 end
+  end
+  B.row(key, 2 * nb * n * n * n / (B.median(t) * 1e9), "TFLOP/s", label)
+  local worst = 0
+  local hd = { device = "host", dtype = "f64" }
+  for _, p in ipairs { { 1, 1, 1 }, { nb, n, n }, { nb // 2 + 1, n // 3 + 1, 2 * n // 3 + 1 } } do
+    local q, i, j = p[1], p[2], p[3]
+    local aq, bq, cq = a, b, c
+    if nb > 1 then aq, bq, cq = a:select(1, q), b:select(1, q), c:select(1, q) end
+    local row = aq:narrow(1, i, 1):contiguous():to(hd):totable()[1]
+    local col = bq:narrow(2, j, 1):contiguous():to(hd):totable()
+    local ref, mag = 0, 0
+    for k = 1, n do
+      local x = row[k] * col[k][1]
+      ref, mag = ref + x, mag + math.abs(x)
+    end
+    local err = math.abs(cq:get(i, j) - ref) / (mag > 0 and mag or 1)
+    if not (err <= worst) then worst = err end
+  end
+  B.check(key, worst <= 1e-2, string.format("relative error %.3g at a spot-checked entry", worst))
+end
+
+B.guard("matmul_t_bf16", function()
+  local a = gpu.rand({N, N}, { dtype = "bf16", seed = 3, stream = s })
+  local b = gpu.rand({N, N}, { dtype = "bf16", seed = 4, stream = s })
+  layout_row("matmul_t_bf16", string.format("matmul a:t() @ b %d^3 bf16", N), a:t(), b, 1, N)
+  a:close(); b:close()
+end)
+
+B.guard("matmul_bmm_bf16", function()
+  local nb, n = Z.mm_bmm_batch, Z.mm_bmm_n
+  local a = gpu.rand({nb, n, n}, { dtype = "bf16", seed = 5, stream = s })
+  local b = gpu.rand({nb, n, n}, { dtype = "bf16", seed = 6, stream = s })
+  layout_row("matmul_bmm_bf16", string.format("matmul %d x %d^3 bf16, batched", nb, n), a, b, nb, n)
+  a:close(); b:close()
+end)
+
 B.finish()

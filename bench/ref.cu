@@ -34,6 +34,7 @@ typedef struct sizes {
   size_t copy_bytes;                       /* copies and the elementwise add */
   int copy_warm, copy_reps;
   int mm_n, mm_warm_f32, mm_reps_f32, mm_warm_bf16, mm_reps_bf16;
+  int mm_bmm_batch, mm_bmm_n;              /* the batched row: batch of n^3 (bf16) */
   int ov_batches, ov_big, ov_small, ov_runs; /* overlap: batches, elements per batch */
 } sizes;
 
@@ -51,6 +52,8 @@ static void sizes_init(sizes *z, int quick) {
   z->mm_reps_f32 = quick ? 3 : 5;
   z->mm_warm_bf16 = quick ? 1 : 3;
   z->mm_reps_bf16 = quick ? 3 : 10;
+  z->mm_bmm_batch = quick ? 4 : 64;
+  z->mm_bmm_n = quick ? 128 : 1024;
   z->ov_batches = quick ? 8 : 32;
   z->ov_big = quick ? 1 << 16 : 1 << 24;
   z->ov_small = quick ? 1 << 12 : 1 << 18;
@@ -559,6 +562,119 @@ out:
   return rc;
 }
 
+typedef cublasStatus_t (*cublas_gemmsb_t)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                          const void *, const void *, cudaDataType, int, long long,
+                                          const void *, cudaDataType, int, long long, const void *, void *,
+                                          cudaDataType, int, long long, int, cublasComputeType_t,
+                                          cublasGemmAlgo_t);
+
+/* The two layouts gpulua's matmul takes without a copy, in bf16, called as
+ * gpulua calls cuBLAS (bench/matmul.lua times the same):
+ *   matmul_t_bf16    a:t() @ b, n x n: cublasGemmEx with op T on a;
+ *   matmul_bmm_bf16  {batch, n, n} @ {batch, n, n}: cublasGemmStridedBatchedEx. */
+static int matmul_layout(const sizes *z, int bmm, void *lib) {
+  int rc = 0, warm = z->mm_warm_bf16, reps = z->mm_reps_bf16;
+  int n = bmm ? z->mm_bmm_n : z->mm_n, nb = bmm ? z->mm_bmm_batch : 1;
+  size_t es = 2, mat = (size_t)n * n, bytes = mat * nb * es;
+  const char *key = bmm ? "matmul_bmm_bf16" : "matmul_t_bf16";
+  cublas_create_t create = (cublas_create_t)dlsym(lib, "cublasCreate_v2");
+  cublas_destroy_t destroy = (cublas_destroy_t)dlsym(lib, "cublasDestroy_v2");
+  cublas_setstream_t setstream = (cublas_setstream_t)dlsym(lib, "cublasSetStream_v2");
+  cublas_gemmex_t gemmex = (cublas_gemmex_t)dlsym(lib, "cublasGemmEx");
+  cublas_gemmsb_t gemmsb = (cublas_gemmsb_t)dlsym(lib, "cublasGemmStridedBatchedEx");
+  cublasHandle_t handle = NULL;
+  cudaStream_t s = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  char *A = NULL, *B = NULL, *C = NULL;
+  unsigned char *ha = NULL, *hb = NULL;
+  double *t = NULL, ms = 0, worst = 0;
+  float fms = 0, one = 1, zero = 0;
+  int pos[4][3] = {{0, 0, 0}, {nb - 1, n - 1, n - 1}, {nb / 2, n / 3, 2 * n / 3}, {nb / 3, n / 2 + 1, 7}};
+  char label[128];
+  int st;
+  t = (double *)malloc(sizeof(double) * (size_t)reps);
+  ha = (unsigned char *)malloc((size_t)n * es);
+  hb = (unsigned char *)malloc((size_t)n * es);
+  NEED(t && ha && hb);
+  if (!create || !destroy || !setstream || !gemmex || !gemmsb) {
+    check(key, 0, "cuBLAS lacks cublasGemmEx/cublasGemmStridedBatchedEx");
+    rc = -1;
+    goto out;
+  }
+  if ((st = create(&handle)) != CUBLAS_STATUS_SUCCESS) {
+    check(key, 0, "cublasCreate failed (status %d)", st);
+    handle = NULL;
+    rc = -1;
+    goto out;
+  }
+  CK(cudaStreamCreate(&s));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaMalloc((void **)&A, bytes));
+  CK(cudaMalloc((void **)&B, bytes));
+  CK(cudaMalloc((void **)&C, bytes));
+  rand_kernel<<<blocks_for((int64_t)(mat * nb)), THREADS, 0, s>>>((__nv_bfloat16 *)A, (int64_t)(mat * nb), 3);
+  rand_kernel<<<blocks_for((int64_t)(mat * nb)), THREADS, 0, s>>>((__nv_bfloat16 *)B, (int64_t)(mat * nb), 4);
+  CK(cudaGetLastError());
+  CK(cudaMemsetAsync(C, 0xff, bytes, s));   /* NaN until written */
+  setstream(handle, s);
+  for (int r = -warm; r < reps; r++) {
+    CK(cudaEventRecord(e0, s));
+    /* row-major C = A B as column-major C^T = B^T A^T; a:t() is op T on A */
+    if (bmm)
+      st = gemmsb(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, B, CUDA_R_16BF, n, (long long)mat, A,
+                  CUDA_R_16BF, n, (long long)mat, &zero, C, CUDA_R_16BF, n, (long long)mat, nb,
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    else
+      st = gemmex(handle, CUBLAS_OP_N, CUBLAS_OP_T, n, n, n, &one, B, CUDA_R_16BF, n, A, CUDA_R_16BF, n, &zero,
+                  C, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      check(key, 0, "cuBLAS failed (status %d)", st);
+      rc = -1;
+      goto out;
+    }
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&fms, e0, e1));
+    if (r >= 0) t[r] = fms;
+  }
+  ms = median(t, reps);
+  if (bmm) snprintf(label, sizeof label, "matmul %d x %d^3 bf16, batched (cuBLAS)", nb, n);
+  else snprintf(label, sizeof label, "matmul a:t() @ b %d^3 bf16 (cuBLAS)", n);
+  row(key, 2.0 * nb * n * (double)n * n / (ms * 1e9), "TFLOP/s", label);
+  /* spot check: row i of a (column i of A when transposed), column j of b */
+  for (int q = 0; q < 4; q++) {
+    int bi = pos[q][0], i = pos[q][1], j = pos[q][2];
+    size_t base = (size_t)bi * mat * es;
+    unsigned char cij[2];
+    double ref = 0, mag = 0;
+    if (bmm) CK(cudaMemcpy(ha, A + base + (size_t)i * n * es, (size_t)n * es, cudaMemcpyDeviceToHost));
+    else CK(cudaMemcpy2D(ha, es, A + (size_t)i * es, (size_t)n * es, es, (size_t)n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy2D(hb, es, B + base + (size_t)j * es, (size_t)n * es, es, (size_t)n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(cij, C + base + ((size_t)i * n + j) * es, es, cudaMemcpyDeviceToHost));
+    for (int k = 0; k < n; k++) {
+      double p = host_value(ha + (size_t)k * es, 1) * host_value(hb + (size_t)k * es, 1);
+      ref += p;
+      mag += fabs(p);
+    }
+    double err = fabs(host_value(cij, 1) - ref) / (mag > 0 ? mag : 1);
+    if (!(err <= worst)) worst = err;   /* NaN sticks */
+  }
+  check(key, worst <= 1e-2, "relative error %.3g at a spot-checked entry", worst);
+out:
+  if (handle) destroy(handle);
+  if (A) cudaFree(A);
+  if (B) cudaFree(B);
+  if (C) cudaFree(C);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (s) cudaStreamDestroy(s);
+  free(t);
+  free(ha);
+  free(hb);
+  return rc;
+}
+
 static int bench_matmul(const sizes *z) {
   const char *names[] = {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so", NULL};
   void *lib = NULL;
@@ -570,6 +686,8 @@ static int bench_matmul(const sizes *z) {
   }
   if (matmul_one(z, 0, lib)) rc = -1;
   if (matmul_one(z, 1, lib)) rc = -1;
+  if (matmul_layout(z, 0, lib)) rc = -1;
+  if (matmul_layout(z, 1, lib)) rc = -1;
   dlclose(lib);
   return rc;
 }

@@ -401,13 +401,15 @@ local ORDER = {
   { "kernel_reduce_time" },
   { "matmul_f32", "ge_ratio", 0.95 },
   { "matmul_bf16", "ge_ratio", 0.95 },
+  { "matmul_t_bf16", "ge_ratio", 0.95 },
+  { "matmul_bmm_bf16", "ge_ratio", 0.95 },
   { "first_kernel" },
   { "startup_host", "le_abs", 20 },
 }
 
 -- the all_reduce rows after the matmul rows
 for i, spec in ipairs(ORDER) do
-  if spec[1] == "matmul_bf16" then
+  if spec[1] == "matmul_bmm_bf16" then
     for k, ar in ipairs(AR_ORDER) do table.insert(ORDER, i + k, ar) end
     break
   end

@@ -16,6 +16,7 @@ LAUNCHES, LAUNCH_REPS, ROUNDTRIPS = (200, 5, 50) if QUICK else (2000, 21, 500)
 COPY_BYTES, COPY_WARM, COPY_REPS = ((8 << 20) if QUICK else (256 << 20)), 2, (3 if QUICK else 10)
 MM_N = 512 if QUICK else 8192
 MM = {"f32": (1, 3) if QUICK else (2, 5), "bf16": (1, 3) if QUICK else (3, 10)}
+MM_BMM = (4, 128) if QUICK else (64, 1024)   # the batched row: batch, n (bench/benchlib.lua)
 OV_BATCHES, OV_BIG, OV_SMALL, OV_RUNS = (8, 1 << 16, 1 << 12, 3) if QUICK else (32, 1 << 24, 1 << 18, 3)
 ALLOC_CALLS, ALLOC_REPS = (200, 5) if QUICK else (20000, 11)
 LIVE_CALLS, LIVE_TENSORS = (500 if QUICK else 2000), (1000, 100000)
@@ -306,6 +307,32 @@ def bench_matmul(s):
                 err = abs(c[i, j].double().item() - p.sum().item()) / max(p.abs().sum().item(), 1e-300)
                 worst = err if not err <= worst else worst
             check(key, worst <= (1e-2 if name == "bf16" else 1e-4), f"relative error {worst:.3g}")
+            del a, b, c
+            torch.cuda.synchronize()
+    # the layouts taken without a copy: a.t() @ b, and a batch (torch.bmm)
+    warm, reps = MM["bf16"]
+    nb, bn = MM_BMM
+    for key, label, shape_a, flops in (
+            ("matmul_t_bf16", f"matmul a.t() @ b {n}^3 bf16", (n, n), 2 * n ** 3),
+            ("matmul_bmm_bf16", f"matmul {nb} x {bn}^3 bf16, batched", (nb, bn, bn), 2 * nb * bn ** 3)):
+        with torch.cuda.stream(s):
+            a = torch.rand(*shape_a, device="cuda").to(torch.bfloat16)
+            b = torch.rand(*shape_a, device="cuda").to(torch.bfloat16)
+            if key == "matmul_t_bf16":
+                at = a.t()
+                c = torch.matmul(at, b)
+                fn = lambda: torch.matmul(at, b, out=c)
+                ref = at[5, :].double() @ b[:, 9].double()
+                got, mag = c[5, 9], (at[5, :].double().abs() @ b[:, 9].double().abs())
+            else:
+                c = torch.bmm(a, b)
+                fn = lambda: torch.bmm(a, b, out=c)
+                ref = a[1, 5, :].double() @ b[1, :, 9].double()
+                got, mag = c[1, 5, 9], (a[1, 5, :].double().abs() @ b[1, :, 9].double().abs())
+            ms = timed_ms(s, fn, warm, reps)
+            row(key, flops / (ms * 1e9), "TFLOP/s", label)
+            err = abs(got.double().item() - ref.item()) / max(mag.item(), 1e-300)
+            check(key, err <= 1e-2, f"relative error {err:.3g}")
             del a, b, c
             torch.cuda.synchronize()
 

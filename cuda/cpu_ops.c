@@ -939,9 +939,9 @@ static int overlaps(const dev_buf *x, const dev_buf *y)
 
 /* f32 and f64 run in their own precision; f16/bf16 in f32; integers in f64,
  * exact while every product and sum stays below 2^53. */
-static int run_matmul(const dev_kop *op, char *err, size_t errlen)
+/* One 2-D product out = a @ b; run_matmul calls it per batch. */
+static int matmul_2d(const dev_view *av, const dev_view *bv, const dev_view *ov, char *err, size_t errlen)
 {
-  const dev_view *av = &op->in[0], *bv = &op->in[1], *ov = &op->out;
   dev_dtype t = ov->dtype;
   int sp = class_of(t) == C_FLOAT;
   dev_dtype ct = sp ? DEV_F32 : DEV_F64;
@@ -952,10 +952,6 @@ static int run_matmul(const dev_kop *op, char *err, size_t errlen)
   int64_t m, n, k, ldc;
   int rc = -1;
   walk w;
-  if (check_view(ov, "out", err, errlen) || check_view(av, "in[0]", err, errlen) ||
-      check_view(bv, "in[1]", err, errlen))
-    return -1;
-  if (av->ndim != 2 || bv->ndim != 2 || ov->ndim != 2) return fail(err, errlen, "matmul needs 2-D tensors");
   m = av->shape[0];
   k = av->shape[1];
   n = bv->shape[1];
@@ -1006,6 +1002,40 @@ done:
   free(b.tmp);
   free(ctmp);
   return rc;
+}
+
+/* The i-th 2-D matrix of a 3-D view (a batch stride of 0 broadcasts). */
+static dev_view batch_of(const dev_view *v, int64_t i)
+{
+  dev_view s = *v;
+  s.ndim = 2;
+  s.offset = v->offset + (size_t)(i * v->stride[0]) * dev_dtype_size(v->dtype);
+  for (int d = 0; d < 2; d++) {
+    s.shape[d] = v->shape[d + 1];
+    s.stride[d] = v->stride[d + 1];
+  }
+  return s;
+}
+
+/* out = in[0] @ in[1]: 2-D, or 3-D with one batch size (an operand's batch
+ * stride may be 0: broadcast), one product per batch. */
+static int run_matmul(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *av = &op->in[0], *bv = &op->in[1], *ov = &op->out;
+  if (check_view(ov, "out", err, errlen) || check_view(av, "in[0]", err, errlen) ||
+      check_view(bv, "in[1]", err, errlen))
+    return -1;
+  if (av->ndim != ov->ndim || bv->ndim != ov->ndim || (ov->ndim != 2 && ov->ndim != 3))
+    return fail(err, errlen, "matmul needs 2-D tensors, or 3-D ones of one batch size");
+  if (ov->ndim == 2) return matmul_2d(av, bv, ov, err, errlen);
+  if (av->shape[0] != ov->shape[0] || bv->shape[0] != ov->shape[0])
+    return fail(err, errlen, "matmul: batch sizes %lld, %lld -> %lld differ", (long long)av->shape[0],
+                (long long)bv->shape[0], (long long)ov->shape[0]);
+  for (int64_t i = 0; i < ov->shape[0]; i++) {
+    dev_view a = batch_of(av, i), b = batch_of(bv, i), o = batch_of(ov, i);
+    if (matmul_2d(&a, &b, &o, err, errlen)) return -1;
+  }
+  return 0;
 }
 
 static int run_sleep(double ms)

@@ -145,9 +145,14 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
     return DEV_OK;
   }
   case DEV_OP_MATMUL: {
+    /* 2-D, or 3-D with one batch size: an operand's batch stride may be 0
+     * (broadcast), the output's only for a batch of one */
     const dev_view *a = &op->in[0], *b = &op->in[1], *c = &op->out;
-    if (op->nin != 2 || a->ndim != 2 || b->ndim != 2 || c->ndim != 2 ||
-        a->shape[1] != b->shape[0] || c->shape[0] != a->shape[0] || c->shape[1] != b->shape[1])
+    int nd = c->ndim, r = nd - 2;
+    if (op->nin != 2 || (nd != 2 && nd != 3) || a->ndim != nd || b->ndim != nd ||
+        a->shape[r + 1] != b->shape[r] || c->shape[r] != a->shape[r] || c->shape[r + 1] != b->shape[r + 1] ||
+        (nd == 3 && (a->shape[0] != c->shape[0] || b->shape[0] != c->shape[0] ||
+                     (c->shape[0] > 1 && c->stride[0] == 0))))
       return dev_fail(ctx, DEV_ERR_INVALID, "matmul: shape mismatch");
     if (a->dtype != t || b->dtype != t)
       return dev_fail(ctx, DEV_ERR_INVALID, "matmul: dtype mismatch");

@@ -43,9 +43,10 @@ __global__ void __launch_bounds__(MT * MT) matmul_int_kernel(kmat a, kmat b, kma
 
 static kmat mat_of(const dev_view *v) { return kmat{(char *)dev_view_ptr(v), v->stride[0], v->stride[1]}; }
 
-int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
+/* One 2-D product; k_matmul_int calls it per batch. */
+static int matmul_int_2d(const dev_view *av, const dev_view *bv, const dev_view *ov, const cuk_env *env,
+                         char *err, size_t errlen)
 {
-  const dev_view *av = &op->in[0], *bv = &op->in[1], *ov = &op->out;
   dev_dtype t = ov->dtype;
   cudaStream_t st = k_stream(env);
   int64_t m, n, k;
@@ -55,7 +56,6 @@ int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen
   kmat c;
   int rc = -1;
   cudaError_t e;
-  if (av->ndim != 2 || bv->ndim != 2 || ov->ndim != 2) return k_fail(err, errlen, "matmul needs 2-D tensors");
   m = av->shape[0];
   k = av->shape[1];
   n = bv->shape[1];
@@ -125,4 +125,34 @@ done:
   if (tmp != NULL && (e = cudaFreeAsync(tmp, st)) != cudaSuccess && rc == 0)
     rc = k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
   return rc;
+}
+
+/* The i-th 2-D matrix of a 3-D view (a batch stride of 0 broadcasts). */
+static dev_view batch_of(const dev_view *v, int64_t i)
+{
+  dev_view s = *v;
+  s.ndim = 2;
+  s.offset = v->offset + (size_t)(i * v->stride[0]) * dev_dtype_size(v->dtype);
+  for (int d = 0; d < 2; d++) {
+    s.shape[d] = v->shape[d + 1];
+    s.stride[d] = v->stride[d + 1];
+  }
+  return s;
+}
+
+/* 2-D, or 3-D of one batch size: one tiled launch per batch (integer
+ * batched products are rare; cuBLAS takes the float ones in one call). */
+int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
+{
+  const dev_view *av = &op->in[0], *bv = &op->in[1], *ov = &op->out;
+  if (av->ndim != ov->ndim || bv->ndim != ov->ndim || (ov->ndim != 2 && ov->ndim != 3))
+    return k_fail(err, errlen, "matmul needs 2-D tensors, or 3-D ones of one batch size");
+  if (ov->ndim == 2) return matmul_int_2d(av, bv, ov, env, err, errlen);
+  if (av->shape[0] != ov->shape[0] || bv->shape[0] != ov->shape[0])
+    return k_fail(err, errlen, "matmul: batch sizes differ");
+  for (int64_t i = 0; i < ov->shape[0]; i++) {
+    dev_view a = batch_of(av, i), b = batch_of(bv, i), o = batch_of(ov, i);
+    if (matmul_int_2d(&a, &b, &o, env, err, errlen)) return -1;
+  }
+  return 0;
 }

@@ -7,6 +7,7 @@
  * buffer release, a wait), and eagerly after ops that touch host memory, so
  * that host-access fences wait for exactly the copy that fills a buffer. */
 #include <dlfcn.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,9 @@ typedef int (*cublas_setstream_t)(void *, cudaStream_t);
 typedef int (*cublas_gemmex_t)(void *, int, int, int, int, int, const void *, const void *,
                                int, int, const void *, int, int, const void *, void *, int,
                                int, int, int);
+typedef int (*cublas_gemmsb_t)(void *, int, int, int, int, int, const void *, const void *, int, int,
+                               long long, const void *, int, int, long long, const void *, void *, int,
+                               int, long long, int, int, int);
 
 typedef struct cstate {
   int device;
@@ -59,6 +63,7 @@ typedef struct cstate {
   void *cublas_lib, *cublas;
   cublas_setstream_t cublas_setstream;
   cublas_gemmex_t cublas_gemmex;
+  cublas_gemmsb_t cublas_gemmsb;   /* cublasGemmStridedBatchedEx */
   cublas_destroy_t cublas_destroy;
   int optin_shared;            /* dynamic + static shared memory a block may opt in to */
   /* completion signals: each watch waits on one of these streams and then
@@ -656,8 +661,9 @@ static int load_cublas(dev_ctx *ctx) {
   cs->cublas_destroy = (cublas_destroy_t)dlsym(cs->cublas_lib, "cublasDestroy_v2");
   cs->cublas_setstream = (cublas_setstream_t)dlsym(cs->cublas_lib, "cublasSetStream_v2");
   cs->cublas_gemmex = (cublas_gemmex_t)dlsym(cs->cublas_lib, "cublasGemmEx");
-  if (!create || !cs->cublas_destroy || !cs->cublas_setstream || !cs->cublas_gemmex)
-    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "cuBLAS lacks cublasGemmEx");
+  cs->cublas_gemmsb = (cublas_gemmsb_t)dlsym(cs->cublas_lib, "cublasGemmStridedBatchedEx");
+  if (!create || !cs->cublas_destroy || !cs->cublas_setstream || !cs->cublas_gemmex || !cs->cublas_gemmsb)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "cuBLAS lacks cublasGemmEx or cublasGemmStridedBatchedEx");
   int st = create(&cs->cublas);
   if (st != 0) {
     cs->cublas = NULL;
@@ -666,39 +672,70 @@ static int load_cublas(dev_ctx *ctx) {
   return DEV_OK;
 }
 
-/* Row-major view usable as a cuBLAS operand: unit column stride. */
-static int gemm_ready(const dev_view *v) {
-  return v->stride[1] == 1 || v->shape[1] == 1;
+/* A matrix (the last two dims of a 2-D or 3-D view) as cuBLAS takes it.
+ * cuBLAS is column-major, so a row-major r x c matrix with unit column
+ * stride is its c x r transpose with op N, and one with unit row stride (a
+ * transposed view) is op T of itself; either needs ld >= its column-major
+ * rows.  Anything else is packed into scratch first. */
+typedef struct gmat { const void *p; int op, ld; long long bstride; } gmat;
+
+static int gemm_operand(const dev_view *v, gmat *g) {
+  int r = v->ndim - 2;
+  int64_t rows = v->shape[r], cols = v->shape[r + 1], rs = v->stride[r], cs = v->stride[r + 1];
+  g->p = dev_view_ptr(v);
+  g->bstride = r ? v->stride[0] : 0;
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) {
+    g->op = 0;   /* CUBLAS_OP_N */
+    g->ld = (int)(rows == 1 ? (cols > 0 ? cols : 1) : rs);
+    return rows == 1 || rs <= INT_MAX;
+  }
+  if ((rows == 1 || rs == 1) && cs >= rows) {
+    g->op = 1;   /* CUBLAS_OP_T */
+    g->ld = (int)cs;
+    return cs <= INT_MAX;
+  }
+  return 0;
 }
 
-static int ld_of(const dev_view *v) {
-  return (int)(v->shape[0] == 1 ? v->shape[1] : v->stride[0]);
-}
-
-/* Pack a strided 2-D view into fresh contiguous device memory on stream st. */
+/* Pack a strided view into fresh contiguous device memory on stream st;
+ * on failure *mem is NULL and nothing is held. */
 static int pack(dev_ctx *ctx, cstream *c, const dev_view *v, dev_view *packed, void **mem) {
   size_t bytes = (size_t)dev_view_numel(v) * dev_dtype_size(v->dtype);
-  CK(ctx, cudaMallocAsync(mem, bytes, c->st), "matmul scratch");
+  cudaError_t e = cudaMallocAsync(mem, bytes, c->st);
+  if (e != cudaSuccess) {
+    *mem = NULL;
+    return cuda_fail(ctx, e, "matmul scratch");
+  }
   dev_buf *b = calloc(1, sizeof *b);
-  if (!b) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  if (!b) {
+    cudaFreeAsync(*mem, c->st);
+    *mem = NULL;
+    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
+  }
   b->ptr = *mem;
   b->bytes = bytes;
   b->kind = DEV_MEM_DEVICE;
   memset(packed, 0, sizeof *packed);
   packed->buf = b;
   packed->dtype = v->dtype;
-  dev_view_set_contiguous(packed, 2, v->shape);
+  dev_view_set_contiguous(packed, v->ndim, v->shape);
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = *packed};
   op.in[0] = *v;
   cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count, 0};
   char msg[256];
   if (cuk_launch(&op, &env, msg, sizeof msg)) {
     free(b);
+    cudaFreeAsync(*mem, c->st);
+    *mem = NULL;
     return dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s", msg);
   }
   return DEV_OK;
 }
 
+/* out = a @ b, 2-D or batched 3-D (validate: one batch size; an operand's
+ * batch stride may be 0).  One cublasGemmEx, or one
+ * cublasGemmStridedBatchedEx for a batch; f16/bf16 accumulate in f32.
+ * Row-major C = A B is column-major C^T = B^T A^T. */
 static int c_matmul(dev_stream *s, const dev_kop *op) {
   dev_ctx *ctx = s->ctx;
   cstate *cs = CS(ctx);
@@ -713,38 +750,67 @@ static int c_matmul(dev_stream *s, const dev_kop *op) {
   case DEV_BF16: type = CUDA_R_16BF; compute = 68; break;
   default: return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul: no cuBLAS path for this dtype");
   }
-  dev_view a = op->in[0], b = op->in[1], out = op->out;
+  const dev_view *out = &op->out;
+  int nd = out->ndim, r = nd - 2;
+  int64_t nb = r ? out->shape[0] : 1, m = out->shape[r], n = out->shape[r + 1], k = op->in[0].shape[r + 1];
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || nb > INT_MAX)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul: matrix too large for cuBLAS");
+  if (m == 0 || n == 0 || nb == 0) return DEV_OK;
+  if (k == 0) {
+    dev_kop zero = {.kind = DEV_OP_FILL, .out = *out, .s0 = {.is_int = 1, .i = 0}};
+    cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 0};
+    char msg[256];
+    return cuk_launch(&zero, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s", msg) : DEV_OK;
+  }
+  dev_view pa, pb, pc;
   void *ma = NULL, *mb = NULL, *mc = NULL;
-  dev_view pc;
-  if (!gemm_ready(&a) && (rc = pack(ctx, c, &op->in[0], &a, &ma))) return rc;
-  if (!gemm_ready(&b) && (rc = pack(ctx, c, &op->in[1], &b, &mb))) goto done;
-  if (!gemm_ready(&out)) {
-    size_t bytes = (size_t)dev_view_numel(&out) * dev_dtype_size(out.dtype);
+  gmat ga, gb, gc;
+  if (!gemm_operand(&op->in[0], &ga)) {
+    if ((rc = pack(ctx, c, &op->in[0], &pa, &ma))) return rc;
+    gemm_operand(&pa, &ga);
+  }
+  if (!gemm_operand(&op->in[1], &gb)) {
+    if ((rc = pack(ctx, c, &op->in[1], &pb, &mb))) goto done;
+    gemm_operand(&pb, &gb);
+  }
+  /* the output takes op N only, and distinct matrices per batch */
+  if (!gemm_operand(out, &gc) || gc.op != 0 || (nb > 1 && gc.bstride < (long long)(m - 1) * gc.ld + n)) {
+    size_t bytes = (size_t)dev_view_numel(out) * dev_dtype_size(out->dtype);
     cudaError_t e = cudaMallocAsync(&mc, bytes, c->st);
     if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "matmul scratch"); goto done; }
     memset(&pc, 0, sizeof pc);
-    pc.dtype = out.dtype;
-    dev_view_set_contiguous(&pc, 2, out.shape);
+    pc.dtype = out->dtype;
+    dev_view_set_contiguous(&pc, nd, out->shape);
+    gc.p = mc;
+    gc.op = 0;
+    gc.ld = (int)n;
+    gc.bstride = (long long)(m * n);
   }
   {
-    int m = (int)a.shape[0], k = (int)a.shape[1], n = (int)b.shape[1];
     double one64 = 1, zero64 = 0;
     float one32 = 1, zero32 = 0;
     const void *alpha = type == CUDA_R_64F ? (const void *)&one64 : (const void *)&one32;
     const void *beta = type == CUDA_R_64F ? (const void *)&zero64 : (const void *)&zero32;
-    void *cptr = mc ? mc : dev_view_ptr(&out);
-    int ldc = mc ? n : ld_of(&out);
     cs->cublas_setstream(cs->cublas, c->st);
-    /* Row-major C = A B is column-major C^T = B^T A^T. */
-    int st = cs->cublas_gemmex(cs->cublas, 0, 0, n, m, k, alpha,
-                               mb ? mb : dev_view_ptr(&b), type, mb ? n : ld_of(&b),
-                               ma ? ma : dev_view_ptr(&a), type, ma ? k : ld_of(&a),
-                               beta, cptr, type, ldc, compute, -1 /* CUBLAS_GEMM_DEFAULT */);
-    if (st != 0) { rc = dev_fail(ctx, DEV_ERR_DEVICE, "matmul: cublasGemmEx failed (status %d)", st); goto done; }
+    int st;
+    if (nb == 1)
+      st = cs->cublas_gemmex(cs->cublas, gb.op, ga.op, (int)n, (int)m, (int)k, alpha, gb.p, type, gb.ld,
+                             ga.p, type, ga.ld, beta, (void *)gc.p, type, gc.ld, compute,
+                             -1 /* CUBLAS_GEMM_DEFAULT */);
+    else
+      st = cs->cublas_gemmsb(cs->cublas, gb.op, ga.op, (int)n, (int)m, (int)k, alpha, gb.p, type, gb.ld,
+                             gb.bstride, ga.p, type, ga.ld, ga.bstride, beta, (void *)gc.p, type, gc.ld,
+                             gc.bstride, (int)nb, compute, -1);
+    if (st != 0) {
+      rc = dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s failed (status %d)",
+                    nb == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx", st);
+      goto done;
+    }
     if (mc) {
-      dev_buf tb = {.ptr = mc, .bytes = (size_t)dev_view_numel(&out) * dev_dtype_size(out.dtype), .kind = DEV_MEM_DEVICE};
+      dev_buf tb = {.ptr = mc, .bytes = (size_t)dev_view_numel(out) * dev_dtype_size(out->dtype),
+                    .kind = DEV_MEM_DEVICE};
       pc.buf = &tb;
-      dev_kop cp = {.kind = DEV_OP_COPY, .nin = 1, .out = out};
+      dev_kop cp = {.kind = DEV_OP_COPY, .nin = 1, .out = *out};
       cp.in[0] = pc;
       cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 0};
       char msg[256];
@@ -752,8 +818,8 @@ static int c_matmul(dev_stream *s, const dev_kop *op) {
     }
   }
 done:
-  if (ma) { free(a.buf); cudaFreeAsync(ma, c->st); }
-  if (mb) { free(b.buf); cudaFreeAsync(mb, c->st); }
+  if (ma) { free(pa.buf); cudaFreeAsync(ma, c->st); }
+  if (mb) { free(pb.buf); cudaFreeAsync(mb, c->st); }
   if (mc) cudaFreeAsync(mc, c->st);
   return rc;
 }
