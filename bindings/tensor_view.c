@@ -440,6 +440,150 @@ static int t_reshape(lua_State *L) {
   return 1;
 }
 
+/* ---- joining: cat, stack ----------------------------------------------- */
+
+/* Kernels take operands from one memory: the device, or host memory (pinned
+ * and pageable mix), as tensor.c's ops. */
+static int same_side(dev_memkind a, dev_memkind b) {
+  return a == b || (a != DEV_MEM_DEVICE && b != DEV_MEM_DEVICE);
+}
+
+/* The bytes [*lo, *hi) of v's buffer that its elements lie in. */
+static void extent(const dev_view *v, size_t *lo, size_t *hi) {
+  int64_t last = 0;
+  for (int d = 0; d < v->ndim; d++) last += (v->shape[d] - 1) * v->stride[d];
+  *lo = v->offset;
+  *hi = v->offset + (size_t)(last + 1) * dev_dtype_size(v->dtype);
+}
+
+static int overlap(const dev_view *a, const dev_view *b) {
+  size_t alo, ahi, blo, bhi;
+  if (a->buf != b->buf || dev_view_numel(a) == 0 || dev_view_numel(b) == 0) return 0;
+  extent(a, &alo, &ahi);
+  extent(b, &blo, &bhi);
+  return alo < bhi && blo < ahi;
+}
+
+/* list[k] of the table at 1, checked: pushed, and returned. */
+static gpu_tensor *list_item(lua_State *L, int k) {
+  lua_rawgeti(L, 1, k);
+  gpu_tensor *t = bind_test_tensor_handle(L, -1);
+  if (!t)
+    luaL_argerror(L, 1, lua_pushfstring(L, "list[%d]: gpu.Tensor expected, got %s", k, bind_typename(L, -1)));
+  if (!t->v.buf) luaL_argerror(L, 1, lua_pushfstring(L, "list[%d]: tensor is closed", k));
+  return t;
+}
+
+/* gpu.cat(list [, dim] [, opts]) and gpu.stack(list [, dim] [, opts]): the
+ * tensors of list joined along dim (1 by default): cat along an existing dim
+ * (the other sizes equal), stack along a new one (all shapes equal).  Same
+ * dtype, same memory side; the result is in list[1]'s memory, or opts.out.
+ * One copy per tensor, into a view of the result. */
+static int join(lua_State *L, int stack) {
+  const char *fname = stack ? "stack" : "cat";
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int opts = 3, hasdim = !lua_isnoneornil(L, 2);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    if (!lua_isnone(L, 3)) luaL_argerror(L, 3, "no argument expected after the options");
+    opts = 2;
+    hasdim = 0;
+  }
+  bind_check_opts(L, opts, "out stream");
+  lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
+  if (n < 1) luaL_argerror(L, 1, "the list is empty (give at least one tensor)");
+  if (n > INT32_MAX) luaL_argerror(L, 1, "the list is too long");
+  gpu_tensor *first = list_item(L, 1);
+  dev_view f = first->v;
+  lua_pop(L, 1);
+  if (!stack && f.ndim == 0)
+    luaL_argerror(L, 1, "list[1] is a 0-dim tensor: cat needs at least 1 dim (gpu.stack makes a new one)");
+  if (stack && f.ndim >= DEV_MAXDIM)
+    luaL_argerror(L, 1, lua_pushfstring(L, "list[1] has %d dims: stacking makes %d (at most %d)", f.ndim,
+                                        f.ndim + 1, DEV_MAXDIM));
+  int d = hasdim ? check_dim(L, 2, f.ndim + stack) : 0;
+  int64_t shape[DEV_MAXDIM];
+  int ndim = f.ndim + stack;
+  for (int k = 0, j = 0; k < ndim; k++) shape[k] = stack && k == d ? n : f.shape[j++];
+  for (lua_Integer k = 2; k <= n; k++) {
+    gpu_tensor *t = list_item(L, (int)k);
+    if (t->v.dtype != f.dtype)
+      luaL_argerror(L, 1, lua_pushfstring(L, "list[%d] has dtype %s, list[1] %s (cast with :to(\"%s\"))", (int)k,
+                                          dev_dtype_name(t->v.dtype), dev_dtype_name(f.dtype), dev_dtype_name(f.dtype)));
+    if (!same_side(t->v.buf->kind, f.buf->kind))
+      luaL_argerror(L, 1, lua_pushfstring(L, "list[%d] is in %s memory, list[1] in %s (move it with :to(\"%s\"))",
+                                          (int)k, kind_name(t), dev_memkind_name(f.buf->kind),
+                                          dev_memkind_name(f.buf->kind)));
+    int same = t->v.ndim == f.ndim;
+    for (int j = 0; same && j < f.ndim; j++) same = t->v.shape[j] == f.shape[j] || (!stack && j == d);
+    if (!same) {
+      char a[MAXSHAPESTR], b[MAXSHAPESTR];
+      bind_shape_str(a, sizeof a, t->v.ndim, t->v.shape);
+      bind_shape_str(b, sizeof b, f.ndim, f.shape);
+      if (stack) luaL_argerror(L, 1, lua_pushfstring(L, "list[%d] has shape %s, list[1] %s: stack needs equal shapes",
+                                                     (int)k, a, b));
+      luaL_argerror(L, 1, lua_pushfstring(L, "list[%d] has shape %s, list[1] %s: sizes must match except in dim %d",
+                                          (int)k, a, b, d + 1));
+    }
+    if (!stack && (__builtin_add_overflow(shape[d], t->v.shape[d], &shape[d]) || shape[d] > ((int64_t)1 << 56)))
+      luaL_argerror(L, 1, "the result is too large");
+    lua_pop(L, 1);
+  }
+  /* the result: opts.out (checked) or a new tensor */
+  gpu_tensor *o;
+  if (bind_opt_field(L, opts, "out") != LUA_TNIL) {
+    o = bind_test_tensor_handle(L, -1);
+    if (!o) luaL_error(L, "bad option 'out' to '%s' (gpu.Tensor expected, got %s)", fname, bind_typename(L, -1));
+    if (!o->v.buf) luaL_error(L, "bad option 'out' to '%s' (tensor is closed)", fname);
+    int same = o->v.ndim == ndim && o->v.dtype == f.dtype;
+    for (int j = 0; same && j < ndim; j++) same = o->v.shape[j] == shape[j];
+    if (!same) {
+      char a[MAXSHAPESTR], b[MAXSHAPESTR];
+      bind_shape_str(a, sizeof a, o->v.ndim, o->v.shape);
+      bind_shape_str(b, sizeof b, ndim, shape);
+      luaL_error(L, "bad option 'out' to '%s' (%s %s does not match the result %s %s)", fname,
+                 dev_dtype_name(o->v.dtype), a, dev_dtype_name(f.dtype), b);
+    }
+    if (!same_side(o->v.buf->kind, f.buf->kind))
+      luaL_error(L, "bad option 'out' to '%s' (tensor is in %s memory, the list in %s)", fname, kind_name(o),
+                 dev_memkind_name(f.buf->kind));
+    for (lua_Integer k = 1; k <= n; k++) {
+      gpu_tensor *t = list_item(L, (int)k);
+      if (overlap(&o->v, &t->v))
+        luaL_error(L, "bad option 'out' to '%s' (it shares memory with list[%d])", fname, (int)k);
+      lua_pop(L, 1);
+    }
+  } else {
+    lua_pop(L, 1);
+    bind_new_tensor(L, f.buf->kind, f.dtype, ndim, shape, lua_istable(L, opts) ? opts : 0, fname);
+  }
+  int ridx = lua_gettop(L);
+  dev_stream *s = opts_stream(L, lua_istable(L, opts) ? opts : 0);
+  int64_t at = 0;
+  for (lua_Integer k = 1; k <= n; k++) {
+    gpu_tensor *t = list_item(L, (int)k);
+    dev_view src = t->v, dst = bind_check_tensor(L, ridx)->v;
+    size_t esz = dev_dtype_size(dst.dtype);
+    if (stack) {
+      dst.offset += (size_t)((k - 1) * dst.stride[d]) * esz;
+      for (int j = d; j < ndim - 1; j++) {
+        dst.shape[j] = dst.shape[j + 1];
+        dst.stride[j] = dst.stride[j + 1];
+      }
+      dst.ndim--;
+    } else {
+      dst.offset += (size_t)(at * dst.stride[d]) * esz;
+      dst.shape[d] = src.shape[d];
+      at += src.shape[d];
+    }
+    if (dev_view_numel(&src) > 0) copy_view(L, s, ridx, dst, lua_gettop(L), src, fname);
+    lua_pop(L, 1);
+  }
+  return 1;
+}
+
+static int tensor_cat(lua_State *L) { return join(L, 0); }
+static int tensor_stack(lua_State *L) { return join(L, 1); }
+
 /* ---- registration ---------------------------------------------------- */
 
 static const luaL_Reg view_methods[] = {
@@ -450,11 +594,17 @@ static const luaL_Reg view_methods[] = {
   {NULL, NULL}
 };
 
+static const luaL_Reg view_funcs[] = {
+  {"cat", tensor_cat}, {"stack", tensor_stack},
+  {NULL, NULL}
+};
+
 /* Called by bind_open_tensor with the module table on top: the methods go
- * into gpu.Tensor's method table. */
+ * into gpu.Tensor's method table, the functions into the module. */
 void bind_open_tensor_view(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &bind_tensor_type);
   lua_getfield(L, -1, "__methods");
   luaL_setfuncs(L, view_methods, 0);
   lua_pop(L, 2);
+  luaL_setfuncs(L, view_funcs, 0);
 }

@@ -250,6 +250,77 @@ T.test("bad arguments name the method and the argument", function()
   T.raises_at(function() closed:transpose(1, 2) end, "tensor is closed", "a view of a closed tensor")
 end)
 
+T.test("gpu.cat and gpu.stack", function()
+  local a, b = gpu.tensor({ { 1, 2 }, { 3, 4 } }), gpu.tensor({ { 5, 6 } })
+  T.is(gpu.cat { a, b }:totable(), { { 1, 2 }, { 3, 4 }, { 5, 6 } }, "cat along dim 1")
+  T.is(gpu.cat({ a, b:t() }, 2):totable(), { { 1, 2, 5 }, { 3, 4, 6 } }, "cat along dim 2 of a transposed view")
+  T.is(gpu.cat({ a, a }, -1).shape, { 2, 4 }, "cat along dim -1")
+  T.is(gpu.cat({ a }):totable(), a:totable(), "cat of one tensor is a copy")
+  T.ok(not rawequal(gpu.cat({ a }), a), "a new tensor")
+  T.is(gpu.stack { a, a + 10 }:totable(), { { { 1, 2 }, { 3, 4 } }, { { 11, 12 }, { 13, 14 } } }, "stack along dim 1")
+  T.is(gpu.stack({ a, a + 10 }, 3):totable(), { { { 1, 11 }, { 2, 12 } }, { { 3, 13 }, { 4, 14 } } }, "stack along dim 3")
+  T.is(gpu.stack({ a, a }, -1).shape, { 2, 2, 2 }, "stack along dim -1 (a new last dim)")
+  T.is(gpu.stack({ gpu.tensor(1), gpu.tensor(2) }):totable(), { 1.0, 2.0 }, "stack of 0-dim tensors")
+  local o = gpu.zeros { 3, 2 }
+  T.ok(rawequal(gpu.cat({ a, b }, { out = o }), o), "cat{out =} returns out")
+  T.is(o:totable(), { { 1, 2 }, { 3, 4 }, { 5, 6 } }, "and fills it")
+  local big = gpu.zeros { 4, 5 }
+  gpu.stack({ gpu.tensor { 1, 2 }, gpu.tensor { 3, 4 } }, 2, { out = big:slice(1, 2, 3):slice(2, 1, 4, 2) })
+  T.is(big:totable(), { { 0, 0, 0, 0, 0 }, { 1, 0, 3, 0, 0 }, { 2, 0, 4, 0, 0 }, { 0, 0, 0, 0, 0 } },
+       "stack into a strided view of a bigger tensor")
+  local halves = gpu.arange(0, 8, { dtype = "i32" })
+  gpu.cat({ halves:slice(1, 1, 2), halves:slice(1, 3, 4) }, { out = halves:slice(1, 5, 8) })
+  T.is(halves:totable(), { 0, 1, 2, 3, 0, 1, 2, 3 }, "out may share a buffer with the inputs where they do not overlap")
+  local s = gpu.stream()
+  local r = gpu.cat({ a, b }, 1, { stream = s })
+  s:synchronize()
+  T.is(r:totable(), { { 1, 2 }, { 3, 4 }, { 5, 6 } }, "on a stream")
+  for _, kind in ipairs { "pinned", "host" } do
+    local h = gpu.cat { a:to(kind), b:to(kind) }
+    T.is({ h.device, h:totable() }, { kind, { { 1, 2 }, { 3, 4 }, { 5, 6 } } }, "cat in " .. kind .. " memory")
+  end
+  T.is(gpu.cat({ a:to("pinned"), b:to("host") }).device, "pinned", "pinned and pageable mix (list[1]'s memory)")
+  for _, dt in ipairs(T.dtypes) do
+    local x = gpu.ones({ 2, 3 }, { dtype = dt })
+    T.is(gpu.cat({ x, x }, 2).dtype, dt, "cat of " .. dt)
+  end
+end)
+
+T.test("gpu.cat and gpu.stack: bad arguments", function()
+  local a, b = gpu.zeros { 2, 3 }, gpu.zeros { 2, 4 }
+  T.raises_at(function() gpu.cat {} end, "bad argument #1 to 'cat' (the list is empty", "an empty list")
+  T.raises_at(function() gpu.cat(a) end, "bad argument #1 to 'cat' (table expected, got gpu.Tensor)", "a tensor, no list")
+  T.raises_at(function() gpu.cat { a, 3 } end, "list[2]: gpu.Tensor expected, got number", "a number in the list")
+  T.raises_at(function() gpu.cat { a, a:to("f64") } end, 'list[2] has dtype f64, list[1] f32 (cast with :to("f32"))',
+              "mixed dtypes")
+  T.raises_at(function() gpu.cat { a, a:to("pinned") } end, "list[2] is in pinned memory, list[1] in device",
+              "device and host memory")
+  T.raises_at(function() gpu.cat { a, b } end, "list[2] has shape {2,4}, list[1] {2,3}: sizes must match except in dim 1",
+              "cat shapes")
+  T.raises_at(function() gpu.cat({ a, gpu.zeros { 2 } }, 2) end, "list[2] has shape {2}, list[1] {2,3}", "cat ndims")
+  T.raises_at(function() gpu.stack { a, b } end, "list[2] has shape {2,4}, list[1] {2,3}: stack needs equal shapes",
+              "stack shapes")
+  T.raises_at(function() gpu.cat({ a, a }, 3) end, "bad argument #2 to 'cat' (dim 3 out of range for a 2-dim tensor",
+              "cat dim out of range")
+  T.raises_at(function() gpu.stack({ a, a }, 4) end, "bad argument #2 to 'stack' (dim 4 out of range for a 3-dim", "stack dim")
+  T.raises_at(function() gpu.cat { gpu.tensor(1), gpu.tensor(2) } end, "list[1] is a 0-dim tensor", "cat of 0-dim")
+  T.raises_at(function() gpu.cat({ a, a }, { dim = 2 }) end, "unknown option 'dim'", "dim is an argument, not an option")
+  T.raises_at(function() gpu.cat({ a, a }, { out = gpu.zeros { 4, 4 } }) end,
+              "bad option 'out' to 'cat' (f32 {4,4} does not match the result f32 {4,3})", "out of the wrong shape")
+  T.raises_at(function() gpu.cat({ a, a }, { out = gpu.zeros({ 4, 3 }, { dtype = "f64" }) }) end,
+              "does not match the result f32 {4,3}", "out of the wrong dtype")
+  T.raises_at(function() gpu.cat({ a, a }, { out = gpu.zeros({ 4, 3 }, { device = "host" }) }) end,
+              "bad option 'out' to 'cat' (tensor is in host memory, the list in device)", "out in other memory")
+  local big = gpu.zeros { 4, 3 }
+  T.raises_at(function() gpu.cat({ big:slice(1, 1, 2), a }, { out = big }) end,
+              "bad option 'out' to 'cat' (it shares memory with list[1])", "out overlapping an input")
+  T.raises_at(function() gpu.cat({ a, a }, { out = gpu.zeros { 1, 3 }:expand { 4, 3 } }) end, "expanded view",
+              "an expanded out")
+  local c = gpu.zeros { 2, 3 }
+  c:close()
+  T.raises_at(function() gpu.cat { a, c } end, "list[2]: tensor is closed", "a closed tensor in the list")
+end)
+
 T.test("views make no device op", function()
   local a = base()
   gpu.synchronize()

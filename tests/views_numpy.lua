@@ -125,6 +125,22 @@ for _, dt in ipairs(ALL) do
   end
 end
 
+for _, dt in ipairs(ALL) do
+  local a, b, c = rand(dt, { 4, 6, 5 }), rand(dt, { 6, 4, 5 }):transpose(1, 2), rand(dt, { 4, 12, 10 }):slice(3, 1, -1, 2):slice(2, 3, 8)
+  local function cc(name, op, list, params, r) case(name .. " " .. dt, op, list, params, r) end
+  cc("cat dim 1", "cat", { a, b, c }, 1, gpu.cat { a, b, c })
+  cc("cat dim 2", "cat", { a, b, c:slice(2, 3, 5) }, 2, gpu.cat({ a, b, c:slice(2, 3, 5) }, 2))
+  cc("cat dim -1", "cat", { a, c:slice(3, 2, 4) }, -1, gpu.cat({ a, c:slice(3, 2, 4) }, -1))
+  cc("cat of one", "cat", { b }, 1, gpu.cat { b })
+  for d = 1, 4 do
+    cc("stack dim " .. d, "stack", { a, b, c }, d, gpu.stack({ a, b, c }, d))
+  end
+  cc("stack dim -1", "stack", { a, b }, -1, gpu.stack({ a, b }, -1))
+  local out = rand(dt, { 3, 10, 6, 7 }):select(1, 2):slice(3, 2, 6)   -- {10, 6, 5}, strided
+  gpu.cat({ a, b }, { out = out:slice(1, 2, -2) })
+  cc("cat into a strided out", "cat", { a, b }, 1, out:slice(1, 2, -2))
+end
+
 -- ---- the oracle -----------------------------------------------------------
 
 local ORACLE = [=[
@@ -195,7 +211,10 @@ F = {
     "split": split,
     "chunk": chunk,
     "reshape": lambda x, p: x.reshape(p),
+    "cat": lambda xs, p: np.concatenate(xs, axis=dim(p, xs[0].ndim)),
+    "stack": lambda xs, p: np.stack(xs, axis=dim(p, xs[0].ndim + 1)),
 }
+LISTS = ("cat", "stack")
 
 results = []
 
@@ -209,7 +228,7 @@ def same(got, ref):
 def C(name, op, ins, params, out):
     try:
         xs = [load(p, d) for p, d in ins]
-        ref = np.asarray(F[op](*xs, params) if len(xs) == 1 else F[op](xs, params))
+        ref = np.asarray(F[op](xs, params) if op in LISTS else F[op](*xs, params))
         got = load(*out)
         if got.shape != ref.shape:
             return results.append((name, "shape %s, numpy %s" % (got.shape, ref.shape)))
