@@ -1339,5 +1339,6 @@ int bind_open_tensor(lua_State *L) {
   }
   lua_pop(L, 2);
   luaL_setfuncs(L, funcs, 0);
+  bind_open_tensor_view(L);
   return 0;
 }

@@ -1,6 +1,6 @@
 /* What the gpu.Tensor files share: tensor.c (the type and its ops),
- * tensor_format.c (tostring) and tensor_table.c (gpu.tensor from nested
- * tables, t:totable). */
+ * tensor_format.c (tostring), tensor_table.c (gpu.tensor from nested
+ * tables, t:totable) and tensor_view.c (views, cat/stack, creation). */
 #ifndef GPULUA_BIND_TENSOR_H
 #define GPULUA_BIND_TENSOR_H
 
@@ -42,5 +42,8 @@ void *bind_tensor_download(lua_State *L, int tidx, int opts, const char *fname);
 int bind_tensor_tostring(lua_State *L);   /* __tostring (tensor_format.c) */
 int bind_tensor_from(lua_State *L);       /* gpu.tensor(values, opts) (tensor_table.c) */
 int bind_tensor_totable(lua_State *L);    /* t:totable([opts]) (tensor_table.c) */
+/* Views, joins and the *_like constructors (tensor_view.c): adds its methods
+ * to gpu.Tensor and its functions to the module table on top. */
+void bind_open_tensor_view(lua_State *L);
 
 #endif

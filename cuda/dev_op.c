@@ -80,6 +80,11 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
   if (op->nin < 0 || op->nin > maxin)
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operand count %d", kinds[op->kind], op->nin);
   if ((rc = dev_check_view(ctx, &op->out, "output"))) return rc;
+  /* an expanded view (t:expand) repeats elements: writing it is refused, as PyTorch */
+  for (int d = 0; d < op->out.ndim; d++)
+    if (op->out.stride[d] == 0 && op->out.shape[d] > 1)
+      return dev_fail(ctx, DEV_ERR_INVALID, "the output is an expanded view (stride 0 along dim %d): several of "
+                      "its elements are one memory location; write into t:clone() instead", d + 1);
   for (int i = 0; i < op->nin; i++)
     if ((rc = dev_check_view(ctx, &op->in[i], "input"))) return rc;
   dev_dtype t = op->out.dtype;

@@ -367,6 +367,8 @@ static void edit_init(void) {
   rl_basic_word_break_characters = breaks;   /* libedit reads this one */
   rl_completer_word_break_characters = breaks;
   rl_completion_append_character = '\0';
+  /* a tensor has over 100 methods: t:<TAB><TAB> lists them without asking */
+  rl_completion_query_items = 1000;
   using_history();
   history_open();
 }

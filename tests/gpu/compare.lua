@@ -181,6 +181,25 @@ T.test("copies: strided, between memories", function()
   end
 end)
 
+T.test("views, reshape copies, cat and stack", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 6, 5, 7 }, 101)
+    same(d:transpose(1, 3):contiguous(), h:transpose(1, 3):contiguous(), "transpose copy " .. dt)
+    same(d:permute { 2, 3, 1 }:reshape { 5, 42 }, h:permute { 2, 3, 1 }:reshape { 5, 42 }, "reshape of a permuted view " .. dt)
+    same(d:slice(3, 2, -1, 2):contiguous(), h:slice(3, 2, -1, 2):contiguous(), "stepped slice copy " .. dt)
+    same(d:select(2, 3):unsqueeze(1):expand { 4, 6, 7 }:contiguous(), h:select(2, 3):unsqueeze(1):expand { 4, 6, 7 }:contiguous(),
+         "expanded view copy " .. dt)
+    same(gpu.cat({ d, d:slice(1, 2, 4) }), gpu.cat({ h, h:slice(1, 2, 4) }), "cat dim 1 " .. dt)
+    same(gpu.cat({ d:transpose(1, 2):transpose(1, 2), d:slice(3, 1, -1, 3) }, 3),
+         gpu.cat({ h:transpose(1, 2):transpose(1, 2), h:slice(3, 1, -1, 3) }, 3), "cat dim 3 of strided views " .. dt)
+    same(gpu.stack({ d, d, d }, 2), gpu.stack({ h, h, h }, 2), "stack dim 2 " .. dt)
+    local o, oh = gpu.zeros({ 6, 12, 7 }, { dtype = dt }), gpu.zeros({ 6, 12, 7 }, { dtype = dt, device = "pinned" })
+    gpu.cat({ d, d }, 2, { out = o:slice(2, 2, -2) })
+    gpu.cat({ h, h }, 2, { out = oh:slice(2, 2, -2) })
+    same(o, oh, "cat into a strided out " .. dt)
+  end
+end)
+
 -- small integers in dtype dt (so that comparisons tie), on the device and pinned
 local function ties(dt, shape, seed)
   local d = gpu.rand(shape, { dtype = dt == "bool" and "bool" or "i32", low = dt ~= "bool" and -3 or nil,

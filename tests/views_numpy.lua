@@ -1,0 +1,276 @@
+-- The views, joins and creation ops against NumPy: every dtype, contiguous
+-- and strided (transposed, stepped) inputs, through .npy files (t:save here,
+-- numpy.load in a python3 child that applies NumPy's equivalent and compares
+-- bit for bit: a view or a copy moves elements, it computes nothing).  Runs
+-- on whichever backend the suite runs.  Skips when no python3 with numpy is
+-- found (apt install python3-numpy; GPULUA_PYTHON names one).
+--
+-- Parameters reach the oracle as gpulua takes them (1-based dims and
+-- indices, string.sub's inclusive ranges); the oracle converts them itself.
+local gpu = require "gpu"
+local T = require "gpu.test"
+
+local function find_python()
+  local cands = { os.getenv("GPULUA_PYTHON"), "python3", "/usr/bin/python3" }
+  for i = 1, 3 do
+    local py = cands[i]
+    if py and py ~= "" then
+      local _, code = T.sh(py .. " -c 'import numpy' >/dev/null 2>&1")
+      if code == 0 then return py end
+    end
+  end
+end
+
+local PY = find_python()
+if not PY then
+  T.skip("the NumPy comparison", "no python3 with numpy found (apt install python3-numpy, or set GPULUA_PYTHON)")
+  T.done()
+end
+
+-- in memory where it can be: every save ends with an fsync
+local DIR = (T.sh("mktemp -d -p /dev/shm 2>/dev/null || mktemp -d 2>/dev/null"):gsub("%s+$", ""))
+assert(DIR ~= "", "mktemp -d failed")
+
+local ALL = T.dtypes
+local IRANGE = { i8 = { -128, 128 }, u8 = { 0, 256 }, i32 = { -100000, 100000 }, i64 = { -(1 << 40), 1 << 40 } }
+
+local seed = 5000
+local function rand(dt, shape)
+  seed = seed + 1
+  local o = { dtype = dt, seed = seed }
+  if T.is_float(dt) then o.low, o.high = -100, 100 end
+  if IRANGE[dt] then o.low, o.high = IRANGE[dt][1], IRANGE[dt][2] end
+  return gpu.rand(shape, o)
+end
+
+-- ---- cases ----------------------------------------------------------------
+
+local cases, names = {}, {}
+local nfile = 0
+
+local function save(t)
+  nfile = nfile + 1
+  local p = string.format("%s/t%d.npy", DIR, nfile)
+  t:save(p)
+  return string.format("(%q, %q)", p, t.dtype)
+end
+
+-- a Lua value as a Python literal: numbers, booleans, nil, lists
+local function py(v)
+  if type(v) == "table" then
+    local r = {}
+    for i, x in ipairs(v) do r[i] = py(x) end
+    return "[" .. table.concat(r, ", ") .. "]"
+  end
+  if type(v) == "boolean" then return v and "True" or "False" end
+  if v == nil then return "None" end
+  if math.type(v) == "integer" then return string.format("%d", v) end
+  return string.format("%.17g", v)
+end
+
+-- name; op (the oracle's); ins (tensors); params (a Lua value for the
+-- oracle); result (a tensor)
+local function case(name, op, ins, params, result)
+  local i = {}
+  for k, t in ipairs(ins) do i[k] = save(t) end
+  names[#names + 1] = name
+  cases[#cases + 1] = string.format("C(%q, %q, [%s], %s, %s)", name, op, table.concat(i, ", "), py(params),
+                                    save(result))
+end
+
+-- The inputs: a contiguous {5, 6, 7}, a transposed one (strides 1, 7, 42)
+-- and a stepped slice of a bigger one.
+local function inputs(dt)
+  return {
+    { "", rand(dt, { 5, 6, 7 }) },
+    { " transposed", rand(dt, { 7, 6, 5 }):permute { 3, 2, 1 } },
+    { " stepped", rand(dt, { 10, 6, 9 }):slice(1, 1, -1, 2):slice(3, 2, 8) },
+  }
+end
+
+for _, dt in ipairs(ALL) do
+  for _, inp in ipairs(inputs(dt)) do
+    local tag, x = inp[1], inp[2]
+    local function c(name, op, params, r) case(name .. " " .. dt .. tag, op, { x }, params, r) end
+    c("transpose(1, 3)", "transpose", { 1, 3 }, x:transpose(1, 3))
+    c("transpose(-1, 2)", "transpose", { -1, 2 }, x:transpose(-1, 2))
+    c("permute{3, 1, 2}", "permute", { 3, 1, 2 }, x:permute { 3, 1, 2 })
+    c("permute{2, 3, 1}", "permute", { 2, 3, 1 }, x:permute { 2, 3, 1 })
+    c("unsqueeze(1)", "unsqueeze", 1, x:unsqueeze(1))
+    c("unsqueeze(-1)", "unsqueeze", -1, x:unsqueeze(-1))
+    c("unsqueeze(3)", "unsqueeze", 3, x:unsqueeze(3))
+    c("select(2, 3)", "select", { 2, 3 }, x:select(2, 3))
+    c("select(-1, -2)", "select", { -1, -2 }, x:select(-1, -2))
+    c("slice(1, 2, 4)", "slice", { 1, 2, 4, 1 }, x:slice(1, 2, 4))
+    c("slice(3, -5, -1, 2)", "slice", { 3, -5, -1, 2 }, x:slice(3, -5, -1, 2))
+    c("slice(2, 0, 100, 4)", "slice", { 2, 0, 100, 4 }, x:slice(2, 0, 100, 4))
+    for k, p in ipairs(x:split(2, 3)) do c("split(2, 3)[" .. k .. "]", "split", { 3, 2, k }, p) end
+    for k, p in ipairs(x:split({ 1, 4, 1 }, 2)) do c("split({1, 4, 1}, 2)[" .. k .. "]", "split", { 2, { 1, 4, 1 }, k }, p) end
+    for k, p in ipairs(x:chunk(3)) do c("chunk(3)[" .. k .. "]", "chunk", { 1, 3, k }, p) end
+    for k, p in ipairs(x:chunk(4, -1)) do c("chunk(4, -1)[" .. k .. "]", "chunk", { -1, 4, k }, p) end
+    c("reshape{30, 7}", "reshape", { 30, 7 }, x:reshape { 30, 7 })
+    c("reshape{-1}", "reshape", { -1 }, x:reshape { -1 })
+    c("reshape{7, -1, 3}", "reshape", { 7, -1, 3 }, x:reshape { 7, -1, 3 })
+    c("reshape{5, 3, 2, 7}", "reshape", { 5, 3, 2, 7 }, x:reshape { 5, 3, 2, 7 })
+    local m = x:select(3, 1)
+    case("t() " .. dt .. tag, "t", { m }, nil, m:t())
+    local one = x:slice(2, 3, 3):unsqueeze(1)   -- {1, 5, 1, 7}
+    case("squeeze() " .. dt .. tag, "squeeze", { one }, nil, one:squeeze())
+    case("squeeze(3) " .. dt .. tag, "squeeze", { one }, 3, one:squeeze(3))
+    case("squeeze(2) " .. dt .. tag, "squeeze", { one }, 2, one:squeeze(2))
+    case("expand{4, 5, 6, 7} " .. dt .. tag, "expand", { x }, { 4, 5, 6, 7 }, x:expand { 4, 5, 6, 7 })
+    case("expand{5, 3, 7} " .. dt .. tag, "expand", { x:slice(2, 2, 2) }, { 5, 3, 7 }, x:slice(2, 2, 2):expand { 5, 3, -1 })
+    local e = x:slice(2, 4, 4):expand { -1, 6, -1 }
+    case("reshape of an expanded view " .. dt .. tag, "reshape", { e }, { 30, 7 }, e:reshape { 30, 7 })
+  end
+end
+
+for _, dt in ipairs(ALL) do
+  local a, b, c = rand(dt, { 4, 6, 5 }), rand(dt, { 6, 4, 5 }):transpose(1, 2), rand(dt, { 4, 12, 10 }):slice(3, 1, -1, 2):slice(2, 3, 8)
+  local function cc(name, op, list, params, r) case(name .. " " .. dt, op, list, params, r) end
+  cc("cat dim 1", "cat", { a, b, c }, 1, gpu.cat { a, b, c })
+  cc("cat dim 2", "cat", { a, b, c:slice(2, 3, 5) }, 2, gpu.cat({ a, b, c:slice(2, 3, 5) }, 2))
+  cc("cat dim -1", "cat", { a, c:slice(3, 2, 4) }, -1, gpu.cat({ a, c:slice(3, 2, 4) }, -1))
+  cc("cat of one", "cat", { b }, 1, gpu.cat { b })
+  for d = 1, 4 do
+    cc("stack dim " .. d, "stack", { a, b, c }, d, gpu.stack({ a, b, c }, d))
+  end
+  cc("stack dim -1", "stack", { a, b }, -1, gpu.stack({ a, b }, -1))
+  local out = rand(dt, { 3, 10, 6, 7 }):select(1, 2):slice(3, 2, 6)   -- {10, 6, 5}, strided
+  gpu.cat({ a, b }, { out = out:slice(1, 2, -2) })
+  cc("cat into a strided out", "cat", { a, b }, 1, out:slice(1, 2, -2))
+end
+
+-- ---- the oracle -----------------------------------------------------------
+
+local ORACLE = [=[
+import sys
+import numpy as np
+
+def load(path, dt):
+    a = np.load(path)
+    return a.view(np.uint16) if dt == "bf16" else a
+
+def dim(d, nd):
+    """a 1-based (or negative) gpulua dim as a NumPy axis"""
+    return d + nd if d < 0 else d - 1
+
+def sub(n, i, j):
+    """string.sub's [i, j] of n elements, as a Python start and stop"""
+    if i < 0:
+        i = max(n + i + 1, 1)
+    elif i == 0:
+        i = 1
+    if j < 0:
+        j = n + j + 1
+    elif j > n:
+        j = n
+    return i - 1, max(j, i - 1)
+
+def pieces(x, axis, sizes):
+    """np.split at the boundaries of the given sizes"""
+    return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+def split(x, p):
+    d, size, k = p
+    ax = dim(d, x.ndim)
+    n = x.shape[ax]
+    sizes = size if isinstance(size, list) else [size] * (n // size) + ([n % size] if n % size else [])
+    return pieces(x, ax, sizes)[k - 1]
+
+def chunk(x, p):
+    d, c, k = p
+    ax = dim(d, x.ndim)
+    n = x.shape[ax]
+    each = -(-n // c)
+    return split(x, [d, each, k])
+
+def slice_(x, p):
+    d, i, j, step = p
+    ax = dim(d, x.ndim)
+    a, b = sub(x.shape[ax], i, j)
+    idx = [slice(None)] * x.ndim
+    idx[ax] = slice(a, b, step)
+    return x[tuple(idx)]
+
+def squeeze(x, p):
+    if p is None:
+        return np.squeeze(x)
+    ax = dim(p, x.ndim)
+    return np.squeeze(x, ax) if x.shape[ax] == 1 else x
+
+F = {
+    "transpose": lambda x, p: np.swapaxes(x, dim(p[0], x.ndim), dim(p[1], x.ndim)),
+    "t": lambda x, p: x.T,
+    "permute": lambda x, p: np.transpose(x, [dim(d, x.ndim) for d in p]),
+    "unsqueeze": lambda x, p: np.expand_dims(x, dim(p, x.ndim + 1)),
+    "squeeze": squeeze,
+    "expand": lambda x, p: np.broadcast_to(x, p),
+    "select": lambda x, p: np.take(x, p[1] - 1 if p[1] > 0 else p[1], axis=dim(p[0], x.ndim)),
+    "slice": slice_,
+    "split": split,
+    "chunk": chunk,
+    "reshape": lambda x, p: x.reshape(p),
+    "cat": lambda xs, p: np.concatenate(xs, axis=dim(p, xs[0].ndim)),
+    "stack": lambda xs, p: np.stack(xs, axis=dim(p, xs[0].ndim + 1)),
+}
+LISTS = ("cat", "stack")
+
+results = []
+
+def same(got, ref):
+    """bit for bit, as the element size reads them"""
+    if got.dtype == np.bool_ or ref.dtype == np.bool_:
+        return np.array_equal(got.astype(np.bool_), ref.astype(np.bool_))
+    u = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+    return np.array_equal(np.ascontiguousarray(got).view(u), np.ascontiguousarray(ref.astype(got.dtype)).view(u))
+
+def C(name, op, ins, params, out):
+    try:
+        xs = [load(p, d) for p, d in ins]
+        ref = np.asarray(F[op](xs, params) if op in LISTS else F[op](*xs, params))
+        got = load(*out)
+        if got.shape != ref.shape:
+            return results.append((name, "shape %s, numpy %s" % (got.shape, ref.shape)))
+        if not same(got, ref):
+            bad = np.flatnonzero(np.asarray(got).reshape(-1) != np.asarray(ref).astype(got.dtype).reshape(-1))
+            i = bad[0] if len(bad) else 0
+            return results.append((name, "%d of %d differ; first at flat index %d: gpulua %r, numpy %r" % (
+                len(bad), got.size, i, got.reshape(-1)[i].item(), ref.reshape(-1)[i].item())))
+        results.append((name, None))
+    except Exception as e:
+        results.append((name, "oracle raised %s: %s" % (type(e).__name__, e)))
+
+exec(open(sys.argv[1]).read())
+for name, err in results:
+    print("ok\t%s" % name if err is None else "fail\t%s\t%s" % (name, err))
+]=]
+
+T.test("every view, join and creation op against NumPy", function()
+  local cfile = DIR .. "/cases.py"
+  local f = assert(io.open(cfile, "w"))
+  f:write(table.concat(cases, "\n"), "\n")
+  f:close()
+  local ofile = DIR .. "/oracle.py"
+  f = assert(io.open(ofile, "w"))
+  f:write(ORACLE)
+  f:close()
+  local out, code = T.sh(string.format("%s %s %s 2>&1", PY, ofile, cfile))
+  if code ~= 0 then
+    T.ok(false, "the oracle ran (" .. PY .. ")")
+    T.diag(out)
+    return
+  end
+  local got = {}
+  for line in out:gmatch("[^\n]+") do
+    local st, name, detail = line:match("^(%a+)\t([^\t]*)\t?(.*)$")
+    if st then got[name] = { st, detail } end
+  end
+  for _, name in ipairs(names) do
+    local r = got[name]
+    if not T.ok(r and r[1] == "ok", name) then T.diag(r and r[2] or "no result from the oracle") end
+  end
+end)
+
+T.sh("rm -rf '" .. DIR .. "'")
+T.done()
