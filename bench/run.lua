@@ -403,7 +403,7 @@ local ORDER = {
   { "matmul_bf16", "ge_ratio", 0.95 },
   { "matmul_t_bf16", "ge_ratio", 0.95 },
   { "matmul_bmm_bf16", "ge_ratio", 0.95 },
-  { "first_kernel" },
+  { "first_kernel", "le_ratio", 1.10 },   -- issue 17: start-up to the first finished kernel
   { "startup_host", "le_abs", 20 },
 }
 
