@@ -98,6 +98,9 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
                       dev_dtype_name(t));
     if (op->code == DEV_RAND_UNIFORM && !isf && t != DEV_BOOL && op->s1.i <= op->s0.i)
       return dev_fail(ctx, DEV_ERR_INVALID, "rand: empty range");
+    if (op->code == DEV_RAND_INT && (!op->s0.is_int || !op->s1.is_int || op->s1.i <= op->s0.i))
+      return dev_fail(ctx, DEV_ERR_INVALID, "randint: empty range");
+    if ((unsigned)op->code > DEV_RAND_INT) return dev_fail(ctx, DEV_ERR_INVALID, "rand: bad kind %d", op->code);
     return DEV_OK;
   case DEV_OP_UNARY: {
     if (op->nin != 1 || (unsigned)op->code >= DEV_NUNOP)
@@ -174,7 +177,7 @@ static const char *op_name(const dev_kop *op) {
   switch (op->kind) {
   case DEV_OP_FILL: return "fill";
   case DEV_OP_ARANGE: return "arange";
-  case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : "rand";
+  case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : op->code == DEV_RAND_INT ? "randint" : "rand";
   case DEV_OP_UNARY: return dev_unop_name(op->code);
   case DEV_OP_BINARY: return dev_binop_name(op->code);
   case DEV_OP_TERNARY: return dev_terop_name(op->code);

@@ -321,6 +321,99 @@ T.test("gpu.cat and gpu.stack: bad arguments", function()
   T.raises_at(function() gpu.cat { a, c } end, "list[2]: tensor is closed", "a closed tensor in the list")
 end)
 
+T.test("linspace and eye", function()
+  T.is(gpu.linspace(0, 1, 5):totable(), { 0, 0.25, 0.5, 0.75, 1 }, "linspace(0, 1, 5)")
+  T.is(gpu.linspace(0, 1, 5).dtype, "f32", "f32 by default")
+  local l = gpu.linspace(0.1, 0.7, 13, { dtype = "f64" }):totable()
+  T.is({ l[1], l[13] }, { 0.1, 0.7 }, "the first is a and the last exactly b")
+  T.is(gpu.linspace(3, -3, 4, { dtype = "i32" }):totable(), { 3, 1, -1, -3 }, "decreasing, integers")
+  T.is(gpu.linspace(-3, 3.5, 5, { dtype = "i64" }):totable(), { -3, -2, 0, 1, 3 }, "integer dtypes floor (as NumPy)")
+  T.is(gpu.linspace(2, 9, 1):totable(), { 2.0 }, "one value is a")
+  T.is(gpu.linspace(0, 1, 3, { device = "host" }).device, "host", "opts.device")
+  T.is(gpu.eye(3):totable(), { { 1, 0, 0 }, { 0, 1, 0 }, { 0, 0, 1 } }, "eye(3)")
+  T.is(gpu.eye(2, 3, { dtype = "i8" }):totable(), { { 1, 0, 0 }, { 0, 1, 0 } }, "eye(2, 3)")
+  T.is(gpu.eye(3, 2):totable(), { { 1, 0 }, { 0, 1 }, { 0, 0 } }, "eye(3, 2)")
+  T.is(gpu.eye(2, nil, { dtype = "bool" }):totable(), { { true, false }, { false, true } }, "eye(2, nil, opts)")
+  T.is(gpu.eye(2, { dtype = "f64" }).dtype, "f64", "eye(n, opts)")
+  T.raises_at(function() gpu.linspace(0, 1, 0) end, "bad argument #3 to 'linspace' (count must be positive, got 0)",
+              "linspace count 0")
+  T.raises_at(function() gpu.linspace(0, 1, 2.5) end, "integer count expected, got 2.5", "linspace count 2.5")
+  T.raises_at(function() gpu.linspace(0, "x", 2) end, "bad argument #2 to 'linspace' (number expected", "linspace b")
+  T.raises_at(function() gpu.eye(0) end, "bad argument #1 to 'eye' (row count must be positive, got 0)", "eye(0)")
+  T.raises_at(function() gpu.eye(2, -1) end, "bad argument #2 to 'eye' (column count must be positive", "eye(2, -1)")
+  T.raises_at(function() gpu.eye(2, 2, { dtyp = "f32" }) end, "unknown option 'dtyp'", "eye with a misspelt option")
+end)
+
+T.test("randint", function()
+  local r = gpu.randint(-5, 5, { 100, 100 })
+  T.is({ r.dtype, r.shape }, { "i64", { 100, 100 } }, "i64 by default")
+  T.is({ r:min():item(), r:max():item() }, { -5, 4 }, "in [lo, hi): hi is exclusive")
+  local counts = {}
+  for _, v in ipairs(T.flatten(r:totable())) do counts[v] = (counts[v] or 0) + 1 end
+  local spread = true
+  for v = -5, 4 do spread = spread and (counts[v] or 0) > 800 and counts[v] < 1200 end
+  T.ok(spread, "about uniform: each of 10 values 800..1200 times in 10000")
+  T.is(gpu.randint(0, 10, 50, { seed = 7 }):totable(), gpu.randint(0, 10, 50, { seed = 7 }):totable(),
+       "opts.seed: the same numbers")
+  gpu.seed(123)
+  local a = gpu.randint(0, 1000, 20):totable()
+  gpu.seed(123)
+  T.is(gpu.randint(0, 1000, 20):totable(), a, "gpu.seed makes it reproducible")
+  T.isnt(gpu.randint(0, 1000, 20):totable(), a, "the generator moves on")
+  T.is(gpu.randint(0, 100, 64, { seed = 9, dtype = "f32" }):totable(),
+       gpu.randint(0, 100, 64, { seed = 9 }):to("f32"):totable(), "a float dtype holds the same integers")
+  for _, dt in ipairs(T.dtypes) do
+    local lo, hi = -3, 4
+    if dt == "u8" then lo = 250 hi = 256 end
+    if dt == "bool" then lo, hi = 0, 2 end
+    local x = gpu.randint(lo, hi, 500, { dtype = dt, seed = 1 })
+    T.is(x.dtype, dt, "randint " .. dt)
+    if dt ~= "bool" then
+      T.ok(x:min():item() >= lo and x:max():item() <= hi - 1, "randint " .. dt .. " in range")
+    else
+      T.is({ x:any():item(), x:all():item() }, { true, false }, "randint bool: both values")
+    end
+  end
+  local big = gpu.randint(math.mininteger, math.maxinteger, 1000, { seed = 3 })
+  T.ok(big:min():item() < -(1 << 60) and big:max():item() > (1 << 60), "the whole i64 range")
+  T.is(gpu.randint(7, 8, { 2, 2 }):totable(), { { 7, 7 }, { 7, 7 } }, "a range of one value")
+  T.raises_at(function() gpu.randint(5, 5, 3) end, "bad argument #2 to 'randint' (high (5) must be greater than low (5))",
+              "an empty range")
+  T.raises_at(function() gpu.randint(0, 300, 3, { dtype = "u8" }) end, "randint: [0, 300) is beyond u8's range [0, 255]",
+              "beyond the dtype")
+  T.raises_at(function() gpu.randint(-1, 1, 3, { dtype = "bool" }) end, "beyond bool's range", "bool from -1")
+  T.raises_at(function() gpu.randint(0, 1.5, 3) end, "bad argument #2 to 'randint' (integer high expected, got 1.5)",
+              "a float bound")
+  T.raises_at(function() gpu.randint(0, 5) end, "bad argument #3 to 'randint' (shape table or integer expected",
+              "no shape")
+  T.raises_at(function() gpu.randint(0, 5, { 2, -1 }) end, "shape[2] must be positive, got -1", "a bad shape")
+end)
+
+T.test("empty_like, zeros_like, ones_like, full_like", function()
+  local t = gpu.rand({ 2, 3 }, { dtype = "f64" }):t()
+  local z = gpu.zeros_like(t)
+  T.is({ z.shape, z.dtype, z.device, z:is_contiguous() }, { { 3, 2 }, "f64", "device", true },
+       "zeros_like: t's shape, dtype and memory, contiguous")
+  T.is(z:totable(), { { 0, 0 }, { 0, 0 }, { 0, 0 } }, "zeros_like values")
+  T.is(gpu.ones_like(t, { dtype = "i32" }):totable(), { { 1, 1 }, { 1, 1 }, { 1, 1 } }, "ones_like with a dtype")
+  local f = gpu.full_like(t, 2.5, { device = "host" })
+  T.is({ f.device, f:totable() }, { "host", { { 2.5, 2.5 }, { 2.5, 2.5 }, { 2.5, 2.5 } } }, "full_like on the host")
+  local e = gpu.empty_like(gpu.zeros({ 4 }, { dtype = "u8", device = "pinned" }))
+  T.is({ e.shape, e.dtype, e.device }, { { 4 }, "u8", "pinned" }, "empty_like")
+  local s = gpu.stream()
+  local o = gpu.ones_like(t, { stream = s })
+  s:synchronize()
+  T.is(o:sum():item(), 6.0, "on a stream")
+  T.is(gpu.full_like(gpu.zeros({ 2 }, { dtype = "bool" }), true):totable(), { true, true }, "full_like of bool")
+  T.raises_at(function() gpu.full_like(gpu.zeros({ 2 }, { dtype = "i8" }), 1000) end, "bad argument #2 to 'full_like'",
+              "a value out of the dtype's range")
+  T.raises_at(function() gpu.full_like(t) end, "bad argument #2 to 'full_like' (number expected, got no value)",
+              "full_like without a value")
+  T.raises_at(function() gpu.zeros_like(3) end, "bad argument #1 to 'zeros_like' (gpu.Tensor expected, got number)",
+              "zeros_like of a number")
+  T.raises_at(function() gpu.ones_like(t, { dtype = "f128" }) end, "unknown dtype 'f128'", "a bad dtype")
+end)
+
 T.test("views make no device op", function()
   local a = base()
   gpu.synchronize()

@@ -64,6 +64,7 @@ local function py(v)
   end
   if type(v) == "boolean" then return v and "True" or "False" end
   if v == nil then return "None" end
+  if type(v) == "string" then return string.format("%q", v) end
   if math.type(v) == "integer" then return string.format("%d", v) end
   return string.format("%.17g", v)
 end
@@ -141,6 +142,22 @@ for _, dt in ipairs(ALL) do
   cc("cat into a strided out", "cat", { a, b }, 1, out:slice(1, 2, -2))
 end
 
+for _, dt in ipairs(ALL) do
+  for _, l in ipairs { { 0, 1, 5 }, { -3, 3.5, 11 }, { 1000, -2.5, 7 }, { 5, 5, 3 }, { 2, 7, 1 }, { -1, 1, 1001 },
+                       { 0.1, 0.7, 13 } } do
+    local a, b, n = l[1], l[2], l[3]
+    local lo, hi = -math.huge, math.huge
+    if T.is_int(dt) then lo, hi = T.int_range(dt) end
+    -- out of an integer dtype's range a cast saturates (NumPy's wraps): not compared
+    if math.min(a, b) >= lo and math.max(a, b) <= hi then case(string.format("linspace(%g, %g, %d) %s", a, b, n, dt), "linspace", {}, { a, b, n, dt },
+         gpu.linspace(a, b, n, { dtype = dt })) end
+  end
+  for _, e in ipairs { { 4 }, { 3, 5 }, { 5, 2 }, { 1 } } do
+    case(string.format("eye(%s) %s", table.concat(e, ", "), dt), "eye", {}, { e[1], e[2] or e[1], dt },
+         gpu.eye(e[1], e[2], { dtype = dt }))
+  end
+end
+
 -- ---- the oracle -----------------------------------------------------------
 
 local ORACLE = [=[
@@ -150,6 +167,24 @@ import numpy as np
 def load(path, dt):
     a = np.load(path)
     return a.view(np.uint16) if dt == "bf16" else a
+
+NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i8": np.int8, "u8": np.uint8,
+      "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+
+def bf16_bits(x):
+    """float64 -> bf16 bits, rounded once to nearest even"""
+    m, e = np.frexp(np.asarray(x, dtype=np.float64))
+    r = np.ldexp(np.round(m * 256), e - 8).astype(np.float32)
+    return (r.view(np.uint32) >> 16).astype(np.uint16)
+
+def as_dtype(x, dt):
+    return bf16_bits(x) if dt == "bf16" else x.astype(NP[dt])
+
+def linspace(p):
+    a, b, n, dt = p
+    if dt == "bf16":
+        return bf16_bits(np.linspace(a, b, n))
+    return np.linspace(a, b, n, dtype=NP[dt])
 
 def dim(d, nd):
     """a 1-based (or negative) gpulua dim as a NumPy axis"""
@@ -211,10 +246,12 @@ F = {
     "split": split,
     "chunk": chunk,
     "reshape": lambda x, p: x.reshape(p),
+    "linspace": lambda xs, p: linspace(p),
+    "eye": lambda xs, p: as_dtype(np.eye(p[0], p[1]), p[2]),
     "cat": lambda xs, p: np.concatenate(xs, axis=dim(p, xs[0].ndim)),
     "stack": lambda xs, p: np.stack(xs, axis=dim(p, xs[0].ndim + 1)),
 }
-LISTS = ("cat", "stack")
+LISTS = ("cat", "stack", "linspace", "eye")
 
 results = []
 

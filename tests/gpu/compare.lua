@@ -63,6 +63,25 @@ T.test("constructors and fill", function()
   end
 end)
 
+T.test("linspace, eye, randint, *_like", function()
+  for _, dt in ipairs(ALL) do
+    local function both(f) return f({ dtype = dt }), f({ dtype = dt, device = "pinned" }) end
+    local a, b = both(function(o) return gpu.linspace(-7, 9.5, 1001, o) end)
+    same(a, b, "linspace " .. dt, 0)
+    a, b = both(function(o) return gpu.eye(37, 53, o) end)
+    same(a, b, "eye " .. dt, 0)
+    local lo, hi = -1000, 1000
+    if dt == "u8" then lo, hi = 0, 256 elseif dt == "i8" then lo, hi = -128, 128 elseif dt == "bool" then lo, hi = 0, 2 end
+    a, b = both(function(o) o.seed = 99 return gpu.randint(lo, hi, { 77, 53 }, o) end)
+    same(a, b, "randint " .. dt .. " same numbers for the same seed", 0)
+    local v = dt == "bool" and true or 3
+    same(gpu.full_like(a, v), gpu.full_like(b, v), "full_like " .. dt)
+    same(gpu.zeros_like(a), gpu.zeros_like(b), "zeros_like " .. dt)
+  end
+  same(gpu.randint(math.mininteger, math.maxinteger, 4099, { seed = 5 }),
+       gpu.randint(math.mininteger, math.maxinteger, 4099, { seed = 5, device = "pinned" }), "randint over all of i64")
+end)
+
 T.test("casts between every pair of dtypes", function()
   for _, from in ipairs(ALL) do
     local d, h = inputs(from, { 333 }, 11, -300, 300)
