@@ -220,8 +220,8 @@ static int t_expand(lua_State *L) {
         return luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] = -1 for a new leading dim (give its size)", k + 1));
       want = v.shape[old];
     }
-    if (want <= 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be positive or -1, got %I", k + 1, (lua_Integer)want));
+    if (want < 0)
+      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be non-negative or -1, got %I", k + 1, (lua_Integer)want));
     if (old >= 0 && v.shape[old] != want && v.shape[old] != 1) {
       char a[MAXSHAPESTR];
       bind_shape_str(a, sizeof a, nd, v.shape);
@@ -233,7 +233,7 @@ static int t_expand(lua_State *L) {
   }
   int64_t total = 1;
   for (int k = 0; k < n; k++)
-    if (__builtin_mul_overflow(total, shape[k], &total) || total > ((int64_t)1 << 56))
+    if (shape[k] && (__builtin_mul_overflow(total, shape[k], &total) || total > ((int64_t)1 << 56)))
       luaL_argerror(L, 2, "shape is too large");
   gpu_tensor *r = view_of(L, 1);
   r->v.ndim = n;
@@ -281,11 +281,9 @@ static int t_slice(lua_State *L) {
   lua_Integer step = lua_isnoneornil(L, 5) ? 1 : check_int(L, 5, "step");
   if (step <= 0) luaL_argerror(L, 5, lua_pushfstring(L, "step must be positive, got %I", step));
   int64_t first, n = sub_range(t->v.shape[d], i, j, step, &first);
-  if (n == 0)
-    return luaL_error(L, "slice: %I..%I of dim %d (size %I) is empty (zero-sized dims are not supported yet)",
-                      i, j, d + 1, (lua_Integer)t->v.shape[d]);
   gpu_tensor *r = view_of(L, 1);
-  r->v.offset += (size_t)((first - 1) * r->v.stride[d]) * dev_dtype_size(r->v.dtype);
+  /* an empty slice keeps the offset: it may start past the end */
+  if (n > 0) r->v.offset += (size_t)((first - 1) * r->v.stride[d]) * dev_dtype_size(r->v.dtype);
   r->v.shape[d] = n;
   r->v.stride[d] *= step;
   return 1;
@@ -318,16 +316,15 @@ static int t_split(lua_State *L) {
   if (lua_type(L, 2) == LUA_TTABLE) {
     size_t len = lua_rawlen(L, 2);
     if (len < 1) luaL_argerror(L, 2, "sizes must not be empty");
-    if (len > (size_t)size) luaL_argerror(L, 2, lua_pushfstring(L, "%d sizes for dim %d of size %I", (int)len,
-                                                                  d + 1, (lua_Integer)size));
+    if (len > INT32_MAX) luaL_argerror(L, 2, "too many sizes");
     int64_t *sizes = lua_newuserdatauv(L, len * sizeof(int64_t), 0), sum = 0;
     for (size_t k = 0; k < len; k++) {
       int isint;
       lua_rawgeti(L, 2, (lua_Integer)k + 1);
       lua_Integer v = lua_tointegerx(L, -1, &isint);
       lua_pop(L, 1);
-      if (!isint || v <= 0)
-        luaL_argerror(L, 2, lua_pushfstring(L, "sizes[%d] must be a positive integer", (int)k + 1));
+      if (!isint || v < 0)
+        luaL_argerror(L, 2, lua_pushfstring(L, "sizes[%d] must be a non-negative integer", (int)k + 1));
       sizes[k] = v;
       if (__builtin_add_overflow(sum, (int64_t)v, &sum)) sum = INT64_MAX;
     }
@@ -339,7 +336,8 @@ static int t_split(lua_State *L) {
   }
   lua_Integer each = check_int(L, 2, "size");
   if (each <= 0) luaL_argerror(L, 2, lua_pushfstring(L, "size must be positive, got %I", each));
-  push_pieces(L, d, (int)((size + each - 1) / each), NULL, each);
+  /* a zero-sized dim splits into one empty piece, as PyTorch */
+  push_pieces(L, d, size ? (int)((size + each - 1) / each) : 1, NULL, each);
   return 1;
 }
 
@@ -351,8 +349,10 @@ static int t_chunk(lua_State *L) {
   if (n <= 0) luaL_argerror(L, 2, lua_pushfstring(L, "chunk count must be positive, got %I", n));
   if (t->v.ndim == 0) return luaL_error(L, "chunk: a 0-dim tensor has no dim to split");
   int d = opt_dim(L, 3, t->v.ndim, 0);
+  if (n > INT32_MAX) luaL_argerror(L, 2, "too many chunks");
   int64_t size = t->v.shape[d], each = (size + n - 1) / n;
-  push_pieces(L, d, (int)((size + each - 1) / each), NULL, each);
+  /* a zero-sized dim gives n empty pieces, as PyTorch and NumPy's array_split */
+  push_pieces(L, d, size ? (int)((size + each - 1) / each) : (int)n, NULL, each);
   return 1;
 }
 
@@ -403,12 +403,13 @@ static int t_reshape(lua_State *L) {
       infer = d;
       continue;
     }
-    if (shape[d] <= 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a positive integer or -1, got %I", d + 1,
+    if (shape[d] < 0)
+      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1, got %I", d + 1,
                                           (lua_Integer)shape[d]));
     if (__builtin_mul_overflow(known, shape[d], &known)) luaL_argerror(L, 2, "shape is too large");
   }
   if (infer >= 0) {
+    if (known == 0) luaL_argerror(L, 2, "cannot infer -1 beside a zero-sized dim");
     if (n % known)
       luaL_argerror(L, 2, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I", (lua_Integer)n,
                                           (lua_Integer)known));
@@ -607,7 +608,7 @@ static int tensor_linspace(lua_State *L) {
   double a = luaL_checknumber(L, 1), b = luaL_checknumber(L, 2);
   lua_Integer n = check_int(L, 3, "count");
   bind_check_opts(L, 4, "dtype device stream");
-  if (n < 1) luaL_argerror(L, 3, lua_pushfstring(L, "count must be positive, got %I", n));
+  if (n < 0) luaL_argerror(L, 3, lua_pushfstring(L, "count must be non-negative, got %I", n));
   if (n > ((int64_t)1 << 48)) luaL_argerror(L, 3, "count is too large");
   dev_dtype dt = bind_opt_dtype(L, 4, DEV_F32);
   dev_memkind kind = bind_opt_device(L, 4, DEV_MEM_DEVICE);
@@ -651,11 +652,12 @@ static int tensor_eye(lua_State *L) {
   int opts = 3;
   if (lua_type(L, 2) == LUA_TTABLE) opts = 2;
   else if (!lua_isnoneornil(L, 2)) m = check_int(L, 2, "column count");
-  if (n < 1) luaL_argerror(L, 1, lua_pushfstring(L, "row count must be positive, got %I", n));
-  if (m < 1) luaL_argerror(L, 2, lua_pushfstring(L, "column count must be positive, got %I", m));
+  if (n < 0) luaL_argerror(L, 1, lua_pushfstring(L, "row count must be non-negative, got %I", n));
+  if (m < 0) luaL_argerror(L, 2, lua_pushfstring(L, "column count must be non-negative, got %I", m));
   bind_check_opts(L, opts, "dtype device stream");
-  int64_t shape[2] = {n, m}, total;
-  if (__builtin_mul_overflow(shape[0], shape[1], &total) || total > ((int64_t)1 << 56))
+  int64_t shape[2] = {n, m}, total = 0;
+  if (n > ((int64_t)1 << 56) || m > ((int64_t)1 << 56) || __builtin_mul_overflow(shape[0], shape[1], &total) ||
+      total > ((int64_t)1 << 56))
     luaL_argerror(L, 1, "shape is too large");
   dev_dtype dt = bind_opt_dtype(L, opts, DEV_F32);
   dev_memkind kind = bind_opt_device(L, opts, DEV_MEM_DEVICE);
@@ -709,9 +711,9 @@ static int tensor_randint(lua_State *L) {
   }
   int64_t total = 1;
   for (int d = 0; d < ndim; d++) {
-    if (shape[d] <= 0)
-      luaL_argerror(L, 3, lua_pushfstring(L, "shape[%d] must be positive, got %I", d + 1, (lua_Integer)shape[d]));
-    if (__builtin_mul_overflow(total, shape[d], &total) || total > ((int64_t)1 << 56))
+    if (shape[d] < 0)
+      luaL_argerror(L, 3, lua_pushfstring(L, "shape[%d] must be non-negative, got %I", d + 1, (lua_Integer)shape[d]));
+    if (shape[d] && (__builtin_mul_overflow(total, shape[d], &total) || total > ((int64_t)1 << 56)))
       luaL_argerror(L, 3, "shape is too large");
   }
   bind_check_opts(L, 4, "dtype device stream seed");
@@ -734,6 +736,7 @@ static int tensor_randint(lua_State *L) {
     offset = 0;
   } else {
     offset = st->offset;
+    for (int d = 0; d < ndim; d++) total *= shape[d] != 0;   /* numel */
     st->offset += (uint64_t)total;
   }
   lua_pop(L, 1);

@@ -219,6 +219,23 @@ T.test("views, reshape copies, cat and stack", function()
   end
 end)
 
+T.test("zero-sized dims", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 4, 6 }, 111)
+    local z, zh = gpu.zeros({ 4, 0 }, { dtype = dt }), gpu.zeros({ 4, 0 }, { dtype = dt, device = "pinned" })
+    same(gpu.cat({ d, z, d }, 2), gpu.cat({ h, zh, h }, 2), "cat with an empty part " .. dt)
+    same(z:t():contiguous(), zh:t():contiguous(), "copy of an empty view " .. dt)
+    if dt ~= "bool" then
+      same(z + 1, zh + 1, "an elementwise op on an empty tensor " .. dt)
+      if dt ~= "u8" then
+        same(gpu.matmul(z, z:t()), gpu.matmul(zh, zh:t()), "matmul over k = 0 " .. dt)
+      end
+    end
+  end
+  local e = gpu.zeros({ 0, 3 })
+  T.is({ e:totable(), tostring(e) }, { {}, "gpu.Tensor(f32, {0,3}, device)\n{}" }, "totable and tostring of an empty tensor")
+end)
+
 -- small integers in dtype dt (so that comparisons tie), on the device and pinned
 local function ties(dt, shape, seed)
   local d = gpu.rand(shape, { dtype = dt == "bool" and "bool" or "i32", low = dt ~= "bool" and -3 or nil,
