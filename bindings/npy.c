@@ -264,18 +264,19 @@ static int parse_header(const char *text, size_t len, npy_header *h, char *err, 
   }
   char sh[DEV_MAXDIM * 24 + 8];
   shape_repr(sh, sizeof sh, h->ndim, h->shape);
-  int64_t n = 1;
+  int64_t n = 1, empty = 0;
   for (int d = 0; d < h->ndim; d++) {
+    /* a zero-sized dim is an empty tensor; the other sizes are still bounded */
     if (h->shape[d] == 0) {
-      snprintf(err, errlen, "empty array (shape %s): gpulua has no zero-size tensors", sh);
-      return -1;
+      empty = 1;
+      continue;
     }
     if (__builtin_mul_overflow(n, h->shape[d], &n) || n > ((int64_t)1 << 56)) {
       snprintf(err, errlen, "shape %s is too large", sh);
       return -1;
     }
   }
-  h->nbytes = (size_t)n * dev_dtype_size(h->dt);
+  h->nbytes = empty ? 0 : (size_t)n * dev_dtype_size(h->dt);
   return 0;
 }
 

@@ -96,7 +96,7 @@ static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in
   submit_on(L, opts_stream(L, opts), op, out, in0, in1, fname);
 }
 
-/* shape: a table of positive integers or one integer */
+/* shape: a table of non-negative integers or one integer (0: a zero-sized dim) */
 static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) {
   int ndim;
   if (lua_type(L, idx) == LUA_TNUMBER) {
@@ -122,9 +122,10 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) 
       luaL_argerror(L, idx, lua_pushfstring(L, "%s[%d] must be an integer, got %s", what, d + 1,
                                             luaL_typename(L, -1)));
     }
-    if (v <= 0)
-      luaL_argerror(L, idx, lua_pushfstring(L, "%s[%d] must be positive, got %I", what, d + 1, v));
-    if (__builtin_mul_overflow(total, (int64_t)v, &total) || total > ((int64_t)1 << 56))
+    if (v < 0)
+      luaL_argerror(L, idx, lua_pushfstring(L, "%s[%d] must be non-negative, got %I", what, d + 1, v));
+    /* the sizes but zeros: bounded, so that strides fit even when numel is 0 */
+    if (v && (__builtin_mul_overflow(total, (int64_t)v, &total) || total > ((int64_t)1 << 56)))
       luaL_argerror(L, idx, lua_pushfstring(L, "%s is too large", what));
     shape[d] = v;
     lua_pop(L, 1);
@@ -373,7 +374,7 @@ static int tensor_arange(lua_State *L) {
     /* ceil((b - a) / c) without overflow for sane ranges */
     __int128 span = (__int128)b - a;
     __int128 q = c > 0 ? (span + c - 1) / c : (span + c + 1) / c;
-    if (q <= 0) return luaL_error(L, "bad argument to 'arange' (empty range [%I, %I) with step %I)", a, b, c);
+    if (q < 0) q = 0;   /* an empty range: an empty tensor, as NumPy */
     if (q > ((int64_t)1 << 48)) return luaL_error(L, "bad argument to 'arange' (range is too large)");
     n = (int64_t)q;
     start = (dev_scalar){1, a, (double)a};
@@ -384,7 +385,8 @@ static int tensor_arange(lua_State *L) {
     double c = nargs == 3 ? lua_tonumber(L, 3) : 1;
     if (c == 0 || c != c) return luaL_argerror(L, 3, "step must be a non-zero number");
     double q = ceil((b - a) / c);
-    if (!(q >= 1)) return luaL_error(L, "bad argument to 'arange' (empty range [%f, %f) with step %f)", a, b, c);
+    if (q != q) return luaL_error(L, "bad argument to 'arange' (bounds %f and %f give no range)", a, b);
+    if (q < 0) q = 0;   /* an empty range: an empty tensor, as NumPy */
     if (q > (double)((int64_t)1 << 48)) return luaL_error(L, "bad argument to 'arange' (range is too large)");
     n = (int64_t)q;
     start = (dev_scalar){0, 0, a};
@@ -626,11 +628,12 @@ static int t_narrow(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int d = check_dim(L, 2, 2, t->v.ndim);
   lua_Integer start = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
-  if (start < 1 || start > t->v.shape[d])
+  /* length 0 is an empty view; it may start just past the end */
+  if (start < 1 || start > t->v.shape[d] + (len == 0))
     luaL_argerror(L, 3, lua_pushfstring(L, "start %I out of range for dim %d of size %I", start,
                                         d + 1, (lua_Integer)t->v.shape[d]));
-  if (len < 1)
-    luaL_argerror(L, 4, lua_pushfstring(L, "length must be positive, got %I", len));
+  if (len < 0)
+    luaL_argerror(L, 4, lua_pushfstring(L, "length must be non-negative, got %I", len));
   if (len > t->v.shape[d] - (start - 1))
     luaL_argerror(L, 4, lua_pushfstring(L, "narrow past the end: start %I with length %I exceeds size %I of dim %d",
                                         start, len, (lua_Integer)t->v.shape[d], d + 1));
@@ -659,8 +662,8 @@ static int t_view(lua_State *L) {
     else lua_pushvalue(L, d + 2);
     lua_Integer v = lua_tointegerx(L, -1, &isint);
     lua_pop(L, 1);
-    if (!isint || v == 0 || v < -1)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a positive integer or -1", d + 1));
+    if (!isint || v < -1)
+      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1", d + 1));
     if (v == -1) {
       if (infer >= 0) luaL_argerror(L, 2, "only one dim may be -1");
       infer = d;
@@ -671,6 +674,7 @@ static int t_view(lua_State *L) {
   }
   int64_t n = dev_view_numel(&t->v);
   if (infer >= 0) {
+    if (known == 0) luaL_argerror(L, 2, "cannot infer -1 beside a zero-sized dim");
     if (n % known) luaL_argerror(L, 2, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I", (lua_Integer)n, (lua_Integer)known));
     shape[infer] = n / known;
     known = n;

@@ -5,15 +5,16 @@
 
 #include "tensor.h"
 
-/* The shape of nested tables at idx: the lengths of the first entries down. */
+/* The shape of nested tables at idx: the lengths of the first entries down;
+ * an empty table is a zero-sized dim, the last ({} is {0}, {{}} is {1, 0}). */
 static void infer_shape(lua_State *L, int idx, int *ndim, int64_t *shape) {
   *ndim = 0;
   lua_pushvalue(L, idx);
   while (lua_type(L, -1) == LUA_TTABLE) {
     if (*ndim == DEV_MAXDIM) luaL_argerror(L, 1, "too many nested tables");
     lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
-    if (n <= 0) luaL_argerror(L, 1, "empty table (zero-sized dimensions are not supported)");
     shape[(*ndim)++] = n;
+    if (n == 0) break;
     lua_rawgeti(L, -1, 1);
     lua_remove(L, -2);
   }

@@ -220,8 +220,8 @@ static int t_expand(lua_State *L) {
         return luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] = -1 for a new leading dim (give its size)", k + 1));
       want = v.shape[old];
     }
-    if (want <= 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be positive or -1, got %I", k + 1, (lua_Integer)want));
+    if (want < 0)
+      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be non-negative or -1, got %I", k + 1, (lua_Integer)want));
     if (old >= 0 && v.shape[old] != want && v.shape[old] != 1) {
       char a[MAXSHAPESTR];
       bind_shape_str(a, sizeof a, nd, v.shape);
@@ -233,7 +233,7 @@ static int t_expand(lua_State *L) {
   }
   int64_t total = 1;
   for (int k = 0; k < n; k++)
-    if (__builtin_mul_overflow(total, shape[k], &total) || total > ((int64_t)1 << 56))
+    if (shape[k] && (__builtin_mul_overflow(total, shape[k], &total) || total > ((int64_t)1 << 56)))
       luaL_argerror(L, 2, "shape is too large");
   gpu_tensor *r = view_of(L, 1);
   r->v.ndim = n;
@@ -281,11 +281,9 @@ static int t_slice(lua_State *L) {
   lua_Integer step = lua_isnoneornil(L, 5) ? 1 : check_int(L, 5, "step");
   if (step <= 0) luaL_argerror(L, 5, lua_pushfstring(L, "step must be positive, got %I", step));
   int64_t first, n = sub_range(t->v.shape[d], i, j, step, &first);
-  if (n == 0)
-    return luaL_error(L, "slice: %I..%I of dim %d (size %I) is empty (zero-sized dims are not supported yet)",
-                      i, j, d + 1, (lua_Integer)t->v.shape[d]);
   gpu_tensor *r = view_of(L, 1);
-  r->v.offset += (size_t)((first - 1) * r->v.stride[d]) * dev_dtype_size(r->v.dtype);
+  /* an empty slice keeps the offset: it may start past the end */
+  if (n > 0) r->v.offset += (size_t)((first - 1) * r->v.stride[d]) * dev_dtype_size(r->v.dtype);
   r->v.shape[d] = n;
   r->v.stride[d] *= step;
   return 1;
@@ -318,16 +316,15 @@ static int t_split(lua_State *L) {
   if (lua_type(L, 2) == LUA_TTABLE) {
     size_t len = lua_rawlen(L, 2);
     if (len < 1) luaL_argerror(L, 2, "sizes must not be empty");
-    if (len > (size_t)size) luaL_argerror(L, 2, lua_pushfstring(L, "%d sizes for dim %d of size %I", (int)len,
-                                                                  d + 1, (lua_Integer)size));
+    if (len > INT32_MAX) luaL_argerror(L, 2, "too many sizes");
     int64_t *sizes = lua_newuserdatauv(L, len * sizeof(int64_t), 0), sum = 0;
     for (size_t k = 0; k < len; k++) {
       int isint;
       lua_rawgeti(L, 2, (lua_Integer)k + 1);
       lua_Integer v = lua_tointegerx(L, -1, &isint);
       lua_pop(L, 1);
-      if (!isint || v <= 0)
-        luaL_argerror(L, 2, lua_pushfstring(L, "sizes[%d] must be a positive integer", (int)k + 1));
+      if (!isint || v < 0)
+        luaL_argerror(L, 2, lua_pushfstring(L, "sizes[%d] must be a non-negative integer", (int)k + 1));
       sizes[k] = v;
       if (__builtin_add_overflow(sum, (int64_t)v, &sum)) sum = INT64_MAX;
     }
@@ -339,7 +336,8 @@ static int t_split(lua_State *L) {
   }
   lua_Integer each = check_int(L, 2, "size");
   if (each <= 0) luaL_argerror(L, 2, lua_pushfstring(L, "size must be positive, got %I", each));
-  push_pieces(L, d, (int)((size + each - 1) / each), NULL, each);
+  /* a zero-sized dim splits into one empty piece, as PyTorch */
+  push_pieces(L, d, size ? (int)((size + each - 1) / each) : 1, NULL, each);
   return 1;
 }
 
@@ -351,8 +349,10 @@ static int t_chunk(lua_State *L) {
   if (n <= 0) luaL_argerror(L, 2, lua_pushfstring(L, "chunk count must be positive, got %I", n));
   if (t->v.ndim == 0) return luaL_error(L, "chunk: a 0-dim tensor has no dim to split");
   int d = opt_dim(L, 3, t->v.ndim, 0);
+  if (n > INT32_MAX) luaL_argerror(L, 2, "too many chunks");
   int64_t size = t->v.shape[d], each = (size + n - 1) / n;
-  push_pieces(L, d, (int)((size + each - 1) / each), NULL, each);
+  /* a zero-sized dim gives n empty pieces, as PyTorch and NumPy's array_split */
+  push_pieces(L, d, size ? (int)((size + each - 1) / each) : (int)n, NULL, each);
   return 1;
 }
 
@@ -403,12 +403,13 @@ static int t_reshape(lua_State *L) {
       infer = d;
       continue;
     }
-    if (shape[d] <= 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a positive integer or -1, got %I", d + 1,
+    if (shape[d] < 0)
+      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1, got %I", d + 1,
                                           (lua_Integer)shape[d]));
     if (__builtin_mul_overflow(known, shape[d], &known)) luaL_argerror(L, 2, "shape is too large");
   }
   if (infer >= 0) {
+    if (known == 0) luaL_argerror(L, 2, "cannot infer -1 beside a zero-sized dim");
     if (n % known)
       luaL_argerror(L, 2, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I", (lua_Integer)n,
                                           (lua_Integer)known));
@@ -584,6 +585,205 @@ static int join(lua_State *L, int stack) {
 static int tensor_cat(lua_State *L) { return join(L, 0); }
 static int tensor_stack(lua_State *L) { return join(L, 1); }
 
+/* ---- creation: linspace, eye, randint, *_like ---------------------------- */
+
+/* Enqueue op on the stream of opts: its output a view of the tensor at
+ * stack index out, its input (if any) one of the tensor at in. */
+static void submit_op(lua_State *L, int opts, dev_kop *op, int out, int in, const char *fname) {
+  dev_stream *s = opts_stream(L, opts);
+  dev_ctx *ctx = dev_stream_ctx(s);
+  op->out.buf = bind_check_tensor(L, out)->v.buf;
+  if (op->nin) op->in[0].buf = bind_check_tensor(L, in)->v.buf;
+  bind_call_site(L, ctx, fname);
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, op), fname);
+}
+
+/* The opts table at idx, or 0 for none. */
+static int opts_at(lua_State *L, int idx) { return lua_istable(L, idx) ? idx : 0; }
+
+/* gpu.linspace(a, b, n [, opts]): n values from a to b evenly spaced, the
+ * last exactly b (NumPy's: a + i*step in f64, rounded once to the dtype;
+ * integer dtypes take the floor, as NumPy) */
+static int tensor_linspace(lua_State *L) {
+  double a = luaL_checknumber(L, 1), b = luaL_checknumber(L, 2);
+  lua_Integer n = check_int(L, 3, "count");
+  bind_check_opts(L, 4, "dtype device stream");
+  if (n < 0) luaL_argerror(L, 3, lua_pushfstring(L, "count must be non-negative, got %I", n));
+  if (n > ((int64_t)1 << 48)) luaL_argerror(L, 3, "count is too large");
+  dev_dtype dt = bind_opt_dtype(L, 4, DEV_F32);
+  dev_memkind kind = bind_opt_device(L, 4, DEV_MEM_DEVICE);
+  int opts = opts_at(L, 4);
+  opts_stream(L, opts);
+  int64_t shape[1] = {n};
+  int floor = !dev_dtype_is_float(dt) && dt != DEV_BOOL;
+  bind_new_tensor(L, kind, dt, 1, shape, opts, "linspace");
+  int ridx = lua_gettop(L), idx = ridx;
+  if (floor) {   /* in f64, floored, then cast */
+    bind_new_tensor(L, kind, DEV_F64, 1, shape, opts, "linspace");
+    idx = lua_gettop(L);
+  }
+  double step = n > 1 ? (b - a) / (double)(n - 1) : 0;
+  dev_kop op = {.kind = DEV_OP_ARANGE, .s0 = {0, 0, a}, .s1 = {0, 0, step}};
+  op.out = bind_check_tensor(L, idx)->v;
+  submit_op(L, opts, &op, idx, 0, "linspace");
+  if (n > 1) {
+    dev_kop last = {.kind = DEV_OP_FILL, .s0 = {0, 0, b}};
+    last.out = bind_check_tensor(L, idx)->v;
+    last.out.offset += (size_t)(n - 1) * dev_dtype_size(last.out.dtype);
+    last.out.shape[0] = 1;
+    submit_op(L, opts, &last, idx, 0, "linspace");
+  }
+  if (floor) {
+    dev_kop fl = {.kind = DEV_OP_UNARY, .code = DEV_UN_FLOOR, .nin = 1};
+    fl.out = fl.in[0] = bind_check_tensor(L, idx)->v;
+    submit_op(L, opts, &fl, idx, idx, "linspace");
+    dev_kop cast = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1};
+    cast.in[0] = bind_check_tensor(L, idx)->v;
+    cast.out = bind_check_tensor(L, ridx)->v;
+    submit_op(L, opts, &cast, ridx, idx, "linspace");
+    lua_settop(L, ridx);
+  }
+  return 1;
+}
+
+/* gpu.eye(n [, m] [, opts]): n x m (m = n by default), ones on the diagonal */
+static int tensor_eye(lua_State *L) {
+  lua_Integer n = check_int(L, 1, "row count"), m = n;
+  int opts = 3;
+  if (lua_type(L, 2) == LUA_TTABLE) opts = 2;
+  else if (!lua_isnoneornil(L, 2)) m = check_int(L, 2, "column count");
+  if (n < 0) luaL_argerror(L, 1, lua_pushfstring(L, "row count must be non-negative, got %I", n));
+  if (m < 0) luaL_argerror(L, 2, lua_pushfstring(L, "column count must be non-negative, got %I", m));
+  bind_check_opts(L, opts, "dtype device stream");
+  int64_t shape[2] = {n, m}, total = 0;
+  if (n > ((int64_t)1 << 56) || m > ((int64_t)1 << 56) || __builtin_mul_overflow(shape[0], shape[1], &total) ||
+      total > ((int64_t)1 << 56))
+    luaL_argerror(L, 1, "shape is too large");
+  dev_dtype dt = bind_opt_dtype(L, opts, DEV_F32);
+  dev_memkind kind = bind_opt_device(L, opts, DEV_MEM_DEVICE);
+  opts = opts_at(L, opts);
+  opts_stream(L, opts);
+  bind_new_tensor(L, kind, dt, 2, shape, opts, "eye");
+  int ridx = lua_gettop(L);
+  dev_stream *s = opts_stream(L, opts);
+  dev_ctx *ctx = dev_stream_ctx(s);
+  gpu_tensor *r = bind_check_tensor(L, ridx);
+  bind_call_site(L, ctx, "eye");
+  BIND_CHECK(L, ctx, dev_memset(ctx, s, r->v.buf, r->v.offset, 0, (size_t)total * dev_dtype_size(dt)), "eye");
+  /* the diagonal: a strided 1-D view */
+  dev_kop op = {.kind = DEV_OP_FILL, .s0 = {1, 1, 1}};
+  op.out = bind_check_tensor(L, ridx)->v;
+  op.out.ndim = 1;
+  op.out.shape[0] = n < m ? n : m;
+  op.out.stride[0] = m + 1;
+  submit_op(L, opts, &op, ridx, 0, "eye");
+  return 1;
+}
+
+/* The inclusive range of integer dtype t as int64 (bool: 0..1). */
+static void int_range(dev_dtype t, int64_t *lo, int64_t *hi) {
+  switch (t) {
+  case DEV_I8: *lo = INT8_MIN; *hi = INT8_MAX; break;
+  case DEV_U8: *lo = 0; *hi = UINT8_MAX; break;
+  case DEV_I32: *lo = INT32_MIN; *hi = INT32_MAX; break;
+  case DEV_BOOL: *lo = 0; *hi = 1; break;
+  default: *lo = INT64_MIN; *hi = INT64_MAX; break;
+  }
+}
+
+/* gpu.randint(lo, hi, shape [, opts]): integers in [lo, hi) (hi exclusive,
+ * as NumPy and PyTorch), uniform; i64 by default, any dtype (a float dtype
+ * holds the integers as it rounds them).  From the counter-based generator
+ * as gpu.rand (gpu.seed, or opts.seed): the same numbers on every backend. */
+static int tensor_randint(lua_State *L) {
+  lua_Integer lo = check_int(L, 1, "low"), hi = check_int(L, 2, "high");
+  int64_t shape[DEV_MAXDIM];
+  if (lua_type(L, 3) != LUA_TTABLE && lua_type(L, 3) != LUA_TNUMBER)
+    luaL_typeerror(L, 3, "shape table or integer");
+  lua_settop(L, 4);
+  /* the shape through gpu.empty's checks: gpu.empty(shape) would allocate */
+  int ndim;
+  if (lua_type(L, 3) == LUA_TNUMBER) {
+    ndim = 1;
+    shape[0] = check_int(L, 3, "size");
+  } else {
+    ndim = read_ints(L, 3, shape, "shape");
+  }
+  int64_t total = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0)
+      luaL_argerror(L, 3, lua_pushfstring(L, "shape[%d] must be non-negative, got %I", d + 1, (lua_Integer)shape[d]));
+    if (shape[d] && (__builtin_mul_overflow(total, shape[d], &total) || total > ((int64_t)1 << 56)))
+      luaL_argerror(L, 3, "shape is too large");
+  }
+  bind_check_opts(L, 4, "dtype device stream seed");
+  if (hi <= lo) luaL_argerror(L, 2, lua_pushfstring(L, "high (%I) must be greater than low (%I)", hi, lo));
+  dev_dtype dt = bind_opt_dtype(L, 4, DEV_I64);
+  dev_memkind kind = bind_opt_device(L, 4, DEV_MEM_DEVICE);
+  if (!dev_dtype_is_float(dt)) {
+    int64_t min, max;
+    int_range(dt, &min, &max);
+    if (lo < min || hi - 1 > max)
+      return luaL_error(L, "randint: [%I, %I) is beyond %s's range [%I, %I]", lo, hi, dev_dtype_name(dt),
+                        (lua_Integer)min, (lua_Integer)max);
+  }
+  int opts = opts_at(L, 4);
+  opts_stream(L, opts);
+  gpu_state *st = bind_state(L);
+  uint64_t seed = st->seed, offset;
+  if (bind_opt_field(L, 4, "seed") != LUA_TNIL) {
+    seed = (uint64_t)bind_check_scalar(L, -1, DEV_I64, 0, "option 'seed'").i;
+    offset = 0;
+  } else {
+    offset = st->offset;
+    for (int d = 0; d < ndim; d++) total *= shape[d] != 0;   /* numel */
+    st->offset += (uint64_t)total;
+  }
+  lua_pop(L, 1);
+  bind_new_tensor(L, kind, dt, ndim, shape, opts, "randint");
+  dev_kop op = {.kind = DEV_OP_RAND, .code = DEV_RAND_INT, .s0 = {1, lo, (double)lo}, .s1 = {1, hi, (double)hi},
+                .seed = seed, .offset = offset};
+  op.out = bind_check_tensor(L, lua_gettop(L))->v;
+  submit_op(L, opts, &op, lua_gettop(L), 0, "randint");
+  return 1;
+}
+
+/* gpu.empty_like / zeros_like / ones_like (t [, opts]), full_like(t, v [, opts]):
+ * a new contiguous tensor of t's shape, dtype and memory (opts.dtype and
+ * opts.device override them) */
+static int make_like(lua_State *L, int what, const char *fname) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  int opts = what == 3 ? 3 : 2;
+  bind_check_opts(L, opts, "dtype device stream");
+  dev_view v = t->v;
+  dev_dtype dt = bind_opt_dtype(L, opts, v.dtype);
+  dev_memkind kind = bind_opt_device(L, opts, v.buf->kind);
+  opts = opts_at(L, opts);
+  dev_scalar val = {1, what == 2, what == 2};
+  if (what == 3) val = bind_check_scalar(L, 2, dt, 2, NULL);
+  opts_stream(L, opts);
+  gpu_tensor *r = bind_new_tensor(L, kind, dt, v.ndim, v.shape, opts, fname);
+  int ridx = lua_gettop(L);
+  size_t bytes = (size_t)dev_view_numel(&r->v) * dev_dtype_size(dt);
+  if (what == 1) {
+    dev_stream *s = opts_stream(L, opts);
+    dev_ctx *ctx = dev_stream_ctx(s);
+    r = bind_check_tensor(L, ridx);
+    bind_call_site(L, ctx, fname);
+    BIND_CHECK(L, ctx, dev_memset(ctx, s, r->v.buf, r->v.offset, 0, bytes), fname);
+  } else if (what >= 2) {
+    dev_kop op = {.kind = DEV_OP_FILL, .s0 = val};
+    op.out = r->v;
+    submit_op(L, opts, &op, ridx, 0, fname);
+  }
+  return 1;
+}
+
+static int tensor_empty_like(lua_State *L) { return make_like(L, 0, "empty_like"); }
+static int tensor_zeros_like(lua_State *L) { return make_like(L, 1, "zeros_like"); }
+static int tensor_ones_like(lua_State *L) { return make_like(L, 2, "ones_like"); }
+static int tensor_full_like(lua_State *L) { return make_like(L, 3, "full_like"); }
+
 /* ---- registration ---------------------------------------------------- */
 
 static const luaL_Reg view_methods[] = {
@@ -596,6 +796,9 @@ static const luaL_Reg view_methods[] = {
 
 static const luaL_Reg view_funcs[] = {
   {"cat", tensor_cat}, {"stack", tensor_stack},
+  {"linspace", tensor_linspace}, {"eye", tensor_eye}, {"randint", tensor_randint},
+  {"empty_like", tensor_empty_like}, {"zeros_like", tensor_zeros_like},
+  {"ones_like", tensor_ones_like}, {"full_like", tensor_full_like},
   {NULL, NULL}
 };
 

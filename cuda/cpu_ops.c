@@ -434,7 +434,7 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
 {
   const dev_view *out = &op->out;
   dev_dtype t = out->dtype;
-  int isint = class_of(t) == C_INT, normal = op->code == DEV_RAND_NORMAL;
+  int isint = class_of(t) == C_INT, normal = op->code == DEV_RAND_NORMAL, randint = op->code == DEV_RAND_INT;
   double a = scalar_d(op->s0), b = scalar_d(op->s1), u;
   int64_t low = op->s0.is_int ? op->s0.i : sat(op->s0.f, INT64_MIN, INT64_MAX);
   int64_t high = op->s1.is_int ? op->s1.i : sat(op->s1.f, INT64_MIN, INT64_MAX);
@@ -444,14 +444,17 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
   block v;
   walk w;
   if (check_view(out, "out", err, errlen)) return -1;
-  if (op->code != DEV_RAND_UNIFORM && !normal) return fail(err, errlen, "rand: bad kind %d", op->code);
+  if (op->code != DEV_RAND_UNIFORM && !normal && !randint) return fail(err, errlen, "rand: bad kind %d", op->code);
   if (normal && isint) return fail(err, errlen, "randn needs a float dtype, not %s", dev_dtype_name(t));
   walk_init(&w, out);
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
     for (j = 0; j < k; j++) {
       dev_philox(op->seed, op->offset + (uint64_t)(done + j), x);
-      if (t == DEV_BOOL) {
+      if (randint) {
+        r = range != 0 ? ((uint64_t)x[0] << 32 | x[1]) % range : 0;
+        v.i[j] = sc_wrap64((uint64_t)low + r);
+      } else if (t == DEV_BOOL) {
         v.i[j] = x[0] & 1;
       } else if (isint) {
         r = range != 0 ? ((uint64_t)x[0] << 32 | x[1]) % range : 0;
@@ -464,7 +467,7 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
         v.d[j] = below_high(a + u * (b - a), b, t);
       }
     }
-    walk_store(&w, t, isint ? C_INT : C_DOUBLE, k, &v);
+    walk_store(&w, t, isint || randint ? C_INT : C_DOUBLE, k, &v);
   }
   return 0;
 }

@@ -29,7 +29,7 @@ int dev_check_view(dev_ctx *ctx, const dev_view *v, const char *what) {
   if (v->buf->ctx != ctx)
     return dev_fail(ctx, DEV_ERR_INVALID, "%s belongs to another gpulua instance", what);
   for (int d = 0; d < v->ndim && d < DEV_MAXDIM; d++)
-    if (v->shape[d] <= 0 || v->stride[d] < 0)
+    if (v->shape[d] < 0 || v->stride[d] < 0)
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad shape or stride", what);
   char msg[200];
   if (dev_view_check(v, what, msg, sizeof msg)) return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
@@ -81,7 +81,7 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operand count %d", kinds[op->kind], op->nin);
   if ((rc = dev_check_view(ctx, &op->out, "output"))) return rc;
   /* an expanded view (t:expand) repeats elements: writing it is refused, as PyTorch */
-  for (int d = 0; d < op->out.ndim; d++)
+  for (int d = 0; d < op->out.ndim && dev_view_numel(&op->out) > 0; d++)
     if (op->out.stride[d] == 0 && op->out.shape[d] > 1)
       return dev_fail(ctx, DEV_ERR_INVALID, "the output is an expanded view (stride 0 along dim %d): several of "
                       "its elements are one memory location; write into t:clone() instead", d + 1);
@@ -98,6 +98,9 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
                       dev_dtype_name(t));
     if (op->code == DEV_RAND_UNIFORM && !isf && t != DEV_BOOL && op->s1.i <= op->s0.i)
       return dev_fail(ctx, DEV_ERR_INVALID, "rand: empty range");
+    if (op->code == DEV_RAND_INT && (!op->s0.is_int || !op->s1.is_int || op->s1.i <= op->s0.i))
+      return dev_fail(ctx, DEV_ERR_INVALID, "randint: empty range");
+    if ((unsigned)op->code > DEV_RAND_INT) return dev_fail(ctx, DEV_ERR_INVALID, "rand: bad kind %d", op->code);
     return DEV_OK;
   case DEV_OP_UNARY: {
     if (op->nin != 1 || (unsigned)op->code >= DEV_NUNOP)
@@ -144,9 +147,13 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
     const dev_view *src = &op->in[0];
     if (op->nin != 1 || (unsigned)op->code >= DEV_NREDOP || op->dim < -1 || op->dim >= src->ndim)
       return dev_fail(ctx, DEV_ERR_INVALID, "reduce: bad op or dim");
-    int64_t n = op->dim < 0 ? 1 : dev_view_numel(src) / src->shape[op->dim];
+    int64_t n = 1;
+    for (int d = 0; op->dim >= 0 && d < src->ndim; d++) n *= d == op->dim ? 1 : src->shape[d];
     if (dev_view_numel(&op->out) != n)
       return dev_fail(ctx, DEV_ERR_INVALID, "reduce: output numel mismatch");
+    /* the result of reducing nothing (an identity, or an error for max) is not defined yet */
+    if (n > 0 && dev_view_numel(src) == 0)
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "reducing an empty tensor (a zero-sized dim) is not supported yet");
     return DEV_OK;
   }
   case DEV_OP_MATMUL: {
@@ -179,7 +186,7 @@ static const char *op_name(const dev_kop *op) {
   switch (op->kind) {
   case DEV_OP_FILL: return "fill";
   case DEV_OP_ARANGE: return "arange";
-  case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : "rand";
+  case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : op->code == DEV_RAND_INT ? "randint" : "rand";
   case DEV_OP_UNARY: return dev_unop_name(op->code);
   case DEV_OP_BINARY: return dev_binop_name(op->code);
   case DEV_OP_TERNARY: return dev_terop_name(op->code);
@@ -211,6 +218,15 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   if ((rc = validate(ctx, op))) return rc;
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
+  if (op->kind != DEV_OP_LAUNCH && op->kind != DEV_OP_SLEEP) {
+    /* Zero-sized: nothing to write, nothing enqueued, no memory touched.  A
+     * matmul over k = 0 is a fill of zeros. */
+    if (dev_view_numel(&op->out) == 0) return DEV_OK;
+    if (op->kind == DEV_OP_MATMUL && op->in[0].shape[1] == 0) {
+      dev_kop z = {.kind = DEV_OP_FILL, .out = op->out, .s0 = {1, 0, 0}};
+      return dev_submit(ctx, s, &z);
+    }
+  }
   if (op->kind == DEV_OP_LAUNCH) {
     /* Always on the device, even when every tensor is pinned. */
     const dev_launch *l = op->launch;
@@ -277,7 +293,7 @@ void dev_view_set_contiguous(dev_view *v, int ndim, const int64_t *shape) {
   for (int d = ndim - 1; d >= 0; d--) {
     v->shape[d] = shape[d];
     v->stride[d] = st;
-    st *= shape[d];
+    st *= shape[d] ? shape[d] : 1;   /* as PyTorch: a zero-sized dim keeps the others' strides */
   }
 }
 
@@ -291,6 +307,7 @@ static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, cons
 int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
   size_t bytes = (size_t)dev_view_numel(src) * dev_dtype_size(src->dtype);
   dev_buf *tmp;
+  if (bytes == 0) return dev_check_async(ctx);   /* nothing to read: no wait */
   int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, bytes, &tmp);
   if (rc) return rc;
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
@@ -347,6 +364,7 @@ int dev_memset(dev_ctx *ctx, dev_stream *s, dev_buf *b, size_t offset, int value
 int dev_write(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const void *src) {
   size_t bytes = (size_t)dev_view_numel(dst) * dev_dtype_size(dst->dtype);
   dev_buf *tmp;
+  if (bytes == 0) return dev_check_async(ctx);
   int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, bytes, &tmp);
   if (rc) return rc;
   memcpy(tmp->ptr, src, bytes);

@@ -316,7 +316,9 @@ typedef enum { DEV_REDUCE_OPS(DEV_OP_ENUM_RED) DEV_NREDOP } dev_redop;
 #undef DEV_OP_ENUM_TER
 #undef DEV_OP_ENUM_RED
 
-typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL } dev_randkind;
+/* DEV_RAND_INT: integers in [s0, s1) (both integer scalars), stored in any
+ * dtype (gpu.randint) */
+typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL, DEV_RAND_INT } dev_randkind;
 
 const char *dev_unop_name(dev_unop op);
 const char *dev_binop_name(dev_binop op);
@@ -340,7 +342,8 @@ dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t);
 typedef enum {
   DEV_OP_FILL,      /* out = s0 */
   DEV_OP_ARANGE,    /* out[i] = s0 + i*s1 (flat C order) */
-  DEV_OP_RAND,      /* code = dev_randkind; uniform [s0,s1) / normal(mean s0, std s1) */
+  DEV_OP_RAND,      /* code = dev_randkind; uniform [s0,s1) / normal(mean s0, std s1) /
+                       integers [s0,s1) */
   DEV_OP_UNARY,     /* code = dev_unop; out = op(in[0]) */
   DEV_OP_BINARY,    /* code = dev_binop; out = in[0] op in[1] (or scalar, see flags) */
   DEV_OP_TERNARY,   /* code = dev_terop; out = op(in[0], x, y): x, y the next tensor

@@ -13,8 +13,8 @@
 -- documented differences from NumPy are the reference here (README,
 -- "Tensors"): integer division floors and raises on zero; `//` and
 -- floor_divide on floats are floor(a / b), as Lua's; floor, ceil, round and
--- trunc keep an integer dtype (the identity).  Zero-sized tensors are not
--- supported yet (a zero-sized dimension raises), so they are not compared.
+-- trunc keep an integer dtype (the identity).  Zero-sized tensors are
+-- compared in tests/views_numpy.lua.
 local gpu = require "gpu"
 local T = require "gpu.test"
 

@@ -144,7 +144,9 @@ T.test("arange", function()
   for i = 1, #n do ok = ok and n[i] == i - 1 end
   T.ok(ok, "arange(10000) elementwise")
   T.raises_at(function() gpu.arange(0, 5, 0) end, "step", "step 0 raises")
-  T.raises_at(function() gpu.arange(5, 0) end, "bad argument", "an empty range raises (zero-sized)")
+  T.is(gpu.arange(5, 0).shape, { 0 }, "an empty range is an empty tensor (as NumPy)")
+  T.is(gpu.arange(2.5, 2.5).shape, { 0 }, "also with float bounds")
+  T.raises_at(function() gpu.arange(0, 0 / 0) end, "give no range", "a NaN bound raises")
 end)
 
 local function stats(list)

@@ -225,7 +225,7 @@ T.test("bad arguments name the method and the argument", function()
   T.raises_at(function() a:expand { 3, 3, 4 } end, "cannot expand dim 1 of {2,3,4} from size 2 to 3", "expand a dim > 1")
   T.raises_at(function() a:expand { 3, 4 } end, "2 sizes given for a 3-dim tensor", "expand to fewer dims")
   T.raises_at(function() a:expand { -1, 2, 3, 4 } end, "shape[1] = -1 for a new leading dim", "-1 for a new dim")
-  T.raises_at(function() a:expand { 2, 3, -2 } end, "shape[3] must be positive or -1, got -2", "expand to -2")
+  T.raises_at(function() a:expand { 2, 3, -2 } end, "shape[3] must be non-negative or -1, got -2", "expand to -2")
   T.raises_at(function() a:select(2, 4) end, "bad argument #2 to 'select' (index 4 out of range for dim 2 of size 3)",
               "select index past the end")
   T.raises_at(function() a:select(2, -4) end, "index -4 out of range", "select index before the start")
@@ -319,6 +319,165 @@ T.test("gpu.cat and gpu.stack: bad arguments", function()
   local c = gpu.zeros { 2, 3 }
   c:close()
   T.raises_at(function() gpu.cat { a, c } end, "list[2]: tensor is closed", "a closed tensor in the list")
+end)
+
+T.test("linspace and eye", function()
+  T.is(gpu.linspace(0, 1, 5):totable(), { 0, 0.25, 0.5, 0.75, 1 }, "linspace(0, 1, 5)")
+  T.is(gpu.linspace(0, 1, 5).dtype, "f32", "f32 by default")
+  local l = gpu.linspace(0.1, 0.7, 13, { dtype = "f64" }):totable()
+  T.is({ l[1], l[13] }, { 0.1, 0.7 }, "the first is a and the last exactly b")
+  T.is(gpu.linspace(3, -3, 4, { dtype = "i32" }):totable(), { 3, 1, -1, -3 }, "decreasing, integers")
+  T.is(gpu.linspace(-3, 3.5, 5, { dtype = "i64" }):totable(), { -3, -2, 0, 1, 3 }, "integer dtypes floor (as NumPy)")
+  T.is(gpu.linspace(2, 9, 1):totable(), { 2.0 }, "one value is a")
+  T.is(gpu.linspace(0, 1, 3, { device = "host" }).device, "host", "opts.device")
+  T.is(gpu.eye(3):totable(), { { 1, 0, 0 }, { 0, 1, 0 }, { 0, 0, 1 } }, "eye(3)")
+  T.is(gpu.eye(2, 3, { dtype = "i8" }):totable(), { { 1, 0, 0 }, { 0, 1, 0 } }, "eye(2, 3)")
+  T.is(gpu.eye(3, 2):totable(), { { 1, 0 }, { 0, 1 }, { 0, 0 } }, "eye(3, 2)")
+  T.is(gpu.eye(2, nil, { dtype = "bool" }):totable(), { { true, false }, { false, true } }, "eye(2, nil, opts)")
+  T.is(gpu.eye(2, { dtype = "f64" }).dtype, "f64", "eye(n, opts)")
+  T.raises_at(function() gpu.linspace(0, 1, -1) end, "bad argument #3 to 'linspace' (count must be non-negative, got -1)",
+              "linspace count -1")
+  T.raises_at(function() gpu.linspace(0, 1, 2.5) end, "integer count expected, got 2.5", "linspace count 2.5")
+  T.raises_at(function() gpu.linspace(0, "x", 2) end, "bad argument #2 to 'linspace' (number expected", "linspace b")
+  T.raises_at(function() gpu.eye(-1) end, "bad argument #1 to 'eye' (row count must be non-negative, got -1)", "eye(-1)")
+  T.raises_at(function() gpu.eye(2, -1) end, "bad argument #2 to 'eye' (column count must be non-negative", "eye(2, -1)")
+  T.raises_at(function() gpu.eye(2, 2, { dtyp = "f32" }) end, "unknown option 'dtyp'", "eye with a misspelt option")
+end)
+
+T.test("randint", function()
+  local r = gpu.randint(-5, 5, { 100, 100 })
+  T.is({ r.dtype, r.shape }, { "i64", { 100, 100 } }, "i64 by default")
+  T.is({ r:min():item(), r:max():item() }, { -5, 4 }, "in [lo, hi): hi is exclusive")
+  local counts = {}
+  for _, v in ipairs(T.flatten(r:totable())) do counts[v] = (counts[v] or 0) + 1 end
+  local spread = true
+  for v = -5, 4 do spread = spread and (counts[v] or 0) > 800 and counts[v] < 1200 end
+  T.ok(spread, "about uniform: each of 10 values 800..1200 times in 10000")
+  T.is(gpu.randint(0, 10, 50, { seed = 7 }):totable(), gpu.randint(0, 10, 50, { seed = 7 }):totable(),
+       "opts.seed: the same numbers")
+  gpu.seed(123)
+  local a = gpu.randint(0, 1000, 20):totable()
+  gpu.seed(123)
+  T.is(gpu.randint(0, 1000, 20):totable(), a, "gpu.seed makes it reproducible")
+  T.isnt(gpu.randint(0, 1000, 20):totable(), a, "the generator moves on")
+  T.is(gpu.randint(0, 100, 64, { seed = 9, dtype = "f32" }):totable(),
+       gpu.randint(0, 100, 64, { seed = 9 }):to("f32"):totable(), "a float dtype holds the same integers")
+  for _, dt in ipairs(T.dtypes) do
+    local lo, hi = -3, 4
+    if dt == "u8" then lo = 250 hi = 256 end
+    if dt == "bool" then lo, hi = 0, 2 end
+    local x = gpu.randint(lo, hi, 500, { dtype = dt, seed = 1 })
+    T.is(x.dtype, dt, "randint " .. dt)
+    if dt ~= "bool" then
+      T.ok(x:min():item() >= lo and x:max():item() <= hi - 1, "randint " .. dt .. " in range")
+    else
+      T.is({ x:any():item(), x:all():item() }, { true, false }, "randint bool: both values")
+    end
+  end
+  local big = gpu.randint(math.mininteger, math.maxinteger, 1000, { seed = 3 })
+  T.ok(big:min():item() < -(1 << 60) and big:max():item() > (1 << 60), "the whole i64 range")
+  T.is(gpu.randint(7, 8, { 2, 2 }):totable(), { { 7, 7 }, { 7, 7 } }, "a range of one value")
+  T.raises_at(function() gpu.randint(5, 5, 3) end, "bad argument #2 to 'randint' (high (5) must be greater than low (5))",
+              "an empty range")
+  T.raises_at(function() gpu.randint(0, 300, 3, { dtype = "u8" }) end, "randint: [0, 300) is beyond u8's range [0, 255]",
+              "beyond the dtype")
+  T.raises_at(function() gpu.randint(-1, 1, 3, { dtype = "bool" }) end, "beyond bool's range", "bool from -1")
+  T.raises_at(function() gpu.randint(0, 1.5, 3) end, "bad argument #2 to 'randint' (integer high expected, got 1.5)",
+              "a float bound")
+  T.raises_at(function() gpu.randint(0, 5) end, "bad argument #3 to 'randint' (shape table or integer expected",
+              "no shape")
+  T.raises_at(function() gpu.randint(0, 5, { 2, -1 }) end, "shape[2] must be non-negative, got -1", "a bad shape")
+end)
+
+T.test("empty_like, zeros_like, ones_like, full_like", function()
+  local t = gpu.rand({ 2, 3 }, { dtype = "f64" }):t()
+  local z = gpu.zeros_like(t)
+  T.is({ z.shape, z.dtype, z.device, z:is_contiguous() }, { { 3, 2 }, "f64", "device", true },
+       "zeros_like: t's shape, dtype and memory, contiguous")
+  T.is(z:totable(), { { 0, 0 }, { 0, 0 }, { 0, 0 } }, "zeros_like values")
+  T.is(gpu.ones_like(t, { dtype = "i32" }):totable(), { { 1, 1 }, { 1, 1 }, { 1, 1 } }, "ones_like with a dtype")
+  local f = gpu.full_like(t, 2.5, { device = "host" })
+  T.is({ f.device, f:totable() }, { "host", { { 2.5, 2.5 }, { 2.5, 2.5 }, { 2.5, 2.5 } } }, "full_like on the host")
+  local e = gpu.empty_like(gpu.zeros({ 4 }, { dtype = "u8", device = "pinned" }))
+  T.is({ e.shape, e.dtype, e.device }, { { 4 }, "u8", "pinned" }, "empty_like")
+  local s = gpu.stream()
+  local o = gpu.ones_like(t, { stream = s })
+  s:synchronize()
+  T.is(o:sum():item(), 6.0, "on a stream")
+  T.is(gpu.full_like(gpu.zeros({ 2 }, { dtype = "bool" }), true):totable(), { true, true }, "full_like of bool")
+  T.raises_at(function() gpu.full_like(gpu.zeros({ 2 }, { dtype = "i8" }), 1000) end, "bad argument #2 to 'full_like'",
+              "a value out of the dtype's range")
+  T.raises_at(function() gpu.full_like(t) end, "bad argument #2 to 'full_like' (number expected, got no value)",
+              "full_like without a value")
+  T.raises_at(function() gpu.zeros_like(3) end, "bad argument #1 to 'zeros_like' (gpu.Tensor expected, got number)",
+              "zeros_like of a number")
+  T.raises_at(function() gpu.ones_like(t, { dtype = "f128" }) end, "unknown dtype 'f128'", "a bad dtype")
+end)
+
+T.test("zero-sized dims", function()
+  for _, kind in ipairs { "device", "pinned", "host" } do
+    local o = { device = kind }
+    local z = gpu.zeros({ 3, 0, 2 }, o)
+    T.is({ z.shape, z:numel(), z:nbytes(), #z, z:is_contiguous() }, { { 3, 0, 2 }, 0, 0, 3, true }, kind .. ": zeros{3, 0, 2}")
+    T.is(z:totable(), { {}, {}, {} }, kind .. ": totable gives empty tables")
+    T.is(tostring(z), "gpu.Tensor(f32, {3,0,2}, " .. kind .. ")\n{}", kind .. ": tostring")
+    for _, mk in ipairs { gpu.empty, gpu.ones, gpu.rand, gpu.randn } do T.is(mk({ 0 }, o).shape, { 0 }, kind .. ": {0}") end
+    T.is(gpu.full({ 2, 0 }, 7, o).shape, { 2, 0 }, kind .. ": full")
+    T.is(gpu.randint(0, 5, { 0, 4 }, o).shape, { 0, 4 }, kind .. ": randint")
+    T.is((z + 1):totable(), { {}, {}, {} }, kind .. ": an elementwise op")
+    T.is(z:eq(0).dtype, "bool", kind .. ": a comparison")
+    T.is(z:fill(3):add_(1).shape, { 3, 0, 2 }, kind .. ": in place")
+    T.is(z:transpose(1, 3):contiguous().shape, { 2, 0, 3 }, kind .. ": a copy of a view")
+    T.is(z:to("i32").dtype, "i32", kind .. ": a cast")
+    local p = os.tmpname()
+    z:save(p)
+    local back = gpu.load(p, { device = kind })
+    os.remove(p)
+    T.is({ back.shape, back.device }, { { 3, 0, 2 }, kind }, kind .. ": save and load")
+    T.is(gpu.matmul(gpu.ones({ 2, 0 }, o), gpu.ones({ 0, 3 }, o)):totable(), { { 0, 0, 0 }, { 0, 0, 0 } },
+         kind .. ": matmul over k = 0 is zeros")
+    T.is(gpu.matmul(gpu.ones({ 0, 4 }, o), gpu.ones({ 4, 3 }, o)).shape, { 0, 3 }, kind .. ": matmul with m = 0")
+  end
+  T.is(gpu.tensor({}).shape, { 0 }, "gpu.tensor{} is {0}")
+  T.is(gpu.tensor({ {}, {} }).shape, { 2, 0 }, "gpu.tensor{{}, {}} is {2, 0}")
+  T.raises_at(function() gpu.tensor({ {}, { 1 } }) end, "ragged nested table", "ragged with an empty row")
+  T.is(gpu.arange(3, 3).shape, { 0 }, "arange of an empty range")
+  T.is({ gpu.eye(0).shape, gpu.eye(2, 0).shape, gpu.linspace(0, 1, 0).shape }, { { 0, 0 }, { 2, 0 }, { 0 } },
+       "eye and linspace")
+  local x = gpu.arange(0, 12):view { 3, 4 }
+  T.is(x:narrow(2, 2, 0).shape, { 3, 0 }, "narrow of length 0")
+  T.is(x:narrow(2, 5, 0).shape, { 3, 0 }, "narrow of length 0 just past the end")
+  T.is(x:slice(1, 3, 2).shape, { 0, 4 }, "an empty slice (i > j, as string.sub)")
+  T.is(x:slice(2, 9).shape, { 3, 0 }, "a slice past the end")
+  local e = x:slice(1, 2, 1)
+  T.is(e:view { 0, 2, 2 }:numel(), 0, "view of an empty slice")
+  T.is({ e:view { 0 }.shape, e:reshape { 4, 0, 7 }.shape, e:unsqueeze(1).shape }, { { 0 }, { 4, 0, 7 }, { 1, 0, 4 } },
+       "views of an empty tensor")
+  T.is(gpu.ones({ 1, 3 }):expand { 0, 3 }.shape, { 0, 3 }, "expand of a size 1 to 0")
+  T.is(#gpu.zeros({ 0, 3 }):split(2), 1, "split of a zero-sized dim: one empty piece (PyTorch)")
+  T.is(#gpu.zeros({ 0, 3 }):chunk(3), 3, "chunk(3) of a zero-sized dim: three empty pieces (PyTorch, NumPy)")
+  T.is({ #x:split({ 2, 0, 1 }), x:split({ 2, 0, 1 })[2].shape }, { 3, { 0, 4 } }, "split with a size of 0")
+  T.is(gpu.cat({ x, x:slice(1, 2, 1) }):totable(), x:totable(), "cat with an empty part")
+  T.is(gpu.stack({ e, e }).shape, { 2, 0, 4 }, "stack of empty tensors")
+  local z = gpu.zeros({ 4, 0 })
+  T.is(z:sum { dim = 1 }.shape, { 0 }, "a reduction to an empty result")
+  T.raises_at(function() z:sum() end, "sum: reducing an empty tensor (a zero-sized dim) is not supported yet",
+              "sum of nothing raises clearly (for now)")
+  T.raises_at(function() z:max { dim = 2 } end, "max: reducing an empty tensor", "max of nothing raises")
+  T.raises_at(function() z:item() end, "item: tensor has 0 elements", "item of an empty tensor")
+  T.raises_at(function() gpu.zeros({ 0 }):get(1) end, "index 1 out of range for dim 1 of size 0", "get")
+  T.raises_at(function() x:view { 0, -1 } end, "cannot infer -1 beside a zero-sized dim", "view{0, -1}")
+  T.raises_at(function() e:reshape { -1, 0 } end, "cannot infer -1 beside a zero-sized dim", "reshape{-1, 0}")
+  -- nothing is enqueued, no host wait
+  local dz, dx = gpu.zeros({ 0, 5 }), gpu.zeros({ 5, 0 })
+  gpu.synchronize()
+  local before = gpu.stats()
+  local _ = dz + 1, dz:eq(dz), gpu.where(dz:eq(dz), dz, 2), dz:clone(), gpu.cat({ dz, dz }), dz:fill(2), dz:totable()
+  local _ = gpu.matmul(dz, dx), gpu.ones({ 0 }), gpu.rand({ 3, 0 }), gpu.linspace(0, 1, 0), dz:to("host")
+  local after = gpu.stats()
+  T.is({ after.launches - before.launches, after.copies - before.copies, after.syncs - before.syncs }, { 0, 0, 0 },
+       "ops on empty tensors enqueue nothing and never wait")
+  T.is(gpu.matmul(dz, dx):totable(), {}, "matmul {0, 5} @ {5, 0}")
 end)
 
 T.test("views make no device op", function()

@@ -64,6 +64,7 @@ local function py(v)
   end
   if type(v) == "boolean" then return v and "True" or "False" end
   if v == nil then return "None" end
+  if type(v) == "string" then return string.format("%q", v) end
   if math.type(v) == "integer" then return string.format("%d", v) end
   return string.format("%.17g", v)
 end
@@ -141,6 +142,61 @@ for _, dt in ipairs(ALL) do
   cc("cat into a strided out", "cat", { a, b }, 1, out:slice(1, 2, -2))
 end
 
+for _, dt in ipairs(ALL) do
+  for _, l in ipairs { { 0, 1, 5 }, { -3, 3.5, 11 }, { 1000, -2.5, 7 }, { 5, 5, 3 }, { 2, 7, 1 }, { -1, 1, 1001 },
+                       { 0.1, 0.7, 13 } } do
+    local a, b, n = l[1], l[2], l[3]
+    local lo, hi = -math.huge, math.huge
+    if T.is_int(dt) then lo, hi = T.int_range(dt) end
+    -- out of an integer dtype's range a cast saturates (NumPy's wraps): not compared
+    if math.min(a, b) >= lo and math.max(a, b) <= hi then case(string.format("linspace(%g, %g, %d) %s", a, b, n, dt), "linspace", {}, { a, b, n, dt },
+         gpu.linspace(a, b, n, { dtype = dt })) end
+  end
+  for _, e in ipairs { { 4 }, { 3, 5 }, { 5, 2 }, { 1 } } do
+    case(string.format("eye(%s) %s", table.concat(e, ", "), dt), "eye", {}, { e[1], e[2] or e[1], dt },
+         gpu.eye(e[1], e[2], { dtype = dt }))
+  end
+end
+
+-- zero-sized dims: views, joins, creation, elementwise ops, matmul over k = 0
+for _, dt in ipairs(ALL) do
+  local z = rand(dt, { 4, 0, 3 })
+  local x = rand(dt, { 4, 5, 3 })
+  local function c(name, op, ins, params, r) case(name .. " " .. dt .. " zero-sized", op, ins, params, r) end
+  c("transpose(1, 2)", "transpose", { z }, { 1, 2 }, z:transpose(1, 2))
+  c("permute{3, 2, 1}", "permute", { z }, { 3, 2, 1 }, z:permute { 3, 2, 1 })
+  c("unsqueeze(2)", "unsqueeze", { z }, 2, z:unsqueeze(2))
+  c("select(1, 2)", "select", { z }, { 1, 2 }, z:select(1, 2))
+  c("slice(2, 1, -1)", "slice", { z }, { 2, 1, -1, 1 }, z:slice(2, 1, -1))
+  c("slice(1, 3, 2) of a full one", "slice", { x }, { 1, 3, 2, 1 }, x:slice(1, 3, 2))
+  c("slice(2, 9, 20, 2) of a full one", "slice", { x }, { 2, 9, 20, 2 }, x:slice(2, 9, 20, 2))
+  c("reshape{0, 12}", "reshape", { z }, { 0, 12 }, z:reshape { 0, 12 })
+  c("reshape{3, 0, 4}", "reshape", { z }, { 3, 0, 4 }, z:reshape { 3, 0, 4 })
+  c("expand{4, 0, 3}", "expand", { x:slice(2, 1, 1) }, { 4, 0, 3 }, x:slice(2, 1, 1):expand { 4, 0, 3 })
+  for k, p in ipairs(z:split(2, 2)) do c("split(2, 2)[" .. k .. "]", "split", { z }, { 2, 2, k }, p) end
+  for k, p in ipairs(x:split({ 2, 0, 3 }, 2)) do c("split({2, 0, 3}, 2)[" .. k .. "]", "split", { x }, { 2, { 2, 0, 3 }, k }, p) end
+  c("cat with a zero-sized part", "cat", { x, z, x }, 2, gpu.cat({ x, z, x }, 2))
+  c("cat of zero-sized parts", "cat", { z, z }, 1, gpu.cat({ z, z }, 1))
+  c("stack", "stack", { z, z, z }, 2, gpu.stack({ z, z, z }, 2))
+  c("contiguous of a transposed view", "transpose", { z }, { 1, 3 }, z:transpose(1, 3):contiguous())
+  c("eye(3, 0)", "eye", {}, { 3, 0, dt }, gpu.eye(3, 0, { dtype = dt }))
+  c("eye(0)", "eye", {}, { 0, 0, dt }, gpu.eye(0, { dtype = dt }))
+  c("linspace(0, 1, 0)", "linspace", {}, { 0, 1, 0, dt }, gpu.linspace(0, 1, 0, { dtype = dt }))
+  if dt ~= "bool" then
+    c("add", "add", { z, z }, nil, z + z)
+    c("add, broadcast {4, 0, 3} {3}", "add", { z, x:select(1, 1):select(1, 1) }, nil,
+      z + x:select(1, 1):select(1, 1))
+    local a, b = rand(dt, { 3, 0 }), rand(dt, { 0, 4 })
+    if dt ~= "u8" then
+      c("matmul {3, 0} @ {0, 4}", "matmul", { a, b }, nil, gpu.matmul(a, b))
+      c("matmul {0, 3} @ {3, 4}", "matmul", { rand(dt, { 0, 3 }), rand(dt, { 3, 4 }) }, nil,
+        gpu.matmul(rand(dt, { 0, 3 }), rand(dt, { 3, 4 })))
+    end
+  end
+  c("eq", "eq", { z, z }, nil, z:eq(z))
+  c("where", "where", { z:eq(z), z, z }, nil, gpu.where(z:eq(z), z, z))
+end
+
 -- ---- the oracle -----------------------------------------------------------
 
 local ORACLE = [=[
@@ -150,6 +206,24 @@ import numpy as np
 def load(path, dt):
     a = np.load(path)
     return a.view(np.uint16) if dt == "bf16" else a
+
+NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i8": np.int8, "u8": np.uint8,
+      "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+
+def bf16_bits(x):
+    """float64 -> bf16 bits, rounded once to nearest even"""
+    m, e = np.frexp(np.asarray(x, dtype=np.float64))
+    r = np.ldexp(np.round(m * 256), e - 8).astype(np.float32)
+    return (r.view(np.uint32) >> 16).astype(np.uint16)
+
+def as_dtype(x, dt):
+    return bf16_bits(x) if dt == "bf16" else x.astype(NP[dt])
+
+def linspace(p):
+    a, b, n, dt = p
+    if dt == "bf16":
+        return bf16_bits(np.linspace(a, b, n))
+    return np.linspace(a, b, n, dtype=NP[dt])
 
 def dim(d, nd):
     """a 1-based (or negative) gpulua dim as a NumPy axis"""
@@ -211,10 +285,16 @@ F = {
     "split": split,
     "chunk": chunk,
     "reshape": lambda x, p: x.reshape(p),
+    "linspace": lambda xs, p: linspace(p),
+    "eye": lambda xs, p: as_dtype(np.eye(p[0], p[1]), p[2]),
+    "add": lambda xs, p: xs[0] + xs[1],
+    "matmul": lambda xs, p: np.matmul(xs[0], xs[1]),
+    "eq": lambda xs, p: np.equal(xs[0], xs[1]),
+    "where": lambda xs, p: np.where(xs[0], xs[1], xs[2]),
     "cat": lambda xs, p: np.concatenate(xs, axis=dim(p, xs[0].ndim)),
     "stack": lambda xs, p: np.stack(xs, axis=dim(p, xs[0].ndim + 1)),
 }
-LISTS = ("cat", "stack")
+LISTS = ("cat", "stack", "linspace", "eye", "add", "matmul", "eq", "where")
 
 results = []
 

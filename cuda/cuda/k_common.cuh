@@ -305,7 +305,7 @@ template <int T> KH double k_below_high(double v, double high)
 /* Parameters of one DEV_OP_RAND, prepared on the host. */
 typedef struct krand {
   uint64_t seed, offset;
-  int normal;
+  int normal, randint;  /* DEV_RAND_NORMAL, DEV_RAND_INT */
   double a, b;          /* low/high or mean/std */
   int64_t low;          /* integer dtypes: [low, low + range) */
   uint64_t range;
@@ -318,6 +318,7 @@ static inline krand k_rand_params(const dev_kop *op)
   r.seed = op->seed;
   r.offset = op->offset;
   r.normal = op->code == DEV_RAND_NORMAL;
+  r.randint = op->code == DEV_RAND_INT;
   r.a = k_scalar_d(op->s0);
   r.b = k_scalar_d(op->s1);
   r.low = op->s0.is_int ? op->s0.i : k_sat(op->s0.f, INT64_MIN, INT64_MAX);
@@ -333,6 +334,10 @@ template <int T> KH typename kt<T>::S k_rand_elem(const krand &r, uint64_t idx)
 {
   uint32_t x[4];
   sc_philox(r.seed, r.offset + idx, x);
+  if (r.randint) {
+    uint64_t v = r.range != 0 ? ((uint64_t)x[0] << 32 | x[1]) % r.range : 0;
+    return k_store_i<T>(sc_wrap64((uint64_t)r.low + v));
+  }
   if constexpr (T == DEV_BOOL) {
     return k_store_i<T>(x[0] & 1);
   } else if constexpr (kt<T>::cls == KC_INT) {

@@ -1,4 +1,5 @@
-/* DEV_OP_RAND: uniform [s0, s1) or normal(mean s0, std s1) from Philox-4x32-10
+/* DEV_OP_RAND: uniform [s0, s1), normal(mean s0, std s1) or integers in
+ * [s0, s1) stored in any dtype (DEV_RAND_INT) from Philox-4x32-10
  * keyed by seed, element i drawing counter offset + i (flat C order), so the
  * numbers are the host backend's (see k_rand_elem in k_common.cuh). */
 #include "k_common.cuh"
@@ -21,7 +22,7 @@ int k_rand(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   int64_t n = dev_view_numel(out);
   krand r;
   kview kv;
-  if (op->code != DEV_RAND_UNIFORM && op->code != DEV_RAND_NORMAL)
+  if (op->code != DEV_RAND_UNIFORM && op->code != DEV_RAND_NORMAL && op->code != DEV_RAND_INT)
     return k_fail(err, errlen, "rand: bad kind %d", op->code);
   if (op->code == DEV_RAND_NORMAL && !dev_dtype_is_float(out->dtype))
     return k_fail(err, errlen, "randn needs a float dtype, not %s", dev_dtype_name(out->dtype));

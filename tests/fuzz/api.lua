@@ -366,14 +366,30 @@ gen[#gen + 1] = { 6, function()
     local t, dims = sized()
     if dims and #dims > 0 and chance(0.7) then
       local d = R(#dims)
-      local start = R(1, dims[d])
-      return slot() .. " = " .. t .. ":narrow(" .. d .. ", " .. start .. ", " .. R(1, dims[d] - start + 1) .. ")"
+      local start = dims[d] > 0 and R(1, dims[d]) or 1   -- a zero-sized dim: narrow(d, 1, 0)
+      return slot() .. " = " .. t .. ":narrow(" .. d .. ", " .. start .. ", " .. R(dims[d] > 0 and 1 or 0, dims[d] - start + 1) .. ")"
     end
     return slot() .. " = " .. t .. ":narrow(" .. OPT.dim() .. ", " .. num() .. ", " .. num() .. ")"
   end
   if r < 0.6 then return slot() .. " = " .. tensor() .. ":view(" .. (chance(0.2) and "{-1}" or shape()) .. ")" end
   if r < 0.8 then return slot() .. " = " .. tensor() .. ":to(" .. pick({ dtype(), device(), "{dtype = " .. dtype() .. ", device = " .. device() .. "}", any() }) .. ", " .. opts("stream") .. ")" end
   return slot() .. " = " .. tensor() .. ":" .. pick({ "contiguous", "clone" }) .. "()"
+end }
+-- views, joins and the creation ops of tensor_view.c
+local VIEWS = { "transpose", "t", "permute", "unsqueeze", "squeeze", "expand", "select", "slice", "split", "chunk",
+                "reshape" }
+gen[#gen + 1] = { 5, function()
+  local r = R()
+  local small = function() return chance(0.85) and tostring(R(-3, 4)) or any() end
+  if r < 0.45 then return slot() .. " = " .. tensor() .. ":" .. pick(VIEWS) .. "(" .. args(R(0, 4), small) .. ")" end
+  if r < 0.6 then return slot() .. " = " .. tensor() .. ":" .. pick({ "expand", "reshape", "permute" }) .. "(" .. shape() .. ")" end
+  if r < 0.8 then
+    return slot() .. " = gpu." .. pick({ "cat", "stack" }) .. "({" .. args(R(0, 3), tensor) .. "}, "
+           .. (chance(0.6) and small() or opts("out", "stream")) .. ", " .. opts("out", "stream") .. ")"
+  end
+  local f = pick({ "linspace", "eye", "randint", "empty_like", "zeros_like", "ones_like", "full_like" })
+  local a = f:match("like$") and { tensor(), num() } or { small(), small(), chance(0.5) and shape() or small() }
+  return slot() .. " = gpu." .. f .. "(" .. table.concat(a, ", ") .. ", " .. opts("dtype", "device", "stream", "seed") .. ")"
 end }
 gen[#gen + 1] = { 10, function()
   local op = pick(BINARY)
@@ -410,7 +426,7 @@ gen[#gen + 1] = { 6, function()
   local t, dims = sized()
   if dims and chance(0.6) then
     local at = {}
-    for i, n in ipairs(dims) do at[i] = R(1, n) end
+    for i, n in ipairs(dims) do at[i] = n > 0 and R(1, n) or 1 end
     idx = function() return tostring(table.remove(at, 1) or R(-2, 4)) end
   end
   if r < 0.3 then return slot() .. " = " .. t .. ":get(" .. args(dims and chance(0.8) and #dims or R(0, 3), idx) .. ")" end

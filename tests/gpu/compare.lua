@@ -63,6 +63,25 @@ T.test("constructors and fill", function()
   end
 end)
 
+T.test("linspace, eye, randint, *_like", function()
+  for _, dt in ipairs(ALL) do
+    local function both(f) return f({ dtype = dt }), f({ dtype = dt, device = "pinned" }) end
+    local a, b = both(function(o) return gpu.linspace(-7, 9.5, 1001, o) end)
+    same(a, b, "linspace " .. dt, 0)
+    a, b = both(function(o) return gpu.eye(37, 53, o) end)
+    same(a, b, "eye " .. dt, 0)
+    local lo, hi = -1000, 1000
+    if dt == "u8" then lo, hi = 0, 256 elseif dt == "i8" then lo, hi = -128, 128 elseif dt == "bool" then lo, hi = 0, 2 end
+    a, b = both(function(o) o.seed = 99 return gpu.randint(lo, hi, { 77, 53 }, o) end)
+    same(a, b, "randint " .. dt .. " same numbers for the same seed", 0)
+    local v = dt == "bool" and true or 3
+    same(gpu.full_like(a, v), gpu.full_like(b, v), "full_like " .. dt)
+    same(gpu.zeros_like(a), gpu.zeros_like(b), "zeros_like " .. dt)
+  end
+  same(gpu.randint(math.mininteger, math.maxinteger, 4099, { seed = 5 }),
+       gpu.randint(math.mininteger, math.maxinteger, 4099, { seed = 5, device = "pinned" }), "randint over all of i64")
+end)
+
 T.test("casts between every pair of dtypes", function()
   for _, from in ipairs(ALL) do
     local d, h = inputs(from, { 333 }, 11, -300, 300)
@@ -198,6 +217,23 @@ T.test("views, reshape copies, cat and stack", function()
     gpu.cat({ h, h }, 2, { out = oh:slice(2, 2, -2) })
     same(o, oh, "cat into a strided out " .. dt)
   end
+end)
+
+T.test("zero-sized dims", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 4, 6 }, 111)
+    local z, zh = gpu.zeros({ 4, 0 }, { dtype = dt }), gpu.zeros({ 4, 0 }, { dtype = dt, device = "pinned" })
+    same(gpu.cat({ d, z, d }, 2), gpu.cat({ h, zh, h }, 2), "cat with an empty part " .. dt)
+    same(z:t():contiguous(), zh:t():contiguous(), "copy of an empty view " .. dt)
+    if dt ~= "bool" then
+      same(z + 1, zh + 1, "an elementwise op on an empty tensor " .. dt)
+      if dt ~= "u8" then
+        same(gpu.matmul(z, z:t()), gpu.matmul(zh, zh:t()), "matmul over k = 0 " .. dt)
+      end
+    end
+  end
+  local e = gpu.zeros({ 0, 3 })
+  T.is({ e:totable(), tostring(e) }, { {}, "gpu.Tensor(f32, {0,3}, device)\n{}" }, "totable and tostring of an empty tensor")
 end)
 
 -- small integers in dtype dt (so that comparisons tie), on the device and pinned
