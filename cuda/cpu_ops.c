@@ -738,69 +738,125 @@ static int run_ternary(const dev_kop *op, char *err, size_t errlen)
 
 /* Reduces the len elements w yields.  Float sources are read as double,
  * integer and bool ones as int64.  The result goes to *d or *i (see
- * red_class); argmax gives the 1-based position of the first maximum, or of
- * the first NaN. */
-static void reduce_walk(walk *w, dev_dtype t, int code, int64_t len, double *d, int64_t *i)
+ * red_class); argmax/argmin give the 1-based position of the first maximum
+ * (minimum), or of the first NaN.  var, std and logsumexp walk twice (a
+ * copy of w): the mean, or the maximum, first. */
+static void reduce_walk(walk *w, dev_dtype t, int code, int64_t len, dev_scalar opt, double *d, int64_t *i)
 {
   int isint = class_of(t) == C_INT;
-  double sum = 0, best = 0;
-  uint64_t isum = 0;
+  double sum = 0, best = 0, prod = 1, p = opt.f, shift = 0;
+  uint64_t isum = 0, iprod = 1;
   int64_t ibest = 0, at = 0, done, k, j, truth = code == DEV_RED_ALL;
+  int pass, npass = code == DEV_RED_VAR || code == DEV_RED_STD || code == DEV_RED_LOGSUMEXP ? 2 : 1;
+  walk w0 = *w;
   block b;
-  for (done = 0; done < len; done += k) {
-    k = min64(BLK, len - done);
-    walk_load(w, t, isint ? C_INT : C_DOUBLE, k, &b);
-    if (done == 0) {
-      if (isint) ibest = b.i[0];
-      else best = b.d[0];
+  for (pass = 0; pass < npass; pass++) {
+    if (pass == 1) {
+      *w = w0;
+      shift = code == DEV_RED_LOGSUMEXP ? best : sum / (double)len;
+      if (code == DEV_RED_LOGSUMEXP && (best != best || isinf(best))) break;   /* NaN, or +-inf: the max */
+      sum = 0;
     }
-    switch (code) {
-    case DEV_RED_SUM: case DEV_RED_MEAN:
-      if (!isint) for (j = 0; j < k; j++) sum += b.d[j];
-      else if (code == DEV_RED_SUM) for (j = 0; j < k; j++) isum += (uint64_t)b.i[j];
-      else for (j = 0; j < k; j++) sum += (double)b.i[j];
-      break;
-    case DEV_RED_MAX: case DEV_RED_ARGMAX:
-      if (!isint) {
-        for (j = 0; j < k && best == best; j++)
-          if (b.d[j] > best || b.d[j] != b.d[j]) { best = b.d[j]; at = done + j; }
-      } else {
-        for (j = 0; j < k; j++)
-          if (b.i[j] > ibest) { ibest = b.i[j]; at = done + j; }
+    for (done = 0; done < len; done += k) {
+      k = min64(BLK, len - done);
+      walk_load(w, t, isint ? C_INT : C_DOUBLE, k, &b);
+      if (done == 0 && pass == 0) {
+        if (isint) ibest = b.i[0];
+        else best = b.d[0];
       }
-      break;
-    case DEV_RED_MIN:
-      if (!isint) {
-        for (j = 0; j < k && best == best; j++)
-          if (b.d[j] < best || b.d[j] != b.d[j]) best = b.d[j];
-      } else {
-        for (j = 0; j < k; j++)
-          if (b.i[j] < ibest) ibest = b.i[j];
+      switch (code) {
+      case DEV_RED_SUM: case DEV_RED_MEAN:
+        if (!isint) for (j = 0; j < k; j++) sum += b.d[j];
+        else if (code == DEV_RED_SUM) for (j = 0; j < k; j++) isum += (uint64_t)b.i[j];
+        else for (j = 0; j < k; j++) sum += (double)b.i[j];
+        break;
+      case DEV_RED_PROD:
+        if (!isint) for (j = 0; j < k; j++) prod *= b.d[j];
+        else for (j = 0; j < k; j++) iprod *= (uint64_t)b.i[j];
+        break;
+      case DEV_RED_MAX: case DEV_RED_ARGMAX: case DEV_RED_LOGSUMEXP:
+        if (pass == 1) {
+          for (j = 0; j < k; j++) sum += exp(b.d[j] - shift);
+        } else if (!isint) {
+          for (j = 0; j < k && best == best; j++)
+            if (b.d[j] > best || b.d[j] != b.d[j]) { best = b.d[j]; at = done + j; }
+        } else {
+          for (j = 0; j < k; j++)
+            if (b.i[j] > ibest) { ibest = b.i[j]; at = done + j; }
+        }
+        break;
+      case DEV_RED_MIN: case DEV_RED_ARGMIN:
+        if (!isint) {
+          for (j = 0; j < k && best == best; j++)
+            if (b.d[j] < best || b.d[j] != b.d[j]) { best = b.d[j]; at = done + j; }
+        } else {
+          for (j = 0; j < k; j++)
+            if (b.i[j] < ibest) { ibest = b.i[j]; at = done + j; }
+        }
+        break;
+      case DEV_RED_VAR: case DEV_RED_STD:
+        if (pass == 0) for (j = 0; j < k; j++) sum += b.d[j];
+        else for (j = 0; j < k; j++) sum += (b.d[j] - shift) * (b.d[j] - shift);
+        break;
+      case DEV_RED_NORM:
+        /* inf: the largest magnitude, NaN winning as for max */
+        if (isinf(p)) {
+          if (done == 0) best = fabs(best);
+          for (j = 0; j < k && best == best; j++)
+            if (fabs(b.d[j]) > best || b.d[j] != b.d[j]) best = fabs(b.d[j]);
+        } else if (p == 1) {
+          for (j = 0; j < k; j++) sum += fabs(b.d[j]);
+        } else if (p == 2) {
+          for (j = 0; j < k; j++) sum += b.d[j] * b.d[j];
+        } else {
+          for (j = 0; j < k; j++) sum += pow(fabs(b.d[j]), p);
+        }
+        break;
+      case DEV_RED_ANY: case DEV_RED_ALL:
+        /* any: a nonzero (NaN is one) decides; all: a zero */
+        for (j = 0; j < k && truth == (code == DEV_RED_ALL); j++)
+          if ((isint ? b.i[j] != 0 : b.d[j] != 0) != truth) truth = !truth;
+        break;
+      default: break;
       }
-      break;
-    case DEV_RED_ANY: case DEV_RED_ALL:
-      /* any: a nonzero (NaN is one) decides; all: a zero */
-      for (j = 0; j < k && truth == (code == DEV_RED_ALL); j++)
-        if ((isint ? b.i[j] != 0 : b.d[j] != 0) != truth) truth = !truth;
-      break;
-    default: break;
+      if ((code == DEV_RED_ANY || code == DEV_RED_ALL) && truth != (code == DEV_RED_ALL)) break;
     }
-    if ((code == DEV_RED_ANY || code == DEV_RED_ALL) && truth != (code == DEV_RED_ALL)) break;
   }
   switch (code) {
   case DEV_RED_SUM: if (isint) *i = sc_wrap64(isum); else *d = sum; break;
+  case DEV_RED_PROD: if (isint) *i = sc_wrap64(iprod); else *d = prod; break;
   case DEV_RED_MEAN: *d = sum / (double)len; break;
-  case DEV_RED_ARGMAX: *i = at + 1; break;
+  case DEV_RED_ARGMAX: case DEV_RED_ARGMIN: *i = at + 1; break;
   case DEV_RED_ANY: case DEV_RED_ALL: *i = truth; break;
+  case DEV_RED_VAR: *d = sum / (double)(len - opt.i); break;
+  case DEV_RED_STD: *d = sqrt(sum / (double)(len - opt.i)); break;
+  case DEV_RED_NORM: *d = isinf(p) ? best : p == 1 ? sum : p == 2 ? sqrt(sum) : pow(sum, 1 / p); break;
+  case DEV_RED_LOGSUMEXP: *d = best != best || isinf(best) ? best : best + log(sum); break;
   default: if (isint) *i = ibest; else *d = best; break;
   }
 }
 
 static cclass red_class(int code, dev_dtype src)
 {
-  if (code == DEV_RED_ARGMAX || code == DEV_RED_ANY || code == DEV_RED_ALL) return C_INT;
-  if (code == DEV_RED_MEAN) return C_DOUBLE;
-  return class_of(src) == C_INT ? C_INT : C_DOUBLE;
+  switch (dev_redop_info(code)->result) {
+  case DEV_RRES_INDEX: case DEV_RRES_BOOL: return C_INT;
+  case DEV_RRES_MEAN: return C_DOUBLE;
+  default: return class_of(src) == C_INT ? C_INT : C_DOUBLE;
+  }
+}
+
+/* The dims of v but dim, for a walk over the starts of the runs along dim
+ * (each len elements at stride *rstride). */
+static void outer_of(const dev_view *v, int dim, dev_view *outer, int64_t *len, int64_t *rstride)
+{
+  *outer = *v;
+  *len = v->shape[dim];
+  *rstride = v->stride[dim];
+  for (int d = dim; d + 1 < v->ndim; d++) {
+    outer->shape[d] = v->shape[d + 1];
+    outer->stride[d] = v->stride[d + 1];
+  }
+  outer->ndim--;
 }
 
 /* dim >= 0: out element j (C order) reduces src along dim at the j-th index
@@ -810,7 +866,7 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
 {
   const dev_view *src = &op->in[0], *out = &op->out;
   int dim = op->dim, code = op->code;
-  cclass rc = red_class(code, src->dtype);
+  cclass rc;
   int64_t nout = 1, len, rstride = 0, k, s, j, nbuf = 0;
   dev_view outer;
   walk wo, wouter, inner;
@@ -819,15 +875,11 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
   if ((unsigned)code >= DEV_NREDOP) return fail(err, errlen, "reduce: bad op %d", code);
   if (check_view(out, "out", err, errlen) || check_view(src, "in[0]", err, errlen)) return -1;
   if (dim < -1 || dim >= src->ndim) return fail(err, errlen, "%s: bad dim %d", dev_redop_name(code), dim);
-  outer = *src;
+  if (!(dev_dtype_class(src->dtype) & dev_redop_info(code)->classes))
+    return fail(err, errlen, "%s is not defined for %s", dev_redop_name(code), dev_dtype_name(src->dtype));
+  rc = red_class(code, src->dtype);
   if (dim >= 0) {
-    len = src->shape[dim];
-    rstride = src->stride[dim];
-    for (int d = dim; d + 1 < src->ndim; d++) {
-      outer.shape[d] = src->shape[d + 1];
-      outer.stride[d] = src->stride[d + 1];
-    }
-    outer.ndim--;
+    outer_of(src, dim, &outer, &len, &rstride);
     nout = dev_view_numel(&outer);
   } else {
     len = dev_view_numel(src);
@@ -838,16 +890,14 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
   if (nout == 0) return 0;
   if (len == 0) {
     dev_kop fill = {.kind = DEV_OP_FILL, .out = *out};
-    if (code != DEV_RED_SUM && code != DEV_RED_MEAN && code != DEV_RED_ANY && code != DEV_RED_ALL)
+    if (dev_redop_empty(code, &fill.s0))
       return fail(err, errlen, "%s of an empty tensor", dev_redop_name(code));
-    if (code == DEV_RED_MEAN) fill.s0.f = NAN;     /* 0/0 */
-    else fill.s0 = (dev_scalar){1, code == DEV_RED_ALL, code == DEV_RED_ALL};   /* 0, false, true */
     return run_fill(&fill, err, errlen);
   }
   walk_init(&wo, out);
   if (dim < 0) {
     walk_init(&inner, src);
-    reduce_walk(&inner, src->dtype, code, len, &res.d[0], &res.i[0]);
+    reduce_walk(&inner, src->dtype, code, len, op->s0, &res.d[0], &res.i[0]);
     walk_store(&wo, out->dtype, rc, 1, &res);
     return 0;
   }
@@ -856,7 +906,7 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
     k = walk_run(&wouter, left, &p, &s);
     for (j = 0; j < k; j++) {
       walk_1d(&inner, p + j * s * wouter.esz, wouter.esz, len, rstride);
-      reduce_walk(&inner, src->dtype, code, len, &res.d[nbuf], &res.i[nbuf]);
+      reduce_walk(&inner, src->dtype, code, len, op->s0, &res.d[nbuf], &res.i[nbuf]);
       if (++nbuf == BLK) { walk_store(&wo, out->dtype, rc, nbuf, &res); nbuf = 0; }
     }
   }

@@ -137,11 +137,22 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
   }
   case DEV_OP_REDUCE: {
     const dev_view *src = &op->in[0];
-    if (op->nin != 1 || (unsigned)op->code >= DEV_NREDOP || op->dim < -1 || op->dim >= src->ndim)
+    const dev_redinfo *r = dev_redop_info(op->code);
+    if (op->nin != 1 || !r || op->dim < -1 || op->dim >= src->ndim)
       return dev_fail(ctx, DEV_ERR_INVALID, "reduce: bad op or dim");
-    int64_t n = op->dim < 0 ? 1 : dev_view_numel(src) / src->shape[op->dim];
+    int64_t n = 1;
+    if (op->dim >= 0) {
+      for (int d = 0; d < src->ndim; d++)
+        if (d != op->dim) n *= src->shape[d];
+    }
     if (dev_view_numel(&op->out) != n)
       return dev_fail(ctx, DEV_ERR_INVALID, "reduce: output numel mismatch");
+    if (!(dev_dtype_class(src->dtype) & r->classes))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", r->name, dev_dtype_name(src->dtype));
+    if (op->code == DEV_RED_NORM && !(op->s0.f > 0))
+      return dev_fail(ctx, DEV_ERR_INVALID, "norm: p must be > 0");
+    if ((op->code == DEV_RED_VAR || op->code == DEV_RED_STD) && (op->s0.i < 0 || op->s0.i > 1))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad correction", r->name);
     return DEV_OK;
   }
   case DEV_OP_MATMUL: {

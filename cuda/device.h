@@ -301,7 +301,7 @@ typedef struct dev_scalar { int is_int; int64_t i; double f; } dev_scalar;
 #define DEV_OP_ENUM_UN(E, name, cls, res, fl) DEV_UN_##E,
 #define DEV_OP_ENUM_BIN(E, name, cls, res, fl) DEV_BIN_##E,
 #define DEV_OP_ENUM_TER(E, name, cls, res, fl) DEV_TER_##E,
-#define DEV_OP_ENUM_RED(E, name) DEV_RED_##E,
+#define DEV_OP_ENUM_RED(E, name, cls, res) DEV_RED_##E,
 typedef enum {
   DEV_UN_COPY,     /* dst = src, converting dtype: cast */
   DEV_UNARY_OPS(DEV_OP_ENUM_UN)
@@ -330,6 +330,14 @@ typedef struct dev_opinfo { const char *name; unsigned classes; int to_bool; uns
 const dev_opinfo *dev_unop_info(int code);
 const dev_opinfo *dev_binop_info(int code);
 const dev_opinfo *dev_terop_info(int code);
+/* A reduction's row: its name, classes and DEV_RRES_* result. */
+typedef struct dev_redinfo { const char *name; unsigned classes; int result; } dev_redinfo;
+const dev_redinfo *dev_redop_info(int code);   /* NULL outside the table */
+/* The dtype of a reduction of a src tensor (its result column). */
+dev_dtype dev_redop_dtype(int code, dev_dtype src);
+/* A reduction of nothing: 0 and its value in *s (as for a fill), or -1
+ * when it has none (max min argmax argmin). */
+int dev_redop_empty(int code, dev_scalar *s);
 /* DEV_CLS_F, DEV_CLS_I or DEV_CLS_B; 0 for a bad dtype. */
 unsigned dev_dtype_class(dev_dtype t);
 /* s as dtype t stores it (a float rounded to f16, say); as for a fill. */
@@ -345,7 +353,8 @@ typedef enum {
   DEV_OP_BINARY,    /* code = dev_binop; out = in[0] op in[1] (or scalar, see flags) */
   DEV_OP_TERNARY,   /* code = dev_terop; out = op(in[0], x, y): x, y the next tensor
                        operands in[1], in[2], or s0, s1 (see flags) */
-  DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0] */
+  DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0];
+                       s0 the option of var/std/norm (ops.h) */
   DEV_OP_MATMUL,    /* out = in[0] @ in[1], 2-D */
   DEV_OP_COPY,      /* out = in[0], same dtype, same numel; flat element order */
   DEV_OP_SLEEP,     /* hold the stream for ms milliseconds */

@@ -263,4 +263,37 @@ T.test("any and all, whole and along every dim", function()
        "any/all of 4M u8 with one nonzero")
 end)
 
+T.test("prod, argmin, var, std, norm, logsumexp: whole, along every dim, strided", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 17, 9, 13 }, 101, -4, 4)
+    local ops = { { "prod" }, { "argmin" } }
+    if isfloat(dt) then
+      d, h = inputs(dt, { 17, 9, 13 }, 101, 0.6, 1.4)   -- products of 2000 stay finite
+      ops = { { "prod" }, { "argmin" }, { "var" }, { "var", { unbiased = false } }, { "std" }, { "norm" },
+              { "norm", { p = 1 } }, { "norm", { p = math.huge } }, { "norm", { p = 3 } }, { "logsumexp" } }
+    end
+    for _, o in ipairs(ops) do
+      local op, opts = o[1], o[2] or {}
+      local name = op .. " " .. dt .. (o[2] and " " .. T.fmt(o[2]) or "")
+      local tol = isfloat(dt) and RTOL[dt] * 4 or nil
+      same(d[op](d, opts), h[op](h, opts), name, tol)
+      for dim = 1, 3 do
+        local od = { dim = dim }
+        for k, v in pairs(opts) do od[k] = v end
+        same(d[op](d, od), h[op](h, od), name .. " dim " .. dim, tol)
+        same(d:narrow(3, 2, 9)[op](d:narrow(3, 2, 9), od), h:narrow(3, 2, 9)[op](h:narrow(3, 2, 9), od),
+             name .. " dim " .. dim .. " strided", tol)
+      end
+    end
+  end
+  local big, bigh = inputs("f32", { 1 << 22 }, 103)
+  same(big:var(), bigh:var(), "var of 4M f32", 1e-5)
+  same(big:logsumexp(), bigh:logsumexp(), "logsumexp of 4M f32", 1e-5)
+  same(big:argmin(), bigh:argmin(), "argmin of 4M f32")
+  local s = gpu.tensor({ { 0 / 0, 1, -1 }, { 1 / 0, 2, -1 / 0 }, { -1 / 0, -1 / 0, -1 / 0 } })
+  for _, op in ipairs { "argmin", "var", "norm", "logsumexp" } do
+    same(s[op](s, { dim = 2 }), s:to("pinned")[op](s:to("pinned"), { dim = 2 }), op .. " special values")
+  end
+end)
+
 T.done()

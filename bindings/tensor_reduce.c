@@ -1,0 +1,93 @@
+/* gpu.Tensor methods that work along a dim: the reductions of ops.h (sum,
+ * mean, max/min without an operand, argmax, argmin, any, all, prod, var,
+ * std, norm, logsumexp).  Dims are 1-based; the device layer takes them
+ * 0-based. */
+#include <math.h>
+
+#include "tensor.h"
+
+/* The dim of a reduction or a row op: opts.dim (nil: -1, every dim). */
+static int opt_dim(lua_State *L, int opts, const gpu_tensor *t, const char *fname) {
+  int dim = -1;
+  if (bind_opt_field(L, opts, "dim") != LUA_TNIL) {
+    if (t->v.ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
+    dim = bind_tensor_dim(L, lua_gettop(L), 0, t->v.ndim);
+  }
+  lua_pop(L, 1);
+  return dim;
+}
+
+/* ---- reductions ------------------------------------------------------ */
+
+int bind_tensor_reduce(lua_State *L, dev_redop code) {
+  const dev_redinfo *info = dev_redop_info(code);
+  const char *fname = info->name;
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  dev_kop op = {.kind = DEV_OP_REDUCE, .code = code, .nin = 1};
+  switch (code) {
+  case DEV_RED_VAR: case DEV_RED_STD: bind_check_opts(L, 2, "dim keepdim unbiased stream"); break;
+  case DEV_RED_NORM: bind_check_opts(L, 2, "dim keepdim p stream"); break;
+  default: bind_check_opts(L, 2, "dim keepdim stream"); break;
+  }
+  dev_dtype in = t->v.dtype;
+  if (!(dev_dtype_class(in) & info->classes))
+    luaL_error(L, "%s: not supported for %s (needs a float dtype)", fname, dev_dtype_name(in));
+  int dim = opt_dim(L, 2, t, fname);
+  bind_opt_field(L, 2, "keepdim");
+  int keepdim = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (code == DEV_RED_VAR || code == DEV_RED_STD) {
+    /* Bessel's correction unless {unbiased = false}, as PyTorch */
+    op.s0.is_int = 1;
+    op.s0.i = bind_opt_field(L, 2, "unbiased") == LUA_TNIL || lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  if (code == DEV_RED_NORM) {
+    op.s0.f = 2;
+    if (bind_opt_field(L, 2, "p") != LUA_TNIL) {
+      if (lua_type(L, -1) != LUA_TNUMBER)
+        luaL_error(L, "bad option 'p' to 'norm' (number expected, got %s)", luaL_typename(L, -1));
+      op.s0.f = lua_tonumber(L, -1);
+      if (!(op.s0.f > 0))
+        luaL_error(L, "bad option 'p' to 'norm' (must be > 0 or math.huge, got %s)", lua_tostring(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+  int ndim = 0;
+  int64_t shape[DEV_MAXDIM];
+  for (int d = 0; d < t->v.ndim; d++) {
+    if (dim < 0 || d == dim) {
+      if (keepdim) shape[ndim++] = 1;
+    } else {
+      shape[ndim++] = t->v.shape[d];
+    }
+  }
+  dev_view tv = t->v;
+  gpu_tensor *o = bind_tensor_out(L, 2, t, dev_redop_dtype(code, in), ndim, shape, fname);
+  op.dim = dim;
+  op.out = o->v;
+  op.in[0] = tv;
+  int idx[1] = {1};
+  bind_tensor_submit(L, lua_istable(L, 2) ? 2 : 0, &op, 0, idx, 1, fname);
+  return 1;
+}
+
+static int t_red_sum(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_SUM); }
+static int t_red_mean(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_MEAN); }
+static int t_red_argmax(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_ARGMAX); }
+static int t_red_argmin(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_ARGMIN); }
+static int t_red_any(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_ANY); }
+static int t_red_all(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_ALL); }
+static int t_red_prod(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_PROD); }
+static int t_red_var(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_VAR); }
+static int t_red_std(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_STD); }
+static int t_red_norm(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_NORM); }
+static int t_red_logsumexp(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_LOGSUMEXP); }
+
+/* max and min are tensor.c's (elementwise with an operand) */
+const luaL_Reg bind_tensor_reduce_methods[] = {
+  {"sum", t_red_sum}, {"mean", t_red_mean}, {"argmax", t_red_argmax}, {"argmin", t_red_argmin},
+  {"any", t_red_any}, {"all", t_red_all}, {"prod", t_red_prod}, {"var", t_red_var}, {"std", t_red_std},
+  {"norm", t_red_norm}, {"logsumexp", t_red_logsumexp},
+  {NULL, NULL}
+};

