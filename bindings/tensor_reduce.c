@@ -54,14 +54,19 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
     lua_pop(L, 1);
   }
   int ndim = 0;
-  int64_t shape[DEV_MAXDIM];
+  int64_t shape[DEV_MAXDIM], len = 1;
   for (int d = 0; d < t->v.ndim; d++) {
     if (dim < 0 || d == dim) {
+      len *= t->v.shape[d];
       if (keepdim) shape[ndim++] = 1;
     } else {
       shape[ndim++] = t->v.shape[d];
     }
   }
+  dev_scalar none;
+  if (len == 0 && dev_redop_empty(code, &none))
+    luaL_error(L, "%s: the reduction of an empty tensor has no identity (%s)", fname,
+               dim < 0 ? "numel 0" : lua_pushfstring(L, "dim %d has size 0", dim + 1));
   dev_view tv = t->v;
   gpu_tensor *o = bind_tensor_out(L, 2, t, dev_redop_dtype(code, in), ndim, shape, fname);
   op.dim = dim;

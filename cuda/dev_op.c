@@ -140,8 +140,9 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
     const dev_redinfo *r = dev_redop_info(op->code);
     if (op->nin != 1 || !r || op->dim < -1 || op->dim >= src->ndim)
       return dev_fail(ctx, DEV_ERR_INVALID, "reduce: bad op or dim");
-    int64_t n = 1;
+    int64_t n = 1, len = dev_view_numel(src);
     if (op->dim >= 0) {
+      len = src->shape[op->dim];
       for (int d = 0; d < src->ndim; d++)
         if (d != op->dim) n *= src->shape[d];
     }
@@ -153,6 +154,9 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
       return dev_fail(ctx, DEV_ERR_INVALID, "norm: p must be > 0");
     if ((op->code == DEV_RED_VAR || op->code == DEV_RED_STD) && (op->s0.i < 0 || op->s0.i > 1))
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad correction", r->name);
+    dev_scalar e;
+    if (len == 0 && n > 0 && dev_redop_empty(op->code, &e))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s of an empty tensor (no identity)", r->name);
     return DEV_OK;
   }
   case DEV_OP_MATMUL: {

@@ -29,4 +29,26 @@ T.test("reductions: options, dtypes, argmin ties and NaN", function()
   T.is(gpu.tensor({ -1 / 0, -1 / 0 }):logsumexp():item(), -1 / 0, "logsumexp of -inf only: -inf")
 end)
 
+T.test("reductions of nothing follow NumPy", function()
+  local ok, z = pcall(gpu.zeros, { 2, 0 })
+  if not ok then
+    return T.skip("zero-sized dims", "this build cannot make a zero-sized tensor yet: " .. tostring(z))
+  end
+  local function val(r) return r:totable() end
+  T.is(val(z:sum { dim = 2 }), { 0, 0 }, "sum: 0")
+  T.is(val(z:prod { dim = 2 }), { 1, 1 }, "prod: 1")
+  T.is(val(z:any { dim = 2 }), { false, false }, "any: false")
+  T.is(val(z:all { dim = 2 }), { true, true }, "all: true")
+  T.ok(z:mean():item() ~= z:mean():item(), "mean: NaN")
+  T.ok(z:var { dim = 2 }:totable()[1] ~= z:var { dim = 2 }:totable()[1], "var: NaN")
+  T.ok(z:std():item() ~= z:std():item(), "std: NaN")
+  T.is(z:norm():item(), 0.0, "norm: 0")
+  T.is(z:logsumexp():item(), -1 / 0, "logsumexp: -inf")
+  T.is(z:sum { dim = 1 }.shape, { 0 }, "reducing the other dim: an empty result")
+  for _, op in ipairs { "max", "min", "argmax", "argmin" } do
+    T.raises_at(function() return z[op](z, { dim = 2 }) end, op .. ": the reduction of an empty tensor has no identity",
+                op .. " raises")
+  end
+end)
+
 T.done()
