@@ -1,7 +1,7 @@
 /* gpu.Tensor methods that work along a dim: the reductions of ops.h (sum,
  * mean, max/min without an operand, argmax, argmin, any, all, prod, var,
- * std, norm, logsumexp).  Dims are 1-based; the device layer takes them
- * 0-based. */
+ * std, norm, logsumexp), cumsum, softmax and log_softmax.  Dims are
+ * 1-based; the device layer takes them 0-based. */
 #include <math.h>
 
 #include "tensor.h"
@@ -89,10 +89,45 @@ static int t_red_std(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_STD); 
 static int t_red_norm(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_NORM); }
 static int t_red_logsumexp(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_LOGSUMEXP); }
 
+/* ---- along one dim: cumsum, softmax ------------------------------------ */
+
+/* t:cumsum(dim [, opts]); t:softmax(dim [, opts]) or t:softmax{dim =, ...} */
+static int along(lua_State *L, dev_opkind kind, int code, const char *fname) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  int opts = 3, dim;
+  if (kind == DEV_OP_SOFTMAX && lua_istable(L, 2)) {
+    opts = 2;
+    bind_check_opts(L, opts, "dim out stream");
+    if (bind_opt_field(L, opts, "dim") == LUA_TNIL) luaL_error(L, "%s: option 'dim' is required", fname);
+    lua_pop(L, 1);
+  } else {
+    bind_check_opts(L, opts, "out stream");
+  }
+  dev_dtype dt = t->v.dtype;
+  if (kind == DEV_OP_SOFTMAX && !dev_dtype_is_float(dt))
+    luaL_error(L, "%s: not supported for %s (needs a float dtype)", fname, dev_dtype_name(dt));
+  if (t->v.ndim == 0) luaL_error(L, "%s: needs a tensor of at least one dim", fname);
+  if (opts == 2) dim = opt_dim(L, 2, t, fname);
+  else dim = bind_tensor_dim(L, 2, 2, t->v.ndim);
+  dev_dtype rdt = kind == DEV_OP_CUMSUM ? dev_redop_dtype(DEV_RED_SUM, dt) : dt;
+  dev_view tv = t->v;
+  gpu_tensor *o = bind_tensor_out(L, opts, t, rdt, tv.ndim, tv.shape, fname);
+  dev_kop op = {.kind = kind, .code = code, .nin = 1, .dim = dim, .out = o->v};
+  op.in[0] = tv;
+  int idx[1] = {1};
+  bind_tensor_submit(L, lua_istable(L, opts) ? opts : 0, &op, lua_gettop(L), idx, 1, fname);
+  return 1;
+}
+
+static int t_cumsum(lua_State *L) { return along(L, DEV_OP_CUMSUM, 0, "cumsum"); }
+static int t_softmax(lua_State *L) { return along(L, DEV_OP_SOFTMAX, DEV_SOFTMAX, "softmax"); }
+static int t_log_softmax(lua_State *L) { return along(L, DEV_OP_SOFTMAX, DEV_LOG_SOFTMAX, "log_softmax"); }
+
 /* max and min are tensor.c's (elementwise with an operand) */
 const luaL_Reg bind_tensor_reduce_methods[] = {
   {"sum", t_red_sum}, {"mean", t_red_mean}, {"argmax", t_red_argmax}, {"argmin", t_red_argmin},
   {"any", t_red_any}, {"all", t_red_all}, {"prod", t_red_prod}, {"var", t_red_var}, {"std", t_red_std},
   {"norm", t_red_norm}, {"logsumexp", t_red_logsumexp},
+  {"cumsum", t_cumsum}, {"softmax", t_softmax}, {"log_softmax", t_log_softmax},
   {NULL, NULL}
 };

@@ -914,6 +914,117 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
   return 0;
 }
 
+/* ---- along one dim: cumsum, softmax ----------------------------------- */
+
+/* f(a's run, b's run) for each pair of runs along dim of a and b, which have
+ * one shape (in C order of the other dims). */
+typedef int (*row_fn)(char *a, int64_t sa, char *b, int64_t sb, int64_t len, const dev_kop *op, char *err,
+                      size_t errlen);
+
+static int each_row(const dev_kop *op, row_fn f, char *err, size_t errlen)
+{
+  const dev_view *a = &op->in[0], *b = &op->out;
+  dev_view oa, ob;
+  int64_t len, sa, sb, n, k, j, ka, kb;
+  walk wa, wb;
+  char *pa, *pb;
+  outer_of(a, op->dim, &oa, &len, &sa);
+  outer_of(b, op->dim, &ob, &len, &sb);
+  n = dev_view_numel(&oa);
+  if (n == 0 || len == 0) return 0;
+  walk_init(&wa, &oa);
+  walk_init(&wb, &ob);
+  for (; n > 0; n -= k) {
+    k = min64(walk_avail(&wa), walk_avail(&wb));
+    walk_run(&wa, k, &pa, &ka);
+    walk_run(&wb, k, &pb, &kb);
+    for (j = 0; j < k; j++)
+      if (f(pa + j * ka * wa.esz, sa, pb + j * kb * wb.esz, sb, len, op, err, errlen)) return -1;
+  }
+  return 0;
+}
+
+/* Floats add up in double, integers and bool in wrapping int64. */
+static int cumsum_row(char *a, int64_t sa, char *b, int64_t sb, int64_t len, const dev_kop *op, char *err,
+                      size_t errlen)
+{
+  dev_dtype ti = op->in[0].dtype, to = op->out.dtype;
+  cclass c = class_of(ti) == C_INT ? C_INT : C_DOUBLE;
+  double acc = 0;
+  uint64_t iacc = 0;
+  int64_t done, k, j;
+  walk wi, wo;
+  block x;
+  (void)err;
+  (void)errlen;
+  walk_1d(&wi, a, (int64_t)dev_dtype_size(ti), len, sa);
+  walk_1d(&wo, b, (int64_t)dev_dtype_size(to), len, sb);
+  for (done = 0; done < len; done += k) {
+    k = min64(BLK, len - done);
+    walk_load(&wi, ti, c, k, &x);
+    if (c == C_INT) for (j = 0; j < k; j++) x.i[j] = sc_wrap64(iacc += (uint64_t)x.i[j]);
+    else for (j = 0; j < k; j++) x.d[j] = acc += x.d[j];
+    walk_store(&wo, to, c, k, &x);
+  }
+  return 0;
+}
+
+/* Three walks over the row in double: the max, the sum of exp(x - max),
+ * the results.  A NaN anywhere makes the row NaN, as an inf max does. */
+static int softmax_row(char *a, int64_t sa, char *b, int64_t sb, int64_t len, const dev_kop *op, char *err,
+                       size_t errlen)
+{
+  dev_dtype t = op->in[0].dtype;
+  int64_t esz = (int64_t)dev_dtype_size(t), done, k, j;
+  double m = -INFINITY, sum = 0, ls;
+  walk wi, wo;
+  block x;
+  (void)err;
+  (void)errlen;
+  walk_1d(&wi, a, esz, len, sa);
+  for (done = 0; done < len; done += k) {
+    k = min64(BLK, len - done);
+    walk_load(&wi, t, C_DOUBLE, k, &x);
+    for (j = 0; j < k; j++) m = x.d[j] > m || x.d[j] != x.d[j] ? x.d[j] : m;
+  }
+  walk_1d(&wi, a, esz, len, sa);
+  for (done = 0; done < len; done += k) {
+    k = min64(BLK, len - done);
+    walk_load(&wi, t, C_DOUBLE, k, &x);
+    for (j = 0; j < k; j++) sum += exp(x.d[j] - m);
+  }
+  ls = log(sum);
+  walk_1d(&wi, a, esz, len, sa);
+  walk_1d(&wo, b, esz, len, sb);
+  for (done = 0; done < len; done += k) {
+    k = min64(BLK, len - done);
+    walk_load(&wi, t, C_DOUBLE, k, &x);
+    if (op->code == DEV_LOG_SOFTMAX) for (j = 0; j < k; j++) x.d[j] = x.d[j] - m - ls;
+    else for (j = 0; j < k; j++) x.d[j] = exp(x.d[j] - m) / sum;
+    walk_store(&wo, t, C_DOUBLE, k, &x);
+  }
+  return 0;
+}
+
+static int run_rows(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_view *src = &op->in[0], *out = &op->out;
+  const char *name = op->kind == DEV_OP_CUMSUM ? "cumsum" : op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
+  if (check_view(out, "out", err, errlen) || check_view(src, "in[0]", err, errlen)) return -1;
+  if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || src->ndim != out->ndim)
+    return fail(err, errlen, "%s: bad dim or shape", name);
+  for (int d = 0; d < src->ndim; d++)
+    if (src->shape[d] != out->shape[d]) return fail(err, errlen, "%s: shapes differ", name);
+  if (op->kind == DEV_OP_CUMSUM) {
+    if (out->dtype != (class_of(src->dtype) == C_INT ? DEV_I64 : src->dtype))
+      return fail(err, errlen, "cumsum: bad result dtype %s", dev_dtype_name(out->dtype));
+    return each_row(op, cumsum_row, err, errlen);
+  }
+  if (class_of(src->dtype) == C_INT || out->dtype != src->dtype)
+    return fail(err, errlen, "%s: needs a float dtype, not %s", name, dev_dtype_name(src->dtype));
+  return each_row(op, softmax_row, err, errlen);
+}
+
 /* A 2-D matmul operand as BLAS takes it: row-major, or transposed, with a
  * leading dimension.  It points into the view when dtype and layout allow,
  * otherwise into a packed copy in the compute type. */
@@ -1084,6 +1195,7 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_REDUCE: return run_reduce(op, err, errlen);
   case DEV_OP_MATMUL: return run_matmul(op, err, errlen);
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
+  case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return run_rows(op, err, errlen);
   case DEV_OP_SLEEP: return run_sleep(op->ms);
   case DEV_OP_LAUNCH:
     if (op->launch && dev_kernel_is_cfunc(op->launch->k)) return dev_cfunc_run(op->launch, NULL, err, errlen);

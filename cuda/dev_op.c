@@ -63,9 +63,9 @@ static int validate_launch(dev_ctx *ctx, const dev_launch *l) {
 
 static int validate(dev_ctx *ctx, const dev_kop *op) {
   static const char *const kinds[] = {"fill", "arange", "rand", "unary", "binary", "ternary", "reduce", "matmul",
-                                      "copy"};
-  _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_TERNARY == 5 && DEV_OP_COPY == 8,
-                 "kinds[] follows dev_opkind");
+                                      "copy", "sleep", "launch", "cumsum", "softmax"};
+  _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_TERNARY == 5 && DEV_OP_COPY == 8 &&
+                 DEV_OP_CUMSUM == 11 && DEV_OP_SOFTMAX == 12, "kinds[] follows dev_opkind");
   int rc;
   if (op->kind == DEV_OP_LAUNCH) return validate_launch(ctx, op->launch);
   if (op->kind == DEV_OP_SLEEP) {
@@ -159,6 +159,19 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
       return dev_fail(ctx, DEV_ERR_INVALID, "%s of an empty tensor (no identity)", r->name);
     return DEV_OK;
   }
+  case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: {
+    const dev_view *src = &op->in[0];
+    dev_dtype it = src->dtype;
+    const char *name = dev_op_name(op);
+    if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || !same_shape(src, &op->out) ||
+        (op->kind == DEV_OP_SOFTMAX && (unsigned)op->code > DEV_LOG_SOFTMAX))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dim, shape or op", name);
+    if (op->kind == DEV_OP_SOFTMAX && !dev_dtype_is_float(it))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(it));
+    if (t != (op->kind == DEV_OP_CUMSUM ? dev_redop_dtype(DEV_RED_SUM, it) : it))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
+    return DEV_OK;
+  }
   case DEV_OP_MATMUL: {
     const dev_view *a = &op->in[0], *b = &op->in[1], *c = &op->out;
     if (op->nin != 2 || a->ndim != 2 || b->ndim != 2 || c->ndim != 2 ||
@@ -191,6 +204,8 @@ static const char *op_name(const dev_kop *op) {
   case DEV_OP_REDUCE: return dev_redop_name(op->code);
   case DEV_OP_MATMUL: return "matmul";
   case DEV_OP_COPY: return "copy";
+  case DEV_OP_CUMSUM: return "cumsum";
+  case DEV_OP_SOFTMAX: return op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
   case DEV_OP_SLEEP: return "sleep";
   case DEV_OP_LAUNCH: return op->launch && op->launch->k ? op->launch->k->sig.name : "kernel";
   }

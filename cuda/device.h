@@ -317,6 +317,7 @@ typedef enum { DEV_REDUCE_OPS(DEV_OP_ENUM_RED) DEV_NREDOP } dev_redop;
 #undef DEV_OP_ENUM_RED
 
 typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL } dev_randkind;
+typedef enum { DEV_SOFTMAX, DEV_LOG_SOFTMAX } dev_softkind;
 
 const char *dev_unop_name(dev_unop op);
 const char *dev_binop_name(dev_binop op);
@@ -358,7 +359,11 @@ typedef enum {
   DEV_OP_MATMUL,    /* out = in[0] @ in[1], 2-D */
   DEV_OP_COPY,      /* out = in[0], same dtype, same numel; flat element order */
   DEV_OP_SLEEP,     /* hold the stream for ms milliseconds */
-  DEV_OP_LAUNCH     /* a run-time kernel: see dev_launch */
+  DEV_OP_LAUNCH,    /* a run-time kernel: see dev_launch */
+  DEV_OP_CUMSUM,    /* out = running sum of in[0] along dim (same shape; i64 for integer
+                       and bool sources, floats keep their dtype) */
+  DEV_OP_SOFTMAX,   /* code = dev_softkind; out = softmax or log_softmax of in[0] along
+                       dim, float dtypes, same shape */
 } dev_opkind;
 
 enum {

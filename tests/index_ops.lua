@@ -29,6 +29,25 @@ T.test("reductions: options, dtypes, argmin ties and NaN", function()
   T.is(gpu.tensor({ -1 / 0, -1 / 0 }):logsumexp():item(), -1 / 0, "logsumexp of -inf only: -inf")
 end)
 
+T.test("cumsum, softmax, log_softmax: forms and result dtypes", function()
+  local i = gpu.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = "i8" })
+  local c = i:cumsum(1)
+  T.is({ c.dtype, c:totable() }, { "i64", { { 1, 2 }, { 4, 6 } } }, "cumsum of i8 is i64")
+  T.is(gpu.tensor({ 0.5, 0.25 }, { dtype = "f16" }):cumsum(-1):totable(), { 0.5, 0.75 }, "cumsum of f16 stays f16")
+  T.is(gpu.tensor({ true, false, true }, { dtype = "bool" }):cumsum(1):totable(), { 1, 1, 2 }, "cumsum of bool counts")
+  local x = gpu.tensor({ { 1, 2, 3 }, { 1000, 1000, 1000 } })
+  local s = x:softmax(2)
+  T.near(s:totable()[2], { 1 / 3, 1 / 3, 1 / 3 }, 1e-6, "softmax is max-shifted (no overflow)")
+  T.near(x:softmax { dim = -1 }:sum { dim = 2 }:totable(), { 1, 1 }, 1e-6, "rows sum to 1 ({dim =} form)")
+  local o = gpu.empty({ 2, 3 })
+  T.ok(x:log_softmax(2, { out = o }) == o, "log_softmax into opts.out")
+  T.near(o:totable()[1], { 1 - math.log(math.exp(1) + math.exp(2) + math.exp(3)),
+                           2 - math.log(math.exp(1) + math.exp(2) + math.exp(3)),
+                           3 - math.log(math.exp(1) + math.exp(2) + math.exp(3)) }, 1e-6, "... its values")
+  local bf = gpu.tensor({ 1, 2, 3 }, { dtype = "bf16" }):softmax(1)
+  T.is(bf.dtype, "bf16", "softmax of bf16 is bf16")
+end)
+
 T.test("reductions of nothing follow NumPy", function()
   local ok, z = pcall(gpu.zeros, { 2, 0 })
   if not ok then
@@ -49,6 +68,8 @@ T.test("reductions of nothing follow NumPy", function()
     T.raises_at(function() return z[op](z, { dim = 2 }) end, op .. ": the reduction of an empty tensor has no identity",
                 op .. " raises")
   end
+  T.is(val(z:cumsum(2)), { {}, {} }, "cumsum of nothing")
+  T.is(z:softmax(2).shape, { 2, 0 }, "softmax of nothing")
 end)
 
 T.done()

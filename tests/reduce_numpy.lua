@@ -163,6 +163,37 @@ for _, dt in ipairs(FLOATS) do
   case("var " .. dt .. " of one element", "var", dt, { one }, one:var(), 0, "{'ddof': 1}")
 end
 
+-- ---- cumsum, softmax, log_softmax ------------------------------------------
+
+for _, dt in ipairs(ALL) do
+  for _, strided in ipairs { false, true } do
+    local x = operand(dt, strided, dt == "u8" and 0 or -50, 50)
+    for _, dim in ipairs { 1, 2, 3, -1 } do
+      case(string.format("cumsum %s dim %d%s", dt, dim, strided and " strided" or ""), "cumsum", dt, { x },
+           x:cumsum(dim), T.is_float(dt) and 2 or 0, string.format("{'axis': %d}", dim > 0 and dim - 1 or 3 + dim))
+    end
+  end
+end
+
+for _, dt in ipairs(FLOATS) do
+  for _, op in ipairs { "softmax", "log_softmax" } do
+    for _, strided in ipairs { false, true } do
+      local x = operand(dt, strided, -10, 10)
+      for _, dim in ipairs { 1, 2, 3 } do
+        case(string.format("%s %s dim %d%s", op, dt, dim, strided and " strided" or ""), op, dt, { x },
+             x[op](x, { dim = dim }), 4, string.format("{'axis': %d}", dim - 1))
+      end
+    end
+    -- long rows (the CUDA kernels' other paths), and special values
+    for _, n in ipairs { 600, 5000, 20000 } do
+      local x = rand(dt, { 3, n }, -20, 20)
+      case(string.format("%s %s rows of %d", op, dt, n), op, dt, { x }, x[op](x, -1), 8, "{'axis': 1}")
+    end
+    local s = gpu.tensor(SPECIAL, { dtype = dt })
+    case(op .. " " .. dt .. " special values", op, dt, { s }, s[op](s, { dim = 2 }), 4, "{'axis': 1}")
+  end
+end
+
 -- ---- the oracle -------------------------------------------------------------
 
 local ORACLE = [=[

@@ -296,4 +296,34 @@ T.test("prod, argmin, var, std, norm, logsumexp: whole, along every dim, strided
   end
 end)
 
+T.test("cumsum, softmax, log_softmax along every dim, long rows, strided", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 17, 9, 65 }, 111, -9, 9)
+    for dim = 1, 3 do
+      same(d:cumsum(dim), h:cumsum(dim), "cumsum " .. dt .. " dim " .. dim, isfloat(dt) and RTOL[dt] * 4 or nil)
+      same(d:narrow(3, 3, 60):cumsum(dim), h:narrow(3, 3, 60):cumsum(dim), "cumsum " .. dt .. " dim " .. dim .. " strided",
+           isfloat(dt) and RTOL[dt] * 4 or nil)
+    end
+  end
+  for _, dt in ipairs(FLOATS) do
+    local d, h = inputs(dt, { 17, 9, 65 }, 112, -9, 9)
+    for _, op in ipairs { "softmax", "log_softmax" } do
+      for dim = 1, 3 do
+        same(d[op](d, dim), h[op](h, dim), op .. " " .. dt .. " dim " .. dim, RTOL[dt] * 4)
+        same(d:narrow(3, 2, 63)[op](d:narrow(3, 2, 63), dim), h:narrow(3, 2, 63)[op](h:narrow(3, 2, 63), dim),
+             op .. " " .. dt .. " dim " .. dim .. " strided", RTOL[dt] * 4)
+      end
+      -- the warp, block and long-row paths, aligned or not
+      for _, n in ipairs { 31, 512, 513, 4096, 4099, 16384, 20000 } do
+        local x, xh = inputs(dt, { 5, n }, 113 + n, -20, 20)
+        same(x[op](x, 2), xh[op](xh, 2), string.format("%s %s rows of %d", op, dt, n), RTOL[dt] * 8)
+        same(x:narrow(2, 2, n - 1)[op](x:narrow(2, 2, n - 1), 2), xh:narrow(2, 2, n - 1)[op](xh:narrow(2, 2, n - 1), 2),
+             string.format("%s %s rows of %d, unaligned", op, dt, n - 1), RTOL[dt] * 8)
+      end
+      local s = gpu.tensor({ { 0 / 0, 1, -1 }, { 1 / 0, 2, 3 }, { -1 / 0, -1 / 0, -1 / 0 }, { 1000, -1000, 999 } }):to(dt)
+      same(s[op](s, 2), s:to("pinned")[op](s:to("pinned"), 2), op .. " " .. dt .. " special values", RTOL[dt] * 4)
+    end
+  end
+end)
+
 T.done()
