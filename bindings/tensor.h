@@ -1,6 +1,6 @@
 /* What the gpu.Tensor files share: tensor.c (the type and its ops),
  * tensor_format.c (tostring), tensor_table.c (gpu.tensor from nested
- * tables, t:totable) and tensor_reduce.c (reductions, softmax). */
+ * tables, t:totable) and tensor_reduce.c (reductions, softmax, indexing). */
 #ifndef GPULUA_BIND_TENSOR_H
 #define GPULUA_BIND_TENSOR_H
 
@@ -51,7 +51,7 @@ gpu_tensor *bind_tensor_out(lua_State *L, int opts, const gpu_tensor *like, dev_
 void bind_tensor_same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu_tensor *b);
 void bind_tensor_submit(lua_State *L, int opts, dev_kop *op, int out, const int *in, int nin, const char *fname);
 
-/* tensor_reduce.c: reductions, cumsum, softmax.  The reduction
+/* tensor_reduce.c: reductions, cumsum, softmax, indexing.  The reduction
  * `code` of the tensor at 1 with the options at 2 ({dim =, keepdim =, ...}). */
 int bind_tensor_reduce(lua_State *L, dev_redop code);
 extern const luaL_Reg bind_tensor_reduce_methods[];   /* added to gpu.Tensor's methods */

@@ -1025,6 +1025,76 @@ static int run_rows(const dev_kop *op, char *err, size_t errlen)
   return each_row(op, softmax_row, err, errlen);
 }
 
+/* ---- indexing ----------------------------------------------------------- */
+
+/* v seen over shape (its strides kept), with stride 0 along dim: the
+ * offset of a position but for its index along dim. */
+static dev_view base_view(const dev_view *v, const dev_view *shape, int dim)
+{
+  dev_view r = *v;
+  for (int d = 0; d < v->ndim; d++) r.shape[d] = shape->shape[d];
+  r.stride[dim] = 0;
+  return r;
+}
+
+static int index_fail(char *err, size_t errlen, int64_t i, int64_t n)
+{
+  return fail(err, errlen, "index out of range (%lld not in 1..%lld)", (long long)i, (long long)n);
+}
+
+/* gather, index_select: out[p] = src[p with p[dim] = idx[p]]; scatter_add:
+ * out[p with p[dim] = idx[p]] += src[p], in C order of idx's positions, so
+ * the sums come out the same every time.  Indices are 1-based. */
+static int run_index(const dev_kop *op, char *err, size_t errlen)
+{
+  int scatter = op->code == DEV_IDX_SCATTER_ADD, dim = op->dim;
+  const dev_view *out = &op->out, *idx = &op->in[scatter ? 0 : 1], *val = &op->in[scatter ? 1 : 0];
+  /* iterated over: where the positions come from (out, or idx) */
+  const dev_view *it = scatter ? idx : out, *tgt = scatter ? out : val;
+  dev_view base = base_view(tgt, it, dim), vals = base_view(val, it, dim);
+  int64_t n = dev_view_numel(it), bound = tgt->shape[dim], sd = tgt->stride[dim], esz, done, k, j, ka, kb;
+  dev_dtype t = out->dtype;
+  cclass c = class_of(t);
+  walk wi, wb, wv;
+  char *pb, *pv;
+  block ix;
+  if (check_view(out, "out", err, errlen) || check_view(&op->in[0], "in[0]", err, errlen) ||
+      check_view(&op->in[1], "in[1]", err, errlen))
+    return -1;
+  if (op->nin != 2 || dim < 0 || dim >= out->ndim || idx->ndim != out->ndim || val->ndim != out->ndim ||
+      class_of(idx->dtype) != C_INT || idx->dtype == DEV_BOOL || val->dtype != t)
+    return fail(err, errlen, "index: bad operands");
+  esz = (int64_t)dev_dtype_size(t);
+  vals.stride[dim] = val->stride[dim];   /* src is read at p itself */
+  if (n == 0) return 0;
+  walk_init(&wi, idx);
+  walk_init(&wb, &base);
+  walk_init(&wv, scatter ? &vals : out);
+  for (done = 0; done < n; done += k) {
+    k = min64(BLK, min64(walk_avail(&wb), walk_avail(&wv)));
+    walk_load(&wi, idx->dtype, C_INT, k, &ix);
+    walk_run(&wb, k, &pb, &ka);
+    walk_run(&wv, k, &pv, &kb);
+    for (j = 0; j < k; j++) {
+      int64_t i = ix.i[j];
+      if (i < 1 || i > bound) return index_fail(err, errlen, i, bound);
+      char *at = pb + (j * ka + (i - 1) * sd) * esz, *v = pv + j * kb * esz;
+      if (!scatter) {
+        copy_run(esz, v, 1, at, 1, 1);
+      } else {
+        union { float f; double d; int64_t i; } x, y;
+        load_run(c, t, at, 1, 1, &x);
+        load_run(c, t, v, 1, 1, &y);
+        if (c == C_FLOAT) x.f += y.f;
+        else if (c == C_DOUBLE) x.d += y.d;
+        else x.i = sc_wrap64((uint64_t)x.i + (uint64_t)y.i);
+        store_run(c, t, at, 1, 1, &x);
+      }
+    }
+  }
+  return 0;
+}
+
 /* A 2-D matmul operand as BLAS takes it: row-major, or transposed, with a
  * leading dimension.  It points into the view when dtype and layout allow,
  * otherwise into a packed copy in the compute type. */
@@ -1196,6 +1266,7 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_MATMUL: return run_matmul(op, err, errlen);
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
   case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return run_rows(op, err, errlen);
+  case DEV_OP_INDEX: return run_index(op, err, errlen);
   case DEV_OP_SLEEP: return run_sleep(op->ms);
   case DEV_OP_LAUNCH:
     if (op->launch && dev_kernel_is_cfunc(op->launch->k)) return dev_cfunc_run(op->launch, NULL, err, errlen);

@@ -63,9 +63,9 @@ static int validate_launch(dev_ctx *ctx, const dev_launch *l) {
 
 static int validate(dev_ctx *ctx, const dev_kop *op) {
   static const char *const kinds[] = {"fill", "arange", "rand", "unary", "binary", "ternary", "reduce", "matmul",
-                                      "copy", "sleep", "launch", "cumsum", "softmax"};
+                                      "copy", "sleep", "launch", "cumsum", "softmax", "index"};
   _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_TERNARY == 5 && DEV_OP_COPY == 8 &&
-                 DEV_OP_CUMSUM == 11 && DEV_OP_SOFTMAX == 12, "kinds[] follows dev_opkind");
+                 DEV_OP_CUMSUM == 11 && DEV_OP_INDEX == 13, "kinds[] follows dev_opkind");
   int rc;
   if (op->kind == DEV_OP_LAUNCH) return validate_launch(ctx, op->launch);
   if (op->kind == DEV_OP_SLEEP) {
@@ -172,6 +172,29 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
     return DEV_OK;
   }
+  case DEV_OP_INDEX: {
+    const char *name = dev_op_name(op);
+    int scatter = op->code == DEV_IDX_SCATTER_ADD;
+    const dev_view *idx = &op->in[scatter ? 0 : 1], *val = &op->in[scatter ? 1 : 0];
+    /* the view iterated over: out (gather), idx (scatter); the other
+     * tensor indexed along dim */
+    const dev_view *it = scatter ? idx : &op->out, *other = scatter ? &op->out : val;
+    if ((unsigned)op->code >= DEV_NIDX || op->nin != 2 || op->dim < 0 || op->dim >= op->out.ndim ||
+        idx->ndim != op->out.ndim || val->ndim != op->out.ndim)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operands", name);
+    if (dev_dtype_class(idx->dtype) != DEV_CLS_I)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: the index must be an integer tensor, not %s", name,
+                      dev_dtype_name(idx->dtype));
+    if (val->dtype != t) return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
+    if (scatter && !(dev_dtype_class(t) & DEV_CLASSES_FI))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(t));
+    if (!scatter && !same_shape(idx, &op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: shape mismatch", name);
+    for (int d = 0; d < op->out.ndim; d++)
+      if ((scatter && val->shape[d] < idx->shape[d]) || (d != op->dim && other->shape[d] < it->shape[d]))
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: shape mismatch", name);
+    return DEV_OK;
+  }
   case DEV_OP_MATMUL: {
     const dev_view *a = &op->in[0], *b = &op->in[1], *c = &op->out;
     if (op->nin != 2 || a->ndim != 2 || b->ndim != 2 || c->ndim != 2 ||
@@ -206,6 +229,8 @@ static const char *op_name(const dev_kop *op) {
   case DEV_OP_COPY: return "copy";
   case DEV_OP_CUMSUM: return "cumsum";
   case DEV_OP_SOFTMAX: return op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
+  case DEV_OP_INDEX:
+    return op->code == DEV_IDX_SELECT ? "index_select" : op->code == DEV_IDX_GATHER ? "gather" : "scatter_add_";
   case DEV_OP_SLEEP: return "sleep";
   case DEV_OP_LAUNCH: return op->launch && op->launch->k ? op->launch->k->sig.name : "kernel";
   }

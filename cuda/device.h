@@ -318,6 +318,8 @@ typedef enum { DEV_REDUCE_OPS(DEV_OP_ENUM_RED) DEV_NREDOP } dev_redop;
 
 typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL } dev_randkind;
 typedef enum { DEV_SOFTMAX, DEV_LOG_SOFTMAX } dev_softkind;
+/* DEV_OP_INDEX: select is gather with the index broadcast (see dev_opkind) */
+typedef enum { DEV_IDX_SELECT, DEV_IDX_GATHER, DEV_IDX_SCATTER_ADD, DEV_NIDX } dev_idxkind;
 
 const char *dev_unop_name(dev_unop op);
 const char *dev_binop_name(dev_binop op);
@@ -364,6 +366,16 @@ typedef enum {
                        and bool sources, floats keep their dtype) */
   DEV_OP_SOFTMAX,   /* code = dev_softkind; out = softmax or log_softmax of in[0] along
                        dim, float dtypes, same shape */
+  DEV_OP_INDEX      /* code = dev_idxkind; dim the 0-based dim; indices 1-based, one
+                       outside 1..size fails the op ("index out of range").
+                       SELECT, GATHER: out[p] = in[0][p with p[dim] = in[1][p]], in[1]
+                         an integer tensor of out's shape (select: a 1-D index seen with
+                         stride 0 along the other dims), in[0] of out's dtype and ndim,
+                         no smaller than out along the other dims;
+                       SCATTER_ADD: out[p with p[dim] = in[0][p]] += in[1][p] for p over
+                         in[0]'s shape, in place; in[1] of out's dtype, no smaller than
+                         in[0]; out no smaller than in[0] along the other dims.
+                       s0 is free for a backend (cuda: the op's tag in its error flag) */
 } dev_opkind;
 
 enum {

@@ -9,6 +9,146 @@ local T = require "gpu.test"
 
 local M = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10, 11, 12 } }
 
+T.test("index_select: slices along a dim, 1-based, any integer index dtype", function()
+  for _, dt in ipairs(T.dtypes) do
+    local t = gpu.tensor(M, { dtype = "i32" }):to(dt)
+    for _, idt in ipairs(T.int_dtypes) do
+      local r = t:index_select(1, gpu.tensor({ 3, 1, 3 }, { dtype = idt }))
+      local want = { M[3], M[1], M[3] }
+      T.is({ r.dtype, r.shape, r:totable() }, { dt, { 3, 4 }, T.map(want, function(v) return T.cast(v, dt) end) },
+           string.format("%s rows 3, 1, 3 (index %s)", dt, idt))
+    end
+    local c = t:index_select(-1, gpu.tensor({ 4, 2 }, { dtype = "i64" }))
+    T.is(c:totable(), T.map({ { 4, 2 }, { 8, 6 }, { 12, 10 } }, function(v) return T.cast(v, dt) end),
+         dt .. " columns 4, 2 (dim -1)")
+  end
+  local t = gpu.tensor(M)
+  local o = gpu.zeros({ 2, 4 })
+  local r = t:index_select(1, gpu.tensor({ 2, 2 }, { dtype = "i64" }), { out = o })
+  T.ok(r == o, "opts.out: written and returned")
+  T.is(o:totable(), { M[2], M[2] }, "... with the rows")
+  -- a strided tensor, and a strided index (the middle of a longer one)
+  local s = t:narrow(2, 2, 2)
+  local ix = gpu.tensor({ 9, 3, 1, 9 }, { dtype = "i64" }):narrow(1, 2, 2)
+  T.is(s:index_select(1, ix):totable(), { { 10, 11 }, { 2, 3 } }, "a column slice, rows 3 and 1")
+end)
+
+T.test("gather: r[i][j] = t[i][idx[i][j]] along dim 2, t[idx[i][j]][j] along dim 1", function()
+  local t = gpu.tensor(M, { dtype = "f64" })
+  local idx = gpu.tensor({ { 4, 1 }, { 2, 2 }, { 3, 4 } }, { dtype = "i64" })
+  T.is(t:gather(2, idx):totable(), { { 4, 1 }, { 6, 6 }, { 11, 12 } }, "dim 2")
+  local idx1 = gpu.tensor({ { 3, 1, 2, 3 } }, { dtype = "i32" })
+  T.is(t:gather(1, idx1):totable(), { { 9, 2, 7, 12 } }, "dim 1, an index smaller than t")
+  local o = gpu.empty({ 3, 2 }, { dtype = "f64" })
+  T.ok(t:gather(2, idx, { out = o }) == o, "opts.out")
+  T.is(o:totable(), { { 4, 1 }, { 6, 6 }, { 11, 12 } }, "... written")
+  local b = gpu.tensor({ { true, false }, { false, true } }, { dtype = "bool" })
+  T.is(b:gather(2, gpu.tensor({ { 2, 2 }, { 2, 1 } }, { dtype = "i64" })):totable(), { { false, false }, { true, false } },
+       "bool")
+end)
+
+T.test("scatter_add_: in place, duplicates add up, every numeric dtype", function()
+  for _, dt in ipairs(T.int_dtypes) do
+    local t = gpu.zeros({ 2, 3 }, { dtype = dt })
+    local idx = gpu.tensor({ { 1, 1, 3 }, { 2, 2, 2 } }, { dtype = "i64" })
+    local src = gpu.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = dt })
+    T.ok(t:scatter_add_(2, idx, src) == t, dt .. " returns t")
+    T.is(t:totable(), { { 3, 0, 3 }, { 0, 15, 0 } }, dt .. " dim 2: duplicates add up")
+  end
+  for _, dt in ipairs(T.float_dtypes) do
+    local t = gpu.ones({ 3, 2 }, { dtype = dt })
+    local idx = gpu.tensor({ { 3, 1 }, { 3, 1 } }, { dtype = "i32" })
+    local src = gpu.tensor({ { 0.5, 1 }, { 0.25, 2 }, { 9, 9 } }, { dtype = dt })   -- larger than idx
+    t:scatter_add_(1, idx, src)
+    T.is(t:totable(), { { 1, 4 }, { 1, 1 }, { 1.75, 1 } }, dt .. " dim 1, src larger than the index")
+  end
+  local u = gpu.full({ 2 }, 250, { dtype = "u8" })
+  u:scatter_add_(1, gpu.tensor({ 1, 1 }, { dtype = "i64" }), gpu.tensor({ 3, 4 }, { dtype = "u8" }))
+  T.is(u:totable(), { 1, 250 }, "u8 wraps (250 + 7 = 1)")
+  local i8 = gpu.zeros({ 4 }, { dtype = "i8" })
+  i8:scatter_add_(1, gpu.tensor({ 2, 3, 3, 4 }, { dtype = "i64" }), gpu.tensor({ -1, 100, 100, 5 }, { dtype = "i8" }))
+  T.is(i8:totable(), { 0, -1, -56, 5 }, "i8 neighbours in one word, and wrapping")
+end)
+
+T.test("bad arguments raise at the call, naming them", function()
+  local t = gpu.tensor(M)
+  local i = gpu.tensor({ 1, 2 }, { dtype = "i64" })
+  local cases = {
+    { "float index", "the index must be an integer tensor", function() t:index_select(1, gpu.ones({ 2 })) end },
+    { "bool index", "the index must be an integer tensor",
+      function() t:gather(1, gpu.ones({ 1, 4 }, { dtype = "bool" })) end },
+    { "2-D index for index_select", "the index must be 1%-D",
+      function() t:index_select(1, gpu.ones({ 1, 2 }, { dtype = "i64" })) end },
+    { "dim out of range", "dim 3 out of range", function() t:index_select(3, i) end },
+    { "gather: index ndim", "the index has 1 dims", function() t:gather(1, i) end },
+    { "gather: index larger", "is larger than the tensor's", function() t:gather(1, gpu.ones({ 1, 5 }, { dtype = "i64" })) end },
+    { "scatter_add_: dtype", "dtype f64 does not match f32",
+      function() t:scatter_add_(1, gpu.ones({ 1, 2 }, { dtype = "i64" }), gpu.ones({ 1, 2 }, { dtype = "f64" })) end },
+    { "scatter_add_: src smaller", "is larger than src's",
+      function() t:scatter_add_(1, gpu.ones({ 1, 3 }, { dtype = "i64" }), gpu.ones({ 1, 2 })) end },
+    { "scatter_add_ on bool", "not supported for bool",
+      function() local b = gpu.ones({ 2 }, { dtype = "bool" }); b:scatter_add_(1, i, b) end },
+    { "scatter_add_: no out", "out", function() t:scatter_add_(1, gpu.ones({ 1, 2 }, { dtype = "i64" }), t, { out = t }) end },
+    { "index on the host, tensor on the device", "memory",
+      function() t:index_select(1, i:to("pinned")) end },
+    { "var of integers", "var: not supported for i32", function() gpu.ones({ 3 }, { dtype = "i32" }):var() end },
+    { "norm p = 0", "bad option 'p' to 'norm'", function() t:norm { p = 0 } end },
+    { "norm p a string", "bad option 'p' to 'norm'", function() t:norm { p = "fro" } end },
+    { "std: unknown option", "correction", function() t:std { correction = 0 } end },
+    { "softmax of integers", "softmax: not supported for i64", function() gpu.ones({ 3 }, { dtype = "i64" }):softmax(1) end },
+    { "softmax without dim", "option 'dim' is required", function() t:softmax {} end },
+    { "log_softmax dim", "dim 5 out of range", function() t:log_softmax(5) end },
+    { "cumsum without dim", "bad argument #1 to 'cumsum'", function() t:cumsum() end },
+    { "cumsum out dtype", "does not match the result", function() gpu.ones({ 3 }, { dtype = "i32" }):cumsum(1, { out = gpu.ones({ 3 }, { dtype = "i32" }) }) end },
+  }
+  for _, c in ipairs(cases) do T.raises_at(c[3], c[2], c[1]) end
+  T.is(t:sum():item(), 78.0, "the runtime works after them")
+end)
+
+T.test("an index out of range fails at the next sync, naming the op and its line", function()
+  local t = gpu.tensor(M)
+  local bad = gpu.tensor({ 1, 4 }, { dtype = "i64" })
+  for _, case in ipairs {
+    { "index_select", function() return t:index_select(1, bad) end, "'index_select' failed: index out of range" },
+    { "gather", function() return t:gather(1, gpu.tensor({ { 0, 1, 1, 1 } }, { dtype = "i32" })) end,
+      "'gather' failed: index out of range" },
+    { "scatter_add_", function() return gpu.zeros({ 3, 4 }):scatter_add_(2, gpu.tensor({ { 5 } }, { dtype = "u8" }), t) end,
+      "'scatter_add_' failed: index out of range" },
+  } do
+    local name, fn, pat = case[1], case[2], case[3]
+    local line = debug.getinfo(fn, "S").linedefined
+    local ok = pcall(fn)
+    T.ok(ok, name .. ": enqueued without an error")
+    local ok2, err = pcall(gpu.synchronize)
+    T.ok(not ok2 and tostring(err):find(pat, 1, true), name .. ": the sync raises " .. pat)
+    T.ok(tostring(err):find("index_ops.lua:" .. line .. ": '", 1, true), name .. ": naming line " .. line)
+    T.ok(pcall(gpu.synchronize), name .. ": reported once")
+  end
+  -- host memory: the op runs at the call, which raises
+  local h, hb = t:to("pinned"), bad:to("pinned")
+  T.raises_at(function() h:index_select(1, hb) end, "index out of range (4 not in 1..3)", "pinned: at the call")
+end)
+
+T.test("an index out of range inside a task: the task's await raises, at its line", function()
+  local t = gpu.tensor(M)
+  local bad = gpu.tensor({ { 9 } }, { dtype = "i64" })
+  local s <close> = gpu.stream()
+  local line
+  local task = gpu.task(function()
+    local _ <close> = gpu.using(s)
+    line = debug.getinfo(1, "l").currentline + 1
+    local r = t:gather(2, bad)
+    gpu.await(s)
+    return r
+  end)
+  local ok, err = pcall(gpu.run)
+  T.ok(not ok, "gpu.run raises the task's failure")
+  T.ok(tostring(err):find("'gather' failed: index out of range", 1, true), "naming the op: " .. tostring(err))
+  T.ok(tostring(err):find("index_ops.lua:" .. tostring(line) .. ": '", 1, true), "and the line in the task")
+  T.ok(task.failed, "the task failed")
+  T.ok(pcall(gpu.synchronize), "nothing left to report")
+end)
+
 T.test("reductions: options, dtypes, argmin ties and NaN", function()
   local t = gpu.tensor({ { 2, 1, 1 }, { 3, 0 / 0, 3 } })
   T.is(t:argmin { dim = 2 }:totable(), { 2, 2 }, "first minimum; NaN wins as for argmax")

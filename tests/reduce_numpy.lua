@@ -194,6 +194,44 @@ for _, dt in ipairs(FLOATS) do
   end
 end
 
+-- ---- indexing ---------------------------------------------------------------
+
+local function index(shape, n, dt)
+  seed = seed + 1
+  return gpu.rand(shape, { dtype = dt or "i64", low = 1, high = n + 1, seed = seed })
+end
+
+for _, dt in ipairs(ALL) do
+  for _, strided in ipairs { false, true } do
+    local x = operand(dt, strided, dt == "u8" and 0 or -50, 50)
+    local sfx = strided and " strided" or ""
+    for dim = 1, 3 do
+      for _, idt in ipairs { "i64", "i32" } do
+        local i = index({ 9 }, SHAPE[dim], idt)
+        case(string.format("index_select %s dim %d %s%s", dt, dim, idt, sfx), "index_select", dt, { x, i },
+             x:index_select(dim, i), 0, string.format("{'dim': %d}", dim - 1))
+      end
+      -- the index may be smaller than the tensor along the other dims
+      local shape = { 4, 5, 6 }
+      shape[dim] = 8
+      local g = index(shape, SHAPE[dim], dim == 2 and "i32" or "i64")
+      case(string.format("gather %s dim %d%s", dt, dim, sfx), "gather", dt, { x, g }, x:gather(dim, g), 0,
+           string.format("{'dim': %d}", dim - 1))
+      if dt ~= "bool" then
+        local self = operand(dt, strided, dt == "u8" and 0 or -50, 50)
+        local before = self:clone()
+        local src = rand(dt, { 10, 10, 10 }, dt == "u8" and 0 or -50, 50)   -- larger than the index
+        local sshape = { 4, 5, 6 }
+        sshape[dim] = 9
+        local si = index(sshape, SHAPE[dim])
+        self:scatter_add_(dim, si, src)
+        case(string.format("scatter_add_ %s dim %d%s", dt, dim, sfx), "scatter_add", dt, { before, si, src }, self,
+             T.is_float(dt) and 2 or 0, string.format("{'dim': %d}", dim - 1))
+      end
+    end
+  end
+end
+
 -- ---- the oracle -------------------------------------------------------------
 
 local ORACLE = [=[

@@ -326,4 +326,41 @@ T.test("cumsum, softmax, log_softmax along every dim, long rows, strided", funct
   end
 end)
 
+T.test("index_select, gather, scatter_add_", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 17, 9, 13 }, 121)
+    for dim = 1, 3 do
+      local n = ({ 17, 9, 13 })[dim]
+      local i = gpu.rand({ 40 }, { dtype = "i64", low = 1, high = n + 1, seed = 122 + dim })
+      same(d:index_select(dim, i), h:index_select(dim, i:to("pinned")), "index_select " .. dt .. " dim " .. dim)
+      local shape = { 11, 7, 10 }
+      shape[dim] = 30
+      local g = gpu.rand(shape, { dtype = "i32", low = 1, high = n + 1, seed = 125 + dim })
+      same(d:gather(dim, g), h:gather(dim, g:to("pinned")), "gather " .. dt .. " dim " .. dim)
+      local w, wh = inputs(dt, { 17, 9, 20 }, 134)
+      same(w:narrow(3, 4, 13):gather(dim, g), wh:narrow(3, 4, 13):gather(dim, g:to("pinned")),
+           "gather " .. dt .. " dim " .. dim .. " strided")
+      if dt ~= "bool" then
+        local src, srch = inputs(dt, shape, 128 + dim, -3, 3)
+        local sc = gpu.rand(shape, { dtype = "i64", low = 1, high = n + 1, seed = 131 + dim })
+        -- integer sums are exact in any order; floats within a tolerance
+        same(d:clone():scatter_add_(dim, sc, src), h:clone():scatter_add_(dim, sc:to("pinned"), srch),
+             "scatter_add_ " .. dt .. " dim " .. dim, isfloat(dt) and RTOL[dt] * 16 or nil)
+      end
+    end
+  end
+  local big = gpu.zeros({ 1000 }, { dtype = "i64" })
+  big:scatter_add_(1, gpu.ones({ 1 << 20 }, { dtype = "i64" }), gpu.ones({ 1 << 20 }, { dtype = "i64" }))
+  T.is(big:get(1), 1 << 20, "scatter_add_: 1M atomic adds to one element")
+  local u = gpu.zeros({ 8 }, { dtype = "u8" })
+  u:scatter_add_(1, gpu.arange(0, 4096, { dtype = "i64" }) % 8 + 1, gpu.ones({ 4096 }, { dtype = "u8" }))
+  T.is(u:totable(), { 0, 0, 0, 0, 0, 0, 0, 0 }, "u8 scatter_add_: 512 adds per byte wrap to 0, neighbours intact")
+  local bad = gpu.tensor({ 1, 99 }, { dtype = "i64" })
+  local r = gpu.ones({ 5 }):index_select(1, bad)
+  local ok, err = pcall(gpu.synchronize)
+  T.ok(not ok and tostring(err):find("'index_select' failed: index out of range", 1, true),
+       "an index out of range: raised at the sync, naming the op: " .. tostring(err))
+  T.ok(pcall(gpu.synchronize) and r, "reported once")
+end)
+
 T.done()
