@@ -1012,47 +1012,7 @@ static int t_meta_idiv(lua_State *L) { return meta_binary(L, DEV_BIN_FLOOR_DIVID
 
 /* ---- reductions ------------------------------------------------------ */
 
-static int reduce(lua_State *L, dev_redop code) {
-  const char *fname = dev_redop_name(code);
-  gpu_tensor *t = bind_check_tensor(L, 1);
-  bind_check_opts(L, 2, "dim keepdim stream");
-  int dim = -1, keepdim = 0;
-  if (bind_opt_field(L, 2, "dim") != LUA_TNIL) {
-    if (t->v.ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
-    dim = check_dim(L, lua_gettop(L), 0, t->v.ndim);
-  }
-  lua_pop(L, 1);
-  bind_opt_field(L, 2, "keepdim");
-  keepdim = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  dev_dtype in = t->v.dtype, out = in;
-  int isint = !dev_dtype_is_float(in);
-  if (code == DEV_RED_SUM && isint) out = DEV_I64;
-  if (code == DEV_RED_MEAN && isint) out = DEV_F64;
-  if (code == DEV_RED_ARGMAX) out = DEV_I64;
-  if (code == DEV_RED_ANY || code == DEV_RED_ALL) out = DEV_BOOL;
-  int ndim = 0;
-  int64_t shape[DEV_MAXDIM];
-  for (int d = 0; d < t->v.ndim; d++) {
-    if (dim < 0 || d == dim) {
-      if (keepdim) shape[ndim++] = 1;
-    } else {
-      shape[ndim++] = t->v.shape[d];
-    }
-  }
-  dev_view tv = t->v;
-  gpu_tensor *o = new_like(L, t, out, ndim, shape, 2, fname);
-  dev_kop op = {.kind = DEV_OP_REDUCE, .code = code, .nin = 1, .dim = dim, .out = o->v};
-  op.in[0] = tv;
-  submit(L, lua_istable(L, 2) ? 2 : 0, &op, 0, 1, 0, fname);
-  return 1;
-}
-
-static int t_sum(lua_State *L) { return reduce(L, DEV_RED_SUM); }
-static int t_mean(lua_State *L) { return reduce(L, DEV_RED_MEAN); }
-static int t_argmax(lua_State *L) { return reduce(L, DEV_RED_ARGMAX); }
-static int t_any(lua_State *L) { return reduce(L, DEV_RED_ANY); }
-static int t_all(lua_State *L) { return reduce(L, DEV_RED_ALL); }
+/* sum, mean, ... are in tensor_reduce.c; max and min are also elementwise */
 
 /* max/min: elementwise with an operand (a bool tensor's may be a boolean),
  * a reduction without */
@@ -1062,12 +1022,12 @@ static int has_operand(lua_State *L) {
 
 static int t_max(lua_State *L) {
   if (has_operand(L)) return binary_op(L, DEV_BIN_MAX, 1, 2, 3, 0, 0);
-  return reduce(L, DEV_RED_MAX);
+  return bind_tensor_reduce(L, DEV_RED_MAX);
 }
 
 static int t_min(lua_State *L) {
   if (has_operand(L)) return binary_op(L, DEV_BIN_MIN, 1, 2, 3, 0, 0);
-  return reduce(L, DEV_RED_MIN);
+  return bind_tensor_reduce(L, DEV_RED_MIN);
 }
 
 /* ---- selecting: where, masked_fill ------------------------------------ */
@@ -1280,6 +1240,23 @@ static int t_matmul(lua_State *L) {
   return 1;
 }
 
+/* ---- for the other tensor files (tensor.h) ----------------------------- */
+
+int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim) { return check_dim(L, idx, arg, ndim); }
+
+gpu_tensor *bind_tensor_out(lua_State *L, int opts, const gpu_tensor *like, dev_dtype dt, int ndim,
+                            const int64_t *shape, const char *fname) {
+  return opt_out(L, opts, like, dt, ndim, shape, fname);
+}
+
+void bind_tensor_same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu_tensor *b) {
+  same_kind(L, arg, a, b);
+}
+
+void bind_tensor_submit(lua_State *L, int opts, dev_kop *op, int out, const int *in, int nin, const char *fname) {
+  submit_views(L, opts_stream(L, opts), op, out, in, nin, fname);
+}
+
 /* ---- registration ---------------------------------------------------- */
 
 static const luaL_Reg methods[] = {
@@ -1288,7 +1265,6 @@ static const luaL_Reg methods[] = {
   {"narrow", t_narrow}, {"view", t_view}, {"contiguous", t_contiguous}, {"clone", t_clone},
   {"copy", t_copy}, {"to", t_to}, {"fill", t_fill}, {"zero_", t_zero_},
   {"max", t_max}, {"min", t_min},
-  {"sum", t_sum}, {"mean", t_mean}, {"argmax", t_argmax}, {"any", t_any}, {"all", t_all},
   {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"clamp", t_clamp}, {"clamp_", t_clamp_},
   {"matmul", t_matmul},
   {"save", bind_tensor_save},
@@ -1341,6 +1317,7 @@ int bind_open_tensor(lua_State *L) {
     }
     lua_pop(L, 1);
   }
+  luaL_setfuncs(L, bind_tensor_reduce_methods, 0);
   lua_pop(L, 2);
   luaL_setfuncs(L, funcs, 0);
   bind_open_tensor_view(L);

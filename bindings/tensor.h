@@ -1,6 +1,7 @@
 /* What the gpu.Tensor files share: tensor.c (the type and its ops),
  * tensor_format.c (tostring), tensor_table.c (gpu.tensor from nested
- * tables, t:totable) and tensor_view.c (views, cat/stack, creation). */
+ * tables, t:totable), tensor_view.c (views, cat/stack, creation) and
+ * tensor_reduce.c (reductions, softmax, indexing). */
 #ifndef GPULUA_BIND_TENSOR_H
 #define GPULUA_BIND_TENSOR_H
 
@@ -38,6 +39,23 @@ void bind_tensor_upload(lua_State *L, dev_view dst, int tidx, int isint, const v
 /* Read all values of the tensor at tidx (C order) into a userdata pushed on
  * the stack; a counted sync. */
 void *bind_tensor_download(lua_State *L, int tidx, int opts, const char *fname);
+
+/* tensor.c's helpers for the ops of the other files: a 1-based (or negative)
+ * dim at idx as 0-based (errors name argument arg, or option 'dim' when arg
+ * is 0); opts.out checked against the result, else a new tensor like
+ * `like`; an argument error unless a and b are in memory an op can mix;
+ * enqueue op on opts' stream (0: the current one), its views' buffers taken
+ * from the tensors at stack indices out and in[] (0: keep the view's). */
+int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim);
+gpu_tensor *bind_tensor_out(lua_State *L, int opts, const gpu_tensor *like, dev_dtype dt, int ndim,
+                            const int64_t *shape, const char *fname);
+void bind_tensor_same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu_tensor *b);
+void bind_tensor_submit(lua_State *L, int opts, dev_kop *op, int out, const int *in, int nin, const char *fname);
+
+/* tensor_reduce.c: reductions, cumsum, softmax, indexing.  The reduction
+ * `code` of the tensor at 1 with the options at 2 ({dim =, keepdim =, ...}). */
+int bind_tensor_reduce(lua_State *L, dev_redop code);
+extern const luaL_Reg bind_tensor_reduce_methods[];   /* added to gpu.Tensor's methods */
 
 int bind_tensor_tostring(lua_State *L);   /* __tostring (tensor_format.c) */
 int bind_tensor_from(lua_State *L);       /* gpu.tensor(values, opts) (tensor_table.c) */

@@ -63,9 +63,9 @@ static int validate_launch(dev_ctx *ctx, const dev_launch *l) {
 
 static int validate(dev_ctx *ctx, const dev_kop *op) {
   static const char *const kinds[] = {"fill", "arange", "rand", "unary", "binary", "ternary", "reduce", "matmul",
-                                      "copy"};
-  _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_TERNARY == 5 && DEV_OP_COPY == 8,
-                 "kinds[] follows dev_opkind");
+                                      "copy", "sleep", "launch", "cumsum", "softmax", "index"};
+  _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_TERNARY == 5 && DEV_OP_COPY == 8 &&
+                 DEV_OP_CUMSUM == 11 && DEV_OP_INDEX == 13, "kinds[] follows dev_opkind");
   int rc;
   if (op->kind == DEV_OP_LAUNCH) return validate_launch(ctx, op->launch);
   if (op->kind == DEV_OP_SLEEP) {
@@ -145,15 +145,62 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
   }
   case DEV_OP_REDUCE: {
     const dev_view *src = &op->in[0];
-    if (op->nin != 1 || (unsigned)op->code >= DEV_NREDOP || op->dim < -1 || op->dim >= src->ndim)
+    const dev_redinfo *r = dev_redop_info(op->code);
+    if (op->nin != 1 || !r || op->dim < -1 || op->dim >= src->ndim)
       return dev_fail(ctx, DEV_ERR_INVALID, "reduce: bad op or dim");
-    int64_t n = 1;
-    for (int d = 0; op->dim >= 0 && d < src->ndim; d++) n *= d == op->dim ? 1 : src->shape[d];
+    int64_t n = 1, len = dev_view_numel(src);
+    if (op->dim >= 0) {
+      len = src->shape[op->dim];
+      for (int d = 0; d < src->ndim; d++)
+        if (d != op->dim) n *= src->shape[d];
+    }
     if (dev_view_numel(&op->out) != n)
       return dev_fail(ctx, DEV_ERR_INVALID, "reduce: output numel mismatch");
-    /* the result of reducing nothing (an identity, or an error for max) is not defined yet */
-    if (n > 0 && dev_view_numel(src) == 0)
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "reducing an empty tensor (a zero-sized dim) is not supported yet");
+    if (!(dev_dtype_class(src->dtype) & r->classes))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", r->name, dev_dtype_name(src->dtype));
+    if (op->code == DEV_RED_NORM && !(op->s0.f > 0))
+      return dev_fail(ctx, DEV_ERR_INVALID, "norm: p must be > 0");
+    if ((op->code == DEV_RED_VAR || op->code == DEV_RED_STD) && (op->s0.i < 0 || op->s0.i > 1))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad correction", r->name);
+    dev_scalar e;
+    if (len == 0 && n > 0 && dev_redop_empty(op->code, &e))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s of an empty tensor (no identity)", r->name);
+    return DEV_OK;
+  }
+  case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: {
+    const dev_view *src = &op->in[0];
+    dev_dtype it = src->dtype;
+    const char *name = dev_op_name(op);
+    if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || !same_shape(src, &op->out) ||
+        (op->kind == DEV_OP_SOFTMAX && (unsigned)op->code > DEV_LOG_SOFTMAX))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dim, shape or op", name);
+    if (op->kind == DEV_OP_SOFTMAX && !dev_dtype_is_float(it))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(it));
+    if (t != (op->kind == DEV_OP_CUMSUM ? dev_redop_dtype(DEV_RED_SUM, it) : it))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
+    return DEV_OK;
+  }
+  case DEV_OP_INDEX: {
+    const char *name = dev_op_name(op);
+    int scatter = op->code == DEV_IDX_SCATTER_ADD;
+    const dev_view *idx = &op->in[scatter ? 0 : 1], *val = &op->in[scatter ? 1 : 0];
+    /* the view iterated over: out (gather), idx (scatter); the other
+     * tensor indexed along dim */
+    const dev_view *it = scatter ? idx : &op->out, *other = scatter ? &op->out : val;
+    if ((unsigned)op->code >= DEV_NIDX || op->nin != 2 || op->dim < 0 || op->dim >= op->out.ndim ||
+        idx->ndim != op->out.ndim || val->ndim != op->out.ndim)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operands", name);
+    if (dev_dtype_class(idx->dtype) != DEV_CLS_I)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: the index must be an integer tensor, not %s", name,
+                      dev_dtype_name(idx->dtype));
+    if (val->dtype != t) return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
+    if (scatter && !(dev_dtype_class(t) & DEV_CLASSES_FI))
+      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(t));
+    if (!scatter && !same_shape(idx, &op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: shape mismatch", name);
+    for (int d = 0; d < op->out.ndim; d++)
+      if ((scatter && val->shape[d] < idx->shape[d]) || (d != op->dim && other->shape[d] < it->shape[d]))
+        return dev_fail(ctx, DEV_ERR_INVALID, "%s: shape mismatch", name);
     return DEV_OK;
   }
   case DEV_OP_MATMUL: {
@@ -193,6 +240,10 @@ static const char *op_name(const dev_kop *op) {
   case DEV_OP_REDUCE: return dev_redop_name(op->code);
   case DEV_OP_MATMUL: return "matmul";
   case DEV_OP_COPY: return "copy";
+  case DEV_OP_CUMSUM: return "cumsum";
+  case DEV_OP_SOFTMAX: return op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
+  case DEV_OP_INDEX:
+    return op->code == DEV_IDX_SELECT ? "index_select" : op->code == DEV_IDX_GATHER ? "gather" : "scatter_add_";
   case DEV_OP_SLEEP: return "sleep";
   case DEV_OP_LAUNCH: return op->launch && op->launch->k ? op->launch->k->sig.name : "kernel";
   }

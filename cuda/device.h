@@ -301,7 +301,7 @@ typedef struct dev_scalar { int is_int; int64_t i; double f; } dev_scalar;
 #define DEV_OP_ENUM_UN(E, name, cls, res, fl) DEV_UN_##E,
 #define DEV_OP_ENUM_BIN(E, name, cls, res, fl) DEV_BIN_##E,
 #define DEV_OP_ENUM_TER(E, name, cls, res, fl) DEV_TER_##E,
-#define DEV_OP_ENUM_RED(E, name) DEV_RED_##E,
+#define DEV_OP_ENUM_RED(E, name, cls, res) DEV_RED_##E,
 typedef enum {
   DEV_UN_COPY,     /* dst = src, converting dtype: cast */
   DEV_UNARY_OPS(DEV_OP_ENUM_UN)
@@ -319,6 +319,9 @@ typedef enum { DEV_REDUCE_OPS(DEV_OP_ENUM_RED) DEV_NREDOP } dev_redop;
 /* DEV_RAND_INT: integers in [s0, s1) (both integer scalars), stored in any
  * dtype (gpu.randint) */
 typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL, DEV_RAND_INT } dev_randkind;
+typedef enum { DEV_SOFTMAX, DEV_LOG_SOFTMAX } dev_softkind;
+/* DEV_OP_INDEX: select is gather with the index broadcast (see dev_opkind) */
+typedef enum { DEV_IDX_SELECT, DEV_IDX_GATHER, DEV_IDX_SCATTER_ADD, DEV_NIDX } dev_idxkind;
 
 const char *dev_unop_name(dev_unop op);
 const char *dev_binop_name(dev_binop op);
@@ -332,6 +335,14 @@ typedef struct dev_opinfo { const char *name; unsigned classes; int to_bool; uns
 const dev_opinfo *dev_unop_info(int code);
 const dev_opinfo *dev_binop_info(int code);
 const dev_opinfo *dev_terop_info(int code);
+/* A reduction's row: its name, classes and DEV_RRES_* result. */
+typedef struct dev_redinfo { const char *name; unsigned classes; int result; } dev_redinfo;
+const dev_redinfo *dev_redop_info(int code);   /* NULL outside the table */
+/* The dtype of a reduction of a src tensor (its result column). */
+dev_dtype dev_redop_dtype(int code, dev_dtype src);
+/* A reduction of nothing: 0 and its value in *s (as for a fill), or -1
+ * when it has none (max min argmax argmin). */
+int dev_redop_empty(int code, dev_scalar *s);
 /* DEV_CLS_F, DEV_CLS_I or DEV_CLS_B; 0 for a bad dtype. */
 unsigned dev_dtype_class(dev_dtype t);
 /* s as dtype t stores it (a float rounded to f16, say); as for a fill. */
@@ -348,11 +359,26 @@ typedef enum {
   DEV_OP_BINARY,    /* code = dev_binop; out = in[0] op in[1] (or scalar, see flags) */
   DEV_OP_TERNARY,   /* code = dev_terop; out = op(in[0], x, y): x, y the next tensor
                        operands in[1], in[2], or s0, s1 (see flags) */
-  DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0] */
+  DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0];
+                       s0 the option of var/std/norm (ops.h) */
   DEV_OP_MATMUL,    /* out = in[0] @ in[1], 2-D */
   DEV_OP_COPY,      /* out = in[0], same dtype, same numel; flat element order */
   DEV_OP_SLEEP,     /* hold the stream for ms milliseconds */
-  DEV_OP_LAUNCH     /* a run-time kernel: see dev_launch */
+  DEV_OP_LAUNCH,    /* a run-time kernel: see dev_launch */
+  DEV_OP_CUMSUM,    /* out = running sum of in[0] along dim (same shape; i64 for integer
+                       and bool sources, floats keep their dtype) */
+  DEV_OP_SOFTMAX,   /* code = dev_softkind; out = softmax or log_softmax of in[0] along
+                       dim, float dtypes, same shape */
+  DEV_OP_INDEX      /* code = dev_idxkind; dim the 0-based dim; indices 1-based, one
+                       outside 1..size fails the op ("index out of range").
+                       SELECT, GATHER: out[p] = in[0][p with p[dim] = in[1][p]], in[1]
+                         an integer tensor of out's shape (select: a 1-D index seen with
+                         stride 0 along the other dims), in[0] of out's dtype and ndim,
+                         no smaller than out along the other dims;
+                       SCATTER_ADD: out[p with p[dim] = in[0][p]] += in[1][p] for p over
+                         in[0]'s shape, in place; in[1] of out's dtype, no smaller than
+                         in[0]; out no smaller than in[0] along the other dims.
+                       s0 is free for a backend (cuda: the op's tag in its error flag) */
 } dev_opkind;
 
 enum {

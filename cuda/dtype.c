@@ -1,5 +1,6 @@
 /* gpulua device layer: dtype, op and memory-kind names, the op table's rows;
  * f16/bf16 conversions; view helpers.  Pure functions, no state. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -100,12 +101,44 @@ const char *dev_terop_name(dev_terop op)
   return (unsigned)op < DEV_NTEROP ? terops[op].name : "?";
 }
 
+#define REDROW(E, name, cls, res) [DEV_RED_##E] = {#name, DEV_CLASSES(cls), DEV_RRESULT(res)},
+static const dev_redinfo redops[DEV_NREDOP] = {DEV_REDUCE_OPS(REDROW)};
+#undef REDROW
+
 const char *dev_redop_name(dev_redop op)
 {
-#define NAME(E, name) [DEV_RED_##E] = #name,
-  static const char *const names[DEV_NREDOP] = {DEV_REDUCE_OPS(NAME)};
-#undef NAME
-  return (unsigned)op < DEV_NREDOP ? names[op] : "?";
+  return (unsigned)op < DEV_NREDOP ? redops[op].name : "?";
+}
+
+const dev_redinfo *dev_redop_info(int code)
+{
+  return (unsigned)code < DEV_NREDOP ? &redops[code] : NULL;
+}
+
+dev_dtype dev_redop_dtype(int code, dev_dtype src)
+{
+  int isf = dev_dtype_is_float(src);
+  switch ((unsigned)code < DEV_NREDOP ? redops[code].result : DEV_RRES_SAME) {
+  case DEV_RRES_ACC: return isf ? src : DEV_I64;
+  case DEV_RRES_MEAN: return isf ? src : DEV_F64;
+  case DEV_RRES_INDEX: return DEV_I64;
+  case DEV_RRES_BOOL: return DEV_BOOL;
+  default: return src;
+  }
+}
+
+int dev_redop_empty(int code, dev_scalar *s)
+{
+  dev_scalar z = {1, 0, 0};
+  switch (code) {
+  case DEV_RED_SUM: case DEV_RED_ANY: case DEV_RED_NORM: break;
+  case DEV_RED_PROD: case DEV_RED_ALL: z.i = 1; z.f = 1; break;
+  case DEV_RED_MEAN: case DEV_RED_VAR: case DEV_RED_STD: z = (dev_scalar){0, 0, NAN}; break;   /* 0/0 */
+  case DEV_RED_LOGSUMEXP: z = (dev_scalar){0, 0, -INFINITY}; break;                          /* log 0 */
+  default: return -1;
+  }
+  *s = z;
+  return 0;
 }
 
 dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t)

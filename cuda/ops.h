@@ -75,9 +75,26 @@
   X(WHERE, where, FIB, SAME, DEV_OPF_COND)                  \
   X(CLAMP, clamp, FI, SAME, 0)
 
-/* Reductions: X(ENUM, name); results by dev_op.c's and tensor.c's rules. */
-#define DEV_REDUCE_OPS(X) \
-  X(SUM, sum) X(MEAN, mean) X(MAX, max) X(MIN, min) X(ARGMAX, argmax) X(ANY, any) X(ALL, all)
+/* Reductions: X(ENUM, name, classes, result), classes as above; result:
+ *   SAME   the input's dtype
+ *   ACC    floats keep their dtype, integers and bool give i64 (sum, prod)
+ *   MEAN   floats keep their dtype, integers and bool give f64
+ *   INDEX  i64, the 1-based position (the first, on ties)
+ *   BOOL   bool
+ * Options ride in the op's s0: var/std the correction (s0.i: 1 unbiased, 0
+ * not), norm its p (s0.f: > 0, inf for the largest magnitude).  Of nothing
+ * (a zero-sized dim): sum 0, prod 1, any false, all true, mean var std NaN,
+ * norm 0, logsumexp -inf; max min argmax argmin raise (dev_redop_empty). */
+#define DEV_REDUCE_OPS(X)                               \
+  X(SUM, sum, FIB, ACC) X(MEAN, mean, FIB, MEAN)        \
+  X(MAX, max, FIB, SAME) X(MIN, min, FIB, SAME)         \
+  X(ARGMAX, argmax, FIB, INDEX)                         \
+  X(ANY, any, FIB, BOOL) X(ALL, all, FIB, BOOL)         \
+  X(PROD, prod, FIB, ACC)                               \
+  X(VAR, var, F, SAME) X(STD, std, F, SAME)             \
+  X(NORM, norm, F, SAME)                                \
+  X(ARGMIN, argmin, FIB, INDEX)                         \
+  X(LOGSUMEXP, logsumexp, F, SAME)
 
 /* ---- reading the columns ------------------------------------------------- */
 
@@ -109,5 +126,13 @@
 #define DEV_IF_SAME(res, ...) DEV_IF_SAME_##res(__VA_ARGS__)
 #define DEV_IF_SAME_SAME(...) __VA_ARGS__
 #define DEV_IF_SAME_BOOL(...)
+
+/* A reduction's result column. */
+#define DEV_RRES_SAME 0
+#define DEV_RRES_ACC 1
+#define DEV_RRES_MEAN 2
+#define DEV_RRES_INDEX 3
+#define DEV_RRES_BOOL 4
+#define DEV_RRESULT(res) DEV_RRES_##res
 
 #endif

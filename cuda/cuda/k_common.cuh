@@ -590,6 +590,8 @@ int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);  
 int k_copy(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_copy.cu */
 int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen); /* k_matmul_int.cu */
 int k_sleep(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);    /* k_sleep.cu */
+int k_rows(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_softmax.cu: CUMSUM, SOFTMAX */
+int k_index(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);    /* k_index.cu */
 
 /* Shared by the files: out = in (same dtype and numel) and out = s. */
 int k_copy_views(const dev_view *out, const dev_view *in, const cuk_env *env, char *err, size_t errlen);

@@ -24,6 +24,8 @@ extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size
   case DEV_OP_MATMUL: return k_matmul_int(op, env, err, errlen);
   case DEV_OP_COPY: return k_copy(op, env, err, errlen);
   case DEV_OP_SLEEP: return k_sleep(op, env, err, errlen);
+  case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return k_rows(op, env, err, errlen);
+  case DEV_OP_INDEX: return k_index(op, env, err, errlen);
   case DEV_OP_LAUNCH: break;   /* run-time kernels: launched by the backend */
   }
   return k_fail(err, errlen, "unknown op kind %d", (int)op->kind);

@@ -15,7 +15,8 @@ extern "C" {
 typedef struct cuk_env {
   void *stream;          /* cudaStream_t */
   int *err_flag;         /* device-visible (mapped pinned) int: set to 1 by a
-                            kernel that divides an integer by zero */
+                            kernel that divides an integer by zero, to the op's
+                            tag (s0.i) by an index op given an index out of range */
   int sm_count;          /* multiprocessors, for grid sizing */
   int checked;           /* the op's views already passed dev_view_check (an op
                             from dev_submit); 0 for ops a backend builds */
@@ -23,7 +24,7 @@ typedef struct cuk_env {
 
 /* Every dev_kop kind except MATMUL on float dtypes (cuBLAS, in the backend):
  * FILL ARANGE RAND UNARY (incl. cast) BINARY TERNARY REDUCE COPY (strided,
- * same dtype) SLEEP, and MATMUL for integer dtypes.  Views point to device memory or to
+ * same dtype) SLEEP CUMSUM SOFTMAX INDEX, and MATMUL for integer dtypes.  Views point to device memory or to
  * pinned host memory (reachable through unified addressing). */
 int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);
 

@@ -24,6 +24,7 @@
 #define MAXMARK 64
 #define NREC 64                /* ops remembered per stream, to name a failed one */
 #define NNOTIFY 16
+#define NTAGGED 64             /* index ops remembered, to name one given a bad index */
 
 typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
 
@@ -55,7 +56,10 @@ typedef int (*cublas_gemmsb_t)(void *, int, int, int, int, int, const void *, co
 typedef struct cstate {
   int device;
   cudaStream_t side;           /* allocations and frees (nonblocking, no kernels) */
-  int *flag_host, *flag_dev;   /* mapped pinned: set by kernels on integer division by zero */
+  int *flag_host, *flag_dev;   /* mapped pinned: set by kernels on integer division by zero (1),
+                                  or to an index op's tag (an index out of range) */
+  struct { int tag; const char *name; char site[DEV_SITE_LEN]; } tagged[NTAGGED];
+  int next_tag;                /* the index ops enqueued so far: tags 2, 3, ... */
   int sm_count;
   int launch_blocking;
   cudaEvent_t *evpool;         /* spare marker events */
@@ -143,10 +147,33 @@ static cstate *CS(dev_ctx *ctx) { return ctx->bk_state; }
  * work that set it has been waited for. */
 static void check_flag(dev_ctx *ctx) {
   cstate *cs = CS(ctx);
-  if (cs->flag_host && *(volatile int *)cs->flag_host) {
+  int v;
+  if (cs->flag_host && (v = *(volatile int *)cs->flag_host)) {
     *(volatile int *)cs->flag_host = 0;
-    dev_async_fail(ctx, "integer division by zero in a queued op");
+    if (v == 1) {
+      dev_async_fail(ctx, "integer division by zero in a queued op");
+      return;
+    }
+    /* an index op's tag: named as the host backend names a failed op */
+    for (int i = 0; i < NTAGGED; i++)
+      if (cs->tagged[i].tag == v) {
+        dev_async_fail(ctx, "%s%s'%s' failed: index out of range", cs->tagged[i].site,
+                       *cs->tagged[i].site ? ": " : "", cs->tagged[i].name);
+        return;
+      }
+    dev_async_fail(ctx, "index out of range in a queued op");
   }
+}
+
+/* The tag an index op sets the flag to, remembered with its name and site. */
+static int tag_op(dev_ctx *ctx, const dev_kop *op) {
+  cstate *cs = CS(ctx);
+  int tag = 2 + cs->next_tag, i = cs->next_tag % NTAGGED;
+  cs->next_tag = (cs->next_tag + 1) % 1000000000;
+  cs->tagged[i].tag = tag;
+  cs->tagged[i].name = dev_op_name(op);
+  memcpy(cs->tagged[i].site, ctx->site, sizeof cs->tagged[i].site);
+  return tag;
 }
 
 /* ---- markers ---------------------------------------------------------- */
@@ -957,6 +984,13 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
   } else {
     cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 1 /* checked by dev_submit */};
     char msg[256];
+    dev_kop tagged;
+    if (op->kind == DEV_OP_INDEX) {
+      /* its tag rides in s0, which the index ops do not use */
+      tagged = *op;
+      tagged.s0 = (dev_scalar){1, tag_op(ctx, op), 0};
+      op = &tagged;
+    }
     rc = cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
                                                 : DEV_OK;
   }

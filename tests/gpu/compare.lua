@@ -318,4 +318,104 @@ T.test("any and all, whole and along every dim", function()
        "any/all of 4M u8 with one nonzero")
 end)
 
+T.test("prod, argmin, var, std, norm, logsumexp: whole, along every dim, strided", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 17, 9, 13 }, 101, -4, 4)
+    local ops = { { "prod" }, { "argmin" } }
+    if isfloat(dt) then
+      d, h = inputs(dt, { 17, 9, 13 }, 101, 0.6, 1.4)   -- products of 2000 stay finite
+      ops = { { "prod" }, { "argmin" }, { "var" }, { "var", { unbiased = false } }, { "std" }, { "norm" },
+              { "norm", { p = 1 } }, { "norm", { p = math.huge } }, { "norm", { p = 3 } }, { "logsumexp" } }
+    end
+    for _, o in ipairs(ops) do
+      local op, opts = o[1], o[2] or {}
+      local name = op .. " " .. dt .. (o[2] and " " .. T.fmt(o[2]) or "")
+      local tol = isfloat(dt) and RTOL[dt] * 4 or nil
+      same(d[op](d, opts), h[op](h, opts), name, tol)
+      for dim = 1, 3 do
+        local od = { dim = dim }
+        for k, v in pairs(opts) do od[k] = v end
+        same(d[op](d, od), h[op](h, od), name .. " dim " .. dim, tol)
+        same(d:narrow(3, 2, 9)[op](d:narrow(3, 2, 9), od), h:narrow(3, 2, 9)[op](h:narrow(3, 2, 9), od),
+             name .. " dim " .. dim .. " strided", tol)
+      end
+    end
+  end
+  local big, bigh = inputs("f32", { 1 << 22 }, 103)
+  same(big:var(), bigh:var(), "var of 4M f32", 1e-5)
+  same(big:logsumexp(), bigh:logsumexp(), "logsumexp of 4M f32", 1e-5)
+  same(big:argmin(), bigh:argmin(), "argmin of 4M f32")
+  local s = gpu.tensor({ { 0 / 0, 1, -1 }, { 1 / 0, 2, -1 / 0 }, { -1 / 0, -1 / 0, -1 / 0 } })
+  for _, op in ipairs { "argmin", "var", "norm", "logsumexp" } do
+    same(s[op](s, { dim = 2 }), s:to("pinned")[op](s:to("pinned"), { dim = 2 }), op .. " special values")
+  end
+end)
+
+T.test("cumsum, softmax, log_softmax along every dim, long rows, strided", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 17, 9, 65 }, 111, -9, 9)
+    for dim = 1, 3 do
+      same(d:cumsum(dim), h:cumsum(dim), "cumsum " .. dt .. " dim " .. dim, isfloat(dt) and RTOL[dt] * 4 or nil)
+      same(d:narrow(3, 3, 60):cumsum(dim), h:narrow(3, 3, 60):cumsum(dim), "cumsum " .. dt .. " dim " .. dim .. " strided",
+           isfloat(dt) and RTOL[dt] * 4 or nil)
+    end
+  end
+  for _, dt in ipairs(FLOATS) do
+    local d, h = inputs(dt, { 17, 9, 65 }, 112, -9, 9)
+    for _, op in ipairs { "softmax", "log_softmax" } do
+      for dim = 1, 3 do
+        same(d[op](d, dim), h[op](h, dim), op .. " " .. dt .. " dim " .. dim, RTOL[dt] * 4)
+        same(d:narrow(3, 2, 63)[op](d:narrow(3, 2, 63), dim), h:narrow(3, 2, 63)[op](h:narrow(3, 2, 63), dim),
+             op .. " " .. dt .. " dim " .. dim .. " strided", RTOL[dt] * 4)
+      end
+      -- the warp, block and long-row paths, aligned or not
+      for _, n in ipairs { 31, 512, 513, 4096, 4099, 16384, 20000 } do
+        local x, xh = inputs(dt, { 5, n }, 113 + n, -20, 20)
+        same(x[op](x, 2), xh[op](xh, 2), string.format("%s %s rows of %d", op, dt, n), RTOL[dt] * 8)
+        same(x:narrow(2, 2, n - 1)[op](x:narrow(2, 2, n - 1), 2), xh:narrow(2, 2, n - 1)[op](xh:narrow(2, 2, n - 1), 2),
+             string.format("%s %s rows of %d, unaligned", op, dt, n - 1), RTOL[dt] * 8)
+      end
+      local s = gpu.tensor({ { 0 / 0, 1, -1 }, { 1 / 0, 2, 3 }, { -1 / 0, -1 / 0, -1 / 0 }, { 1000, -1000, 999 } }):to(dt)
+      same(s[op](s, 2), s:to("pinned")[op](s:to("pinned"), 2), op .. " " .. dt .. " special values", RTOL[dt] * 4)
+    end
+  end
+end)
+
+T.test("index_select, gather, scatter_add_", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 17, 9, 13 }, 121)
+    for dim = 1, 3 do
+      local n = ({ 17, 9, 13 })[dim]
+      local i = gpu.rand({ 40 }, { dtype = "i64", low = 1, high = n + 1, seed = 122 + dim })
+      same(d:index_select(dim, i), h:index_select(dim, i:to("pinned")), "index_select " .. dt .. " dim " .. dim)
+      local shape = { 11, 7, 10 }
+      shape[dim] = 30
+      local g = gpu.rand(shape, { dtype = "i32", low = 1, high = n + 1, seed = 125 + dim })
+      same(d:gather(dim, g), h:gather(dim, g:to("pinned")), "gather " .. dt .. " dim " .. dim)
+      local w, wh = inputs(dt, { 17, 9, 20 }, 134)
+      same(w:narrow(3, 4, 13):gather(dim, g), wh:narrow(3, 4, 13):gather(dim, g:to("pinned")),
+           "gather " .. dt .. " dim " .. dim .. " strided")
+      if dt ~= "bool" then
+        local src, srch = inputs(dt, shape, 128 + dim, -3, 3)
+        local sc = gpu.rand(shape, { dtype = "i64", low = 1, high = n + 1, seed = 131 + dim })
+        -- integer sums are exact in any order; floats within a tolerance
+        same(d:clone():scatter_add_(dim, sc, src), h:clone():scatter_add_(dim, sc:to("pinned"), srch),
+             "scatter_add_ " .. dt .. " dim " .. dim, isfloat(dt) and RTOL[dt] * 16 or nil)
+      end
+    end
+  end
+  local big = gpu.zeros({ 1000 }, { dtype = "i64" })
+  big:scatter_add_(1, gpu.ones({ 1 << 20 }, { dtype = "i64" }), gpu.ones({ 1 << 20 }, { dtype = "i64" }))
+  T.is(big:get(1), 1 << 20, "scatter_add_: 1M atomic adds to one element")
+  local u = gpu.zeros({ 8 }, { dtype = "u8" })
+  u:scatter_add_(1, gpu.arange(0, 4096, { dtype = "i64" }) % 8 + 1, gpu.ones({ 4096 }, { dtype = "u8" }))
+  T.is(u:totable(), { 0, 0, 0, 0, 0, 0, 0, 0 }, "u8 scatter_add_: 512 adds per byte wrap to 0, neighbours intact")
+  local bad = gpu.tensor({ 1, 99 }, { dtype = "i64" })
+  local r = gpu.ones({ 5 }):index_select(1, bad)
+  local ok, err = pcall(gpu.synchronize)
+  T.ok(not ok and tostring(err):find("'index_select' failed: index out of range", 1, true),
+       "an index out of range: raised at the sync, naming the op: " .. tostring(err))
+  T.ok(pcall(gpu.synchronize) and r, "reported once")
+end)
+
 T.done()

@@ -1,0 +1,132 @@
+/* DEV_OP_INDEX: index_select and gather (a copy of elements, by their size
+ * only) and scatter_add (atomic adds, per dtype: the order of the adds to
+ * one element is the hardware's, so float sums may differ from the host's
+ * in the last bits).  Indices are 1-based, of any integer dtype (read with
+ * a switch: one dtype per launch, no extra instances).  An index outside
+ * 1..size is skipped and sets *env->err_flag to the op's tag, s0.i (> 1,
+ * set by the backend; the first such op wins): the backend reports it at
+ * the next sync, naming the op and its script line.
+ *
+ * Positions p run over out (gather) or the index (scatter) in C order; the
+ * tensor indexed along dim is seen over that shape with stride 0 along dim
+ * (base), so its element is base + (idx - 1) * its stride along dim. */
+#include "k_common.cuh"
+
+__device__ __forceinline__ int64_t k_idx(const kview &v, int64_t i)
+{
+  int64_t o = k_off(v, i);
+  switch (v.dtype) {
+  case DEV_I8: return ((const int8_t *)v.p)[o];
+  case DEV_U8: return ((const uint8_t *)v.p)[o];
+  case DEV_I32: return ((const int32_t *)v.p)[o];
+  default: return ((const int64_t *)v.p)[o];
+  }
+}
+
+__device__ __forceinline__ void k_bad_index(int *flag, int tag)
+{
+  if (flag != NULL) atomicCAS(flag, 0, tag);
+}
+
+/* out[p] = base[p + (idx[p] - 1) * sd]; elements of E bytes */
+template <typename E>
+__global__ void __launch_bounds__(K_THREADS)
+gather_k(kview out, kview idx, kview base, int64_t bound, int64_t sd, int64_t n, int *flag, int tag)
+{
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t j = k_idx(idx, i);
+    if (j < 1 || j > bound) {
+      k_bad_index(flag, tag);
+      continue;
+    }
+    ((E *)out.p)[k_off(out, i)] = ((const E *)base.p)[k_off(base, i) + (j - 1) * sd];
+  }
+}
+
+/* Bytes of i8/u8 have no atomic add: a compare-and-swap of their word. */
+__device__ __forceinline__ void atomic_add_byte(uint8_t *p, uint32_t v)
+{
+  unsigned int *w = (unsigned int *)((uintptr_t)p & ~(uintptr_t)3);
+  unsigned int sh = (unsigned int)((uintptr_t)p & 3) * 8, old = *w, assumed;
+  do {
+    assumed = old;
+    unsigned int b = ((assumed >> sh) + v) & 0xffu;
+    old = atomicCAS(w, assumed, (assumed & ~(0xffu << sh)) | (b << sh));
+  } while (assumed != old);
+}
+
+template <int T> __device__ __forceinline__ void atomic_add_elem(typename kt<T>::S *p, typename kt<T>::S v)
+{
+  if constexpr (T == DEV_F32) atomicAdd(p, v);
+  else if constexpr (T == DEV_F64) atomicAdd(p, v);
+  else if constexpr (T == DEV_F16) atomicAdd((__half *)p, __half(__half_raw{v}));
+  else if constexpr (T == DEV_BF16) atomicAdd((__nv_bfloat16 *)p, __nv_bfloat16(__nv_bfloat16_raw{v}));
+  else if constexpr (T == DEV_I32) atomicAdd((int *)p, (int)v);
+  else if constexpr (T == DEV_I64) atomicAdd((unsigned long long *)p, (unsigned long long)v);
+  else atomic_add_byte((uint8_t *)p, (uint32_t)(uint8_t)v);
+}
+
+/* base[p + (idx[p] - 1) * sd] += src[p], p over idx */
+template <int T>
+__global__ void __launch_bounds__(K_THREADS)
+scatter_add_k(kview base, kview idx, kview src, int64_t bound, int64_t sd, int64_t n, int *flag, int tag)
+{
+  typedef typename kt<T>::S S;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t j = k_idx(idx, i);
+    if (j < 1 || j > bound) {
+      k_bad_index(flag, tag);
+      continue;
+    }
+    atomic_add_elem<T>((S *)base.p + k_off(base, i) + (j - 1) * sd, ((const S *)src.p)[k_off(src, i)]);
+  }
+}
+
+/* v over shape's shape (v's strides), stride 0 along dim unless keep */
+static kview seen_over(const dev_view *v, const dev_view *shape, int dim, int keep)
+{
+  dev_view r = *v;
+  for (int d = 0; d < v->ndim; d++) r.shape[d] = shape->shape[d];
+  if (!keep) r.stride[dim] = 0;
+  return k_view(&r);
+}
+
+int k_index(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
+{
+  int scatter = op->code == DEV_IDX_SCATTER_ADD, dim = op->dim;
+  const dev_view *out = &op->out, *idx = &op->in[scatter ? 0 : 1], *val = &op->in[scatter ? 1 : 0];
+  const dev_view *it = scatter ? idx : out, *tgt = scatter ? out : val;
+  if (op->nin != 2 || dim < 0 || dim >= out->ndim || idx->ndim != out->ndim || val->ndim != out->ndim ||
+      dev_dtype_class(idx->dtype) != DEV_CLS_I || val->dtype != out->dtype)
+    return k_fail(err, errlen, "index: bad operands");
+  int64_t n = dev_view_numel(it), bound = tgt->shape[dim], sd = tgt->stride[dim];
+  if (n == 0) return 0;
+  kview kidx = k_view(idx), kbase = seen_over(tgt, it, dim, 0);
+  int tag = op->s0.i > 1 && op->s0.i <= INT_MAX ? (int)op->s0.i : 2;
+  cudaStream_t st = k_stream(env);
+  unsigned grid = k_blocks(n, env);
+  if (!scatter) {
+    kview kout = k_view(out);
+    switch (dev_dtype_size(out->dtype)) {
+    case 1: gather_k<uint8_t><<<grid, K_THREADS, 0, st>>>(kout, kidx, kbase, bound, sd, n, env->err_flag, tag); break;
+    case 2: gather_k<uint16_t><<<grid, K_THREADS, 0, st>>>(kout, kidx, kbase, bound, sd, n, env->err_flag, tag); break;
+    case 4: gather_k<uint32_t><<<grid, K_THREADS, 0, st>>>(kout, kidx, kbase, bound, sd, n, env->err_flag, tag); break;
+    default: gather_k<uint64_t><<<grid, K_THREADS, 0, st>>>(kout, kidx, kbase, bound, sd, n, env->err_flag, tag); break;
+    }
+    K_LAUNCHED();
+    return 0;
+  }
+  kview ksrc = seen_over(val, it, dim, 1);
+  int rc = k_dispatch(out->dtype, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    if constexpr (T == DEV_BOOL) {
+      return -2;
+    } else {
+      scatter_add_k<T><<<grid, K_THREADS, 0, st>>>(kbase, kidx, ksrc, bound, sd, n, env->err_flag, tag);
+      return 0;
+    }
+  });
+  if (rc == -2) return k_fail(err, errlen, "scatter_add_ is not supported for %s", dev_dtype_name(out->dtype));
+  K_LAUNCHED();
+  return 0;
+}
