@@ -1229,7 +1229,7 @@ static int t_matmul(lua_State *L) {
   if (a->v.dtype == DEV_BOOL) luaL_argerror(L, 1, "matmul is not supported for bool");
   same_kind(L, 2, a, b);
   int batched = ra || rb;
-  int64_t nb = na > nbt ? na : nbt;
+  int64_t nb = na == 1 ? nbt : na;   /* the other batch broadcasts; 0 stays 0 */
   int64_t shape[3] = {nb, a->v.shape[ra], b->v.shape[rb + 1]};
   dev_view av = a->v, bv = b->v;
   gpu_tensor *o = opt_out(L, 3, a, a->v.dtype, batched ? 3 : 2, batched ? shape : shape + 1, "matmul");

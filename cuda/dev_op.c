@@ -273,7 +273,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     /* Zero-sized: nothing to write, nothing enqueued, no memory touched.  A
      * matmul over k = 0 is a fill of zeros. */
     if (dev_view_numel(&op->out) == 0) return DEV_OK;
-    if (op->kind == DEV_OP_MATMUL && op->in[0].shape[1] == 0) {
+    if (op->kind == DEV_OP_MATMUL && op->in[0].shape[op->in[0].ndim - 1] == 0) {
       dev_kop z = {.kind = DEV_OP_FILL, .out = op->out, .s0 = {1, 0, 0}};
       return dev_submit(ctx, s, &z);
     }
