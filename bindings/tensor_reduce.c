@@ -26,9 +26,9 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   dev_kop op = {.kind = DEV_OP_REDUCE, .code = code, .nin = 1};
   switch (code) {
-  case DEV_RED_VAR: case DEV_RED_STD: bind_check_opts(L, 2, "dim keepdim unbiased stream"); break;
-  case DEV_RED_NORM: bind_check_opts(L, 2, "dim keepdim p stream"); break;
-  default: bind_check_opts(L, 2, "dim keepdim stream"); break;
+  case DEV_RED_VAR: case DEV_RED_STD: bind_check_opts(L, 2, "dim keepdim unbiased out stream"); break;
+  case DEV_RED_NORM: bind_check_opts(L, 2, "dim keepdim p out stream"); break;
+  default: bind_check_opts(L, 2, "dim keepdim out stream"); break;
   }
   dev_dtype in = t->v.dtype;
   if (!(dev_dtype_class(in) & info->classes))

@@ -171,4 +171,21 @@ T.test("reduction errors", function()
   T.raises_at(function() return t:mean { dim = 1.5 } end, "integer dim", "fractional dim raises")
 end)
 
+T.test("reductions into out =, also a view of a larger tensor", function()
+  local t = gpu.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })
+  local o = gpu.full({ 3 }, -1)
+  T.is(t:sum({ dim = 1, out = o }), o, "returns out")
+  T.is(o:totable(), { 5.0, 7.0, 9.0 }, "sum over dim 1 into out")
+  local bucket = gpu.zeros({ 8 })
+  t:max({ dim = 2, out = bucket:narrow(1, 3, 2) })
+  T.is(bucket:totable(), { 0.0, 0.0, 3.0, 6.0, 0.0, 0.0, 0.0, 0.0 }, "into a slice, nothing else written")
+  local s = gpu.full({ 2, 1 }, 0, { dtype = "f64" })
+  t:to("f64"):var({ dim = 2, keepdim = true, out = s })
+  T.is(s:totable(), { { 1.0 }, { 1.0 } }, "var with keepdim into out")
+  T.raises_at(function() return t:sum({ dim = 1, out = gpu.empty({ 2 }) }) end,
+              "does not match the result f32 {3}", "out of the wrong shape raises")
+  T.raises_at(function() return t:argmax({ out = gpu.empty({}) }) end, "does not match the result i64",
+              "out of the wrong dtype raises")
+end)
+
 T.done()
