@@ -44,6 +44,9 @@ T.test("rank scripts under the launcher", function()
     { 4, "scripts/ring.lua 1000", "ring: rank 3 holds 4 blocks of 1000, sum 10000, check ok" },
     { 2, "scripts/ring.lua 1000", "ring: rank 1 holds 2 blocks of 1000, sum 3000, check ok" },
     { 2, "scripts/rank_pipeline.lua 9 1000", "rank_pipeline: rank 1 consumed 9 batches, sum 45000, check ok" },
+    -- the held-out loss falls below half its start; every rank ends with the same parameters
+    { 2, "scripts/ddp_mlp.lua", "ddp_mlp: 2 ranks x 64 examples, 300 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
+    { 4, "scripts/ddp_mlp.lua 200", "ddp_mlp: 4 ranks x 64 examples, 200 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
   } do
     -- on the host backend always; on cuda too (NCCL) where there are GPUs enough
     local devices = { "host" }
