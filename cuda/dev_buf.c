@@ -489,6 +489,8 @@ int dev_buf_wrapping(dev_ctx *ctx, void (*release)(void *ud, void *ptr), const v
   return 0;
 }
 
+void dev_buf_guard(dev_buf *b) { BX(b)->guarded = 1; }
+
 void dev_buf_retain(dev_buf *b) { b->refs++; }
 
 void dev_buf_release(dev_buf *b) {
