@@ -238,9 +238,11 @@ static int writes_queued(dev_buf *b) {
 
 /* A copy between pageable memory and the device, validated, on an open
  * stream: queued, staged through pinned slots (dev_stage.c).  The slots are
- * a block of the pinned cache with a use on s, so it is reused only once
- * the copy is over; an H2D copy whose source no queued work writes starts
- * reading it at once. */
+ * a block of the pinned cache with a use on s: reused once the copy is over,
+ * or by a later copy on a stream ordered after it (the staging memory of
+ * copies queued one after another stays one block).  An H2D copy starts
+ * reading its source at once (before the stream reaches it) when no queued
+ * work writes the source and none still uses the slots. */
 static int submit_staged(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   int h2d = op->in[0].buf->kind == DEV_MEM_HOST;
   const dev_view *hv = h2d ? &op->in[0] : &op->out, *dv = h2d ? &op->out : &op->in[0];
@@ -254,7 +256,7 @@ static int submit_staged(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   size_t chunk;
   int64_t nslot;
   dev_stage_plan(ctx, bytes, el, &chunk, &nslot);
-  if ((rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, chunk * (size_t)nslot, &stage))) return rc;
+  if ((rc = dev_buf_alloc_stage(ctx, chunk * (size_t)nslot, s, &stage))) return rc;
   char *dev = dev_view_ptr(dv);
   if (!dev_view_contiguous(dv)) {
     if ((rc = dev_buf_alloc_on(ctx, DEV_MEM_DEVICE, bytes, s, &packed))) goto out;
@@ -262,7 +264,7 @@ static int submit_staged(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     if (!h2d && (rc = submit_packed(ctx, s, dv, packed, 1))) goto out;
   }
   if ((rc = dev_stage_new(ctx, h2d, hv, dev, stage->ptr, chunk, nslot, &job))) goto out;
-  if (h2d && !writes_queued(hv->buf)) dev_stage_start(job);
+  if (h2d && dev_buf_idle(stage) && !writes_queued(hv->buf)) dev_stage_start(job);
   if ((rc = ctx->bk->stage_copy(s, op, job))) {
     dev_stage_abort(job);
     goto out;

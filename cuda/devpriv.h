@@ -348,6 +348,12 @@ static inline int check_open(dev_stream *s) {
 /* cuda/dev_op.c: a view of this context, of a sane shape, within its buffer */
 int dev_check_view(dev_ctx *ctx, const dev_view *v, const char *what);
 
+/* cuda/dev_buf.c: pinned staging memory for a copy on s (dev_op.c): a
+ * block of the cache, which may be one that queued work ordered before s
+ * still uses (then it has fences, and only s's work may touch it), so that
+ * copies queued one after another on a stream take turns with one block. */
+int dev_buf_alloc_stage(dev_ctx *ctx, size_t bytes, dev_stream *s, dev_buf **out);
+
 /* cuda/dev_buf.c: buffers and their lifetime (its header says what holds).
  * The sweep (deferred releases, dead wrapped buffers, lingering and
  * released streams), and one that checks the streams now; drop a stream

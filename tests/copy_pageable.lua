@@ -244,6 +244,26 @@ T.test("staging memory is not reused under a queued copy", function()
   end
 end)
 
+T.test("copies queued one after another take turns with one staging block", function()
+  local s <close> = gpu.stream()
+  local n = CHUNK > 65536 and 1 << 18 or 16 * CHUNK   -- 1 MiB of f32 a copy, or 64 small chunks
+  local h = gpu.full({n}, 4, { device = "host" })
+  local ds = {}
+  for i = 1, 40 do ds[i] = gpu.empty({n}) end
+  settle()
+  gpu.empty_cache()
+  local before = gpu.memory().pinned_reserved
+  gpu.sleep(50, { stream = s })
+  for i = 1, 40 do ds[i]:copy(h, { stream = s }) end
+  local grew = gpu.memory().pinned_reserved - before
+  s:synchronize()
+  T.ok(grew <= 4 << 20, string.format("40 queued copies of %d bytes hold %.2f MiB of pinned memory", 4 * n,
+                                      grew / 2 ^ 20))
+  local ok = true
+  for i = 1, 40 do ok = ok and ds[i]:min():item() == 4 and ds[i]:max():item() == 4 end
+  T.ok(ok, "and every copy is right")
+end)
+
 T.test("a pageable tensor dropped or closed mid-copy keeps its memory", function()
   local s <close> = gpu.stream()
   local n = 8011
