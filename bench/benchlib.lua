@@ -17,6 +17,16 @@ B.sizes = {
   copy_bytes = B.quick and 8 << 20 or 256 << 20,
   copy_warm = 2,
   copy_reps = B.quick and 3 or 10,
+  -- copies from pageable memory (bench/copy.lua; ref.cu's bench_pageable and
+  -- bench/torch_peer.py keep these in step): the big rows use copy_bytes
+  page_small = 4 << 20,
+  page_reps = B.quick and 5 or 20,
+  -- the seeds' loop: a pageable batch of f32 to the device and computed, per step
+  seeds_elems = B.quick and 1 << 20 or 4 << 20,
+  seeds_batches = 8,
+  seeds_warm = B.quick and 2 or 10,
+  seeds_steps = B.quick and 20 or 200,
+  seeds_runs = 3,
   mm_n = B.quick and 512 or 8192,
   mm = {
     f32 = { warm = B.quick and 1 or 2, reps = B.quick and 3 or 5 },

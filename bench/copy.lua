@@ -1,5 +1,7 @@
 -- Copy and elementwise rows through gpulua: pinned H2D, D2H, both at once on
--- two streams, D2D, and c = a + b in f32.  Event timing around each op,
+-- two streams, D2D, pageable H2D and D2H (256 MiB and 4 MiB), the seeds'
+-- loop (a pageable batch to the device and computed, per step), and c = a + b
+-- in f32.  Event timing around each op,
 -- warm-up, median of the repeats, every result checked: as bench/ref.cu's
 -- bench_copy.  GB/s are 1e9 bytes per second; D2D counts bytes read and
 -- written, the add its two reads and one write.
@@ -80,6 +82,71 @@ B.guard("d2d", function()
 end)
 
 h:close(); h2:close(); d:close(); d2:close()
+
+-- Pageable ("host") memory: staged through pinned memory and queued (the
+-- driver's pageable copy blocks instead).  Wall time of the copy and a wait
+-- for its stream, so every side is timed the same way, into buffers made
+-- and touched beforehand; median of the repeats.
+local function wall_ms(fn, reps)
+  local t = {}
+  for r = 1 - Z.copy_warm, reps do
+    local t0 = gpu.clock()
+    fn()
+    s:synchronize()
+    if r > 0 then t[r] = (gpu.clock() - t0) * 1e3 end
+  end
+  return B.median(t)
+end
+
+for _, size in ipairs { { "", bytes, Z.copy_reps }, { "_4m", Z.page_small, Z.page_reps } } do
+  local tag, nbytes, reps = size[1], size[2], size[3]
+  local m = nbytes // 4
+  B.guard("h2d_pageable" .. tag, function()
+    local hp = gpu.arange(m, { dtype = "i32", device = "host" })
+    local hp2 = gpu.full({m}, -1, { dtype = "i32", device = "host" })
+    local dp = gpu.full({m}, -1, { dtype = "i32" })
+    local ms = wall_ms(function() dp:copy(hp, o) end, reps)
+    B.row("h2d_pageable" .. tag, gbps(nbytes, ms), "GB/s", B.size_label("H2D pageable", nbytes))
+    hp2:copy(dp, o)
+    local diff = hp2:sub(hp):abs_():max():item()
+    B.check("h2d_pageable" .. tag, diff == 0, string.format("device data differs from the source (max |diff| %s)", diff))
+    hp2:fill(-1)
+    ms = wall_ms(function() hp2:copy(dp, o) end, reps)
+    B.row("d2h_pageable" .. tag, gbps(nbytes, ms), "GB/s", B.size_label("D2H pageable", nbytes))
+    diff = hp2:sub(hp):abs_():max():item()
+    B.check("d2h_pageable" .. tag, diff == 0, string.format("host data differs from the source (max |diff| %s)", diff))
+    hp:close(); hp2:close(); dp:close()
+  end)
+end
+
+-- The seeds' loop: each step moves a pageable batch (a dataset held in
+-- ordinary memory) to the device and computes on it, as a PyTorch user
+-- writes `x = batch.to('cuda'); y = (x * 2 + 1).relu(); y.sum()`.
+B.guard("seeds_loop", function()
+  local ne, nb = Z.seeds_elems, Z.seeds_batches
+  local data = {}
+  for k = 1, nb do data[k] = gpu.full({ne}, k, { device = "host" }) end
+  local last
+  local function step(i)
+    local x = data[(i - 1) % nb + 1]:to("device")
+    last = (x * 2 + 1):relu():sum()
+  end
+  local rates = {}
+  for run = 1, Z.seeds_runs do
+    for i = 1, Z.seeds_warm do step(i) end
+    gpu.synchronize()
+    local t0 = gpu.clock()
+    for i = 1, Z.seeds_steps do step(i) end
+    gpu.synchronize()
+    rates[run] = Z.seeds_steps / (gpu.clock() - t0)
+  end
+  B.row("seeds_loop", B.median(rates), "it/s",
+        string.format("seeds' loop: %s pageable batch to the device + (x*2+1):relu():sum(), steps/s",
+                      B.size_label("", ne * 4):sub(2)))
+  local k = (Z.seeds_steps - 1) % nb + 1
+  local got, want = last:item(), ne * (2 * k + 1)
+  B.check("seeds_loop", got == want, string.format("last step's sum %s, want %s", got, want))
+end)
 
 B.guard("add", function()
   local a = gpu.rand({n}, { seed = 1, stream = s })

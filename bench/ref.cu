@@ -33,6 +33,8 @@ typedef struct sizes {
   int launches, launch_reps, roundtrips;   /* µs rows: per repeat, repeats */
   size_t copy_bytes;                       /* copies and the elementwise add */
   int copy_warm, copy_reps;
+  size_t page_small;                       /* pageable copies: the small size */
+  int page_reps;
   int mm_n, mm_warm_f32, mm_reps_f32, mm_warm_bf16, mm_reps_bf16;
   int mm_bmm_batch, mm_bmm_n;              /* the batched row: batch of n^3 (bf16) */
   int ov_batches, ov_big, ov_small, ov_runs; /* overlap: batches, elements per batch */
@@ -47,6 +49,8 @@ static void sizes_init(sizes *z, int quick) {
   z->copy_bytes = quick ? (size_t)8 << 20 : (size_t)256 << 20;
   z->copy_warm = 2;
   z->copy_reps = quick ? 3 : 10;
+  z->page_small = (size_t)4 << 20;
+  z->page_reps = quick ? 5 : 20;
   z->mm_n = quick ? 512 : 8192;
   z->mm_warm_f32 = quick ? 1 : 2;
   z->mm_reps_f32 = quick ? 3 : 5;
@@ -443,6 +447,56 @@ out:
   if (e2) cudaEventDestroy(e2);
   if (s) cudaStreamDestroy(s);
   if (s2) cudaStreamDestroy(s2);
+  free(t);
+  return rc;
+}
+
+/* Pageable memory (malloc'd, touched beforehand): the driver's own copy,
+ * which blocks the host.  Wall time of the copy and a wait for its stream,
+ * as bench/copy.lua times gpulua's; median of the repeats. */
+static int bench_pageable(const sizes *z) {
+  int rc = 0;
+  size_t big = z->copy_bytes;
+  uint32_t *h = NULL, *h2 = NULL;
+  void *d = NULL;
+  cudaStream_t s = NULL;
+  double *t = NULL;
+  char label[128];
+  int maxreps = z->copy_reps > z->page_reps ? z->copy_reps : z->page_reps;
+  t = (double *)malloc(sizeof(double) * (size_t)maxreps);
+  h = (uint32_t *)malloc(big);
+  h2 = (uint32_t *)malloc(big);
+  NEED(t && h && h2);
+  CK(cudaStreamCreate(&s));
+  CK(cudaMalloc(&d, big));
+  for (size_t i = 0; i < big / 4; i++) h[i] = (uint32_t)i * 2654435761u ^ 0x5bd1e995u;
+  memset(h2, 0, big);
+  for (int pass = 0; pass < 2; pass++) {
+    size_t bytes = pass ? z->page_small : big;
+    int reps = pass ? z->page_reps : z->copy_reps;
+    const char *tag = pass ? "_4m" : "";
+    for (int dir = 0; dir < 2; dir++) {
+      for (int r = -z->copy_warm; r < reps; r++) {
+        double t0 = now_s();
+        if (dir == 0) CK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s));
+        else CK(cudaMemcpyAsync(h2, d, bytes, cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+        if (r >= 0) t[r] = (now_s() - t0) * 1e3;
+      }
+      double ms = median(t, reps);
+      char key[64];
+      snprintf(key, sizeof key, "%s_pageable%s", dir ? "d2h" : "h2d", tag);
+      size_label(label, sizeof label, dir ? "D2H pageable" : "H2D pageable", bytes);
+      row(key, bytes / (ms * 1e6), "GB/s", label);
+      if (dir == 1) check(key, memcmp(h, h2, bytes) == 0, "host data differs from the source");
+      else check(key, 1, NULL);
+    }
+  }
+out:
+  free(h);
+  free(h2);
+  if (d) cudaFree(d);
+  if (s) cudaStreamDestroy(s);
   free(t);
   return rc;
 }
@@ -970,7 +1024,10 @@ int main(int argc, char **argv) {
   }
   device_info();
   if (want[0]) bench_launch(&z);
-  if (want[1]) bench_copy(&z);
+  if (want[1]) {
+    bench_copy(&z);
+    bench_pageable(&z);
+  }
   if (want[2]) bench_matmul(&z);
   if (want[3]) {
     bench_overlap(z.ov_batches, z.ov_big, -1, z.ov_runs, "overlap_big");

@@ -355,7 +355,9 @@ end
 
 -- targets, from the issue; kind: "le_ratio" gpulua <= x * raw, "le_plus"
 -- gpulua <= raw + x, "ge_ratio" gpulua >= x * raw, "ge_abs" gpulua >= x,
--- "le_abs" gpulua <= x, "le_torch" gpulua <= x * PyTorch; on = "host": the
+-- "le_abs" gpulua <= x, "le_torch" gpulua <= x * PyTorch, "ge_torch" gpulua
+-- >= x * PyTorch, "ge_stage" gpulua >= min(x * raw, 0.85 * the pinned rate
+-- of row `pinned`, raw C's, else gpulua's); on = "host": the
 -- target holds on the host backend only, elsewhere the row is informational
 local ORDER = {
   { "enqueue_empty", "le_ratio", 1.10 },
@@ -383,6 +385,14 @@ local ORDER = {
   { "h2d", "ge_ratio", 0.98 },
   { "d2h", "ge_ratio", 0.98 },
   { "bidir", "ge_ratio", 0.98 },
+  -- pageable memory (issue 20): 256 MiB >= 3x the driver's pageable copy or
+  -- 85% of the pinned rate of the run, whichever is lower; 4 MiB no slower
+  -- than the driver; the seeds' loop >= 1.5x PyTorch's steps/s
+  { "h2d_pageable", "ge_stage", 3.0, pinned = "h2d" },
+  { "d2h_pageable", "ge_stage", 3.0, pinned = "d2h" },
+  { "h2d_pageable_4m", "ge_ratio", 1.0 },
+  { "d2h_pageable_4m", "ge_ratio", 1.0 },
+  { "seeds_loop", "ge_torch", 1.5 },
   { "overlap_big", "ge_abs", 0.98 },
   { "overlap_small" },
   { "pipeline_big", "ge_abs", 0.98 },
@@ -430,14 +440,22 @@ local function target_text(kind, x, unit)
   if kind == "ge_abs" then return string.format(">= %s", x) end
   if kind == "le_abs" then return string.format("<= %s %s", x, unit) end
   if kind == "le_torch" then return x == 1 and "<= PyTorch" or string.format("<= %.2fx PyTorch", x) end
+  if kind == "ge_torch" then return string.format(">= %.2fx PyTorch", x) end
+  if kind == "ge_stage" then return string.format(">= min(%gx raw C, 85%% of pinned)", x) end
   return ""
 end
 
-local function verdict(kind, x, g, raw, torch)
+local function verdict(kind, x, g, raw, torch, pinned)
   if not kind then return "" end
   if g == nil then return "n/a" end
   local ok
-  if kind == "le_abs" then ok = g <= x
+  if kind == "ge_torch" then
+    if torch == nil then return "n/a" end
+    ok = g >= x * torch
+  elseif kind == "ge_stage" then
+    if raw == nil or pinned == nil then return "n/a" end
+    ok = g >= math.min(x * raw, 0.85 * pinned)
+  elseif kind == "le_abs" then ok = g <= x
   elseif kind == "ge_abs" then ok = g >= x
   elseif kind == "le_torch" then
     if torch == nil then return "n/a" end
@@ -491,7 +509,8 @@ for _, spec in ipairs(ORDER) do
       target = string.format("%s backend: %s", spec.on, target)
       kind = nil
     end
-    local v = verdict(kind, x, g, raw, r and r.torch)
+    local pr = spec.pinned and rows[spec.pinned]
+    local v = verdict(kind, x, g, raw, r and r.torch, pr and (pr.raw or pr.gpulua))
     if v == "MISS" then missed[#missed + 1] = label end
     local cells = { label, unit, num(g, unit, spec.fmt), num(raw, unit, spec.fmt), ratio, target, v }
     if have_torch then cells[#cells + 1] = r and r.torch and num(r.torch, unit, spec.fmt) or "" end

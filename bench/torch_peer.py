@@ -14,6 +14,9 @@ import torch
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 LAUNCHES, LAUNCH_REPS, ROUNDTRIPS = (200, 5, 50) if QUICK else (2000, 21, 500)
 COPY_BYTES, COPY_WARM, COPY_REPS = ((8 << 20) if QUICK else (256 << 20)), 2, (3 if QUICK else 10)
+PAGE_SMALL, PAGE_REPS = 4 << 20, (5 if QUICK else 20)
+SEEDS_ELEMS, SEEDS_BATCHES, SEEDS_WARM, SEEDS_STEPS, SEEDS_RUNS = \
+    ((1 << 20, 8, 2, 20, 3) if QUICK else (4 << 20, 8, 10, 200, 3))
 MM_N = 512 if QUICK else 8192
 MM = {"f32": (1, 3) if QUICK else (2, 5), "bf16": (1, 3) if QUICK else (3, 10)}
 MM_BMM = (4, 128) if QUICK else (64, 1024)   # the batched row: batch, n (bench/benchlib.lua)
@@ -288,6 +291,53 @@ def bench_copy(s, s2):
         torch.cuda.synchronize()
 
 
+def bench_pageable():
+    """pageable memory as a user moves it: x.to('cuda'), y.to('cpu') (blocking);
+    wall time of the call and a device sync, as bench/copy.lua times gpulua"""
+    for tag, nbytes, reps in (("", COPY_BYTES, COPY_REPS), ("_4m", PAGE_SMALL, PAGE_REPS)):
+        n = nbytes // 4
+        h = torch.arange(n, dtype=torch.int32)
+        for key, fn in (("h2d_pageable", lambda: h.to("cuda")), ("d2h_pageable", lambda: d.to("cpu"))):
+            t, out = [], None
+            for r in range(-COPY_WARM, reps):
+                t0 = time.perf_counter()
+                out = fn()
+                torch.cuda.synchronize()
+                if r >= 0:
+                    t.append((time.perf_counter() - t0) * 1e3)
+            what = "H2D pageable, x.to('cuda')" if key == "h2d_pageable" else "D2H pageable, x.to('cpu')"
+            row(key + tag, nbytes / (statistics.median(t) * 1e6), "GB/s", size_label(what, nbytes))
+            check(key + tag, torch.equal(out.cpu(), h), "data differs")
+            d = out if key == "h2d_pageable" else None
+        del h, d
+
+
+def bench_seeds():
+    """the seeds' loop: a pageable batch to the device and computed, per step"""
+    data = [torch.full((SEEDS_ELEMS,), float(k)) for k in range(1, SEEDS_BATCHES + 1)]
+    last = None
+
+    def step(i):
+        nonlocal last
+        x = data[i % SEEDS_BATCHES].to("cuda")
+        last = ((x * 2 + 1).relu()).sum()
+
+    rates = []
+    for _ in range(SEEDS_RUNS):
+        for i in range(SEEDS_WARM):
+            step(i)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(SEEDS_STEPS):
+            step(i)
+        torch.cuda.synchronize()
+        rates.append(SEEDS_STEPS / (time.perf_counter() - t0))
+    row("seeds_loop", statistics.median(rates), "it/s",
+        f"seeds' loop: {size_label('', SEEDS_ELEMS * 4)[1:]} pageable batch .to('cuda') + (x*2+1).relu().sum(), steps/s")
+    k = (SEEDS_STEPS - 1) % SEEDS_BATCHES + 1
+    check("seeds_loop", last.item() == SEEDS_ELEMS * (2 * k + 1), f"last step's sum {last.item()}")
+
+
 def bench_matmul(s):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -420,6 +470,7 @@ def main():
     s, s2 = torch.cuda.Stream(), torch.cuda.Stream()
     for name, fn in (("launch", lambda: bench_launch(s)), ("alloc", bench_alloc), ("loop_1g", bench_loop_1g),
                      ("copy", lambda: bench_copy(s, s2)),
+                     ("pageable", bench_pageable), ("seeds_loop", bench_seeds),
                      ("matmul", lambda: bench_matmul(s)),
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
                      ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL))):

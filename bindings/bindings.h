@@ -36,6 +36,8 @@ typedef struct embed_wrap {
   const gpulua_tensor_info *t;
   void (*release)(void *ud, void *data);
   void *ud;
+  unsigned flags;      /* GPULUA_PUSH_* */
+  const char *fn;      /* the public function's name, for messages */
 } embed_wrap;
 typedef struct embed_kernel {
   const char *name, *params;

@@ -23,8 +23,11 @@ _Static_assert(GPULUA_MAXDIM == DEV_MAXDIM, "GPULUA_MAXDIM is DEV_MAXDIM");
 int embed_push_tensor(lua_State *L) {
   const embed_wrap *w = lua_touserdata(L, 1);
   const gpulua_tensor_info *ti = w->t;
-  const char *fn = "gpulua_push_tensor";
+  const char *fn = w->fn;
   if (ti == NULL) return luaL_error(L, "%s: the tensor description is NULL", fn);
+  if (w->flags & ~GPULUA_PUSH_GUARDED)
+    return luaL_error(L, "%s: unknown flags %I (GPULUA_PUSH_GUARDED is the only flag)", fn,
+                      (lua_Integer)(w->flags & ~GPULUA_PUSH_GUARDED));
   if ((unsigned)ti->dtype >= DEV_NDTYPE) return luaL_error(L, "%s: dtype %d is not a gpulua_dtype", fn, (int)ti->dtype);
   if ((unsigned)ti->memory > DEV_MEM_HOST)
     return luaL_error(L, "%s: memory %d is not a gpulua_memory", fn, (int)ti->memory);
@@ -68,6 +71,8 @@ int embed_push_tensor(lua_State *L) {
   dev_buf *b;
   if (dev_buf_wrap(ctx, (dev_memkind)ti->memory, ti->data, bytes, w->release, w->ud, &b) != DEV_OK)
     return luaL_error(L, "%s: %s", fn, dev_errmsg(ctx));
+  /* the application's pageable memory: copies block unless gpulua guards it */
+  if (w->flags & GPULUA_PUSH_GUARDED) dev_buf_guard(b);
   v.buf = b;
   t->v = v;
   return 1;

@@ -13,8 +13,9 @@
  *   block is "ready" (no use left) or "pending" (uses queued, oldest first);
  *   it has no fences and holds no context reference.
  * - A pending block goes to a new buffer only for a stream ordered after
- *   every one of its uses (ordered_after), and only device memory; its uses
- *   become the new buffer's fences.  Before an op on any other stream
+ *   every one of its uses (ordered_after), and only device memory or a
+ *   staging block (dev_buf_alloc_stage, whose user touches it only in that
+ *   stream's order); its uses become the new buffer's fences.  Before an op on any other stream
  *   touches the buffer, that stream waits for them (apply_fences); host
  *   access waits for them all.  Host-visible blocks are reused only ready.
  *   So the memory goes to a new owner only when every use recorded on it
@@ -251,8 +252,10 @@ void dev_cache_free_all(dev_ctx *ctx) {
 }
 
 /* A block for a new buffer of this kind and class, made for stream s (NULL:
- * none in particular), from the cache; NULL when none fits. */
-static bufx *cache_take(dev_ctx *ctx, dev_memkind kind, int cls, dev_stream *s) {
+ * none in particular), from the cache; NULL when none fits.  ordered: a
+ * pending block whose uses s is ordered after may be taken (device memory,
+ * and the staging blocks of dev_buf_alloc_stage). */
+static bufx *cache_take(dev_ctx *ctx, dev_memkind kind, int cls, dev_stream *s, int ordered) {
   struct dev_memcache *mc = ctx->cache;
   bufx *x = mc->ready[kind][cls];
   if (x) {
@@ -263,7 +266,7 @@ static bufx *cache_take(dev_ctx *ctx, dev_memkind kind, int cls, dev_stream *s) 
   /* a block the stream is ordered after: no wait, no device query; the
    * newest first (the stream's own last blocks) */
   int probes = 0;
-  if (s && kind == DEV_MEM_DEVICE) {
+  if (s && ordered) {
     for (x = mc->ptail[kind][cls]; x && probes < 8; x = x->prev, probes++) {
       int ok = 1;
       for (int i = 0; ok && i < x->nuse; i++) ok = ordered_after(s, x->use[i].s);
@@ -402,14 +405,14 @@ static int nomem(dev_ctx *ctx, dev_memkind kind, size_t bytes) {
                   (ctx->mreserved[kind] - ctx->mlive[kind]) / 1048576.0, total / 1048576.0);
 }
 
-int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s, dev_buf **out) {
+static int buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s, int ordered, dev_buf **out) {
   *out = NULL;
   if ((unsigned)kind >= DEV_NMEMKIND) return dev_fail(ctx, DEV_ERR_INVALID, "alloc: bad memory kind %d", (int)kind);
   if (bytes == 0) bytes = 1;
   dev_sweep(ctx);
   size_t block;
   int cls = size_class(bytes, &block);
-  bufx *x = cache_take(ctx, kind, cls, s);
+  bufx *x = cache_take(ctx, kind, cls, s, ordered);
   if (x) {
     /* the previous owner's queued uses: fences of the new buffer */
     buf_use *f = x->fence;
@@ -463,8 +466,16 @@ int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s
   return DEV_OK;
 }
 
+int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s, dev_buf **out) {
+  return buf_alloc(ctx, kind, bytes, s, kind == DEV_MEM_DEVICE, out);
+}
+
 int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out) {
-  return dev_buf_alloc_on(ctx, kind, bytes, NULL, out);
+  return buf_alloc(ctx, kind, bytes, NULL, 0, out);
+}
+
+int dev_buf_alloc_stage(dev_ctx *ctx, size_t bytes, dev_stream *s, dev_buf **out) {
+  return buf_alloc(ctx, DEV_MEM_PINNED, bytes, s, 1, out);
 }
 
 int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
@@ -507,6 +518,8 @@ int dev_buf_wrapping(dev_ctx *ctx, void (*release)(void *ud, void *ptr), const v
       if (x->wrapped && x->release == release && x->ud == ud) return 1;
   return 0;
 }
+
+void dev_buf_guard(dev_buf *b) { BX(b)->guarded = 1; }
 
 void dev_buf_retain(dev_buf *b) { b->refs++; }
 

@@ -11,10 +11,17 @@
  * - An op whose buffers are all host-visible (not a launch: a launch always
  *   goes to the device) runs on the calling thread, after a host-access
  *   fence on each buffer (the output's as a write).
- * - A copy between pageable host memory and the device is a counted sync:
- *   the host waits for its stream.  So is dev_read of a device source,
- *   whose stream first waits for the source's last writers on other
- *   streams: the host never reads what queued work has yet to write.
+ * - A copy between pageable host memory and the device is queued like any
+ *   other (submit_staged): staged through pinned slots by dev_stage.c, its
+ *   pageable buffer guarded by the same uses and host-access fences as a
+ *   pinned one.  A device side that is not contiguous goes through a
+ *   contiguous device buffer of the same stream.  Only wrapped pageable
+ *   memory not guarded (dev_buf_guard: the application may touch it behind
+ *   gpulua's back) keeps the driver's blocking copy: a counted sync, the
+ *   host waits for its stream.
+ * - dev_read of a device source is a counted sync, whose stream first waits
+ *   for the source's last writers on other streams: the host never reads
+ *   what queued work has yet to write.
  */
 #include <string.h>
 
@@ -263,6 +270,90 @@ static void count_op(dev_ctx *ctx, const dev_kop *op) {
   else ctx->st.h2h_bytes += n;
 }
 
+/* After the backend took an op of these buffers (output first) on s. */
+static void note_op(dev_ctx *ctx, dev_stream *s, dev_buf *const *bufs, int nb) {
+  if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
+  for (int i = nb - 1; i >= 0; i--) note_use(BX(bufs[i]), s, i == 0);
+}
+
+/* A contiguous device copy between a view and a packed buffer, on s: the
+ * device half of a staged copy whose device side has strides. */
+static int submit_packed(dev_ctx *ctx, dev_stream *s, const dev_view *v, dev_buf *packed, int to_packed) {
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
+  dev_view pv;
+  memset(&pv, 0, sizeof pv);
+  pv.buf = packed;
+  pv.dtype = v->dtype;
+  int64_t n = dev_view_numel(v);
+  dev_view_set_contiguous(&pv, 1, &n);
+  op.out = to_packed ? pv : *v;
+  op.in[0] = to_packed ? *v : pv;
+  dev_buf *bufs[2] = {op.out.buf, op.in[0].buf};
+  int rc = fence_op_bufs(s, bufs, 2);
+  if (rc == DEV_OK) rc = ctx->bk->submit(s, &op);
+  if (rc == DEV_OK) note_op(ctx, s, bufs, 2);
+  return rc;
+}
+
+/* 1 when queued work still writes b. */
+static int writes_queued(dev_buf *b) {
+  bufx *x = BX(b);
+  prune(x);
+  for (int i = 0; i < x->nuse; i++)
+    if (x->use[i].wpos && !b->ctx->bk->pos_done(x->use[i].s, x->use[i].wpos)) return 1;
+  return x->nfence > 0;
+}
+
+/* A copy between pageable memory and the device, validated, on an open
+ * stream: queued, staged through pinned slots (dev_stage.c).  The slots are
+ * a block of the pinned cache with a use on s: reused once the copy is over,
+ * or by a later copy on a stream ordered after it (the staging memory of
+ * copies queued one after another stays one block).  An H2D copy starts
+ * reading its source at once (before the stream reaches it) when no queued
+ * work writes the source and none still uses the slots. */
+static int submit_staged(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
+  int h2d = op->in[0].buf->kind == DEV_MEM_HOST;
+  const dev_view *hv = h2d ? &op->in[0] : &op->out, *dv = h2d ? &op->out : &op->in[0];
+  size_t el = dev_dtype_size(hv->dtype), bytes = (size_t)dev_view_numel(hv) * el;
+  dev_buf *bufs[2] = {op->out.buf, op->in[0].buf};
+  dev_buf *packed = NULL, *stage = NULL;
+  dev_stage_job *job = NULL;
+  int rc;
+  if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
+  if ((rc = fence_op_bufs(s, bufs, 2))) return rc;
+  size_t chunk;
+  int64_t nslot;
+  dev_stage_plan(ctx, bytes, el, &chunk, &nslot);
+  if ((rc = dev_buf_alloc_stage(ctx, chunk * (size_t)nslot, s, &stage))) return rc;
+  char *dev = dev_view_ptr(dv);
+  if (!dev_view_contiguous(dv)) {
+    if ((rc = dev_buf_alloc_on(ctx, DEV_MEM_DEVICE, bytes, s, &packed))) goto out;
+    dev = packed->ptr;
+    if (!h2d && (rc = submit_packed(ctx, s, dv, packed, 1))) goto out;
+  }
+  if ((rc = dev_stage_new(ctx, h2d, hv, dev, stage->ptr, chunk, nslot, &job))) goto out;
+  if (h2d && dev_buf_idle(stage) && !writes_queued(hv->buf)) dev_stage_start(job);
+  if ((rc = ctx->bk->stage_copy(s, op, job))) {
+    dev_stage_abort(job);
+    goto out;
+  }
+  /* the copy's output first: it is written */
+  dev_buf *dst = h2d ? (packed ? packed : dv->buf) : hv->buf, *src = h2d ? hv->buf : (packed ? packed : dv->buf);
+  dev_buf *used[3] = {dst, src, stage};
+  note_op(ctx, s, used, 2);
+  note_use(BX(stage), s, 1);
+  if (h2d && packed) rc = submit_packed(ctx, s, dv, packed, 0);
+  if (rc == DEV_OK) {
+    if (ctx->race) race_op(ctx, s, op, 1);
+    count_op(ctx, op);
+  }
+out:
+  dev_stage_release(job);
+  dev_buf_release(packed);
+  dev_buf_release(stage);
+  return rc;
+}
+
 int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   int rc = dev_check_async(ctx);
   if (rc) return rc;
@@ -310,10 +401,16 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     count_op(ctx, op);
     return DEV_OK;
   }
-  /* Pageable memory and the device: CUDA blocks the host for such a copy,
-   * so both backends do, and count it as a sync. */
-  int pageable = op->kind == DEV_OP_COPY &&
-                 (op->out.buf->kind == DEV_MEM_HOST || op->in[0].buf->kind == DEV_MEM_HOST);
+  /* Pageable memory and the device: staged and queued, unless it is the
+   * application's memory, not guarded: then the host waits for the copy, as
+   * CUDA's driver makes it, and that counts as a sync. */
+  int pageable = 0;
+  if (op->kind == DEV_OP_COPY) {
+    dev_buf *hb = op->out.buf->kind == DEV_MEM_HOST ? op->out.buf
+                  : op->in[0].buf->kind == DEV_MEM_HOST ? op->in[0].buf : NULL;
+    if (hb && (!BX(hb)->wrapped || BX(hb)->guarded) && ctx->bk->stage_copy) return submit_staged(ctx, s, op);
+    pageable = hb != NULL;
+  }
   if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
   dev_buf *bufs[1 + DEV_MAXIN] = {NULL};
   for (int i = 0; i < nb; i++) bufs[i] = views[i]->buf;
@@ -324,8 +421,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     return rc;
   }
   if (ctx->race) race_op(ctx, s, op, 1);
-  if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
-  for (int i = nb - 1; i >= 0; i--) note_use(BX(views[i]->buf), s, i == 0);
+  note_op(ctx, s, bufs, nb);
   count_op(ctx, op);
   if (pageable) {
     if ((rc = dev_sync_wait(ctx, s, ctx->bk->stream_pos(s)))) { dev_sync_leave(ctx); return rc; }

@@ -113,8 +113,9 @@ void dev_get_meminfo(dev_ctx *ctx, dev_meminfo *out);
 void dev_count_sync(dev_ctx *ctx);
 
 /* What a counted sync (the host waiting for the device: synchronize, a
- * device-to-host read, a host-access fence that has to wait, a copy to or
- * from pageable memory) does besides being counted.  WARN calls the warn
+ * device-to-host read, a host-access fence that has to wait, a copy between
+ * the device and wrapped pageable memory not guarded, dev_buf_guard) does
+ * besides being counted.  WARN calls the warn
  * callback with "<site>: <call>: <what> waits for the device" and goes on;
  * REFUSE fails with that message (DEV_ERR_SYNC) before waiting. */
 typedef enum { DEV_SYNC_ALLOW, DEV_SYNC_WARN, DEV_SYNC_REFUSE } dev_sync_policy;
@@ -177,6 +178,13 @@ int dev_mem_reclaim(dev_ctx *ctx, dev_memkind kind);
  * memory of that kind: DEV_ERR_INVALID otherwise. */
 int dev_buf_wrap(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes,
                  void (*release)(void *ud, void *ptr), void *ud, dev_buf **out);
+/* Wrapped pageable memory that only gpulua touches while queued work may
+ * use it (the application waits for that work first, as for any tensor):
+ * its copies to and from the device are staged and asynchronous, behind the
+ * host-access fence, like those of gpulua's own pageable buffers.  Without
+ * it a copy between wrapped pageable memory and the device blocks the
+ * calling thread until done (a counted sync), as cudaMemcpy does. */
+void dev_buf_guard(dev_buf *b);
 /* 1 when a buffer of the context still wraps memory with this release and
  * ud (alive, or released and waiting for its queued work): the memory is
  * still in gpulua's hands. */
@@ -256,7 +264,7 @@ void dev_progress_end(dev_ctx *ctx);
 
 /* ---- interrupting the host's waits (Ctrl-C) --------------------------- */
 /* While enabled, the host's waits for the device (every counted sync:
- * synchronize, device-to-host reads, host-access fences, pageable copies)
+ * synchronize, device-to-host reads, host-access fences, blocking copies)
  * and dev_progress_wait give up when the context is interrupted: they
  * return DEV_ERR_INTERRUPTED with the message "interrupted", and the queued
  * work runs on and finishes as usual.  dev_interrupt is async-signal-safe
@@ -407,7 +415,10 @@ typedef struct dev_kop {
 /* Validate and enqueue on stream s (NULL: default stream).  If every buffer
  * the op touches is host-visible (pinned/host) the op runs on the calling
  * thread after host-access fences, as the contract says.  Returns at once
- * otherwise.  Buffers stay alive until the op finishes. */
+ * otherwise, a copy between pageable memory and the device included (staged
+ * through pinned memory: GPULUA_STAGE_CHUNK, GPULUA_STAGE_THREADS), except
+ * one of wrapped memory not guarded (dev_buf_guard), which waits.  Buffers
+ * stay alive until the op finishes. */
 int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op);
 
 /* Run an op on the calling CPU thread (host kernels).  Returns 0, or -1 with a

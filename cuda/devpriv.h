@@ -16,6 +16,8 @@ struct race_event;
 struct race_buf;
 
 struct dev_kimage;
+typedef struct dev_stage_job dev_stage_job;
+typedef struct dev_stage_pool dev_stage_pool;
 
 typedef struct dev_backend {
   const char *name;
@@ -61,6 +63,11 @@ typedef struct dev_backend {
   size_t (*mem_total)(dev_ctx *ctx, dev_memkind kind);
   void (*trim)(dev_ctx *ctx);
   int (*submit)(dev_stream *s, const dev_kop *op);
+  /* A copy between pageable memory and the device, staged (dev_stage.c):
+   * enqueue the job's steps on s (dev_stage_emit) as one op at one
+   * position.  A failure leaves nothing of it running: the backend aborts
+   * the job (dev_stage_abort) and waits for the steps it had enqueued. */
+  int (*stage_copy)(dev_stream *s, const dev_kop *op, dev_stage_job *j);
 
   /* Run-time kernels; NULL on a backend without them.  compile turns
    * source into an image module_load takes (for arch; the lowered names of
@@ -185,6 +192,11 @@ struct dev_ctx {
    * and taken from the backend (live + cached) */
   size_t mlive[DEV_NMEMKIND], mpeak[DEV_NMEMKIND], mreserved[DEV_NMEMKIND];
   int jitter;             /* GPULUA_HOST_JITTER */
+  /* staged pageable copies (dev_stage.c): GPULUA_STAGE_CHUNK and
+   * GPULUA_STAGE_THREADS, and the threads' pool (made on first use) */
+  size_t stage_chunk;
+  int stage_threads;
+  dev_stage_pool *stage;
 
   dev_stats st;           /* interpreter-thread counters */
   dev_sync_policy sync_policy;
@@ -293,6 +305,36 @@ void dev_ctx_destroy(dev_ctx *ctx);
 int dev_sync_wait(dev_ctx *ctx, dev_stream *s, uint64_t pos);
 int dev_intr_check(dev_ctx *ctx, int rc);
 
+/* cuda/dev_stage.c: copies between pageable memory and the device through
+ * pinned slots (its header says how).  config reads GPULUA_STAGE_CHUNK and
+ * GPULUA_STAGE_THREADS (a backend's open); shutdown joins the pool's
+ * threads (a backend's close, every stream drained).  plan: the chunk
+ * (whole elements) and slots of a copy of bytes.  new: a job moving host's
+ * elements to or from dev (contiguous) through nslot slots of chunk bytes
+ * at stage; start: an H2D job may read its source now (no queued work
+ * writes it).  emit: the steps in stream order, through the backend's
+ * fn(ud, host function, arg) and copy(ud, dst, src, n) (both asynchronous
+ * in stream order; a step a call failed to enqueue never runs).  abort:
+ * after a failed enqueue, once no thread copies for the job any more.
+ * retain/release: a reference (the submitter has one).  dev_parse_size: "8M", "1.5G" (0, or
+ * -1 when not a size of at least one byte). */
+#define DEV_STAGE_CHUNK ((size_t)8 << 20)
+#define DEV_STAGE_THREADS 4
+typedef int (*dev_stage_fn)(void *ud, void (*fn)(void *), void *arg);
+typedef int (*dev_stage_copy)(void *ud, void *dst, const void *src, size_t n);
+int dev_stage_config(dev_ctx *ctx);
+void dev_stage_shutdown(dev_ctx *ctx);
+void dev_stage_plan(dev_ctx *ctx, size_t bytes, size_t el, size_t *chunk, int64_t *nslot);
+int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *stage, size_t chunk,
+                  int64_t nslot, dev_stage_job **out);
+void dev_stage_start(dev_stage_job *j);
+int dev_stage_emit(dev_stage_job *j, dev_stage_fn fn, dev_stage_copy copy, void *ud);
+void dev_stage_abort(dev_stage_job *j);
+void dev_stage_retain(dev_stage_job *j);
+void dev_stage_release(dev_stage_job *j);
+int64_t dev_stage_chunks(const dev_stage_job *j);
+int dev_parse_size(const char *s, size_t *out);
+
 /* cuda/dev_stream.c: a stream of the context (the default one at open) */
 int dev_stream_new(dev_ctx *ctx, int priority, int nonblocking, int is_default,
                    void *wrap, dev_stream **out);
@@ -305,6 +347,12 @@ static inline int check_open(dev_stream *s) {
 
 /* cuda/dev_op.c: a view of this context, of a sane shape, within its buffer */
 int dev_check_view(dev_ctx *ctx, const dev_view *v, const char *what);
+
+/* cuda/dev_buf.c: pinned staging memory for a copy on s (dev_op.c): a
+ * block of the cache, which may be one that queued work ordered before s
+ * still uses (then it has fences, and only s's work may touch it), so that
+ * copies queued one after another on a stream take turns with one block. */
+int dev_buf_alloc_stage(dev_ctx *ctx, size_t bytes, dev_stream *s, dev_buf **out);
 
 /* cuda/dev_buf.c: buffers and their lifetime (its header says what holds).
  * The sweep (deferred releases, dead wrapped buffers, lingering and
@@ -342,6 +390,7 @@ typedef struct bufx {
   int cls;                          /* its size class */
   int dead;                         /* wrapped, refs hit 0, waiting for its uses */
   int wrapped;                      /* memory owned by someone else */
+  int guarded;                      /* ... that only gpulua touches (dev_buf_guard) */
   int internal;                     /* the device layer's own: not in the stats */
   struct bufx *prev, *next;         /* ctx->bufs, ctx->dead or a cache list */
   void (*release)(void *ud, void *ptr);

@@ -64,12 +64,15 @@ T.test("depth 2 overlaps a batch's H2D with the previous batch's compute", funct
   T.is(sums[6]:item(), 2.0 * (1 << 21), "and the last batch is right")
 end)
 
-T.test("results, stage order and buffer reuse: depths 1-4, 1/3/7 batches, with and without output", function()
+T.test("results, stage order and buffer reuse: depths 1-4, 1/3/7 batches, with and without output, "
+       .. "pinned and pageable buffers", function()
   for _, depth in ipairs(cases.DEPTHS) do
     for _, batches in ipairs(cases.BATCHES) do
       for _, mode in ipairs(cases.MODES) do
-        local problems, log = cases.run(depth, batches, mode)
-        if not T.is(problems, {}, cases.name(depth, batches, mode)) then T.diag(log) end
+        for _, memory in ipairs(cases.MEMORY) do
+          local problems, log = cases.run(depth, batches, mode, memory)
+          if not T.is(problems, {}, cases.name(depth, batches, mode, memory)) then T.diag(log) end
+        end
       end
     end
   end
@@ -83,7 +86,7 @@ T.test("the same under GPULUA_HOST_JITTER=1 (a child)", function()
   for line in out:gmatch("[^\n]+") do
     if line:match("^ok ") then good = good + 1 elseif line:match("^not ok ") then bad[#bad + 1] = line end
   end
-  T.is(good, #cases.DEPTHS * #cases.BATCHES * #cases.MODES, "every case ok")
+  T.is(good, #cases.DEPTHS * #cases.BATCHES * #cases.MODES * #cases.MEMORY, "every case ok")
   T.is(bad, {}, "no case failed")
   T.ok(out:find("live: streams 0 events 0 allocated 0 pinned 0", 1, true), "and nothing left alive")
   if not ok or #bad > 0 then T.diag(out) end
@@ -166,7 +169,8 @@ end)
 
 T.test("pre-filled inputs: cycled, and no host wait before the drain", function()
   local ins = {}
-  for k = 1, 3 do ins[k] = gpu.full({ 1024 }, k, { dtype = "f32", device = "pinned" }) end
+  -- pinned and pageable mixed: a pageable copy is queued, not a sync
+  for k = 1, 3 do ins[k] = gpu.full({ 1024 }, k, { dtype = "f32", device = k == 2 and "host" or "pinned" }) end
   local sums = {}
   settle()
   local syncs = gpu.stats().syncs
@@ -259,8 +263,12 @@ T.test("a bad spec raises naming the field, at the caller's line", function()
       function() pipeline.run { input = { shape = {} }, load = ok_load, compute = ok_compute } end },
     { "bad dtype", "bad field 'input.dtype' (one of f32 f64 f16 bf16 i8 u8 i32 i64 bool expected, got \"float\")",
       function() pipeline.run { input = { shape = 4, dtype = "float" }, load = ok_load, compute = ok_compute } end },
-    { "unknown key in input", "unknown field 'input.shap' (expected: shape, dtype)",
+    { "unknown key in input", "unknown field 'input.shap' (expected: shape, dtype, device)",
       function() pipeline.run { input = { shap = 4 }, load = ok_load, compute = ok_compute } end },
+    { "input on the device", "bad field 'input.device' (\"pinned\" or \"host\" expected, got \"device\")",
+      function() pipeline.run { input = { shape = 4, device = "device" }, load = ok_load, compute = ok_compute } end },
+    { "output device a number", "bad field 'output.device' (\"pinned\" or \"host\" expected, got 3)",
+      function() pipeline.run { input = inp, output = { shape = 4, device = 3 }, load = ok_load, compute = ok_compute, sink = ok_load } end },
     { "bad output shape", "bad field 'output.shape[1]' (a positive integer expected, got -4)",
       function() pipeline.run { input = inp, output = { shape = -4 }, load = ok_load, compute = ok_compute, sink = ok_load } end },
     { "output without sink", "missing field 'sink' (output needs a sink",

@@ -1,6 +1,7 @@
 -- Sync debugging: every host-device sync (item, get, totable, tostring of
--- values, the three synchronizes, a host-access fence that has to wait, a
--- blocking pageable copy) is counted in gpu.stats().syncs; inside
+-- values, the three synchronizes, a host-access fence that has to wait, on
+-- pinned or pageable memory) is counted in gpu.stats().syncs, and a copy
+-- between pageable memory and the device is not (it is queued); inside
 -- gpu.nosync() each one raises, naming the call and the script line, and
 -- nothing else does; gpu.sync_debug("warn") reports each once; the CLI's
 -- --sync-debug and GPULUA_SYNC_DEBUG set the mode before the script runs.
@@ -27,8 +28,9 @@ local function cases()
     { "synchronize", function() ev:record(s); ev:synchronize() end },
     -- pinned memory a queued copy still writes: the host op must wait
     { "add_?", function() gpu.sleep(20, { stream = s }); h:copy(d, { stream = s }); h:add_(1) end },
-    -- pageable memory and the device: CUDA blocks the host for the copy
-    { "copy", function() d:copy(pageable) end },
+    -- pageable memory a queued copy still writes: the same (the copy itself
+    -- is queued, not a sync)
+    { "add_?", function() gpu.sleep(20, { stream = s }); pageable:copy(d, { stream = s }); pageable:add_(1) end },
   }
   local function close()
     gpu.synchronize()
@@ -60,9 +62,17 @@ T.test("async work is not a sync", function()
   local p <close> = gpu.pinned({64})
   p:copy(y, { stream = s })   -- pinned destination: a queued copy, no wait
   T.is(syncs(), before, "enqueue, record, wait, query and a pinned copy make no sync")
+  -- pageable memory: staged through pinned memory, queued as well
+  local h <close> = gpu.zeros({64}, { device = "host" })
+  h:copy(y, { stream = s })
+  x:copy(h, { stream = s })
+  T.is(syncs(), before, "copies to and from pageable memory make no sync")
   local _ <close> = gpu.nosync()
   local z <close> = x + y
   T.ok(true, "and run inside gpu.nosync() without raising")
+  h:copy(y, { stream = s })
+  x:copy(h, { stream = s })
+  T.ok(true, "pageable copies too")
 end)
 
 T.test("inside gpu.nosync() every sync raises with the call and the line", function()

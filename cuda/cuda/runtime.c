@@ -287,7 +287,7 @@ static int c_open(dev_ctx *ctx, int device) {
   CK(ctx, cudaHostAlloc((void **)&cs->flag_host, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), "pinned flag");
   *cs->flag_host = 0;
   CK(ctx, cudaHostGetDevicePointer((void **)&cs->flag_dev, cs->flag_host, 0), "pinned flag");
-  return DEV_OK;
+  return dev_stage_config(ctx);
 }
 
 static void c_close(dev_ctx *ctx) {
@@ -299,6 +299,8 @@ static void c_close(dev_ctx *ctx) {
   if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
   if (prev != cs->device) cudaSetDevice(cs->device);
   cudaDeviceSynchronize();
+  /* every staged copy's host functions have run: its threads may go */
+  dev_stage_shutdown(ctx);
   for (int i = 0; i < cs->nev; i++) cudaEventDestroy(cs->evpool[i]);
   free(cs->evpool);
   if (cs->cublas) cs->cublas_destroy(cs->cublas);
@@ -998,6 +1000,38 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
   return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
 }
 
+/* A staged copy's steps (dev_stage.c): its gates as host functions, its
+ * chunks as copies between pinned slots and the device, all on s. */
+static int c_stage_fn(void *ud, void (*fn)(void *), void *arg) {
+  dev_stream *s = ud;
+  CK(s->ctx, cudaLaunchHostFunc(CST(s)->st, fn, arg), "copy (host function)");
+  return DEV_OK;
+}
+
+static int c_stage_chunk(void *ud, void *dst, const void *src, size_t n) {
+  dev_stream *s = ud;
+  CK(s->ctx, cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, CST(s)->st), "copy");
+  return DEV_OK;
+}
+
+/* One op at one position, with a marker after it: a host-access fence on
+ * the pageable buffer waits for exactly this copy. */
+static int c_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
+  dev_ctx *ctx = s->ctx;
+  cstream *c = CST(s);
+  cuda_tmark tm = {NULL};
+  int rc = ctx->trace_gen ? cuda_trace_begin(ctx, c->st, &tm) : DEV_OK;
+  if (rc == DEV_OK) rc = dev_stage_emit(j, c_stage_fn, c_stage_chunk, s);
+  if (rc) {
+    /* nothing of it may run on once this returns: the gates enqueued
+     * return at once, then the copies enqueued are waited for */
+    dev_stage_abort(j);
+    if (cudaStreamSynchronize(c->st) != cudaSuccess) cudaGetLastError();
+  }
+  rc = rc ? rc : enqueued(s, "copy", 1, 0);
+  return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
+}
+
 /* ---- collectives (cuda/cuda/nccl.c) ------------------------------------- */
 
 static int c_comm_open(dev_ctx *ctx, const dev_rank_info *ri) {
@@ -1141,6 +1175,7 @@ const dev_backend dev_cuda_backend = {
   .mem_total = c_mem_total,
   .trim = c_trim,
   .submit = c_submit,
+  .stage_copy = c_stage_copy,
   .compile = dev_nvrtc_compile,
   .module_load = c_module_load,
   .module_unload = c_module_unload,

@@ -32,6 +32,7 @@ typedef struct item {
   uint64_t seq;
   dev_kop op;                   /* IT_OP */
   dev_launch *launch;           /* IT_OP of a launch: the copy op.launch points to */
+  dev_stage_job *stage;         /* IT_OP of a staged copy (referenced) */
   struct hstream *target;       /* IT_WAIT */
   uint64_t pos;
   hrec *rec;                    /* IT_RECORD */
@@ -89,6 +90,22 @@ static void trace_item(hstream *hs, item *it, uint64_t t0) {
   dev_trace_add(hs->ctx, it->tgen, &r, t0, dev_trace_now());
 }
 
+/* A staged copy's steps, run by the stream's worker as they come (as a
+ * CUDA stream runs its host functions and copies, in order). */
+static int run_fn(void *ud, void (*fn)(void *), void *arg) {
+  (void)ud;
+  fn(arg);
+  return DEV_OK;
+}
+
+static int run_copy(void *ud, void *dst, const void *src, size_t n) {
+  hstream *hs = ud;
+  /* one step in eight: a copy of many chunks stays quick */
+  if (hs->ctx->jitter && rand_r(&hs->jitter_seed) % 8 == 0) jitter(hs);
+  memcpy(dst, src, n);
+  return DEV_OK;
+}
+
 static void run_item(hstream *hs, item *it) {
   dev_ctx *ctx = hs->ctx;
   uint64_t t0 = it->tgen ? dev_trace_now() : 0;
@@ -99,7 +116,8 @@ static void run_item(hstream *hs, item *it) {
     dev_note_running(ctx, 1);
     /* a compiled kernel fails as on cuda: named, with where it was enqueued */
     int hk = it->op.kind == DEV_OP_LAUNCH && hk_is_compiled(it->op.launch->k);
-    int rc = hk ? hk_launch(it->op.launch, msg, sizeof msg) : dev_cpu_run(&it->op, msg, 256);
+    int rc = it->stage ? dev_stage_emit(it->stage, run_fn, run_copy, hs)
+             : hk ? hk_launch(it->op.launch, msg, sizeof msg) : dev_cpu_run(&it->op, msg, 256);
     dev_note_running(ctx, -1);
     if (rc && hk)
       dev_async_fail(ctx, "'%s'%s%s failed: %s", dev_op_name(&it->op), *it->site ? " enqueued at " : "",
@@ -109,6 +127,7 @@ static void run_item(hstream *hs, item *it) {
                      dev_op_name(&it->op), msg);
     if (it->tgen) trace_item(hs, it, t0);
     free(it->launch);
+    dev_stage_release(it->stage);
     break;
   }
   case IT_WAIT: {
@@ -227,34 +246,6 @@ static int legacy_order(dev_stream *s) {
 
 /* ---- backend interface ----------------------------------------------- */
 
-/* "8G", "1.5T", "512k", "123": a decimal number of bytes with an optional
- * K/M/G/T suffix (powers of 1024), at least one byte and below 2^63 (it is
- * reported as a Lua integer).  0, or -1 for anything else: strtod alone
- * would take " 8", "inf", "nan", "0x10" and ignore what follows. */
-static int parse_size(const char *s, size_t *out) {
-  if (!((*s >= '0' && *s <= '9') || *s == '.')) return -1;
-  char *end;
-  double v = strtod(s, &end);
-  if (end == s) return -1;
-  for (const char *p = s; p < end; p++)
-    if (!((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' || *p == '+' || *p == '-'))
-      return -1;
-  int shift = 0;
-  switch (*end) {
-  case 'k': case 'K': shift = 10; break;
-  case 'm': case 'M': shift = 20; break;
-  case 'g': case 'G': shift = 30; break;
-  case 't': case 'T': shift = 40; break;
-  default: break;
-  }
-  if (shift) end++;
-  if (*end || !isfinite(v)) return -1;
-  double bytes = ldexp(v, shift);
-  if (!(bytes >= 1) || bytes >= 0x1p63) return -1;
-  *out = (size_t)bytes;
-  return 0;
-}
-
 static int h_open(dev_ctx *ctx, int device) {
   if (device != 0)
     return dev_fail(ctx, DEV_ERR_INVALID, "host backend has one device (0), not %d", device);
@@ -263,17 +254,18 @@ static int h_open(dev_ctx *ctx, int device) {
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   st->capacity = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : (size_t)8 << 30;
   const char *env = getenv("GPULUA_HOST_MEMORY");
-  if (env && *env && parse_size(env, &st->capacity)) {
+  if (env && *env && dev_parse_size(env, &st->capacity)) {
     free(st);
     return dev_fail(ctx, DEV_ERR_INVALID,
                     "GPULUA_HOST_MEMORY='%s' is not a size (a positive number of bytes, optionally "
                     "followed by K, M, G or T, powers of 1024: 8G, 1.5T, 512M)", env);
   }
   ctx->bk_state = st;
-  return DEV_OK;
+  return dev_stage_config(ctx);
 }
 
 static void h_close(dev_ctx *ctx) {
+  dev_stage_shutdown(ctx);
   free(ctx->bk_state);
   ctx->bk_state = NULL;
 }
@@ -476,6 +468,20 @@ static int h_submit(dev_stream *s, const dev_kop *op) {
   return push(s, it);
 }
 
+/* The whole staged copy is one item: its worker runs the steps in order. */
+static int h_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
+  int rc = legacy_order(s);
+  if (rc) return rc;
+  item *it = calloc(1, sizeof *it);
+  if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a copy");
+  it->kind = IT_OP;
+  it->op = *op;
+  it->stage = j;
+  dev_stage_retain(j);
+  if ((rc = push(s, it))) dev_stage_release(j);
+  return rc;
+}
+
 const dev_backend dev_host_backend = {
   .name = "host",
   .open = h_open,
@@ -498,6 +504,7 @@ const dev_backend dev_host_backend = {
   .free = h_free,
   .mem_total = h_mem_total,
   .submit = h_submit,
+  .stage_copy = h_stage_copy,
   .comm_open = h_comm_open,
   .comm_connect = h_comm_connect,
   .comm_close = h_comm_close,

@@ -161,9 +161,35 @@ typedef struct gpulua_tensor_info {
  * cudaPointerGetAttributes: device memory of this instance's GPU, pinned
  * memory, or pageable memory).  Returns 0, or non-zero with nothing pushed,
  * release not called and the message in gpulua_error() (NULL data, a shape
- * or stride out of range, a misaligned pointer, memory of another kind). */
+ * or stride out of range, a misaligned pointer, memory of another kind).
+ *
+ * Copies between pushed pageable memory (GPULUA_MEM_HOST) and the device
+ * block, as cudaMemcpy does: when the script's copy call returns, the copy
+ * is done (a counted host-device sync), so the application may touch its
+ * memory whenever no gpulua call is running.  gpulua's own pageable tensors
+ * are copied asynchronously instead (staged through pinned memory, queued
+ * on the stream, behind the host-access fence); gpulua_push_tensor_ex with
+ * GPULUA_PUSH_GUARDED gives pushed memory the same. */
 int gpulua_push_tensor(gpulua *g, const gpulua_tensor_info *t,
                        void (*release)(void *ud, void *data), void *ud);
+
+/* Flags of gpulua_push_tensor_ex (bits; others are refused). */
+#define GPULUA_PUSH_GUARDED 1u   /* the memory is gpulua's to guard (below) */
+
+/* gpulua_push_tensor with flags (0: the same as gpulua_push_tensor).
+ *
+ * GPULUA_PUSH_GUARDED: while queued work may use the memory, only gpulua
+ * touches it.  Copies between it and the device are then asynchronous, as
+ * for gpulua's own pageable tensors: queued on their stream, and not a sync;
+ * the script's own accesses (item, get, totable, host ops, save) wait for
+ * exactly the queued work that uses the memory.  The application reads or
+ * writes it only once that work is done: after gpulua_synchronize(g), after
+ * the release callback, or once a script has read the tensor or waited for
+ * the stream that used it (an event, s:synchronize()).  For device and
+ * pinned memory, whose copies are asynchronous anyway, the flag changes
+ * nothing. */
+int gpulua_push_tensor_ex(gpulua *g, const gpulua_tensor_info *t, unsigned flags,
+                          void (*release)(void *ud, void *data), void *ud);
 
 /* Describes the tensor at stack index idx (pointer to its first element,
  * dtype, memory, device, shape, strides) in *out.  Returns 0, or non-zero

@@ -299,8 +299,14 @@ static int call_entry(gpulua *g, lua_CFunction f, void *arg, int idx, int nres, 
 
 int gpulua_push_tensor(gpulua *g, const gpulua_tensor_info *t,
                        void (*release)(void *ud, void *data), void *ud) {
-  embed_wrap w = {t, release, ud};
+  embed_wrap w = {t, release, ud, 0, "gpulua_push_tensor"};
   return call_entry(g, embed_push_tensor, &w, 0, 1, "gpulua_push_tensor");
+}
+
+int gpulua_push_tensor_ex(gpulua *g, const gpulua_tensor_info *t, unsigned flags,
+                          void (*release)(void *ud, void *data), void *ud) {
+  embed_wrap w = {t, release, ud, flags, "gpulua_push_tensor_ex"};
+  return call_entry(g, embed_push_tensor, &w, 0, 1, "gpulua_push_tensor_ex");
 }
 
 int gpulua_check_tensor(gpulua *g, int idx, gpulua_tensor_info *out) {

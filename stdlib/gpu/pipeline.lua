@@ -23,15 +23,20 @@
 --             returning false/nil (and must return true for every batch it
 --             filled); with inputs it defaults to #inputs.
 --   depth     batches in flight, integer >= 1 (default 2): depth slots, each
---             a pinned input, a device input, and with output a device and a
---             pinned output.  depth = 1 has one set, so batches barely overlap.
---   input     { shape = {...} or n, dtype = "f32" }: one batch's input.
---   inputs    instead of input + load: a list of pinned (or host) tensors
---             filled beforehand, batch i copies inputs[i] (cycled when
---             batches > #inputs).  The host never waits for the H2D copies
---             then, so the timed loop is the device's alone.
---   output    { shape =, dtype = } of one batch's result; needs a sink.
---   load(i, pinned_in)            fills batch i's pinned buffer on the host.
+--             a host input, a device input, and with output a device and a
+--             host output.  depth = 1 has one set, so batches barely overlap.
+--   input     { shape = {...} or n, dtype = "f32", device = "pinned" }: one
+--             batch's input; device is where load's buffer lives: "pinned"
+--             (default) or "host" (ordinary pageable memory: its copies are
+--             staged through pinned memory, as asynchronous as pinned ones).
+--   inputs    instead of input + load: a list of pinned or host (pageable)
+--             tensors filled beforehand, batch i copies inputs[i] (cycled
+--             when batches > #inputs).  The host never waits for the H2D
+--             copies then, so the timed loop is the device's alone.
+--   output    { shape =, dtype =, device = } of one batch's result (device
+--             as for input: sink's buffer); needs a sink.
+--   load(i, pinned_in)            fills batch i's host buffer (pinned, or
+--             pageable with device = "host") on the host.
 --   compute(i, dev_in, dev_out)   enqueues batch i's device work on the
 --             current stream (the module's compute stream); dev_out is nil
 --             without output (work in place on dev_in).  Its first return
@@ -39,7 +44,8 @@
 --             back (gpu.current_stream():wait(other)) before it returns.
 --   sink(i, pinned_out, result)   consumes batch i on the host once its
 --             compute (and D2H) is done; called in batch order.  pinned_out
---             is nil without output.  It is reused for batch i + depth: copy
+--             (pinned, or pageable with output.device = "host") is nil
+--             without output.  It is reused for batch i + depth: copy
 --             what must outlive the call.
 --   progress  true/false: a progress line on stderr (default: when stderr is
 --             a terminal, redrawn with \r and cleared at the end).
@@ -221,12 +227,12 @@ local function check_keys(t, allowed, prefix)
   end
 end
 
--- {shape =, dtype =} -> shape list, dtype
+-- {shape =, dtype =, device =} -> shape list, dtype, host memory kind
 local function check_buffer_spec(v, field)
   if type(v) ~= "table" or getmetatable(v) ~= nil then
     bad("bad field '%s' (a table {shape =, dtype =} expected, got %s)", field, show(v))
   end
-  check_keys(v, { "shape", "dtype" }, field)
+  check_keys(v, { "shape", "dtype", "device" }, field)
   local shape = v.shape
   if shape == nil then bad("missing field '%s.shape' (a list of positive integers, or one)", field) end
   if type(shape) == "number" then shape = { shape } end
@@ -245,7 +251,11 @@ local function check_buffer_spec(v, field)
   if not is_in(DTYPES, dtype) then
     bad("bad field '%s.dtype' (one of %s expected, got %s)", field, table.concat(DTYPES, " "), show(v.dtype))
   end
-  return dims, dtype
+  local device = v.device == nil and "pinned" or v.device
+  if device ~= "pinned" and device ~= "host" then
+    bad("bad field '%s.device' (\"pinned\" or \"host\" expected, got %s)", field, show(v.device))
+  end
+  return dims, dtype, device
 end
 
 local function same_shape(a, b)
@@ -288,9 +298,9 @@ local function check(spec, extra)
   if spec.progress == nil then P.progress = gpu.isatty("stderr") else P.progress = spec.progress end
 
   if not P.compute then bad("missing field 'compute' (a function that enqueues batch i's device work)") end
-  if spec.input ~= nil then P.in_shape, P.in_dtype = check_buffer_spec(spec.input, "input") end
+  if spec.input ~= nil then P.in_shape, P.in_dtype, P.in_device = check_buffer_spec(spec.input, "input") end
   if spec.output ~= nil then
-    P.out_shape, P.out_dtype = check_buffer_spec(spec.output, "output")
+    P.out_shape, P.out_dtype, P.out_device = check_buffer_spec(spec.output, "output")
     if not P.sink then bad("missing field 'sink' (output needs a sink to consume it)") end
   end
 
@@ -444,10 +454,10 @@ local function run(P, R)
         h2d_done = own(R, gpu.event { timing = false }),
         comp_done = own(R, gpu.event { timing = false }),
       }
-      if not P.inputs then s.pin_in = own(R, gpu.pinned(P.in_shape, { dtype = P.in_dtype })) end
+      if not P.inputs then s.pin_in = own(R, gpu.empty(P.in_shape, { dtype = P.in_dtype, device = P.in_device })) end
       if output then
         s.dev_out = own(R, gpu.empty(P.out_shape, { dtype = P.out_dtype }))
-        s.pin_out = own(R, gpu.pinned(P.out_shape, { dtype = P.out_dtype }))
+        s.pin_out = own(R, gpu.empty(P.out_shape, { dtype = P.out_dtype, device = P.out_device }))
         s.d2h_done = own(R, gpu.event { timing = false })
       end
       slots[k] = s
@@ -491,7 +501,7 @@ local function run(P, R)
     local result = s.result
     s.result = nil
     call_stage(P, "sink", j, s.pin_out, result)
-    check_open(P, "sink", j, s.pin_out, "pinned output")
+    check_open(P, "sink", j, s.pin_out, (P.out_device or "pinned") .. " output")
     stats.sink_seconds = stats.sink_seconds + (gpu.clock() - t0)
     done = done + 1
   end
@@ -540,7 +550,7 @@ local function run(P, R)
       if i > nslots then guard(P, "waiting to load batch %d", i, host_wait, s.h2d_done) end
       local t0 = gpu.clock()
       local more = call_stage(P, "load", i, s.pin_in)
-      check_open(P, "load", i, s.pin_in, "pinned input")
+      check_open(P, "load", i, s.pin_in, (P.in_device or "pinned") .. " input")
       stats.load_seconds = stats.load_seconds + (gpu.clock() - t0)
       if not P.batches and not more then break end
       src = s.pin_in

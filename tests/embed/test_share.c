@@ -1,6 +1,6 @@
 /* test_share — TAP test of what an application shares with scripts through
  * gpulua.h: its own memory as tensors (gpulua_push_tensor,
- * gpulua_check_tensor), streams both ways (gpulua_stream_handle,
+ * gpulua_push_tensor_ex and GPULUA_PUSH_GUARDED, gpulua_check_tensor), streams both ways (gpulua_stream_handle,
  * gpulua_push_stream) and C functions launched as kernels
  * (gpulua_register_kernel).  Runs on the device GPULUA_DEVICE names: the
  * host backend in CI, cuda under make test-gpu (then the CUDA paths run too:
@@ -107,6 +107,70 @@ static void test_push_host(void) {
   gpulua_close(g);
   ok(r.calls == 1, "and not again at gpulua_close");
   free(buf);
+}
+
+/* Copies between pushed pageable memory and the device: blocking, as the
+ * driver's, unless pushed with GPULUA_PUSH_GUARDED (then queued, not a
+ * sync, behind the host-access fence). */
+static void test_push_guarded(void) {
+  enum { N = 4096 };
+  gpulua *g = gpulua_open(NULL);
+  lua_State *L = gpulua_state(g);
+  float *a = calloc(N, sizeof *a), *b = calloc(N, sizeof *b);
+  int64_t n = N;
+  gpulua_tensor_info ta = info_c(a, GPULUA_F32, GPULUA_MEM_HOST, 1, &n);
+  gpulua_tensor_info tb = info_c(b, GPULUA_F32, GPULUA_MEM_HOST, 1, &n);
+  ok(gpulua_push_tensor(g, &ta, NULL, NULL) == 0, "push pageable memory (not guarded)");
+  lua_setglobal(L, "app");
+  ok(gpulua_push_tensor_ex(g, &tb, GPULUA_PUSH_GUARDED, NULL, NULL) == 0,
+     "gpulua_push_tensor_ex pushes pageable memory with GPULUA_PUSH_GUARDED");
+  lua_setglobal(L, "guarded");
+  ok(run(g, "s = gpu.stream(); d = gpu.full({4096}, 7); e = gpu.zeros({4096})\n"
+            "gpu.synchronize()\n"
+            "local s0 = gpu.stats().syncs\n"
+            "gpu.sleep(50, { stream = s }); app:copy(d, { stream = s })\n"
+            "app_syncs = gpu.stats().syncs - s0\n") == 0,
+     "a script copies from the device into the application's memory");
+  ok(a[0] == 7.0f && a[N - 1] == 7.0f, "not guarded: the copy was done when the call returned (%g)", a[N - 1]);
+  ok(global_num(g, "app_syncs") == 1.0, "and it counted as a sync (%g)", global_num(g, "app_syncs"));
+  for (int i = 0; i < N; i++) a[i] = 3.0f;
+  ok(run(g, "gpu.sleep(50, { stream = s }); e:copy(app, { stream = s })") == 0, "... and from it to the device");
+  for (int i = 0; i < N; i++) a[i] = -1.0f;   /* the copy has read it already */
+  {
+    int c_ = run(g, "app_min = e:min():item()") == 0;
+    double m = global_num(g, "app_min");
+    ok(c_ && m == 3.0, "not guarded: the copy had read the memory when the call returned (min %g)", m);
+  }
+  ok(run(g, "gpu.synchronize()\n"
+            "local s0 = gpu.stats().syncs\n"
+            "gpu.sleep(50, { stream = s }); guarded:copy(d, { stream = s })\n"
+            "g_syncs = gpu.stats().syncs - s0\n"
+            "g_val = guarded:get(4096)\n") == 0,
+     "a script copies into guarded memory and reads it");
+  ok(global_num(g, "g_syncs") == 0.0, "guarded: the copy is queued, not a sync (%g)", global_num(g, "g_syncs"));
+  ok(global_num(g, "g_val") == 7.0, "the script's read waited for the copy (%g)", global_num(g, "g_val"));
+  ok(gpulua_synchronize(g) == 0 && b[0] == 7.0f && b[N - 1] == 7.0f,
+     "after gpulua_synchronize the application sees the values");
+  ok(run(g, "local _ <close> = gpu.nosync(); e:copy(guarded, { stream = s }); guarded:copy(d, { stream = s })") == 0,
+     "guarded copies run inside gpu.nosync()");
+  {
+    int c_ = gpulua_dostring(g, "local _ <close> = gpu.nosync(); e:copy(app)", "=t") != 0 &&
+             contains(gpulua_error(g), "host-device sync");
+    ok(c_, "copies of memory not guarded are refused there: %s", line1(gpulua_error(g)));
+  }
+  {
+    int top = lua_gettop(L);
+    int c_ = gpulua_push_tensor_ex(g, &tb, 6, NULL, NULL) != 0 && lua_gettop(L) == top &&
+             contains(gpulua_error(g), "gpulua_push_tensor_ex: unknown flags 6");
+    ok(c_, "unknown flags are refused, nothing pushed: %s", line1(gpulua_error(g)));
+  }
+  ok(gpulua_push_tensor_ex(g, &ta, 0, NULL, NULL) == 0, "flags 0: as gpulua_push_tensor");
+  lua_setglobal(L, "app2");
+  ok(run(g, "local s0 = gpu.stats().syncs; app2:copy(d); assert(gpu.stats().syncs == s0 + 1)") == 0,
+     "... blocking copies");
+  gpulua_close(g);
+  free(a);
+  free(b);
 }
 
 static void test_release_at_close(void) {
@@ -574,6 +638,7 @@ static void test_kernels(void) {
 
 int main(void) {
   test_push_host();
+  test_push_guarded();
   test_release_at_close();
   test_strided();
   test_check_tensor();

@@ -21,13 +21,15 @@ C.BATCHES = { 1, 3, 7 }
 -- "output": D2H and a sink; "result": no output, the sink gets compute's
 -- device scalars; "none": no sink, results read after run returns
 C.MODES = { "output", "result", "none" }
+-- where load's and sink's buffers live: pinned, or pageable ("host")
+C.MEMORY = { "pinned", "host" }
 
 local function want(i, n)
   return { min = 1 - 2 * i, max = 4 * i + 1, sum = (n - 1) * (4 * i + 1) + (1 - 2 * i) }
 end
 
 -- problems (a list of strings, empty when all is right) and the stage log
-function C.run(depth, batches, mode)
+function C.run(depth, batches, mode, memory)
   local n = C.N
   local log, pos, problems = {}, {}, {}
   local pins, pouts, finals = {}, {}, {}
@@ -48,9 +50,10 @@ function C.run(depth, batches, mode)
 
   local spec = {
     batches = batches, depth = depth,
-    input = { shape = { n }, dtype = "f32" },
+    input = { shape = { n }, dtype = "f32", device = memory },
     load = function(i, pin)
       note("L", i)
+      if pin.device ~= (memory or "pinned") then problems[#problems + 1] = "load got a " .. pin.device .. " buffer" end
       pins[i] = pin
       -- the runtime's host-access fence counts a sync when it has to wait:
       -- none here means the module handed over a buffer no queued work uses
@@ -73,7 +76,7 @@ function C.run(depth, batches, mode)
     end,
   }
   if mode == "output" then
-    spec.output = { shape = { n }, dtype = "f32" }
+    spec.output = { shape = { n }, dtype = "f32", device = memory }
     spec.sink = function(i, pout)
       note("S", i)
       pouts[i] = pout
@@ -135,8 +138,8 @@ function C.run(depth, batches, mode)
   return problems, table.concat(log, " ")
 end
 
-function C.name(depth, batches, mode)
-  return string.format("depth=%d batches=%d mode=%s", depth, batches, mode)
+function C.name(depth, batches, mode, memory)
+  return string.format("depth=%d batches=%d mode=%s memory=%s", depth, batches, mode, memory or "pinned")
 end
 
 function C.main()
@@ -144,13 +147,15 @@ function C.main()
   for _, depth in ipairs(C.DEPTHS) do
     for _, batches in ipairs(C.BATCHES) do
       for _, mode in ipairs(C.MODES) do
-        local ok, problems = pcall(C.run, depth, batches, mode)
-        if not ok then problems = { "raised: " .. tostring(problems) } end
-        cases = cases + 1
-        if #problems == 0 then
-          print("ok " .. C.name(depth, batches, mode))
-        else
-          print("not ok " .. C.name(depth, batches, mode) .. ": " .. table.concat(problems, "; "))
+        for _, memory in ipairs(C.MEMORY) do
+          local ok, problems = pcall(C.run, depth, batches, mode, memory)
+          if not ok then problems = { "raised: " .. tostring(problems) } end
+          cases = cases + 1
+          if #problems == 0 then
+            print("ok " .. C.name(depth, batches, mode, memory))
+          else
+            print("not ok " .. C.name(depth, batches, mode, memory) .. ": " .. table.concat(problems, "; "))
+          end
         end
       end
     end
