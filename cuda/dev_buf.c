@@ -567,6 +567,10 @@ static void buf_release(dev_buf *b) {
 static int buf_wait(dev_buf *b, int write, const char *what) {
   bufx *x = BX(b);
   dev_ctx *ctx = b->ctx;
+  if (ctx->capture) {
+    int rc = graph_host_access(ctx, b, what);
+    if (rc) return rc;
+  }
   int entered = 0;
   for (int fence = 0; fence < 2; fence++) {
     buf_use *use = fence ? x->fence : x->use;

@@ -211,6 +211,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   if ((rc = validate(ctx, op))) return rc;
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
+  if (ctx->capture && graph_records(op)) return graph_submit(s, op);   /* recorded, not run */
   if (op->kind == DEV_OP_LAUNCH) {
     /* Always on the device, even when every tensor is pinned. */
     const dev_launch *l = op->launch;
@@ -289,6 +290,8 @@ static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, cons
 }
 
 int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
+  int rc0 = ctx->capture ? graph_read(ctx, src->buf) : DEV_OK;
+  if (rc0) return rc0;
   size_t bytes = (size_t)dev_view_numel(src) * dev_dtype_size(src->dtype);
   dev_buf *tmp;
   int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, bytes, &tmp);
