@@ -406,6 +406,9 @@ int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s
   *out = NULL;
   if ((unsigned)kind >= DEV_NMEMKIND) return dev_fail(ctx, DEV_ERR_INVALID, "alloc: bad memory kind %d", (int)kind);
   if (bytes == 0) bytes = 1;
+  /* a graph's ops run on the launch stream, not on the stream of the
+   * capture: only blocks no queued work uses */
+  if (s && s->capture) s = NULL;
   dev_sweep(ctx);
   size_t block;
   int cls = size_class(bytes, &block);

@@ -24,7 +24,8 @@
  *   replay is one item on its stream: it records a use of each buffer (as
  *   a write where a node writes it), of each module's life buffer and of
  *   the graph's own life buffer, whose release frees the node list and the
- *   backend's executable.  So a graph released with replays queued keeps
+ *   backend's executable.  The race checker checks and records a replay as
+ *   the ops it contains, all on the launch stream.  So a graph released with replays queued keeps
  *   all of that until they are over, through the buffers' use lists.
  */
 #include <stdarg.h>
@@ -396,8 +397,14 @@ int dev_graph_launch(dev_graph *g, dev_stream *s) {
     return graph_fail(ctx, "a graph cannot be launched inside a capture");
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
+  /* the race checker sees a replay as its ops, all on s */
+  const dev_gexec *gx = g->gx;
+  for (int i = 0; ctx->race && i < gx->n; i++)
+    if (gx->nodes[i].kind == DEV_GN_OP && (rc = race_op(ctx, s, &gx->nodes[i].op, 0))) return rc;
   if ((rc = fence_op_bufs(s, g->bufs, g->nbufs))) return rc;
-  if ((rc = ctx->bk->graph_launch(s, g->gx))) return rc;
+  if ((rc = ctx->bk->graph_launch(s, gx))) return rc;
+  for (int i = 0; ctx->race && i < gx->n; i++)
+    if (gx->nodes[i].kind == DEV_GN_OP) race_op(ctx, s, &gx->nodes[i].op, 1);
   if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
   for (int i = 0; i < g->nbufs; i++) note_use(BX(g->bufs[i]), s, g->writes[i]);
   for (int i = 0; i < g->nmods; i++)

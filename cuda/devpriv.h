@@ -569,11 +569,26 @@ int cuda_trace_begin(dev_ctx *ctx, void *stream, cuda_tmark *m);
 int cuda_trace_op(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, const dev_kop *op, int rc);
 int cuda_trace_coll(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, const dev_coll *g, int n,
                     int rc);
+int cuda_trace_rec(dev_ctx *ctx, void *stream, cuda_tmark *m, const dev_trace_rec *r, int rc);
 int cuda_trace_start(dev_ctx *ctx);
 void cuda_trace_flush(dev_ctx *ctx);
 void cuda_trace_free(dev_ctx *ctx);
 uint64_t cuda_range_start(dev_ctx *ctx, const char *name);
 void cuda_range_end(dev_ctx *ctx, uint64_t handle);
+
+/* cuda/cuda/runtime.c, for graph.c: what an op needs before a capture
+ * begins; the op's work on a capturing cudaStream_t (a node, no
+ * bookkeeping); a replay's bookkeeping once it is on s (its position,
+ * named `name`, a marker when it touches host memory); a CUDA error as the
+ * backend reports every one. */
+int cuda_capture_prepare(dev_ctx *ctx, const dev_kop *op);
+int cuda_capture_op(dev_ctx *ctx, void *stream, const dev_kop *op);
+int cuda_enqueued(dev_stream *s, const char *name, int host);
+int cuda_error(dev_ctx *ctx, int err, const char *what);
+/* cuda/cuda/graph.c: the backend's graph hooks */
+int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx);
+int cuda_graph_launch(dev_stream *s, const dev_gexec *gx);
+void cuda_graph_free(dev_ctx *ctx, dev_gexec *gx);
 #endif
 
 #endif
