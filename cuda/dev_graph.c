@@ -24,9 +24,13 @@
  *   replay is one item on its stream: it records a use of each buffer (as
  *   a write where a node writes it), of each module's life buffer and of
  *   the graph's own life buffer, whose release frees the node list and the
- *   backend's executable.  The race checker checks and records a replay as
- *   the ops it contains, all on the launch stream.  So a graph released with replays queued keeps
+ *   backend's executable.  So a graph released with replays queued keeps
  *   all of that until they are over, through the buffers' use lists.
+ * - A refused call abandons the capture even if the script catches it
+ *   (graph_fail): dev_graph_end then fails naming it.  Ops whose memory is
+ *   all host-visible are not recorded: they run at once, as host work does.
+ * - The race checker checks and records a replay as the ops it contains,
+ *   all on the launch stream.
  */
 #include <stdarg.h>
 #include <stdio.h>
