@@ -19,6 +19,7 @@
 #define GPULUA_MODREF "gpu.ModuleRef"      /* holds a module while it is being made */
 #define GPULUA_MODFILE "gpu.ModuleFile"    /* a module file being read (gpu.load_module) */
 #define GPULUA_TASK "gpu.Task"
+#define GPULUA_GRAPH "gpu.Graph"
 #define GPULUA_NOSYNC "gpu.NoSync"         /* a gpu.nosync scope */
 #define GPULUA_RANGE "gpu.Range"
 #define GPULUA_USING "gpu.Using"           /* gpu.using's to-be-closed guard */
@@ -37,7 +38,7 @@ typedef struct bind_type { const char *name; } bind_type;
 extern const bind_type bind_stream_type, bind_event_type, bind_tensor_type, bind_kernel_type,
     bind_launcher_type, bind_module_type, bind_modref_type, bind_modfile_type, bind_task_type,
     bind_nosync_type, bind_range_type, bind_using_type, bind_npy_file_type, bind_dlpack_type,
-    bind_state_type;
+    bind_state_type, bind_graph_type;
 
 /* One per interpreter, a full userdata anchored in the registry. */
 typedef struct gpu_state {
@@ -161,6 +162,7 @@ int bind_open_tensor(lua_State *L);
 int bind_open_kernel(lua_State *L);
 int bind_open_comm(lua_State *L);
 int bind_open_task(lua_State *L);
+int bind_open_graph(lua_State *L);   /* gpu.graph (graph.c) */
 /* The gpu.nosync mode slot (-1: none) of the running task, or of the main
  * program outside tasks (task.c). */
 int *bind_sync_slot(lua_State *L);

@@ -274,7 +274,7 @@ static void setint(lua_State *L, const char *k, lua_Integer v) {
 static int gpu_stats(lua_State *L) {
   dev_stats s;
   dev_get_stats(bind_ctx(L), &s);
-  lua_createtable(L, 0, 11);
+  lua_createtable(L, 0, 12);
   setint(L, "syncs", (lua_Integer)s.syncs);
   setint(L, "launches", (lua_Integer)s.launches);
   setint(L, "copies", (lua_Integer)s.copies);
@@ -286,6 +286,7 @@ static int gpu_stats(lua_State *L) {
   setint(L, "events", s.events);
   setint(L, "buffers", s.buffers);
   setint(L, "max_concurrent", s.max_concurrent);
+  setint(L, "replays", (lua_Integer)s.replays);
   return 1;
 }
 
@@ -411,6 +412,7 @@ int bind_open_gpu(lua_State *L) {
   bind_open_kernel(L);
   bind_open_comm(L);
   bind_open_task(L);
+  bind_open_graph(L);
   bind_open_trace(L);
   bind_open_npy(L);
   bind_open_dlpack(L);

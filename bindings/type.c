@@ -19,6 +19,7 @@ const bind_type bind_using_type = {GPULUA_USING};
 const bind_type bind_npy_file_type = {GPULUA_NPY_FILE};
 const bind_type bind_dlpack_type = {GPULUA_DLPACK};
 const bind_type bind_state_type = {GPULUA_STATE};
+const bind_type bind_graph_type = {GPULUA_GRAPH};
 
 void *bind_check_type(lua_State *L, int idx, const bind_type *ty, size_t size) {
   void *p = bind_test_type(L, idx, ty, size);

@@ -409,6 +409,9 @@ static int buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s
   *out = NULL;
   if ((unsigned)kind >= DEV_NMEMKIND) return dev_fail(ctx, DEV_ERR_INVALID, "alloc: bad memory kind %d", (int)kind);
   if (bytes == 0) bytes = 1;
+  /* a graph's ops run on the launch stream, not on the stream of the
+   * capture: only blocks no queued work uses */
+  if (s && s->capture) s = NULL;
   dev_sweep(ctx);
   size_t block;
   int cls = size_class(bytes, &block);
@@ -580,6 +583,10 @@ static void buf_release(dev_buf *b) {
 static int buf_wait(dev_buf *b, int write, const char *what) {
   bufx *x = BX(b);
   dev_ctx *ctx = b->ctx;
+  if (ctx->capture) {
+    int rc = graph_host_access(ctx, b, what);
+    if (rc) return rc;
+  }
   int entered = 0;
   for (int fence = 0; fence < 2; fence++) {
     buf_use *use = fence ? x->fence : x->use;

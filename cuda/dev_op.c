@@ -369,6 +369,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
       return dev_submit(ctx, s, &z);
     }
   }
+  if (ctx->capture && graph_records(op)) return graph_submit(s, op);   /* recorded, not run */
   if (op->kind == DEV_OP_LAUNCH) {
     /* Always on the device, even when every tensor is pinned. */
     const dev_launch *l = op->launch;
@@ -452,6 +453,8 @@ static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, cons
 }
 
 int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {
+  int rc0 = ctx->capture ? graph_read(ctx, src->buf) : DEV_OK;
+  if (rc0) return rc0;
   size_t bytes = (size_t)dev_view_numel(src) * dev_dtype_size(src->dtype);
   dev_buf *tmp;
   if (bytes == 0) return dev_check_async(ctx);   /* nothing to read: no wait */

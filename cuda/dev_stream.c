@@ -99,6 +99,7 @@ int dev_stream_wait_stream(dev_stream *s, dev_stream *other) {
   int rc = check_open(s);
   if (rc == DEV_OK) rc = check_open(other);
   if (rc || s == other) return rc;
+  if (s->ctx->capture) return graph_wait(s, other, NULL);
   rc = dev_check_async(s->ctx);
   if (rc) return rc;
   rc = s->ctx->bk->stream_wait(s, other, other->ctx->bk->stream_pos(other));
@@ -129,6 +130,7 @@ void dev_event_release(dev_event *e) {
   if (!e) return;
   dev_ctx *ctx = e->ctx;
   ctx->bk->event_fini(e);
+  if (ctx->capture) graph_event_gone(e);
   if (e->race) race_event_gone(e);
   if (e->stream) dev_stream_unref(e->stream);
   ctx->st.events--;
@@ -142,6 +144,7 @@ int dev_event_record(dev_event *e, dev_stream *s) {
   if (rc) return rc;
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
+  if (ctx->capture) return graph_record(e, s);
   dev_stream *old = e->stream;
   rc = ctx->bk->event_record(e, s);
   if (rc) return rc;
@@ -179,6 +182,7 @@ int dev_event_timing(dev_event *e) { return e->timing; }
 
 int dev_stream_wait_event(dev_stream *s, dev_event *e) {
   int rc = check_open(s);
+  if (rc == DEV_OK && s->ctx->capture) return graph_wait(s, NULL, e);
   if (rc || !e->recorded || e->stream == s) return rc;
   rc = dev_check_async(s->ctx);
   if (rc) return rc;

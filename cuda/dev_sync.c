@@ -62,6 +62,7 @@ void dev_set_sync_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), vo
 }
 
 int dev_sync_enter(dev_ctx *ctx, const char *what) {
+  if (ctx->capture) return graph_refuse(ctx, what);
   if (ctx->sync_policy == DEV_SYNC_ALLOW) {
     ctx->st.syncs++;
     if (ctx->trace_gen) dev_trace_sync_open(ctx, what);

@@ -36,13 +36,15 @@ typedef enum {
   DEV_ERR_ASYNC,        /* earlier queued work failed; message names op and site */
   DEV_ERR_SYNC,         /* a sync refused by the sync policy (gpu.nosync) */
   DEV_ERR_RACE,         /* the race checker refused an op: nothing was enqueued */
-  DEV_ERR_INTERRUPTED   /* dev_interrupt: the host gave up waiting; the work runs on */
+  DEV_ERR_INTERRUPTED,  /* dev_interrupt: the host gave up waiting; the work runs on */
+  DEV_ERR_CAPTURE       /* cannot be captured into a graph (a sync, a stream outside it ...) */
 } dev_status;
 
 typedef struct dev_ctx dev_ctx;
 typedef struct dev_stream dev_stream;
 typedef struct dev_event dev_event;
 typedef struct dev_buf dev_buf;
+typedef struct dev_graph dev_graph;
 
 /* ---- dtypes ---------------------------------------------------------- */
 const char *dev_dtype_name(dev_dtype t);
@@ -98,6 +100,7 @@ typedef struct dev_stats {
   int64_t events;             /* live events */
   int64_t buffers;            /* live allocations of every kind */
   int64_t max_concurrent;     /* most ops seen running at once (host backend) */
+  uint64_t replays;           /* graph launches (dev_graph_launch) */
 } dev_stats;
 
 /* Bytes of cache blocks (the request rounded up to its size class): held by
@@ -578,6 +581,37 @@ typedef int (*dev_cfunc)(const dev_cfunc_call *c, char *err, size_t errlen);
 int dev_module_cfunc(dev_ctx *ctx, const char *name, const char *params, dev_cfunc fn,
                      void *ud, void (*ud_free)(void *ud), dev_module **out);
 int dev_kernel_is_cfunc(const dev_kernel *k);
+
+/* ---- graphs: a step captured once, replayed ---------------------------- */
+/* dev_graph_begin opens a capture on stream s (not the default stream): from
+ * then until dev_graph_end, work enqueued on s, and on streams joined to the
+ * capture (a stream that waits for an event recorded in the capture, or for
+ * a stream of it, joins), is validated as usual and recorded, not run.  One
+ * capture per context at a time.  While it is open, what cannot be replayed
+ * fails with DEV_ERR_CAPTURE and records nothing: a host wait (every counted
+ * sync, dev_read, host access to a buffer the capture uses), work on a
+ * stream outside the capture, a wait for an event recorded outside it,
+ * pageable host memory, collectives, launching a graph.  The caller then
+ * abandons the capture (dev_graph_release).
+ * dev_graph_end ends it; it fails (the graph is unusable: release it) when a
+ * joined stream's work was not joined back into s by an event or a wait, as
+ * CUDA's stream capture requires.
+ * The graph holds every buffer its ops touch and every module they launch
+ * from, until it is released; a replay (dev_graph_launch) is one item on its
+ * stream, ordered there as one op, and holds them until it finishes, so a
+ * graph released with replays queued frees what it holds once they end.
+ * name (may be NULL: "graph") names it in messages and traces; the capture's
+ * site is the context's site at dev_graph_begin.  Asynchronous errors in a
+ * replay name the graph, its capture line and the op's own line. */
+int dev_graph_begin(dev_ctx *ctx, dev_stream *s, const char *name, dev_graph **out);
+int dev_graph_end(dev_graph *g);
+int dev_graph_launch(dev_graph *g, dev_stream *s);   /* s NULL: the default stream */
+/* Abandons the capture if it is open.  NULL: nothing. */
+void dev_graph_release(dev_graph *g);
+int dev_graph_nodes(const dev_graph *g);             /* ops captured */
+const char *dev_graph_name(const dev_graph *g);
+const char *dev_graph_site(const dev_graph *g);      /* "script.lua:12" of the capture */
+int dev_graph_capturing(dev_ctx *ctx);               /* a capture is open */
 
 /* ---- tracing ---------------------------------------------------------- */
 /* A session records every op (its stream, name, bytes, script line, start

@@ -18,6 +18,7 @@ struct race_buf;
 struct dev_kimage;
 typedef struct dev_stage_job dev_stage_job;
 typedef struct dev_stage_pool dev_stage_pool;
+struct dev_gexec;
 
 typedef struct dev_backend {
   const char *name;
@@ -111,7 +112,38 @@ typedef struct dev_backend {
    * stream_native cannot. */
   int (*check_ptr)(dev_ctx *ctx, dev_memkind kind, void *ptr, size_t bytes);
   void *(*stream_native)(dev_stream *s);
+
+  /* Graphs (cuda/dev_graph.c); NULL: the backend has none.  graph_build,
+   * optional, makes the backend's executable of a captured node list
+   * (gx->impl) once the capture ends; graph_launch enqueues one replay of
+   * it on s, ordered there as one op; graph_free frees gx->impl once no
+   * replay is queued (interpreter thread). */
+  int (*graph_build)(dev_ctx *ctx, struct dev_gexec *gx);
+  int (*graph_launch)(dev_stream *s, const struct dev_gexec *gx);
+  void (*graph_free)(dev_ctx *ctx, struct dev_gexec *gx);
 } dev_backend;
+
+/* A captured graph as the backends see it: its nodes in capture order (a
+ * topological order: the host backend replays the ops in it, one after the
+ * other), with the fork/join between the capture's streams as records and
+ * waits (stream 0 is the one the capture began on), for a backend that
+ * rebuilds it (cuda). */
+typedef enum { DEV_GN_OP, DEV_GN_RECORD, DEV_GN_WAIT } dev_gnode_kind;
+typedef struct dev_gnode {
+  int kind;                  /* dev_gnode_kind */
+  int stream;                /* the capture's stream it was enqueued on */
+  int event;                 /* RECORD: its slot; WAIT: the slot of the record waited for */
+  dev_kop op;                /* OP; a launch points to a copy the graph owns */
+  char site[DEV_SITE_LEN];   /* the script line that enqueued it */
+} dev_gnode;
+
+typedef struct dev_gexec {
+  dev_gnode *nodes;
+  int n, nops, nstreams, nevents;
+  char name[DEV_TRACE_NAME];
+  char site[DEV_SITE_LEN];   /* of the capture */
+  void *impl;                /* the backend's executable (graph_build) */
+} dev_gexec;
 
 /* Compiled code and the lowered (mangled) names of the name expressions. */
 typedef struct dev_kimage {
@@ -158,6 +190,8 @@ struct dev_stream {
   void *impl;
   struct race_stream *race;   /* race checker state (race.c), NULL when unused */
   void *wrap;             /* dev_stream_wrap: the application's handle (not ours to destroy) */
+  dev_graph *capture;     /* the capture it belongs to (dev_graph.c), NULL: none */
+  int cap_index;          /* its number in that capture (0: the one it began on) */
 };
 
 struct dev_event {
@@ -223,6 +257,7 @@ struct dev_ctx {
   unsigned trace_gen;     /* the tracing session, 0 when off (interpreter thread) */
   struct dev_trace *tr;   /* cuda/trace.c; lives until the context goes */
 
+  dev_graph *capture;     /* the capture open now (dev_graph.c), NULL: none */
   struct race_ctx *race;  /* the race checker, while it is on (one branch per hook when off) */
   unsigned race_gen;      /* times it was turned on: older per-object state is stale */
 
@@ -520,6 +555,25 @@ void shm_comm_set_done(shm_comm *c, uint64_t done);
 /* a later gpu.init_comm's options, for the collectives enqueued after it */
 void shm_comm_set_options(shm_comm *c, int check, double timeout_s);
 
+/* cuda/dev_graph.c: what the device layer's files call while ctx->capture
+ * is set (one branch each when it is not).  Enqueueing on s records into
+ * the capture instead (submit: a validated op, unless all its memory is
+ * host-visible: that one runs at once, as host work does in a capture,
+ * after the host-access fences; record: e recorded on s;
+ * wait: s waits for other's work or for e); refuse fails with `what`
+ * cannot be captured; a host wait for b fails if the capture uses b; an
+ * event that goes leaves the capture's records. */
+int graph_records(const dev_kop *op);   /* not an op that runs on the host at once */
+int graph_submit(dev_stream *s, const dev_kop *op);
+int graph_record(dev_event *e, dev_stream *s);
+int graph_wait(dev_stream *s, dev_stream *other, dev_event *e);
+int graph_refuse(dev_ctx *ctx, const char *what);
+/* a refusal (DEV_ERR_CAPTURE): the capture is abandoned whatever the caller does */
+int graph_fail(dev_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int graph_host_access(dev_ctx *ctx, dev_buf *b, const char *what);
+int graph_read(dev_ctx *ctx, dev_buf *b);   /* dev_read of b: a sync, or host access */
+void graph_event_gone(dev_event *e);
+
 /* cuda/race.c: the stream race checker (GPULUA_CHECK=races).  The hooks
  * below are called by the dev*.c files only while ctx->race is set, except
  * the *_gone ones, which free an object's checker state whenever it has
@@ -564,11 +618,26 @@ int cuda_trace_begin(dev_ctx *ctx, void *stream, cuda_tmark *m);
 int cuda_trace_op(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, const dev_kop *op, int rc);
 int cuda_trace_coll(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, const dev_coll *g, int n,
                     int rc);
+int cuda_trace_rec(dev_ctx *ctx, void *stream, cuda_tmark *m, const dev_trace_rec *r, int rc);
 int cuda_trace_start(dev_ctx *ctx);
 void cuda_trace_flush(dev_ctx *ctx);
 void cuda_trace_free(dev_ctx *ctx);
 uint64_t cuda_range_start(dev_ctx *ctx, const char *name);
 void cuda_range_end(dev_ctx *ctx, uint64_t handle);
+
+/* cuda/cuda/runtime.c, for graph.c: what an op needs before a capture
+ * begins; the op's work on a capturing cudaStream_t (a node, no
+ * bookkeeping); a replay's bookkeeping once it is on s (its position,
+ * named `name`, a marker when it touches host memory); a CUDA error as the
+ * backend reports every one. */
+int cuda_capture_prepare(dev_ctx *ctx, const dev_kop *op);
+int cuda_capture_op(dev_ctx *ctx, void *stream, const dev_kop *op);
+int cuda_enqueued(dev_stream *s, const char *name, int host);
+int cuda_error(dev_ctx *ctx, int err, const char *what);
+/* cuda/cuda/graph.c: the backend's graph hooks */
+int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx);
+int cuda_graph_launch(dev_stream *s, const dev_gexec *gx);
+void cuda_graph_free(dev_ctx *ctx, dev_gexec *gx);
 #endif
 
 #endif

@@ -970,32 +970,34 @@ static int enqueued(dev_stream *s, const char *name, int host, int user) {
   return DEV_OK;
 }
 
-static int c_submit(dev_stream *s, const dev_kop *op) {
+/* The op's work on the stream, without the bookkeeping. */
+static int c_dispatch(dev_stream *s, const dev_kop *op) {
   dev_ctx *ctx = s->ctx;
   cstate *cs = CS(ctx);
+  cstream *c = CST(s);
+  if (op->kind == DEV_OP_LAUNCH) return c_launch(s, op->launch);
+  if (op->kind == DEV_OP_COPY) return c_copy(s, op);
+  if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) return c_matmul(s, op);
+  cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 1 /* checked by dev_submit */};
+  char msg[256];
+  dev_kop tagged;
+  if (op->kind == DEV_OP_INDEX) {
+    /* its tag rides in s0, which the index ops do not use */
+    tagged = *op;
+    tagged.s0 = (dev_scalar){1, tag_op(ctx, op), 0};
+    op = &tagged;
+  }
+  return cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
+                                               : DEV_OK;
+}
+
+static int c_submit(dev_stream *s, const dev_kop *op) {
+  dev_ctx *ctx = s->ctx;
   cstream *c = CST(s);
   cuda_tmark tm = {NULL};
   int rc;
   if (ctx->trace_gen && (rc = cuda_trace_begin(ctx, c->st, &tm))) return rc;
-  if (op->kind == DEV_OP_LAUNCH) {
-    rc = c_launch(s, op->launch);
-  } else if (op->kind == DEV_OP_COPY) {
-    rc = c_copy(s, op);
-  } else if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) {
-    rc = c_matmul(s, op);
-  } else {
-    cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 1 /* checked by dev_submit */};
-    char msg[256];
-    dev_kop tagged;
-    if (op->kind == DEV_OP_INDEX) {
-      /* its tag rides in s0, which the index ops do not use */
-      tagged = *op;
-      tagged.s0 = (dev_scalar){1, tag_op(ctx, op), 0};
-      op = &tagged;
-    }
-    rc = cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
-                                                : DEV_OK;
-  }
+  rc = c_dispatch(s, op);
   rc = rc ? rc : enqueued(s, dev_op_name(op), touches_host(op), op->kind == DEV_OP_LAUNCH);
   return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
 }
@@ -1031,6 +1033,33 @@ static int c_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
   rc = rc ? rc : enqueued(s, "copy", 1, 0);
   return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
 }
+
+/* ---- for graphs (cuda/cuda/graph.c) ------------------------------------- */
+
+/* What an op needs before a capture begins: cuBLAS's handle (its creation
+ * allocates outside stream order). */
+int cuda_capture_prepare(dev_ctx *ctx, const dev_kop *op) {
+  if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) return load_cublas(ctx);
+  return DEV_OK;
+}
+
+/* The op's work on a capturing stream: a node of the graph being built (a
+ * stream of no context: no position, marker or trace). */
+int cuda_capture_op(dev_ctx *ctx, void *stream, const dev_kop *op) {
+  cstream *c = calloc(1, sizeof *c);
+  if (!c) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory building a graph");
+  c->st = stream;
+  dev_stream s;
+  memset(&s, 0, sizeof s);
+  s.ctx = ctx;
+  s.impl = c;
+  int rc = c_dispatch(&s, op);
+  free(c);
+  return rc;
+}
+
+int cuda_enqueued(dev_stream *s, const char *name, int host) { return enqueued(s, name, host, 1); }
+int cuda_error(dev_ctx *ctx, int err, const char *what) { return cuda_fail(ctx, (cudaError_t)err, what); }
 
 /* ---- collectives (cuda/cuda/nccl.c) ------------------------------------- */
 
@@ -1190,6 +1219,9 @@ const dev_backend dev_cuda_backend = {
   .trace_free = cuda_trace_free,
   .range_start = cuda_range_start,
   .range_end = cuda_range_end,
+  .graph_build = cuda_graph_build,
+  .graph_launch = cuda_graph_launch,
+  .graph_free = cuda_graph_free,
 };
 
 /* Whether a usable GPU answers (for automatic selection).  Called before any

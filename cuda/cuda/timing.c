@@ -161,6 +161,12 @@ int cuda_trace_op(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, const 
   return end_pair(ctx, stream, m, &r, rc);
 }
 
+/* A record the caller filled (a graph's replay: one span named by it). */
+int cuda_trace_rec(dev_ctx *ctx, void *stream, cuda_tmark *m, const dev_trace_rec *r, int rc) {
+  if (!m->ev) return rc;
+  return end_pair(ctx, stream, m, r, rc);
+}
+
 int cuda_trace_coll(dev_ctx *ctx, void *stream, cuda_tmark *m, int64_t sid, const dev_coll *g, int n,
                     int rc) {
   if (!m->ev) return rc;

@@ -24,7 +24,7 @@ typedef struct hrec {           /* one event record: its timestamp */
   uint64_t t_ns;
 } hrec;
 
-typedef enum { IT_OP, IT_WAIT, IT_RECORD, IT_COLL } item_kind;
+typedef enum { IT_OP, IT_WAIT, IT_RECORD, IT_COLL, IT_GRAPH } item_kind;
 
 typedef struct item {
   struct item *next;
@@ -39,6 +39,7 @@ typedef struct item {
   dev_coll *coll;               /* IT_COLL: a group of ncoll, numbered seq_coll */
   int ncoll;
   uint64_t seq_coll;
+  const dev_gexec *gx;          /* IT_GRAPH: kept by the graph's life buffer until done */
   unsigned tgen;                /* the tracing session it was enqueued in, 0: none */
   char site[DEV_SITE_LEN];
 } item;
@@ -106,6 +107,44 @@ static int run_copy(void *ud, void *dst, const void *src, size_t n) {
   return DEV_OK;
 }
 
+/* An op on this thread: a compiled kernel (*hk set) or a host kernel. */
+static int run_op(const dev_kop *op, int *hk, char *msg, size_t n) {
+  *hk = op->kind == DEV_OP_LAUNCH && hk_is_compiled(op->launch->k);
+  return *hk ? hk_launch(op->launch, msg, n) : dev_cpu_run(op, msg, n < 256 ? n : 256);
+}
+
+/* A replay: the graph's ops in capture order (a topological order of its
+ * nodes; the records and waits between its streams are met by it); the
+ * first failure ends it, naming the graph, its capture and the op's line. */
+static void run_graph(hstream *hs, item *it, uint64_t t0) {
+  dev_ctx *ctx = hs->ctx;
+  const dev_gexec *gx = it->gx;
+  char msg[1024];
+  int hk;
+  dev_note_running(ctx, 1);
+  for (int i = 0; i < gx->n; i++) {
+    const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind != DEV_GN_OP) continue;
+    if (ctx->jitter) jitter(hs);
+    if (run_op(&nd->op, &hk, msg, sizeof msg)) {
+      dev_async_fail(ctx, "%s%sa replay of graph '%s' (captured at %s): '%s' (enqueued at %s) failed: %s",
+                     it->site, *it->site ? ": " : "", gx->name, gx->site, dev_op_name(&nd->op), nd->site, msg);
+      break;
+    }
+  }
+  dev_note_running(ctx, -1);
+  if (it->tgen) {
+    dev_trace_rec r;
+    memset(&r, 0, sizeof r);
+    r.kind = DEV_TR_OP;
+    r.cls = DEV_TR_COMPUTE;
+    r.stream = hs->sid;
+    snprintf(r.name, sizeof r.name, "%s", gx->name);
+    memcpy(r.site, it->site, sizeof r.site);
+    dev_trace_add(ctx, it->tgen, &r, t0, dev_trace_now());
+  }
+}
+
 static void run_item(hstream *hs, item *it) {
   dev_ctx *ctx = hs->ctx;
   uint64_t t0 = it->tgen ? dev_trace_now() : 0;
@@ -115,9 +154,7 @@ static void run_item(hstream *hs, item *it) {
     char msg[1024];
     dev_note_running(ctx, 1);
     /* a compiled kernel fails as on cuda: named, with where it was enqueued */
-    int hk = it->op.kind == DEV_OP_LAUNCH && hk_is_compiled(it->op.launch->k);
-    int rc = it->stage ? dev_stage_emit(it->stage, run_fn, run_copy, hs)
-             : hk ? hk_launch(it->op.launch, msg, sizeof msg) : dev_cpu_run(&it->op, msg, 256);
+    int hk = 0, rc = it->stage ? dev_stage_emit(it->stage, run_fn, run_copy, hs) : run_op(&it->op, &hk, msg, sizeof msg);
     dev_note_running(ctx, -1);
     if (rc && hk)
       dev_async_fail(ctx, "'%s'%s%s failed: %s", dev_op_name(&it->op), *it->site ? " enqueued at " : "",
@@ -154,6 +191,9 @@ static void run_item(hstream *hs, item *it) {
     free(it->coll);
     break;
   }
+  case IT_GRAPH:
+    run_graph(hs, it, t0);
+    break;
   }
 }
 
@@ -198,7 +238,7 @@ static int push(dev_stream *s, item *it) {
     hs->started = 1;
   }
   memcpy(it->site, s->ctx->site, sizeof it->site);  /* both DEV_SITE_LEN, NUL-terminated */
-  if (it->kind == IT_OP || it->kind == IT_COLL) it->tgen = s->ctx->trace_gen;
+  if (it->kind == IT_OP || it->kind == IT_COLL || it->kind == IT_GRAPH) it->tgen = s->ctx->trace_gen;
   it->seq = ++hs->enq;
   pthread_mutex_lock(&hs->mu);
   if (hs->tail) hs->tail->next = it; else hs->head = it;
@@ -482,6 +522,16 @@ static int h_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
   return rc;
 }
 
+static int h_graph_launch(dev_stream *s, const dev_gexec *gx) {
+  int rc = legacy_order(s);
+  if (rc) return rc;
+  item *it = calloc(1, sizeof *it);
+  if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a graph replay");
+  it->kind = IT_GRAPH;
+  it->gx = gx;
+  return push(s, it);
+}
+
 const dev_backend dev_host_backend = {
   .name = "host",
   .open = h_open,
@@ -515,4 +565,5 @@ const dev_backend dev_host_backend = {
   .kernel_get = hk_kernel_get,
   .kernel_names = hk_kernel_names,
   .compile_only = 1,
+  .graph_launch = h_graph_launch,
 };

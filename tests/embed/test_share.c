@@ -527,6 +527,16 @@ static void test_kernels(void) {
     ok(c_,
      "on a script stream (%g)", global_num(g, "ssum"));
   }
+  {
+    /* captured once in a graph (on cuda the function enqueues into the capture), run at each replay */
+    int c_ = run(g, "local a = gpu.zeros(1000); local b = gpu.zeros(1000)\n"
+                    "local gr <close> = gpu.graph(function() gpu.kernels.copy{grid = 4, block = 256}(a, b, 1000) end)\n"
+                    "a:fill(2); gr:launch(); gsum1 = b:sum():item()\n"
+                    "a:fill(3); gr:launch(); gsum2 = b:sum():item()") == 0 &&
+             global_num(g, "gsum1") == 2000.0 && global_num(g, "gsum2") == 3000.0;
+    ok(c_, "a C kernel captured by gpu.graph runs at each replay (%g, %g)", global_num(g, "gsum1"),
+       global_num(g, "gsum2"));
+  }
 
   /* arguments are checked against the declaration */
   {
