@@ -175,22 +175,25 @@ for _, dt in ipairs(ALL) do
   end
 end
 
+-- CUDA computes f32 softmax in f32: exp(x - max) carries the rounding of
+-- x - max, |x - max| ulps of it (up to 40 here), as PyTorch's does
+local SOFT_TOL = 64
 for _, dt in ipairs(FLOATS) do
   for _, op in ipairs { "softmax", "log_softmax" } do
     for _, strided in ipairs { false, true } do
       local x = operand(dt, strided, -10, 10)
       for _, dim in ipairs { 1, 2, 3 } do
         case(string.format("%s %s dim %d%s", op, dt, dim, strided and " strided" or ""), op, dt, { x },
-             x[op](x, { dim = dim }), 4, string.format("{'axis': %d}", dim - 1))
+             x[op](x, { dim = dim }), SOFT_TOL, string.format("{'axis': %d}", dim - 1))
       end
     end
     -- long rows (the CUDA kernels' other paths), and special values
     for _, n in ipairs { 600, 5000, 20000 } do
       local x = rand(dt, { 3, n }, -20, 20)
-      case(string.format("%s %s rows of %d", op, dt, n), op, dt, { x }, x[op](x, -1), 8, "{'axis': 1}")
+      case(string.format("%s %s rows of %d", op, dt, n), op, dt, { x }, x[op](x, -1), SOFT_TOL, "{'axis': 1}")
     end
     local s = gpu.tensor(SPECIAL, { dtype = dt })
-    case(op .. " " .. dt .. " special values", op, dt, { s }, s[op](s, { dim = 2 }), 4, "{'axis': 1}")
+    case(op .. " " .. dt .. " special values", op, dt, { s }, s[op](s, { dim = 2 }), SOFT_TOL, "{'axis': 1}")
   end
 end
 

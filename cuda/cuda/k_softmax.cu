@@ -4,9 +4,9 @@
  * bool in wrapping int64, as on the host).
  *
  * A row is len elements from k_off(outer, r) at stride rstride (each of in
- * and out has its own).  Softmax keeps the row in registers, 16 elements a
- * thread: a warp per row up to 512 elements, a block (up to 1024 threads)
- * per row up to 16384, with 4-element vector loads and stores where the
+ * and out has its own).  Softmax keeps the row in registers: a warp per
+ * row up to 1024 elements (4 or 32 a lane), a block (up to 1024 threads,
+ * 16 elements each) per row up to 16384, with 4-element vector loads and stores where the
  * row is contiguous and aligned; the max and the sum of exp(x - max) are
  * warp-shuffle reductions (and across warps through shared memory), so the
  * row is read once and written once.  Longer rows: a block per row, an
@@ -15,8 +15,9 @@
  * (sequential) when rows are strided and their starts neighbours. */
 #include "k_common.cuh"
 
-#define SM_E 16            /* row elements a thread keeps */
-#define SM_WARP_MAX (32 * SM_E)
+#define SM_E 16            /* row elements a thread of a block keeps */
+#define SM_WARP_SHORT 128  /* up to here a lane keeps 4, then 32 */
+#define SM_WARP_MAX 1024
 #define SM_BLOCK_MAX (1024 * SM_E)
 
 __device__ __forceinline__ float kexp(float x) { return expf(x); }
@@ -53,9 +54,10 @@ template <bool MAX, typename C> __device__ __forceinline__ C block_all(C v, C *s
 
 /* ---- softmax, the row in registers --------------------------------------- */
 
-/* WARP: a warp per row (blockDim / 32 rows a block); else a block per row. */
-template <int T, bool LOG, bool WARP>
-__global__ void __launch_bounds__(1024)
+/* WARP: a warp per row (blockDim / 32 rows a block); else a block per row.
+ * E: the row elements a thread keeps (a multiple of 4). */
+template <int T, bool LOG, bool WARP, int E>
+__global__ void __launch_bounds__(WARP ? K_THREADS : 1024)
 softmax_cached(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows)
 {
   typedef typename kt<T>::S S;
@@ -71,12 +73,12 @@ softmax_cached(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, in
     S *po = (S *)oout.p + k_off(oout, r);
     bool vec = sin == 1 && sout == 1 && len % 4 == 0 && ((uintptr_t)pi % sizeof(P)) == 0 &&
                ((uintptr_t)po % sizeof(P)) == 0;
-    C v[SM_E];
+    C v[E];
     /* slot i holds element at(i): (i / 4 * nt + t) * 4 + i % 4 with vectors, i * nt + t without */
 #define AT(i) (vec ? ((int64_t)((i) / 4 * nt + t) * 4 + (i) % 4) : (int64_t)(i) * nt + t)
     if (vec) {
       K_UNROLL
-      for (int j = 0; j < SM_E / 4; j++) {
+      for (int j = 0; j < E / 4; j++) {
         int64_t q = (int64_t)(j * nt + t) * 4;
         P x = {};
         if (q < len) x = *(const P *)(pi + q);
@@ -85,16 +87,16 @@ softmax_cached(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, in
       }
     } else {
       K_UNROLL
-      for (int i = 0; i < SM_E; i++) v[i] = AT(i) < len ? k_load<T>(pi[AT(i) * sin]) : (C)-INFINITY;
+      for (int i = 0; i < E; i++) v[i] = AT(i) < len ? k_load<T>(pi[AT(i) * sin]) : (C)-INFINITY;
     }
     C m = -INFINITY;
     K_UNROLL
-    for (int i = 0; i < SM_E; i++) m = fmax(m, v[i]);
+    for (int i = 0; i < E; i++) m = fmax(m, v[i]);
     if constexpr (WARP) m = warp_max(m);
     else m = block_all<true>(m, sm);
     C s = 0;
     K_UNROLL
-    for (int i = 0; i < SM_E; i++) {
+    for (int i = 0; i < E; i++) {
       C e = kexp(v[i] - m);
       if (AT(i) < len) s += e;
       if (!LOG) v[i] = e;
@@ -103,10 +105,10 @@ softmax_cached(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, in
     else s = block_all<false>(s, sm);
     C ls = LOG ? klog(s) : (C)0;
     K_UNROLL
-    for (int i = 0; i < SM_E; i++) v[i] = LOG ? v[i] - m - ls : v[i] / s;
+    for (int i = 0; i < E; i++) v[i] = LOG ? v[i] - m - ls : v[i] / s;
     if (vec) {
       K_UNROLL
-      for (int j = 0; j < SM_E / 4; j++) {
+      for (int j = 0; j < E / 4; j++) {
         int64_t q = (int64_t)(j * nt + t) * 4;
         if (q < len) {
           P x;
@@ -117,7 +119,7 @@ softmax_cached(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, in
       }
     } else {
       K_UNROLL
-      for (int i = 0; i < SM_E; i++)
+      for (int i = 0; i < E; i++)
         if (AT(i) < len) po[AT(i) * sout] = k_store<T>(v[i]);
     }
 #undef AT
@@ -287,14 +289,20 @@ int k_rows(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
       return -2;
     } else {
       if (len <= SM_WARP_MAX) {
-        unsigned grid = (unsigned)min64(cdiv(nrows, K_THREADS / 32), (int64_t)sm * 16);
-        if (log) softmax_cached<T, true, true><<<grid, K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
-        else softmax_cached<T, false, true><<<grid, K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
+        /* a warp per row, as many in flight as the rows: each has one or a few loads to wait for */
+        unsigned grid = (unsigned)min64(cdiv(nrows, K_THREADS / 32), INT32_MAX);
+        if (len <= SM_WARP_SHORT) {
+          if (log) softmax_cached<T, true, true, 4><<<grid, K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
+          else softmax_cached<T, false, true, 4><<<grid, K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
+        } else {
+          if (log) softmax_cached<T, true, true, 32><<<grid, K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
+          else softmax_cached<T, false, true, 32><<<grid, K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
+        }
       } else if (len <= SM_BLOCK_MAX) {
         int nt = (int)min64(1024, cdiv(cdiv(len, SM_E), 32) * 32);
         unsigned grid = (unsigned)min64(nrows, (int64_t)sm * (2048 / nt) * 8);
-        if (log) softmax_cached<T, true, false><<<grid, nt, 0, st>>>(oin, sin, oout, sout, len, nrows);
-        else softmax_cached<T, false, false><<<grid, nt, 0, st>>>(oin, sin, oout, sout, len, nrows);
+        if (log) softmax_cached<T, true, false, SM_E><<<grid, nt, 0, st>>>(oin, sin, oout, sout, len, nrows);
+        else softmax_cached<T, false, false, SM_E><<<grid, nt, 0, st>>>(oin, sin, oout, sout, len, nrows);
       } else {
         unsigned grid = (unsigned)min64(nrows, (int64_t)sm * 8);
         if (log) softmax_long<T, true><<<grid, 1024, 0, st>>>(oin, sin, oout, sout, len, nrows);
