@@ -158,7 +158,7 @@ if ONLY ~= "" then notes[#notes + 1] = "BENCH_ONLY=" .. ONLY .. ": the other par
 if have_ref and want("ops") then run_program("raw", REF .. (B.quick and " quick" or "") .. " all") end
 
 if run_scripts then
-  for _, script in ipairs { "launch.lua", "alloc.lua", "copy.lua", "matmul.lua", "kernels.lua" } do
+  for _, script in ipairs { "launch.lua", "alloc.lua", "copy.lua", "matmul.lua", "kernels.lua", "ops.lua" } do
     run_program("gpulua", string.format("%s %s %s/%s", GPULUA, DEV, HERE, script))
   end
   -- Enqueue costs are a few microseconds and drift with the host's clocks
@@ -402,6 +402,14 @@ local ORDER = {
   { "d2d" },
   { "add", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "add_kernel", gpulua_from = "add", label = "%s (gpulua: its add)", raw_only = true },
+  -- bench/ops.lua (issue 17): bandwidth-bound ops >= 90% of the D2D copy, softmax <= PyTorch
+  { "op_lt", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "op_where", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "op_clamp", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "op_cat", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "op_transpose", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "op_gather", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "softmax_4096", "le_torch", 1.0 },
   -- bench/kernels.lua: a run-time kernel within 2x of the built-in op of the same work
   { "kernel_add" },
   { "kernel_add_builtin" },

@@ -338,6 +338,49 @@ def bench_seeds():
     check("seeds_loop", last.item() == SEEDS_ELEMS * (2 * k + 1), f"last step's sum {last.item()}")
 
 
+def bench_ops(s):
+    """bench/ops.lua's rows: the bandwidth-bound ops into out tensors, and
+    softmax over rows of 4096 f32 (the row with a target)"""
+    n = COPY_BYTES // 4
+    gb = lambda moved, ms: moved / (ms * 1e6)
+    with torch.cuda.stream(s):
+        a = torch.rand(n, device="cuda") * 2 - 1
+        b = torch.rand(n, device="cuda") * 2 - 1
+        c = torch.empty(n, device="cuda", dtype=torch.bool)
+        ms = timed_ms(s, lambda: torch.lt(a, b, out=c), COPY_WARM, COPY_REPS)
+        row("op_lt", gb(n * 9, ms), "GB/s", size_label("a:lt(b) -> bool", COPY_BYTES))
+        cond, out = a > 0, torch.empty(n, device="cuda")
+        ms = timed_ms(s, lambda: torch.where(cond, a, b, out=out), COPY_WARM, COPY_REPS)
+        row("op_where", gb(n * 13, ms), "GB/s", size_label("gpu.where(c, a, b)", COPY_BYTES))
+        ms = timed_ms(s, lambda: torch.clamp(a, -0.5, 0.5, out=out), COPY_WARM, COPY_REPS)
+        row("op_clamp", gb(n * 8, ms), "GB/s", size_label("a:clamp(-0.5, 0.5)", COPY_BYTES))
+        h1, h2 = a[: n // 2], b[n // 2:]
+        ms = timed_ms(s, lambda: torch.cat((h1, h2), 0, out=out), COPY_WARM, COPY_REPS)
+        row("op_cat", gb(n * 8, ms), "GB/s", size_label("gpu.cat of two halves", COPY_BYTES))
+        side = int(n ** 0.5)
+        m = a[: side * side].view(side, side)
+        mt = torch.empty(side, side, device="cuda")
+        ms = timed_ms(s, lambda: mt.copy_(m.t()), COPY_WARM, COPY_REPS)
+        row("op_transpose", gb(side * side * 8, ms), "GB/s", f"m:t() copied contiguous, {side} x {side} f32")
+        cols = 1024
+        rows = n // cols
+        src = a[: rows * cols].view(rows, cols)
+        idx = torch.randint(0, cols, (rows, cols), device="cuda")
+        g = torch.empty(rows, cols, device="cuda")
+        ms = timed_ms(s, lambda: torch.gather(src, 1, idx, out=g), COPY_WARM, COPY_REPS)
+        row("op_gather", gb(rows * cols * 16, ms), "GB/s", f"a:gather(2, idx) {rows} x {cols} f32, i64 index")
+        cols = 4096
+        rows = n // cols
+        x = a[: rows * cols].view(rows, cols)
+        y = torch.empty(rows, cols, device="cuda")
+        ms = timed_ms(s, lambda: torch.softmax(x, 1, out=y), COPY_WARM, COPY_REPS)
+        row("softmax_4096", ms * 1e3, "us", f"softmax over rows, {rows} x {cols} f32")
+        err = abs(y[rows // 2].double().sum().item() - 1)
+        check("softmax_4096", err < 1e-4, f"a row sums to 1 +- {err:.3g}")
+        del a, b, c, cond, out, m, mt, src, idx, g, x, y
+        torch.cuda.synchronize()
+
+
 def bench_matmul(s):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -471,7 +514,7 @@ def main():
     for name, fn in (("launch", lambda: bench_launch(s)), ("alloc", bench_alloc), ("loop_1g", bench_loop_1g),
                      ("copy", lambda: bench_copy(s, s2)),
                      ("pageable", bench_pageable), ("seeds_loop", bench_seeds),
-                     ("matmul", lambda: bench_matmul(s)),
+                     ("matmul", lambda: bench_matmul(s)), ("ops", lambda: bench_ops(s)),
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
                      ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL))):
         try:

@@ -1,0 +1,118 @@
+-- The tensor vocabulary's bandwidth-bound ops at copy size (256 MiB of f32
+-- operands; quick: 8 MiB) and softmax over rows of 4096 f32, through gpulua.
+-- bench/run.lua sets the bandwidth rows against the D2D copy of the same run
+-- (raw C's, bench/ref.cu) and softmax against PyTorch's (torch_peer.py).
+-- GB/s count every byte read and written once (1e9 bytes per second):
+--   lt        a:lt(b, {out})                    2 x 4 B read, 1 B written
+--   where     gpu.where(c, a, b, {out})         1 + 2 x 4 B read, 4 B written
+--   clamp     a:clamp(-0.5, 0.5, {out})         4 B read, 4 B written
+--   cat       gpu.cat({a1, a2}, 1, {out})       the halves read, the whole written
+--   transpose m:t():contiguous() into out       a square f32 matrix read, written
+--   gather    a:gather(2, idx, {out})           i64 index + f32 read, f32 written
+-- Event timing around each op, warm-up, median of the repeats, as
+-- bench/copy.lua; each result spot-checked.
+package.path = (arg[0]:match("^(.*)/") or ".") .. "/?.lua;" .. package.path
+local gpu = require "gpu"
+local B = require "benchlib"
+local Z = B.sizes
+
+local bytes = Z.copy_bytes
+local n = bytes // 4
+local s = gpu.stream()
+local o = { stream = s }
+
+local function timed(fn)
+  local t = {}
+  for r = 1 - Z.copy_warm, Z.copy_reps do
+    local e0 = s:record { timing = true }
+    fn()
+    local e1 = s:record { timing = true }
+    e1:synchronize()
+    if r > 0 then t[r] = e1 - e0 end
+  end
+  return B.median(t)
+end
+
+local function gbps(moved, ms) return moved / (ms * 1e6) end
+
+local a = gpu.rand({n}, { seed = 11, low = -1, high = 1, stream = s })
+local b = gpu.rand({n}, { seed = 12, low = -1, high = 1, stream = s })
+
+B.guard("op_lt", function()
+  local c = gpu.empty({n}, { dtype = "bool", stream = s })
+  local ms = timed(function() a:lt(b, { out = c, stream = s }) end)
+  B.row("op_lt", gbps(n * 9, ms), "GB/s", B.size_label("a:lt(b) -> bool", bytes))
+  local want = a:sub(b, o):lt(0, o):to("i32", o):sum(o):item()
+  local got = c:to("i32", o):sum(o):item()
+  B.check("op_lt", got == want, string.format("%d true, want %d", got, want))
+end)
+
+B.guard("op_where", function()
+  local c = a:gt(0, o)
+  local out = gpu.empty({n}, o)
+  local ms = timed(function() gpu.where(c, a, b, { out = out, stream = s }) end)
+  B.row("op_where", gbps(n * 13, ms), "GB/s", B.size_label("gpu.where(c, a, b)", bytes))
+  local ok, msg = true, ""
+  for _, i in ipairs { 1, n // 2 + 1, n } do
+    local ai, bi = a:get(i), b:get(i)
+    local want = ai > 0 and ai or bi
+    if out:get(i) ~= want then ok, msg = false, string.format("element %d: %s, want %s", i, out:get(i), want) end
+  end
+  B.check("op_where", ok, msg)
+end)
+
+B.guard("op_clamp", function()
+  local out = gpu.empty({n}, o)
+  local ms = timed(function() a:clamp(-0.5, 0.5, { out = out, stream = s }) end)
+  B.row("op_clamp", gbps(n * 8, ms), "GB/s", B.size_label("a:clamp(-0.5, 0.5)", bytes))
+  local lo, hi = out:min(o):item(), out:max(o):item()
+  B.check("op_clamp", lo == -0.5 and hi == 0.5, string.format("range [%s, %s], want [-0.5, 0.5]", lo, hi))
+end)
+
+B.guard("op_cat", function()
+  local h1, h2 = a:narrow(1, 1, n // 2), b:narrow(1, n // 2 + 1, n - n // 2)
+  local out = gpu.empty({n}, o)
+  local ms = timed(function() gpu.cat({ h1, h2 }, 1, { out = out, stream = s }) end)
+  B.row("op_cat", gbps(n * 8, ms), "GB/s", B.size_label("gpu.cat of two halves", bytes))
+  local ok = out:get(1) == a:get(1) and out:get(n) == b:get(n) and out:get(n // 2 + 1) == b:get(n // 2 + 1)
+  B.check("op_cat", ok, "the first, middle and last elements come from the right halves")
+end)
+
+B.guard("op_transpose", function()
+  local side = math.floor(math.sqrt(n))
+  local m = a:narrow(1, 1, side * side):view({ side, side })
+  local out = gpu.empty({ side, side }, o)
+  local ms = timed(function() out:copy(m:t(), o) end)
+  B.row("op_transpose", gbps(side * side * 8, ms), "GB/s",
+        string.format("m:t() copied contiguous, %d x %d f32", side, side))
+  local ok = out:get(1, 2) == m:get(2, 1) and out:get(side, 1) == m:get(1, side)
+  B.check("op_transpose", ok, "out[i][j] == m[j][i] at the spot checks")
+end)
+
+B.guard("op_gather", function()
+  local cols = 1024
+  local rows = n // cols
+  local src = a:narrow(1, 1, rows * cols):view({ rows, cols })
+  local idx = gpu.randint(1, cols + 1, { rows, cols }, { dtype = "i64", seed = 13, stream = s })
+  local out = gpu.empty({ rows, cols }, o)
+  local ms = timed(function() src:gather(2, idx, { out = out, stream = s }) end)
+  B.row("op_gather", gbps(rows * cols * (8 + 4 + 4), ms), "GB/s",
+        string.format("a:gather(2, idx) %d x %d f32, i64 index", rows, cols))
+  local i, j = rows // 2 + 1, 7
+  local k = idx:get(i, j)
+  B.check("op_gather", out:get(i, j) == src:get(i, k), "out[i][j] == a[i][idx[i][j]] at a spot check")
+end)
+
+-- softmax over rows of 4096 f32 (the rows of a 256 MiB matrix; quick: 8 MiB)
+B.guard("softmax_4096", function()
+  local cols = 4096
+  local rows = n // cols
+  local x = a:narrow(1, 1, rows * cols):view({ rows, cols })
+  local out = gpu.empty({ rows, cols }, o)
+  local ms = timed(function() x:softmax(2, { out = out, stream = s }) end)
+  B.row("softmax_4096", ms * 1e3, "us", string.format("softmax over rows, %d x %d f32", rows, cols))
+  local sum = out:narrow(1, rows // 2 + 1, 1):sum(o):item()
+  B.check("softmax_4096", math.abs(sum - 1) < 1e-4, string.format("a row sums to %.7f", sum))
+end)
+
+B.finish()
