@@ -53,6 +53,13 @@ B.sizes = {
   kernel_elems = B.quick and 1 << 22 or 1 << 24,
   kernel_warm = B.quick and 1 or 2,
   kernel_reps = B.quick and 5 or 10,
+  -- bench/graph.lua: a graph of graph_nodes 1-element adds, replayed in
+  -- timed batches of graph_replays (ref.cu's bench_graph and
+  -- bench/torch_peer.py keep these in step)
+  graph_nodes = 100,
+  graph_replays = B.quick and 20 or 200,
+  graph_warm = B.quick and 1 or 2,         -- batches before the timed ones
+  graph_reps = B.quick and 5 or 21,
 }
 
 -- a count as a key part: 1000 "1k", 100000 "100k"

@@ -2,7 +2,7 @@
  * Lua scripts in bench/ measure through gpulua, measured here the plain way
  * a C programmer would write it, with the same sizes, repeats and timing.
  *
- *   ref [quick] all | SECTION...    sections: launch copy matmul overlap
+ *   ref [quick] all | SECTION...    sections: launch copy matmul overlap graph
  *   ref first-kernel                one empty kernel, then print when it finished
  *   ref overlap-one BATCHES ELEMENTS [passes=N]   one overlap pipeline
  *
@@ -38,6 +38,8 @@ typedef struct sizes {
   int mm_n, mm_warm_f32, mm_reps_f32, mm_warm_bf16, mm_reps_bf16;
   int mm_bmm_batch, mm_bmm_n;              /* the batched row: batch of n^3 (bf16) */
   int ov_batches, ov_big, ov_small, ov_runs; /* overlap: batches, elements per batch */
+  int graph_nodes, graph_replays;          /* graph: kernels captured, replays per timed batch */
+  int graph_warm, graph_reps;              /* batches of replays: warm-up, timed */
 } sizes;
 
 static void sizes_init(sizes *z, int quick) {
@@ -62,6 +64,10 @@ static void sizes_init(sizes *z, int quick) {
   z->ov_big = quick ? 1 << 16 : 1 << 24;
   z->ov_small = quick ? 1 << 12 : 1 << 18;
   z->ov_runs = 3;
+  z->graph_nodes = 100;
+  z->graph_replays = quick ? 20 : 200;
+  z->graph_warm = quick ? 1 : 2;
+  z->graph_reps = quick ? 5 : 21;
 }
 
 static int g_failed;
@@ -154,6 +160,12 @@ __global__ void empty_kernel(void) {}
 __global__ void fill_kernel(float *p, int64_t n, float v) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) p[i] = v;
+}
+
+/* x += v in place, as gpulua's add_ of a scalar */
+__global__ void add_scalar_kernel(float *p, int64_t n, float v) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += v;
 }
 
 /* uniform in [0, 1) from a hash of the index */
@@ -960,6 +972,72 @@ out:
   return rc;
 }
 
+/* ---- graph replay -------------------------------------------------------- */
+
+/* A CUDA graph of graph_nodes small kernels (x += 1 on one f32 element, in
+ * sequence on one stream), captured with cudaStreamBeginCapture/EndCapture,
+ * instantiated, then replayed: event timing around a batch of graph_replays
+ * launches, after graph_warm batches; the row is the time per node (a
+ * batch's time / replays / nodes), median of graph_reps batches.  The check:
+ * the element holds the number of kernels run. */
+static int bench_graph(const sizes *z) {
+  int rc = 0, R = z->graph_reps, N = z->graph_nodes, NR = z->graph_replays;
+  cudaStream_t s = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  float *p = NULL, got = -1, ms = 0;
+  size_t nodes = 0;
+  char label[96];
+  double *t = (double *)malloc(sizeof(double) * (size_t)R);
+  NEED(t);
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaMalloc((void **)&p, sizeof(float)));
+  CK(cudaMemsetAsync(p, 0, sizeof(float), s));
+  CK(cudaStreamSynchronize(s));
+
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < N; i++) add_scalar_kernel<<<1, THREADS, 0, s>>>(p, 1, 1.0f);
+  {
+    cudaError_t le = cudaGetLastError();
+    cudaError_t ee = cudaStreamEndCapture(s, &graph);
+    CK(le);
+    CK(ee);
+  }
+  CK(cudaGraphGetNodes(graph, NULL, &nodes));
+  CK(cudaGraphInstantiateWithFlags(&exec, graph, 0));
+
+  for (int r = -z->graph_warm; r < R; r++) {
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < NR; i++) CK(cudaGraphLaunch(exec, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 0) t[r] = (double)ms * 1e3 / ((double)NR * N);
+  }
+  CK(cudaMemcpy(&got, p, sizeof got, cudaMemcpyDeviceToHost));
+  snprintf(label, sizeof label, "graph replay, time per node (%d kernels)", N);
+  row("graph_node", median(t, R), "us", label);
+  printf("note graph_node graph_node raw C: a CUDA graph of %zu kernels (x += 1, 1 element), %d replays per batch, "
+         "median of %d batches after %d\n", nodes, NR, R, z->graph_warm);
+  {
+    double want = (double)N * NR * (z->graph_warm + R);
+    check("graph_node", got == (float)want && nodes == (size_t)N, "element is %g, want %.0f; %zu nodes, want %d",
+          got, want, nodes, N);
+  }
+out:
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  if (p) cudaFree(p);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (s) cudaStreamDestroy(s);
+  free(t);
+  return rc;
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static int first_kernel(void) {
@@ -988,7 +1066,7 @@ static void device_info(void) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: ref [quick] all | launch copy matmul overlap ...\n"
+  fprintf(stderr, "usage: ref [quick] all | launch copy matmul overlap graph ...\n"
                   "       ref first-kernel\n"
                   "       ref overlap-one BATCHES ELEMENTS [passes=N]\n");
   return 2;
@@ -996,8 +1074,8 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
   sizes z;
-  int quick = 0, nsec = 0, want[4] = {0, 0, 0, 0};
-  const char *secs[] = {"launch", "copy", "matmul", "overlap"};
+  int quick = 0, nsec = 0, want[5] = {0, 0, 0, 0, 0};
+  const char *secs[] = {"launch", "copy", "matmul", "overlap", "graph"};
   const char *q = getenv("BENCH_QUICK");
   if (argc >= 2 && strcmp(argv[1], "first-kernel") == 0) return first_kernel();
   if (argc >= 4 && strcmp(argv[1], "overlap-one") == 0) {
@@ -1009,7 +1087,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "quick") == 0) { quick = 1; continue; }
     int found = 0;
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 5; j++)
       if (strcmp(argv[i], secs[j]) == 0 || strcmp(argv[i], "all") == 0) { want[j] = 1; found = 1; }
     if (!found) return usage();
     nsec++;
@@ -1033,5 +1111,6 @@ int main(int argc, char **argv) {
     bench_overlap(z.ov_batches, z.ov_big, -1, z.ov_runs, "overlap_big");
     bench_overlap(z.ov_batches, z.ov_small, -1, z.ov_runs, "overlap_small");
   }
+  if (want[4]) bench_graph(&z);
   return g_failed;
 }

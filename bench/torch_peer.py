@@ -24,6 +24,7 @@ OV_BATCHES, OV_BIG, OV_SMALL, OV_RUNS = (8, 1 << 16, 1 << 12, 3) if QUICK else (
 ALLOC_CALLS, ALLOC_REPS = (200, 5) if QUICK else (20000, 11)
 LIVE_CALLS, LIVE_TENSORS = (500 if QUICK else 2000), (1000, 100000)
 LOOP_ELEMS, LOOP_ITERS, LOOP_WARM, LOOP_REPS = (16 << 20, 30, 1, 1) if QUICK else (256 << 20, 300, 10, 3)
+GRAPH_NODES, GRAPH_REPLAYS, GRAPH_WARM, GRAPH_REPS = (100, 20, 1, 5) if QUICK else (100, 200, 2, 21)
 
 failed = False
 
@@ -505,6 +506,44 @@ def bench_overlap(key, nb, n):
     check(key, bad == 0, f"closed-form check failed for {bad} batches")
 
 
+def bench_graph(s):
+    """a torch.cuda.CUDAGraph of GRAPH_NODES in-place adds on a 1-element
+    tensor, replayed: events around a batch of GRAPH_REPLAYS replays on s,
+    after GRAPH_WARM batches; time per node, median of GRAPH_REPS batches
+    (as bench/graph.lua and bench/ref.cu's bench_graph)"""
+    x = torch.zeros(1, device="cuda")
+    # the warm-up PyTorch asks for before a capture, on a side stream; then
+    # x back to 0 before the captured adds (which do not run at capture)
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            x.add_(1)
+        x.zero_()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(GRAPH_NODES):
+            x.add_(1)
+    torch.cuda.synchronize()
+    t = []
+    with torch.cuda.stream(s):
+        for r in range(-GRAPH_WARM, GRAPH_REPS):
+            e0, e1 = event(), event()
+            e0.record(s)
+            for _ in range(GRAPH_REPLAYS):
+                g.replay()
+            e1.record(s)
+            e1.synchronize()
+            if r >= 0:
+                t.append(e0.elapsed_time(e1) * 1e3 / (GRAPH_REPLAYS * GRAPH_NODES))
+    row("graph_node", statistics.median(t), "us", f"graph replay, time per node ({GRAPH_NODES} kernels)")
+    print(f"note graph_node graph_node torch: torch.cuda.CUDAGraph of {GRAPH_NODES} x.add_(1) (1 element), "
+          f"{GRAPH_REPLAYS} replays per batch, median of {GRAPH_REPS} batches after {GRAPH_WARM}", flush=True)
+    want = GRAPH_NODES * GRAPH_REPLAYS * (GRAPH_WARM + GRAPH_REPS)
+    got = x.item()
+    check("graph_node", got == want, f"element is {got}, want {want}")
+    del g
+
+
 def main():
     if not torch.cuda.is_available():
         print("check torch FAILED no CUDA device", flush=True)
@@ -516,7 +555,8 @@ def main():
                      ("pageable", bench_pageable), ("seeds_loop", bench_seeds),
                      ("matmul", lambda: bench_matmul(s)), ("ops", lambda: bench_ops(s)),
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
-                     ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL))):
+                     ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL)),
+                     ("graph_node", lambda: bench_graph(s))):
         try:
             fn()
         except Exception as e:  # one section's failure should not hide the others
