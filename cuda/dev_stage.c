@@ -52,7 +52,15 @@
 #include "devpriv.h"
 
 #define STAGE_MIN_SPLIT ((size_t)256 << 10)   /* a small copy is cut no finer */
-#define STAGE_MAX_CHUNKS ((int64_t)1 << 20)
+/* A copy is cut into at most this many chunks, each a gate: on cuda a host
+ * function, and the driver holds only a few dozen of those pending (about
+ * 56 seen behind a blocked stream); past that cudaLaunchHostFunc blocks the
+ * script until the stream catches up, a wait neither counted nor refused
+ * by gpu.nosync.  Two copies queued behind other work stay well under it.
+ * The chunks grow for that up to STAGE_MAX_GROWN (the staging memory of a
+ * copy of more than 1 GiB stays bounded: it has more chunks). */
+#define STAGE_MAX_CHUNKS 16
+#define STAGE_MAX_GROWN ((size_t)64 << 20)
 
 typedef struct stage_step { dev_stage_job *job; int64_t k; } stage_step;
 
@@ -151,9 +159,12 @@ void dev_stage_plan(dev_ctx *ctx, size_t bytes, size_t el, size_t *chunk, int64_
   share = (share + 65535) & ~(size_t)65535;
   if (share < STAGE_MIN_SPLIT) share = STAGE_MIN_SPLIT;
   if (share < c) c = share;
-  if (bytes / c >= (size_t)STAGE_MAX_CHUNKS) c = bytes / (size_t)STAGE_MAX_CHUNKS + 1;
   c -= c % el;
   if (c < el) c = el;
+  /* few enough chunks: larger ones past the cap */
+  size_t least = (bytes + STAGE_MAX_CHUNKS - 1) / STAGE_MAX_CHUNKS;
+  if (least > STAGE_MAX_GROWN) least = STAGE_MAX_GROWN;
+  if (c < least) c = (least + el - 1) / el * el;
   int64_t n = (int64_t)((bytes + c - 1) / c);
   /* t being copied by the threads, one moved by the DMA, one waiting */
   *nslot = n < t + 2 ? n : t + 2;

@@ -321,6 +321,28 @@ T.test("inside gpu.nosync(), pageable copies run and only a wait raises", functi
   T.is(h:get(1), 1.0, "after the scope the read waits and sees the copy")
 end)
 
+T.test("copies of many chunks queued behind other work return at once", function()
+  -- On cuda each chunk is a host function on the stream, and the driver
+  -- holds only a few dozen pending: past that the enqueue itself waits for
+  -- the stream (neither counted nor refused by gpu.nosync), so a copy is
+  -- cut into few enough chunks that two queued behind a sleep fit.
+  local s <close> = gpu.stream()
+  local n = CHUNK > 65536 and 1 << 22 or 300 * math.max(1, CHUNK // 4) + 7   -- 300 chunks' worth
+  local h = gpu.zeros({n}, { device = "host" })
+  local d = gpu.ones({n})
+  h:copy(d, { stream = s })   -- once before: the staging memory is in the pinned cache
+  settle()
+  gpu.sleep(300, { stream = s })
+  local t0 = gpu.clock()
+  h:copy(d, { stream = s })
+  d:copy(h, { stream = s })
+  local dt = gpu.clock() - t0
+  T.ok(dt < 0.15, string.format("both directions, %d bytes each, enqueue in %.1f ms behind a 300 ms sleep",
+                                4 * n, dt * 1e3))
+  s:synchronize()
+  T.is({ h:get(1), h:get(n), d:min():item() }, { 1.0, 1.0, 1.0 }, "and the copies are right")
+end)
+
 T.test("errors: closed stream, mismatches", function()
   local s = gpu.stream()
   s:close()
