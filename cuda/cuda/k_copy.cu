@@ -1,6 +1,32 @@
 /* DEV_OP_COPY: out = in[0], same dtype and element count, in flat C order
- * whatever the strides.  Raw element moves by size; no conversion. */
+ * whatever the strides.  Raw element moves by size; no conversion.
+ *
+ * A copy that transposes (in contiguous along one dim, out along another:
+ * m:t():contiguous(), a permuted reshape, cat of transposed parts) goes
+ * through 32 x 32 tiles in shared memory, so that both its reads and its
+ * writes are coalesced; any other copy walks out in order and gathers in. */
 #include "k_common.cuh"
+
+#define KT_TILE 32   /* transpose tile edge */
+#define KT_ROWS 8    /* thread rows of a tile's block: KT_TILE / KT_ROWS elements per thread and side */
+#define KT_MIN 16    /* shortest transposed dim worth a tile */
+/* Blocks per SM the kernel is built for, to keep loads in flight: 8 (32
+ * registers) for elements up to 4 bytes; 8-byte ones spill there (ptxas -v)
+ * and carry twice the bytes per load: 4. */
+#define KT_BLOCKS(E) (sizeof(E) < 8 ? 8 : 4)
+
+/* A copy as a batch of 2-D transposes.  Element (a, b) of batch z is
+ * in[ib + a + b * isb] and out[ob + b + a * osa], where ib and ob are batch
+ * z's offsets over the batch dims (outermost first): in is contiguous along
+ * a, out along b.  Strides and offsets in elements. */
+typedef struct ktrans {
+  char *out, *in;
+  int64_t na, nb;   /* extents of a and b */
+  int64_t isb, osa; /* in's stride along b, out's along a */
+  int64_t nbatch;   /* product of bshape */
+  int bdim;
+  int64_t bshape[DEV_MAXDIM], bout[DEV_MAXDIM], bin[DEV_MAXDIM];
+} ktrans;
 
 /* ---- kernels ------------------------------------------------------------- */
 
@@ -11,12 +37,138 @@ __global__ void __launch_bounds__(K_THREADS) copy_kernel(kview out, kview in, in
   for (int64_t i = tid; i < n; i += nth) *k_at<E>(out, i) = *k_at<E>(in, i);
 }
 
+/* Blocks of KT_TILE x KT_ROWS threads, one tile each: x along a, y along
+ * b, z over the batch, each a grid-stride loop for grids at their limits. */
+template <typename E>
+__global__ void __launch_bounds__(KT_TILE * KT_ROWS, KT_BLOCKS(E)) transpose_kernel(ktrans t)
+{
+  /* +1: a column of the tile falls in different banks */
+  __shared__ E tile[KT_TILE][KT_TILE + 1];
+  E v[KT_TILE / KT_ROWS];
+  int tx = threadIdx.x, ty = threadIdx.y;
+  /* the tile loops' bounds are block-uniform: the barriers are reached by all */
+  for (int64_t z = blockIdx.z; z < t.nbatch; z += gridDim.z) {
+    int64_t ob = 0, ib = 0, r = z;
+K_UNROLL
+    for (int d = DEV_MAXDIM - 1; d >= 0; d--) {
+      if (d < t.bdim) {
+        int64_t q = r / t.bshape[d], c = r - q * t.bshape[d];
+        ob += c * t.bout[d];
+        ib += c * t.bin[d];
+        r = q;
+      }
+    }
+    for (int64_t b0 = (int64_t)blockIdx.y * KT_TILE; b0 < t.nb; b0 += (int64_t)gridDim.y * KT_TILE) {
+      for (int64_t a0 = (int64_t)blockIdx.x * KT_TILE; a0 < t.na; a0 += (int64_t)gridDim.x * KT_TILE) {
+        /* read: lanes along a, where in is contiguous, every load issued
+         * before the first store; v[k] is tile[ty + k * KT_ROWS][tx] */
+K_UNROLL
+        for (int k = 0; k < KT_TILE / KT_ROWS; k++)
+          if (a0 + tx < t.na && b0 + ty + k * KT_ROWS < t.nb)
+            v[k] = ((const E *)t.in)[ib + (a0 + tx) + (b0 + ty + k * KT_ROWS) * t.isb];
+K_UNROLL
+        for (int k = 0; k < KT_TILE / KT_ROWS; k++)
+          if (a0 + tx < t.na && b0 + ty + k * KT_ROWS < t.nb) tile[ty + k * KT_ROWS][tx] = v[k];
+        __syncthreads();
+        /* write: lanes along b, where out is contiguous */
+K_UNROLL
+        for (int k = 0; k < KT_TILE / KT_ROWS; k++)
+          if (b0 + tx < t.nb && a0 + ty + k * KT_ROWS < t.na)
+            ((E *)t.out)[ob + (b0 + tx) + (a0 + ty + k * KT_ROWS) * t.osa] = tile[tx][ty + k * KT_ROWS];
+        __syncthreads();   /* the tile is free again */
+      }
+    }
+  }
+}
+
 /* ---- launchers ----------------------------------------------------------- */
+
+/* Fills *t and returns 1 if copying in to out is a batch of transposes
+ * (ktrans) with both transposed dims at least KT_MIN long; else 0.  The two
+ * views' dims are refined to common ones (a dim of one split where the
+ * other's dims end: both run in flat C order), then merged again where they
+ * nest in both. */
+static int transpose_plan(const kview &out, const kview &in, ktrans *t)
+{
+  int64_t shape[2 * DEV_MAXDIM], so[2 * DEV_MAXDIM], si[2 * DEV_MAXDIM];
+  int i = out.ndim - 1, j = in.ndim - 1, n = 0, m = 0, a = -1, b = -1;
+  int64_t ro = out.shape[i], ri = in.shape[j], cso = out.stride[i], csi = in.stride[j];
+  /* common dims, innermost first: ro and ri are what is left of out's dim i
+   * and in's dim j, cso and csi the strides of that rest */
+  while (i >= 0 && j >= 0) {
+    int64_t e = ro < ri ? ro : ri;
+    if (e < 1 || ro % e != 0 || ri % e != 0 || n == 2 * DEV_MAXDIM) return 0;
+    shape[n] = e;
+    so[n] = cso;
+    si[n] = csi;
+    n++;
+    ro /= e;
+    ri /= e;
+    cso *= e;
+    csi *= e;
+    if (ro == 1 && --i >= 0) { ro = out.shape[i]; cso = out.stride[i]; }
+    if (ri == 1 && --j >= 0) { ri = in.shape[j]; csi = in.stride[j]; }
+  }
+  if (i >= 0 || j >= 0) return 0;
+  for (int d = 1; d < n; d++) {
+    if (so[d] == so[m] * shape[m] && si[d] == si[m] * shape[m]) {
+      shape[m] *= shape[d];
+    } else {
+      m++;
+      shape[m] = shape[d];
+      so[m] = so[d];
+      si[m] = si[d];
+    }
+  }
+  n = m + 1;
+  for (int d = 0; d < n; d++) {
+    if (si[d] == 1 && a < 0) a = d;
+    if (so[d] == 1 && b < 0) b = d;
+  }
+  /* shorter dims leave most of a tile empty, and the gather reads few sectors */
+  if (a < 0 || b < 0 || a == b || shape[a] < KT_MIN || shape[b] < KT_MIN || n > DEV_MAXDIM) return 0;
+  memset(t, 0, sizeof *t);
+  t->out = out.p;
+  t->in = in.p;
+  t->na = shape[a];
+  t->nb = shape[b];
+  t->isb = si[b];
+  t->osa = so[a];
+  t->nbatch = 1;
+  for (int d = n - 1; d >= 0; d--) {
+    if (d == a || d == b) continue;
+    t->bshape[t->bdim] = shape[d];
+    t->bout[t->bdim] = so[d];
+    t->bin[t->bdim] = si[d];
+    t->nbatch *= shape[d];
+    t->bdim++;
+  }
+  return 1;
+}
+
+static int launch_transpose(const ktrans &t, int dtype, const cuk_env *env, char *err, size_t errlen)
+{
+  int64_t ta = (t.na + KT_TILE - 1) / KT_TILE, tb = (t.nb + KT_TILE - 1) / KT_TILE;
+  dim3 block(KT_TILE, KT_ROWS), grid((unsigned)(ta < INT_MAX ? ta : INT_MAX), (unsigned)(tb < 65535 ? tb : 65535),
+                                     (unsigned)(t.nbatch < 65535 ? t.nbatch : 65535));
+  cudaStream_t st = k_stream(env);
+  switch (k_esize(dtype)) {
+  case 1: transpose_kernel<uint8_t><<<grid, block, 0, st>>>(t); break;
+  case 2: transpose_kernel<uint16_t><<<grid, block, 0, st>>>(t); break;
+  case 4: transpose_kernel<uint32_t><<<grid, block, 0, st>>>(t); break;
+  default: transpose_kernel<uint64_t><<<grid, block, 0, st>>>(t); break;
+  }
+  K_LAUNCHED();
+  return 0;
+}
 
 static int launch_copy(const kview &out, const kview &in, int64_t n, const cuk_env *env, char *err, size_t errlen)
 {
-  unsigned grid = k_blocks(n, env);
+  unsigned grid;
   cudaStream_t st = k_stream(env);
+  ktrans t;
+  if (transpose_plan(out, in, &t)) return launch_transpose(t, out.dtype, env, err, errlen);
+  grid = k_blocks(n, env);
   switch (k_esize(out.dtype)) {
   case 1: copy_kernel<uint8_t><<<grid, K_THREADS, 0, st>>>(out, in, n); break;
   case 2: copy_kernel<uint16_t><<<grid, K_THREADS, 0, st>>>(out, in, n); break;

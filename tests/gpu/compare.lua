@@ -219,6 +219,48 @@ T.test("views, reshape copies, cat and stack", function()
   end
 end)
 
+-- the tiled transpose of k_copy.cu (in contiguous along one dim, out along
+-- another, both at least 16 long); shorter or degenerate ones take the gather
+T.test("transposing copies: tails, every element size, batches, strided sides", function()
+  for _, dt in ipairs(ALL) do
+    for _, s in ipairs { { 1, 70 }, { 70, 1 }, { 33, 65 }, { 1000, 3 }, { 3, 1000 }, { 15, 40 }, { 16, 17 }, { 64, 96 } } do
+      local d, h = inputs(dt, s, 141)
+      same(d:t():contiguous(), h:t():contiguous(), string.format("transpose copy %dx%d %s", s[1], s[2], dt))
+    end
+    local d, h = inputs(dt, { 20, 33, 17 }, 142)
+    for _, p in ipairs { { 2, 3, 1 }, { 3, 1, 2 }, { 1, 3, 2 }, { 2, 1, 3 } } do
+      same(d:permute(p):contiguous(), h:permute(p):contiguous(), "permute " .. T.fmt(p) .. " copy " .. dt)
+    end
+    same(d:permute { 3, 1, 2 }:reshape { 17, 660 }, h:permute { 3, 1, 2 }:reshape { 17, 660 },
+         "reshape of a permuted view " .. dt)
+    local w, wh = inputs(dt, { 40, 70 }, 143)
+    same(w:narrow(2, 3, 50):t():contiguous(), wh:narrow(2, 3, 50):t():contiguous(),
+         "transpose copy of a narrowed view " .. dt)
+    same(w:slice(1, 2, -1, 2):t():contiguous(), wh:slice(1, 2, -1, 2):t():contiguous(),
+         "transpose copy of a stepped slice " .. dt)
+    local o, oh = gpu.empty({ 50, 40 }, { dtype = dt }), gpu.empty({ 50, 40 }, { dtype = dt, device = "pinned" })
+    o:copy(w:narrow(2, 3, 50):t())
+    oh:copy(wh:narrow(2, 3, 50):t())
+    same(o, oh, "out:copy of a transposed narrowed view " .. dt)
+    same(gpu.cat({ w:t(), w:narrow(1, 3, 30):t() }, 2), gpu.cat({ wh:t(), wh:narrow(1, 3, 30):t() }, 2),
+         "cat dim 2 of transposed views " .. dt)
+    local q, qh = inputs(dt, { 40, 40 }, 144)
+    q, qh = q:clone(), qh:clone()
+    q:copy(q:t())
+    qh:copy(qh:t())
+    same(q, qh, "a square tensor copied onto its own transpose " .. dt)
+  end
+  -- more tiles than the grid has blocks, 300 batches: compared on the device
+  local d, h = inputs("u8", { 300, 40, 520 }, 145)
+  local r = gpu.zeros({ 300, 520, 40 }, { dtype = "u8" })
+  r:copy(h:permute { 1, 3, 2 }:contiguous())
+  T.ok(d:permute { 1, 3, 2 }:contiguous():eq(r):all():item(), "batched transpose copy of 6M u8")
+  d, h = inputs("f64", { 700, 900 }, 146)
+  r = gpu.zeros({ 900, 700 }, { dtype = "f64" })
+  r:copy(h:t():contiguous())
+  T.ok(d:t():contiguous():eq(r):all():item(), "transpose copy of 900x700 f64")
+end)
+
 T.test("zero-sized dims", function()
   for _, dt in ipairs(ALL) do
     local d, h = inputs(dt, { 4, 6 }, 111)
