@@ -345,6 +345,26 @@ static void scalar_to(dev_scalar s, dev_dtype t, block *b)
   }
 }
 
+/* The bytes [*lo, *hi) a view's elements span (strides of any sign). */
+static void view_span(const dev_view *v, const char **lo, const char **hi)
+{
+  int64_t a = 0, b = 0, esz = (int64_t)dev_dtype_size(v->dtype);
+  for (int d = 0; d < v->ndim; d++) {
+    int64_t e = (v->shape[d] - 1) * v->stride[d];
+    if (e < 0) a += e; else b += e;
+  }
+  *lo = (const char *)dev_view_ptr(v) + a * esz;
+  *hi = (const char *)dev_view_ptr(v) + (b + 1) * esz;
+}
+
+static int views_overlap(const dev_view *x, const dev_view *y)
+{
+  const char *xl, *xh, *yl, *yh;
+  view_span(x, &xl, &xh);
+  view_span(y, &yl, &yh);
+  return xl < yh && yl < xh;
+}
+
 static int run_copy(const dev_view *out, const dev_view *in, char *err, size_t errlen)
 {
   walk wo, wi;
@@ -357,6 +377,25 @@ static int run_copy(const dev_view *out, const dev_view *in, char *err, size_t e
   if (n == 0) return 0;
   if (dev_view_contiguous(out) && dev_view_contiguous(in)) {
     memmove(dev_view_ptr(out), dev_view_ptr(in), (size_t)n * dev_dtype_size(out->dtype));
+    return 0;
+  }
+  if (views_overlap(out, in)) {
+    /* read everything before writing anything, as memmove (and the CUDA
+     * backend's copy) does: through a packed copy of in */
+    size_t esz = dev_dtype_size(out->dtype);
+    char *tmp = malloc((size_t)n * esz);
+    if (tmp == NULL) return fail(err, errlen, "copy: out of memory staging an overlapping copy");
+    walk_init(&wi, in);
+    for (int64_t left = n, off = 0; left > 0; left -= k, off += k) {
+      k = walk_run(&wi, left, &pi, &si);
+      copy_run(wi.esz, tmp + (size_t)off * esz, 1, pi, si, k);
+    }
+    walk_init(&wo, out);
+    for (int64_t left = n, off = 0; left > 0; left -= k, off += k) {
+      k = walk_run(&wo, left, &po, &so);
+      copy_run(wo.esz, po, so, tmp + (size_t)off * esz, 1, k);
+    }
+    free(tmp);
     return 0;
   }
   walk_init(&wo, out);

@@ -481,6 +481,31 @@ T.test("zero-sized dims", function()
   T.is(gpu.matmul(dz, dx):totable(), {}, "matmul {0, 5} @ {5, 0}")
 end)
 
+-- A copy between overlapping views reads everything before it writes
+-- anything (memmove; NumPy's `q[...] = q.T` copies the source first), on
+-- both backends alike (tests/gpu/compare.lua checks cuda against this).
+T.test("copying a tensor onto its own transpose reads it all first", function()
+  local vals = {}
+  for i = 1, 5 do
+    vals[i] = {}
+    for j = 1, 5 do vals[i][j] = 10 * i + j end
+  end
+  local q = gpu.tensor(vals)
+  q:copy(q:t())
+  local want = {}
+  for i = 1, 5 do
+    want[i] = {}
+    for j = 1, 5 do want[i][j] = 10.0 * j + i end
+  end
+  T.is(q:totable(), want, "q:copy(q:t()) is the transpose")
+  local r = gpu.arange(1, 11, { dtype = "f32" })
+  r:narrow(1, 2, 9):copy(r:narrow(1, 1, 9))
+  T.is(r:totable(), { 1.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0 }, "a shifted overlap moves as memmove does")
+  local s = gpu.arange(1, 9, { dtype = "f32" })
+  s:slice(1, 1, -1, 2):copy(s:slice(1, 2, -1, 2))
+  T.is(s:totable(), { 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, 8.0, 8.0 }, "interleaved strided views")
+end)
+
 T.test("views make no device op", function()
   local a = base()
   gpu.synchronize()
