@@ -335,27 +335,22 @@ static void flush_group(lua_State *L, int list) {
   if (n == 0) return;
   dev_coll *g = lua_newuserdatauv(L, (size_t)n * sizeof *g, 0);
   memset(g, 0, (size_t)n * sizeof *g);
-  int stream_idx = 0;
+  /* one stream for all: named by each (the same), or by none; the list
+   * keeps the streams alive */
+  gpu_stream *named = NULL;
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, list, i);
     lua_rawgeti(L, -1, 4);
-    if (lua_toboolean(L, -1)) {
-      if (stream_idx && !lua_rawequal(L, -1, stream_idx))
-        luaL_error(L, "gpu.group: every send and recv of a group goes on one stream");
-      if (!stream_idx) stream_idx = lua_gettop(L);
-      else lua_pop(L, 1);
-    } else {
-      if (stream_idx) luaL_error(L, "gpu.group: every send and recv of a group goes on one stream");
-      lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
+    gpu_stream *p = lua_toboolean(L, -1) ? bind_test_stream(L, -1) : NULL;
+    if (i > 1 && p != named) luaL_error(L, "gpu.group: every send and recv of a group goes on one stream");
+    named = p;
+    lua_pop(L, 2);
   }
   /* the stream of the group, then the tensors: after the last allocation */
   dev_stream *s;
-  if (stream_idx) {
-    gpu_stream *p = bind_test_stream(L, stream_idx);
-    if (!p->s) luaL_error(L, "gpu.group: the group's stream is closed");
-    s = p->s;
+  if (named) {
+    if (!named->s) luaL_error(L, "gpu.group: the group's stream is closed");
+    s = named->s;
   } else {
     s = bind_current_stream(L);
   }
