@@ -152,9 +152,8 @@ int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n) {
   if (!ctx->comm) return dev_fail(ctx, DEV_ERR_INVALID, "%s: the communicator is not joined", dev_coll_name(c->kind));
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
-  if (ctx->capture)
-    return graph_fail(ctx, "%s: collectives cannot be captured in a graph", dev_coll_name(c->kind));
   if ((rc = coll_check(ctx, c, n))) return rc;
+  if (ctx->capture) return graph_coll(s, c, n);
   if (ctx->race && (rc = race_coll(ctx, s, c, n, 0))) return rc;
   for (int i = 0; i < n; i++) {
     dev_buf *bufs[2] = {NULL, NULL};

@@ -11,8 +11,9 @@
  *   be replayed fails with DEV_ERR_CAPTURE before anything is recorded: a
  *   counted sync (dev_sync_enter), dev_read, host access to a buffer the
  *   capture uses, work on (or a wait by) a stream outside the capture, a
- *   wait for an event recorded outside it, pageable memory, collectives and
- *   launching a graph.  Streams join by waiting for an event recorded in
+ *   wait for an event recorded outside it, pageable memory and launching a
+ *   graph.  Collectives are nodes (graph_coll): a replay runs them numbered
+ *   after the collectives before it, as if called there.  Streams join by waiting for an event recorded in
  *   the capture, or for a stream of it, as in CUDA's stream capture.
  * - Joins are checked with vector clocks: clk[m][k] is how many nodes of
  *   member k member m has waited for (clk[m][m]: its own).  At the end the
@@ -60,7 +61,7 @@ struct dev_graph {
   gslot *slots;
   int nslots, capslots;
   dev_gnode *nodes;        /* moved to gx at the end */
-  int n, cap, nops;
+  int n, cap, nops, ncolls;
   /* what the graph holds */
   dev_buf **bufs;
   unsigned char *writes;
@@ -84,8 +85,10 @@ static int grow(dev_ctx *ctx, void **p, int *cap, int need, size_t elsize) {
 }
 
 static void free_nodes(dev_gnode *nodes, int n) {
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     if (nodes[i].kind == DEV_GN_OP && nodes[i].op.kind == DEV_OP_LAUNCH) free((void *)nodes[i].op.launch);
+    if (nodes[i].kind == DEV_GN_COLL) free(nodes[i].coll);
+  }
   free(nodes);
 }
 
@@ -269,6 +272,46 @@ fail:
   return rc;
 }
 
+/* A collective (checked by dev_collective): a node of its own, which the
+ * backend replays through its transport (NCCL captures into CUDA graphs).
+ * Every rank must capture it: the check (GPULUA_COMM_CHECK) compares that
+ * too, as NCCL requires a captured collective to be captured everywhere. */
+int graph_coll(dev_stream *s, const dev_coll *c, int n) {
+  dev_ctx *ctx = s->ctx;
+  dev_graph *g = ctx->capture;
+  if (s->capture != g) return not_member(ctx, s);
+  for (int i = 0; i < n; i++) {
+    const dev_view *v[2] = {c[i].kind != DEV_COLL_RECV ? &c[i].send : NULL, c[i].kind != DEV_COLL_SEND ? &c[i].recv : NULL};
+    for (int k = 0; k < 2; k++)
+      if (v[k] && v[k]->buf->kind == DEV_MEM_HOST)
+        return graph_fail(ctx, "%s: pageable host memory cannot be captured in a graph (use device "
+                        "or pinned memory)", dev_coll_name(c[i].kind));
+  }
+  dev_coll *copy = malloc((size_t)n * sizeof *copy);
+  if (!copy) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory capturing a collective");
+  memcpy(copy, c, (size_t)n * sizeof *copy);
+  for (int i = 0; i < n; i++) copy[i].graph = 1;
+  int m = s->cap_index, rc;
+  for (int i = 0; i < n; i++) {
+    if (c[i].kind != DEV_COLL_RECV && (rc = hold_buf(g, c[i].send.buf, 0))) goto fail;
+    if (c[i].kind != DEV_COLL_SEND && (rc = hold_buf(g, c[i].recv.buf, 1))) goto fail;
+  }
+  dev_gnode *nd = add_node(g, DEV_GN_COLL, m);
+  if (!nd) {
+    rc = DEV_ERR_NOMEM;
+    goto fail;
+  }
+  nd->coll = copy;
+  nd->ncoll = n;
+  g->clk[m][m]++;
+  g->nops++;
+  g->ncolls++;
+  return DEV_OK;
+fail:
+  free(copy);
+  return rc;
+}
+
 static int new_slot(dev_graph *g, dev_event *e, int m) {
   int rc = grow(g->ctx, (void **)&g->slots, &g->capslots, g->nslots + 1, sizeof *g->slots);
   if (rc) return -1;
@@ -375,6 +418,7 @@ int dev_graph_end(dev_graph *g) {
   gx->nodes = g->nodes;
   gx->n = g->n;
   gx->nops = g->nops;
+  gx->ncolls = g->ncolls;
   gx->nstreams = nstreams;
   gx->nevents = nevents;
   memcpy(gx->name, g->name, sizeof gx->name);
@@ -401,14 +445,24 @@ int dev_graph_launch(dev_graph *g, dev_stream *s) {
     return graph_fail(ctx, "a graph cannot be launched inside a capture");
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
-  /* the race checker sees a replay as its ops, all on s */
   const dev_gexec *gx = g->gx;
-  for (int i = 0; ctx->race && i < gx->n; i++)
-    if (gx->nodes[i].kind == DEV_GN_OP && (rc = race_op(ctx, s, &gx->nodes[i].op, 0))) return rc;
+  if (gx->ncolls && !ctx->comm)
+    return dev_fail(ctx, DEV_ERR_INVALID, "graph '%s' holds collectives, and the communicator is gone", g->name);
+  /* the race checker sees a replay as its ops, all on s */
+  for (int i = 0; ctx->race && i < gx->n; i++) {
+    const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind == DEV_GN_OP) rc = race_op(ctx, s, &nd->op, 0);
+    else if (nd->kind == DEV_GN_COLL) rc = race_coll(ctx, s, nd->coll, nd->ncoll, 0);
+    if (rc) return rc;
+  }
   if ((rc = fence_op_bufs(s, g->bufs, g->nbufs))) return rc;
-  if ((rc = ctx->bk->graph_launch(s, gx))) return rc;
-  for (int i = 0; ctx->race && i < gx->n; i++)
-    if (gx->nodes[i].kind == DEV_GN_OP) race_op(ctx, s, &gx->nodes[i].op, 1);
+  if ((rc = ctx->bk->graph_launch(s, gx, ctx->coll_seq + 1))) return rc;
+  ctx->coll_seq += (uint64_t)gx->ncolls;
+  for (int i = 0; ctx->race && i < gx->n; i++) {
+    const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind == DEV_GN_OP) race_op(ctx, s, &nd->op, 1);
+    else if (nd->kind == DEV_GN_COLL) race_coll(ctx, s, nd->coll, nd->ncoll, 1);
+  }
   if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
   for (int i = 0; i < g->nbufs; i++) note_use(BX(g->bufs[i]), s, g->writes[i]);
   for (int i = 0; i < g->nmods; i++)

@@ -706,6 +706,7 @@ typedef struct dev_coll {
   dev_cred red;
   int peer;
   dev_view send, recv;
+  int graph;            /* set by the runtime: run by a graph replay (every rank must capture it) */
 } dev_coll;
 
 const char *dev_coll_name(dev_coll_kind k);

@@ -116,10 +116,11 @@ typedef struct dev_backend {
   /* Graphs (cuda/dev_graph.c); NULL: the backend has none.  graph_build,
    * optional, makes the backend's executable of a captured node list
    * (gx->impl) once the capture ends; graph_launch enqueues one replay of
-   * it on s, ordered there as one op; graph_free frees gx->impl once no
-   * replay is queued (interpreter thread). */
+   * it on s, ordered there as one op, its collectives numbered from seq
+   * on (gx->ncolls of them); graph_free frees gx->impl once no replay is
+   * queued (interpreter thread). */
   int (*graph_build)(dev_ctx *ctx, struct dev_gexec *gx);
-  int (*graph_launch)(dev_stream *s, const struct dev_gexec *gx);
+  int (*graph_launch)(dev_stream *s, const struct dev_gexec *gx, uint64_t seq);
   void (*graph_free)(dev_ctx *ctx, struct dev_gexec *gx);
 } dev_backend;
 
@@ -128,18 +129,21 @@ typedef struct dev_backend {
  * other), with the fork/join between the capture's streams as records and
  * waits (stream 0 is the one the capture began on), for a backend that
  * rebuilds it (cuda). */
-typedef enum { DEV_GN_OP, DEV_GN_RECORD, DEV_GN_WAIT } dev_gnode_kind;
+typedef enum { DEV_GN_OP, DEV_GN_RECORD, DEV_GN_WAIT, DEV_GN_COLL } dev_gnode_kind;
 typedef struct dev_gnode {
   int kind;                  /* dev_gnode_kind */
   int stream;                /* the capture's stream it was enqueued on */
   int event;                 /* RECORD: its slot; WAIT: the slot of the record waited for */
   dev_kop op;                /* OP; a launch points to a copy the graph owns */
+  dev_coll *coll;            /* COLL: a collective or a group (ncoll), the graph's copy */
+  int ncoll;
   char site[DEV_SITE_LEN];   /* the script line that enqueued it */
 } dev_gnode;
 
 typedef struct dev_gexec {
   dev_gnode *nodes;
   int n, nops, nstreams, nevents;
+  int ncolls;                /* COLL nodes: the collectives (groups count one) of a replay */
   char name[DEV_TRACE_NAME];
   char site[DEV_SITE_LEN];   /* of the capture */
   void *impl;                /* the backend's executable (graph_build) */
@@ -550,6 +554,9 @@ int shm_comm_open(const dev_rank_info *ri, int side, shm_comm **out, char *err, 
 void shm_comm_close(shm_comm *c);
 int shm_comm_run(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
 int shm_comm_check(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
+/* collective seq is not run (what came before it in a replay failed): its
+ * turn is taken, and the communicator fails from then on */
+int shm_comm_fail(shm_comm *c, uint64_t seq, const char *why);
 int shm_comm_gone(shm_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen);
 void shm_comm_set_done(shm_comm *c, uint64_t done);
 /* a later gpu.init_comm's options, for the collectives enqueued after it */
@@ -565,6 +572,7 @@ void shm_comm_set_options(shm_comm *c, int check, double timeout_s);
  * event that goes leaves the capture's records. */
 int graph_records(const dev_kop *op);   /* not an op that runs on the host at once */
 int graph_submit(dev_stream *s, const dev_kop *op);
+int graph_coll(dev_stream *s, const dev_coll *c, int n);   /* a checked collective, recorded */
 int graph_record(dev_event *e, dev_stream *s);
 int graph_wait(dev_stream *s, dev_stream *other, dev_event *e);
 int graph_refuse(dev_ctx *ctx, const char *what);
@@ -609,6 +617,24 @@ int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what);
 int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t seq);
 void cuda_comm_forget_stream(cuda_comm *c, void *stream);   /* drained, about to be destroyed */
 void cuda_comm_close(cuda_comm *c);
+/* Graphs holding collectives (cuda/cuda/graph.c): connect before a capture
+ * (cuda_comm_ready), capture one node's collectives into stream, register
+ * the executable, whose kill the close calls before the communicator goes
+ * (then it is leaked: leak is set), and launch a replay, checked and
+ * watched as its collectives numbered from seq.  cuda_comm_graph_drop
+ * unregisters it and says whether it must be leaked (the communicator was
+ * aborted, or the close killed it). */
+typedef struct cuda_comm_graph {
+  struct cuda_comm_graph *next;
+  void (*kill)(struct cuda_comm_graph *g);
+  int leak;
+  int gone;     /* the communicator was closed: no drop */
+} cuda_comm_graph;
+int cuda_comm_ready(cuda_comm *c, const char *what);
+int cuda_comm_capture(cuda_comm *c, void *stream, const dev_gnode *nd);
+void cuda_comm_graph_add(cuda_comm *c, cuda_comm_graph *g);
+int cuda_comm_graph_drop(cuda_comm *c, cuda_comm_graph *g);
+int cuda_comm_replay(cuda_comm *c, void *stream, void *exec, const dev_gexec *gx, uint64_t seq, const char *label);
 
 /* cuda/cuda/timing.c: timing events around an op while tracing (begin before
  * it is enqueued; op/coll after, with its status, which they return), the
@@ -636,7 +662,7 @@ int cuda_enqueued(dev_stream *s, const char *name, int host);
 int cuda_error(dev_ctx *ctx, int err, const char *what);
 /* cuda/cuda/graph.c: the backend's graph hooks */
 int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx);
-int cuda_graph_launch(dev_stream *s, const dev_gexec *gx);
+int cuda_graph_launch(dev_stream *s, const dev_gexec *gx, uint64_t seq);
 void cuda_graph_free(dev_ctx *ctx, dev_gexec *gx);
 #endif
 

@@ -36,6 +36,7 @@ typedef struct hc_sig {
   uint64_t seq;
   int32_t kind, dtype, red, peer;
   int64_t count;
+  int32_t graph;    /* captured: run by a graph replay */
 } hc_sig;
 
 typedef struct hc_rank {
@@ -415,9 +416,9 @@ static void describe(char *out, size_t len, const hc_sig *s) {
   int root = s->kind == DEV_COLL_BROADCAST || s->kind == DEV_COLL_REDUCE;
   char r[32] = "";
   if (root) snprintf(r, sizeof r, ", root %d", (int)s->peer);
-  snprintf(out, len, "%s%s%s%s of %lld %s%s", dev_coll_name((dev_coll_kind)s->kind), red ? "(" : "",
+  snprintf(out, len, "%s%s%s%s of %lld %s%s%s", dev_coll_name((dev_coll_kind)s->kind), red ? "(" : "",
            red ? dev_cred_name((dev_cred)s->red) : "", red ? ")" : "", (long long)s->count,
-           dev_dtype_name((dev_dtype)s->dtype), r);
+           dev_dtype_name((dev_dtype)s->dtype), r, s->graph ? " in a graph replay" : "");
 }
 
 /* Publish this rank's call, meet, and compare: every rank sees the same
@@ -431,11 +432,13 @@ static int check_sig(shm_comm *c, const dev_coll *x, uint64_t seq, const char *w
   me->red = x->red;
   me->peer = x->kind == DEV_COLL_BROADCAST || x->kind == DEV_COLL_REDUCE ? x->peer : -1;
   me->count = dev_view_numel(&x->send);
+  me->graph = x->graph != 0;
   if (barrier(c, what, err, errlen)) return -1;
   const hc_sig *a = &c->ranks[0].sig;
   for (int q = 1; q < c->world; q++) {
     const hc_sig *b = &c->ranks[q].sig;
-    int same = a->kind == b->kind && a->dtype == b->dtype && a->count == b->count && a->peer == b->peer;
+    int same = a->kind == b->kind && a->dtype == b->dtype && a->count == b->count && a->peer == b->peer &&
+               a->graph == b->graph;
     if (same && (a->kind == DEV_COLL_ALL_REDUCE || a->kind == DEV_COLL_REDUCE || a->kind == DEV_COLL_REDUCE_SCATTER))
       same = a->red == b->red;
     if (!same) {
@@ -639,6 +642,19 @@ int shm_comm_run(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err,
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+int shm_comm_fail(shm_comm *c, uint64_t seq, const char *why) {
+  pthread_mutex_lock(&c->mu);
+  while (c->next_seq != seq) pthread_cond_wait(&c->cv, &c->mu);
+  if (!c->broken) {
+    c->broken = 1;
+    snprintf(c->broken_msg, sizeof c->broken_msg, "collective #%llu was not run: %s", (unsigned long long)seq, why);
+  }
+  c->next_seq = seq + 1;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  return -1;
 }
 
 /* ---- sideband for another transport ----------------------------------------

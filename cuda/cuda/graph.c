@@ -7,7 +7,8 @@
  *   the application's C kernels, which enqueue on the stream they are
  *   given), records and waits as cudaEventRecord and cudaStreamWaitEvent
  *   on private events, so that the capture's fork/join becomes the graph's
- *   edges.  Nothing else runs on this thread meanwhile, so the script never
+ *   edges; collectives as NCCL's own calls (cuda/cuda/nccl.c), which NCCL
+ *   turns into nodes.  Nothing else runs on this thread meanwhile, so the script never
  *   runs with CUDA in capture mode, and nothing in the runtime can break a
  *   capture.
  * - Memory: the graph's tensors were allocated from the block cache at
@@ -28,6 +29,8 @@
 #include "devpriv.h"
 
 typedef struct cgraph {
+  cuda_comm_graph link;     /* first: holding collectives, registered with the communicator */
+  cuda_comm *comm;          /* set: registered */
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   int host;                 /* an op touches pinned memory: a marker after each replay */
@@ -47,10 +50,21 @@ static int op_touches_host(const dev_kop *op) {
   return 0;
 }
 
-static void cgraph_free(cgraph *cg) {
-  if (!cg) return;
+static void cgraph_destroy(cgraph *cg) {
   if (cg->exec) cudaGraphExecDestroy(cg->exec);
   if (cg->graph) cudaGraphDestroy(cg->graph);
+  cg->exec = NULL;
+  cg->graph = NULL;
+}
+
+/* the communicator closes first: NCCL's work goes before it */
+static void cgraph_kill(cuda_comm_graph *g) { cgraph_destroy((cgraph *)g); }
+
+static void cgraph_free(cgraph *cg) {
+  if (!cg) return;
+  int leak = 0;
+  if (cg->comm) leak = cg->link.gone ? cg->link.leak : cuda_comm_graph_drop(cg->comm, &cg->link);
+  if (!leak) cgraph_destroy(cg);
   free(cg);
 }
 
@@ -71,6 +85,11 @@ int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx) {
       rc = cuda_capture_prepare(ctx, &gx->nodes[i].op);
       if (op_touches_host(&gx->nodes[i].op)) cg->host = 1;
     }
+  /* collectives: NCCL connected before the capture (the ranks meet) */
+  if (rc == DEV_OK && gx->ncolls) {
+    if (!ctx->comm) rc = dev_fail(ctx, DEV_ERR_INVALID, "graph: the communicator is gone");
+    else rc = cuda_comm_ready(ctx->comm, "graph");
+  }
   if (rc) goto done;
   for (int i = 0; i < ns && e == cudaSuccess; i++) e = cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking);
   for (int i = 0; i < ne && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming);
@@ -89,6 +108,16 @@ int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dev_errmsg(ctx));
         rc = dev_fail(ctx, rc, "%s (enqueued at %s): %s", dev_op_name(&nd->op), nd->site, msg);
+      }
+      continue;
+    }
+    if (nd->kind == DEV_GN_COLL) {
+      rc = cuda_comm_capture(ctx->comm, s, nd);
+      if (rc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dev_errmsg(ctx));
+        rc = dev_fail(ctx, rc, "%s (enqueued at %s): %s", nd->ncoll > 1 ? "group" : dev_coll_name(nd->coll[0].kind),
+                      nd->site, msg);
       }
       continue;
     }
@@ -112,20 +141,33 @@ done:
     cgraph_free(cg);
     return rc;
   }
+  if (gx->ncolls) {
+    cg->comm = ctx->comm;
+    cg->link.kill = cgraph_kill;
+    cuda_comm_graph_add(cg->comm, &cg->link);
+  }
   gx->impl = cg;
   return DEV_OK;
 }
 
 /* One replay on s; while tracing, one span on s named by the graph. */
-int cuda_graph_launch(dev_stream *s, const dev_gexec *gx) {
+int cuda_graph_launch(dev_stream *s, const dev_gexec *gx, uint64_t seq) {
   cgraph *cg = gx->impl;
   dev_ctx *ctx = s->ctx;
   cudaStream_t st = (cudaStream_t)ctx->bk->stream_native(s);
   cuda_tmark tm = {NULL};
   int rc;
   if (ctx->trace_gen && (rc = cuda_trace_begin(ctx, st, &tm))) return rc;
-  cudaError_t e = cudaGraphLaunch(cg->exec, st);
-  rc = e != cudaSuccess ? cuda_error(ctx, e, cg->label) : cuda_enqueued(s, cg->label, cg->host);
+  if (!cg->exec) {
+    rc = dev_fail(ctx, DEV_ERR_INVALID, "%s: its communicator was closed", cg->label);
+  } else if (cg->comm) {
+    /* checked and watched as its collectives, launched under the communicator's lock */
+    rc = cuda_comm_replay(cg->comm, st, cg->exec, gx, seq, cg->label);
+    if (rc == DEV_OK) rc = cuda_enqueued(s, cg->label, cg->host);
+  } else {
+    cudaError_t e = cudaGraphLaunch(cg->exec, st);
+    rc = e != cudaSuccess ? cuda_error(ctx, e, cg->label) : cuda_enqueued(s, cg->label, cg->host);
+  }
   if (!tm.ev) return rc;
   dev_trace_rec r;
   memset(&r, 0, sizeof r);

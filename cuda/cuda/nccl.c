@@ -192,6 +192,7 @@ struct cuda_comm {
   cudaEvent_t *spare;
   int nspare, capspare;
   char broken[900];                 /* why the communicator cannot be used */
+  cuda_comm_graph *graphs;          /* executables holding NCCL's captured work */
 };
 
 static double now_s(void) {
@@ -209,6 +210,7 @@ static void nc_why(ncclComm_t comm, ncclResult_t r, char *out, size_t len) {
 /* Called with mu held: abort the communicator and keep why. */
 static void abort_locked(cuda_comm *c, const char *why) {
   if (!c->broken[0]) snprintf(c->broken, sizeof c->broken, "%s", why);
+  for (cuda_comm_graph *g = c->graphs; g; g = g->next) g->leak = 1;
   if (c->comm) {
     nc.abort(c->comm);
     c->comm = NULL;
@@ -625,6 +627,125 @@ int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t
   return rc;
 }
 
+/* ---- collectives in graphs ------------------------------------------------------
+ * A graph's collectives are captured (cuda/cuda/graph.c) by the same NCCL
+ * calls into a capturing stream; NCCL makes its own graph nodes.  Such an
+ * executable refers to the communicator's resources, so it is destroyed
+ * before the communicator is; after an abort it is leaked (NCCL's
+ * resources are gone, and so may be what its destructor would touch).
+ * A replay is checked and watched as its collectives called one by one,
+ * and is launched under mu, so that it never runs on an aborted
+ * communicator. */
+
+static void describe_node(const dev_gnode *nd, uint64_t seq, char *out, size_t len) {
+  dev_coll_describe(out, len, nd->coll[0].kind, nd->ncoll, seq);
+}
+
+int cuda_comm_capture(cuda_comm *c, void *stream, const dev_gnode *nd) {
+  dev_ctx *ctx = c->ctx;
+  char what[96];
+  describe_node(nd, 0, what, sizeof what);
+  pthread_mutex_lock(&c->mu);
+  ncclResult_t r = NC_SUCCESS;
+  if (!c->comm) {
+    pthread_mutex_unlock(&c->mu);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s: the communicator failed earlier: %s", dev_coll_name(nd->coll[0].kind),
+                    c->broken);
+  }
+  if (nd->ncoll > 1) r = nc.group_start();
+  for (int i = 0; i < nd->ncoll && r == NC_SUCCESS; i++) r = issue(c, &nd->coll[i], stream);
+  if (nd->ncoll > 1) {
+    ncclResult_t r2 = nc.group_end();
+    if (r == NC_SUCCESS) r = r2;
+  }
+  int rc = DEV_OK;
+  if (r != NC_SUCCESS) {
+    char nw[600];
+    nc_why(c->comm, r, nw, sizeof nw);
+    rc = dev_fail(ctx, DEV_ERR_DEVICE, "NCCL failed capturing %s: %.550s", nd->ncoll > 1 ? "a group" :
+                  dev_coll_name(nd->coll[0].kind), nw);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int cuda_comm_ready(cuda_comm *c, const char *what) {
+  return c->comm ? DEV_OK : cuda_comm_connect(c, NULL, what);
+}
+
+void cuda_comm_graph_add(cuda_comm *c, cuda_comm_graph *g) {
+  pthread_mutex_lock(&c->mu);
+  g->leak = g->gone = 0;
+  g->next = c->graphs;
+  c->graphs = g;
+  pthread_mutex_unlock(&c->mu);
+}
+
+int cuda_comm_graph_drop(cuda_comm *c, cuda_comm_graph *g) {
+  pthread_mutex_lock(&c->mu);
+  for (cuda_comm_graph **p = &c->graphs; *p; p = &(*p)->next)
+    if (*p == g) { *p = g->next; break; }
+  int leak = g->leak || c->broken[0];
+  pthread_mutex_unlock(&c->mu);
+  return leak;
+}
+
+int cuda_comm_replay(cuda_comm *c, void *stream, void *exec, const dev_gexec *gx, uint64_t seq, const char *label) {
+  dev_ctx *ctx = c->ctx;
+  char what[96], err[700];
+  int rc = DEV_OK;
+  uint64_t k = seq;
+  for (int i = 0; c->check && c->side && i < gx->n; i++) {
+    const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind != DEV_GN_COLL) continue;
+    if (shm_comm_check(c->side, k++, nd->coll, nd->ncoll, err, sizeof err)) {
+      pthread_mutex_lock(&c->mu);
+      abort_locked(c, err);
+      pthread_mutex_unlock(&c->mu);
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s", label, err);
+    }
+  }
+  pthread_mutex_lock(&c->mu);
+  if (!c->comm) {
+    pthread_mutex_unlock(&c->mu);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s: the communicator failed earlier: %s", label, c->broken);
+  }
+  if (c->npend + gx->ncolls > c->cappend) {
+    int cap = c->cappend ? c->cappend : 64;
+    while (cap < c->npend + gx->ncolls) cap *= 2;
+    pending *np = realloc(c->pend, (size_t)cap * sizeof *np);
+    if (!np) {
+      pthread_mutex_unlock(&c->mu);
+      return dev_fail(ctx, DEV_ERR_NOMEM, "%s: out of memory watching its collectives", label);
+    }
+    c->pend = np;
+    c->cappend = cap;
+  }
+  cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream);
+  if (e != cudaSuccess) {
+    pthread_mutex_unlock(&c->mu);
+    return cuda_error(ctx, e, label);
+  }
+  double t0 = now_s();
+  k = seq;
+  for (int i = 0; i < gx->n; i++) {
+    const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind != DEV_GN_COLL) continue;
+    int p2p = nd->coll[0].kind == DEV_COLL_SEND || nd->coll[0].kind == DEV_COLL_RECV;
+    pending p = {.st = stream, .kind = nd->coll[0].kind, .n = nd->ncoll, .seq = k++, .t0 = t0,
+                 .need = p2p ? UINT64_MAX : c->whole + 1};
+    snprintf(p.site, sizeof p.site, "%s", nd->site);
+    for (int j = 0; p2p && j < nd->ncoll; j++)
+      if (nd->coll[j].peer < 256) p.mask[nd->coll[j].peer / 64] |= (uint64_t)1 << (nd->coll[j].peer % 64);
+    c->pend[c->npend++] = p;
+    if (!p2p) c->whole++;
+  }
+  if (c->npend == gx->ncolls) pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  (void)what;
+  return rc;
+}
+
 /* A stream about to be destroyed: it has drained, so its collectives are
  * done; the watchdog must not mark it any more. */
 void cuda_comm_forget_stream(cuda_comm *c, void *stream) {
@@ -648,6 +769,20 @@ void cuda_comm_close(cuda_comm *c) {
   pthread_cond_signal(&c->cv);
   pthread_mutex_unlock(&c->mu);
   if (c->has_watchdog) pthread_join(c->watchdog, NULL);
+  /* the graphs holding NCCL's work go before the communicator (the work
+   * is done: the context synchronized first); after an abort they leak */
+  pthread_mutex_lock(&c->mu);
+  cuda_comm_graph *gl = c->graphs;
+  int aborted = c->broken[0] != 0;
+  c->graphs = NULL;
+  pthread_mutex_unlock(&c->mu);
+  for (cuda_comm_graph *g = gl, *next; g; g = next) {
+    next = g->next;
+    g->next = NULL;
+    g->gone = 1;
+    if (!aborted) g->kill(g);
+    g->leak = 1;   /* freed here or never: the graph's own free skips it */
+  }
   pthread_mutex_lock(&c->mu);
   /* The queued work is done (the context synchronized first).  Destroying
    * would first flush NCCL's state, which can wait for ever after a receive

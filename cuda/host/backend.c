@@ -38,7 +38,7 @@ typedef struct item {
   hrec *rec;                    /* IT_RECORD */
   dev_coll *coll;               /* IT_COLL: a group of ncoll, numbered seq_coll */
   int ncoll;
-  uint64_t seq_coll;
+  uint64_t seq_coll;            /* IT_GRAPH too: its first collective's number */
   const dev_gexec *gx;          /* IT_GRAPH: kept by the graph's life buffer until done */
   unsigned tgen;                /* the tracing session it was enqueued in, 0: none */
   char site[DEV_SITE_LEN];
@@ -121,15 +121,29 @@ static void run_graph(hstream *hs, item *it, uint64_t t0) {
   const dev_gexec *gx = it->gx;
   char msg[1024];
   int hk;
+  uint64_t seq = it->seq_coll;
+  int failed = 0;
   dev_note_running(ctx, 1);
   for (int i = 0; i < gx->n; i++) {
     const dev_gnode *nd = &gx->nodes[i];
-    if (nd->kind != DEV_GN_OP) continue;
+    if (nd->kind == DEV_GN_COLL) {
+      /* after a failure the collectives are still taken in turn (failed),
+       * so that later ones, on any stream, are not kept waiting */
+      if (failed) shm_comm_fail(ctx->comm, seq++, "an op before it in the same replay failed");
+      else if (shm_comm_run(ctx->comm, seq++, nd->coll, nd->ncoll, msg, sizeof msg)) {
+        dev_async_fail(ctx, "%s%sa replay of graph '%s' (captured at %s): '%s' (enqueued at %s) failed: %s",
+                       it->site, *it->site ? ": " : "", gx->name, gx->site,
+                       nd->ncoll > 1 ? "group" : dev_coll_name(nd->coll[0].kind), nd->site, msg);
+        failed = 1;
+      }
+      continue;
+    }
+    if (nd->kind != DEV_GN_OP || failed) continue;
     if (ctx->jitter) jitter(hs);
     if (run_op(&nd->op, &hk, msg, sizeof msg)) {
       dev_async_fail(ctx, "%s%sa replay of graph '%s' (captured at %s): '%s' (enqueued at %s) failed: %s",
                      it->site, *it->site ? ": " : "", gx->name, gx->site, dev_op_name(&nd->op), nd->site, msg);
-      break;
+      failed = 1;
     }
   }
   dev_note_running(ctx, -1);
@@ -522,13 +536,14 @@ static int h_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
   return rc;
 }
 
-static int h_graph_launch(dev_stream *s, const dev_gexec *gx) {
+static int h_graph_launch(dev_stream *s, const dev_gexec *gx, uint64_t seq) {
   int rc = legacy_order(s);
   if (rc) return rc;
   item *it = calloc(1, sizeof *it);
   if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a graph replay");
   it->kind = IT_GRAPH;
   it->gx = gx;
+  it->seq_coll = seq;
   return push(s, it);
 }
 

@@ -31,6 +31,31 @@ elseif mode == "kill" then
 elseif mode == "error" then
   if r == 1 then error("rank 1 gives up") end
   gpu.all_reduce(t)
+elseif mode == "error_after" then
+  -- after a collective both finished: rank 0 then loses its peer in the
+  -- next one, but the launcher names rank 1, whose error is the cause
+  gpu.all_reduce(t)
+  gpu.synchronize()
+  if r == 1 then error("rank 1 gives up after a collective") end
+  gpu.all_reduce(t)
+elseif mode == "kill_mid" then
+  -- rank 1 dies with its all_reduce enqueued (on cuda: NCCL's kernel is
+  -- running, waiting for rank 0, which comes a moment later)
+  gpu.all_reduce(t)
+  gpu.synchronize()
+  if r == 0 then os.execute("sleep 1") end
+  gpu.all_reduce(gpu.ones({ 1 << 20 }))
+  if r == 1 then os.execute("kill -9 " .. pid()) end
+elseif mode == "graph_mismatch" then
+  -- rank 0 replays a captured all_reduce, rank 1 calls it directly: NCCL
+  -- requires every rank to capture it; the check says so
+  gpu.init_comm()
+  if r == 0 then
+    local g = gpu.graph(function() gpu.all_reduce(t) end)
+    g:launch()
+  else
+    gpu.all_reduce(t)
+  end
 elseif mode == "p2p" then
   -- rank 0 sends 8 elements, rank 1 expects 16
   if r == 0 then gpu.send(gpu.ones({ 8 }), 1) else gpu.recv(gpu.empty({ 16 }), 0) end
