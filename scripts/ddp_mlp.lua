@@ -6,8 +6,12 @@
 -- while layer 1's backward computes.  Rank 0 prints the loss as it falls;
 -- at the end every rank checks that all ranks hold the same parameters.
 --
---   gpulua -n 2 scripts/ddp_mlp.lua [steps] [batch per rank]
+--   gpulua -n 2 scripts/ddp_mlp.lua [steps] [batch per rank] [graph]
 --   gpulua -n 2 --trace step.svg scripts/ddp_mlp.lua 20   -- see the overlap
+--
+-- With `graph`, the step (forward, backward, both all_reduces, the update)
+-- is captured once with gpu.graph and replayed: each step then only draws
+-- its batch into the step's input buffers and launches the graph.
 --
 -- Model: x {B, D} -> relu(x W1 + b1) {B, H} -> z = h W2 + b2 {B, C};
 -- loss = mean over the batch of -log_softmax(z)[label].
@@ -15,6 +19,8 @@ local gpu = require "gpu"
 
 local steps = tonumber(arg[1]) or 300
 local B = tonumber(arg[2]) or 64          -- examples per rank and step
+local GRAPH = arg[3] == "graph"
+if arg[3] and not GRAPH then error("ddp_mlp: the third argument is 'graph' or nothing, not '" .. arg[3] .. "'") end
 local D, H, C = 32, 64, 8                 -- input, hidden, classes
 local LR = 0.5
 local r, w = gpu.rank or 0, gpu.world_size or 1
@@ -53,16 +59,16 @@ end
 local L1, L2 = layer(D, H, 11), layer(H, C, 12)
 local classes = gpu.arange(1, C + 1, { dtype = "i64" })   -- {C}: 1..C
 
--- average a layer's bucket across ranks on the comm stream, after the
--- compute stream has written it; the update waits for ready
-local function reduce_async(l)
-  comm:wait(compute:record())
+-- average a layer's bucket across ranks on the comm stream, after cs (the
+-- compute stream, or the capture's) has written it; the update waits for ready
+local function reduce_async(l, cs)
+  comm:wait(cs:record())
   gpu.all_reduce(l.bucket, { op = "avg", stream = comm })
   l.ready = comm:record()
 end
 
-local function step(i)
-  local x, y = batch(i)   -- i >= 1: batch 0 is held out
+-- one step on batch (x, y); cs is the current stream
+local function step_on(x, y, cs)
   -- forward
   local h = gpu.matmul(x, L1.W):add_(L1.b)
   local a = h:relu()
@@ -73,17 +79,35 @@ local function step(i)
   local dz = logp:exp():sub_(onehot):mul_(1 / B)
   gpu.matmul(a:t(), dz, { out = L2.dW })
   dz:sum({ dim = 1, out = L2.db })
-  reduce_async(L2)                            -- layer 2's bucket goes ...
+  reduce_async(L2, cs)                        -- layer 2's bucket goes ...
   local da = gpu.matmul(dz, L2.W:t())         -- ... while layer 1's backward runs
   local dh = gpu.where(h:gt(0), da, 0)
   gpu.matmul(x:t(), dh, { out = L1.dW })
   dh:sum({ dim = 1, out = L1.db })
-  reduce_async(L1)
+  reduce_async(L1, cs)
   -- update with the averaged gradients
   for _, l in ipairs { L2, L1 } do
-    compute:wait(l.ready)
+    cs:wait(l.ready)
     l.W:sub_(l.dW:mul(LR))
     l.b:sub_(l.db:mul(LR))
+  end
+end
+
+local step
+if GRAPH then
+  -- the step's inputs live in buffers the graph reads: a step copies its batch in
+  local xs, ys = gpu.empty({ B, D }), gpu.empty({ B, 1 }, { dtype = "i64" })
+  local g = gpu.graph(function(cs) step_on(xs, ys, cs) end, { name = "ddp_step" })
+  step = function(i)
+    local x, y = batch(i)
+    xs:copy(x)
+    ys:copy(y)
+    g:launch()
+  end
+else
+  step = function(i)   -- i >= 1: batch 0 is held out
+    local x, y = batch(i)
+    step_on(x, y, compute)
   end
 end
 
@@ -97,13 +121,19 @@ end
 
 local first, last = eval_loss(), nil
 if r == 0 then print(string.format("ddp_mlp: step %4d  held-out loss %.4f", 0, first)) end
+local t0, evals = gpu.clock(), 0
 for i = 1, steps do
   step(i)
   if i % 100 == 0 or i == steps then
+    gpu.synchronize()   -- the steps so far are done: their time counts
+    local te = gpu.clock()
     last = eval_loss()
+    evals = evals + (gpu.clock() - te)
     if r == 0 then print(string.format("ddp_mlp: step %4d  held-out loss %.4f", i, last)) end
   end
 end
+-- the steps' time, wall clock, the evaluations left out
+local per_step = (gpu.clock() - t0 - evals) / steps * 1e6
 
 -- every rank must hold the same parameters: the elementwise max and min
 -- across ranks equal this rank's
@@ -120,6 +150,9 @@ if r == 0 then
   print(string.format("ddp_mlp: %d ranks x %d examples, %d steps: loss %.4f -> %.4f, parameters %s: %s",
                       w, B, steps, first, last, same and "equal on every rank" or "DIFFER",
                       (same and learned) and "check ok" or "check FAILED"))
+end
+if r == 0 then
+  print(string.format("ddp_mlp: %d steps%s, %.1f us per step", steps, GRAPH and " replayed from a graph" or "", per_step))
 end
 if not (same and learned) then
   error(string.format("rank %d: loss %.4f -> %.4f, parameter spread across ranks %g", r, first, last, spread))

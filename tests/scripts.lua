@@ -38,6 +38,7 @@ T.test("overlap.lua's check fails without the event wait", function()
 end)
 
 T.test("rank scripts under the launcher", function()
+  local ddp_loss = {}   -- device: the losses of ddp_mlp on 2 ranks, direct then graph
   for _, c in ipairs {
     { 2, "scripts/data_parallel.lua 4096", "data_parallel: 2 ranks x 4096 elements, all_reduce%(avg%) check ok" },
     { 4, "scripts/data_parallel.lua 4096", "data_parallel: 4 ranks x 4096 elements, all_reduce%(avg%) check ok" },
@@ -47,6 +48,8 @@ T.test("rank scripts under the launcher", function()
     -- the held-out loss falls below half its start; every rank ends with the same parameters
     { 2, "scripts/ddp_mlp.lua", "ddp_mlp: 2 ranks x 64 examples, 300 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
     { 4, "scripts/ddp_mlp.lua 200", "ddp_mlp: 4 ranks x 64 examples, 200 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
+    -- the step captured in a graph (both all_reduces in it), replayed
+    { 2, "scripts/ddp_mlp.lua 300 64 graph", "ddp_mlp: 2 ranks x 64 examples, 300 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
   } do
     -- on the host backend always; on cuda too (NCCL) where there are GPUs enough
     local devices = { "host" }
@@ -56,7 +59,14 @@ T.test("rank scripts under the launcher", function()
       T.ok(ok, string.format("-n %d --device %s %s exits 0", c[1], dev, c[2]))
       T.ok(out:find(c[3]) ~= nil, "... and prints its check")
       if not ok then T.diag(out) end
+      -- the replayed step trains as the direct one: the same losses
+      local loss = out:match("(loss [%d.]+ %-> [%d.]+)")
+      if c[1] == 2 then ddp_loss[dev] = ddp_loss[dev] or {} end
+      if c[1] == 2 and loss then ddp_loss[dev][#ddp_loss[dev] + 1] = loss end
     end
+  end
+  for dev, l in pairs(ddp_loss) do
+    T.is(l[2], l[1], "ddp_mlp on 2 ranks (" .. dev .. "): the graph's replays give the direct steps' losses")
   end
   local out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
   T.ok(not ok and out:find("runs with %-n 2") ~= nil, "rank_pipeline.lua refuses a world of 3")
