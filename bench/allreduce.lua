@@ -5,7 +5,8 @@
 -- calls, algbw = bytes / time, busbw = algbw * 2(n-1)/n.  Then every rank
 -- checks its result (every element on the device, a strided sample on the
 -- host); the count of ranks with a wrong result is all-reduced and rank 0
--- reports for the job.  Call counts: benchlib's allreduce_plan.
+-- reports for the job.  Call counts: benchlib's allreduce_plan.  Then the
+-- 8-byte all_reduce captured in a graph, replayed back-to-back (KEY_graph).
 --
 --   gpulua -n N --device cuda bench/allreduce.lua [quick] [latency]
 --
@@ -101,6 +102,33 @@ local function sweep()
       B.row(key .. "_algbw", algbw, "GB/s", label .. " algbw")
       B.row(key .. "_busbw", algbw * 2 * (n - 1) / n, "GB/s", label .. " busbw")
       if nbad == 0 then B.check(key, true) end
+    end
+  end
+  -- the 8-byte all_reduce captured in a graph (gpu.graph), replayed
+  -- back-to-back: the time per replay, and the replays' result checked
+  do
+    local bytes = P.sizes[1]
+    local numel, iters = bytes // 4, P.iters(bytes)
+    local key = string.format("allreduce_n%d_%s_graph", n, (B.bytes_names(bytes)))
+    local label = string.format("all_reduce n=%d %s in a graph", n, select(2, B.bytes_names(bytes)))
+    local xv, yv = x:narrow(1, 1, numel), y:narrow(1, 1, numel)
+    yv:fill(-1)
+    local g <close> = gpu.graph(function() gpu.all_reduce(xv, { out = yv }) end, { name = "allreduce_8B" })
+    for _ = 1, P.warm do g:launch(s) end
+    gpu.barrier()
+    local e0 = s:record()
+    for _ = 1, iters do g:launch(s) end
+    local e1 = s:record()
+    e1:synchronize()
+    local us = e0:elapsed(e1) * 1e3 / iters
+    local why = wrong(yv, want, numel)
+    if why then B.check(key, false, string.format("rank %d: %s", rank, why)) end
+    local bad <close> = gpu.tensor({ why and 1 or 0 }, { dtype = "i32" })
+    gpu.all_reduce(bad)
+    if bad:item() > 0 then B.failed = true end
+    if rank == 0 then
+      B.row(key .. "_time", us, "us", label .. " time (a replay)")
+      if bad:item() == 0 then B.check(key, true) end
     end
   end
   -- nobody exits (and gets its peers killed) before rank 0 has printed

@@ -6,7 +6,9 @@
  * ncclAllReduce on one stream timed with events: time = elapsed / calls,
  * algbw = bytes / time, busbw = algbw * 2(n-1)/n.  Then every rank checks
  * every element of its result on the host; the count of ranks with a wrong
- * result is all-reduced and rank 0 reports for the job.
+ * result is all-reduced and rank 0 reports for the job.  Then the 8-byte
+ * all_reduce captured in a CUDA graph (NCCL's stream capture), replayed
+ * back-to-back with cudaGraphLaunch (KEY_graph).
  *
  *   nccl_ref N [quick]      (BENCH_QUICK=1 as quick)
  *
@@ -142,6 +144,8 @@ static int run_rank(int n, int quick) {
   ncclUniqueId id;
   cudaStream_t s = NULL;
   cudaEvent_t e0 = NULL, e1 = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
   float *x = NULL, *y = NULL, *h = NULL;
   int *dbad = NULL;
   unsigned char *flag = NULL;
@@ -223,11 +227,58 @@ static int run_rank(int n, int quick) {
       if (nbad == 0) check(key, 1, NULL);
     }
   }
+  /* the 8-byte all_reduce captured in a CUDA graph, replayed back-to-back */
+  {
+    size_t bytes = 8, cnt = bytes / 4;
+    int iters = plan_iters(bytes, n, quick), bad = 0, nbad = 0;
+    float ms = 0;
+    bytes_names(bytes, skey, sizeof skey, slabel, sizeof slabel);
+    snprintf(key, sizeof key, "allreduce_n%d_%s_graph", n, skey);
+    snprintf(label, sizeof label, "all_reduce n=%d %s in a graph", n, slabel);
+    CK(cudaMemsetAsync(y, 0xff, bytes, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ncclResult_t cr = ncclAllReduce(x, y, cnt, ncclFloat, ncclSum, comm, s);
+    cudaError_t ce = cudaStreamEndCapture(s, &graph);
+    NK(cr);
+    CK(ce);
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < warm; i++) CK(cudaGraphLaunch(exec, s));
+    CK(cudaMemsetAsync(flag, 0, 1, s));
+    NK(ncclAllReduce(flag, flag, 1, ncclUint8, ncclMax, comm, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < iters; i++) CK(cudaGraphLaunch(exec, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    double us = (double)ms * 1e3 / iters;
+    CK(cudaMemcpy(h, y, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < cnt; i++) {
+      float want = (float)(tri * (int)(1 + i % 7));
+      if (h[i] != want) {
+        check(key, 0, "rank %d: element %zu is %g, want %g", g_rank, i, (double)h[i], (double)want);
+        bad = 1;
+        break;
+      }
+    }
+    CK(cudaMemcpyAsync(dbad, &bad, sizeof bad, cudaMemcpyHostToDevice, s));
+    NK(ncclAllReduce(dbad, dbad, 1, ncclInt32, ncclSum, comm, s));
+    CK(cudaMemcpyAsync(&nbad, dbad, sizeof nbad, cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamSynchronize(s));
+    if (nbad > 0) rc = 1;
+    if (g_rank == 0) {
+      row(key, "time", us, "us", label, "time (a replay)");
+      if (nbad == 0) check(key, 1, NULL);
+    }
+  }
   /* nobody exits (and gets its peers ended) before rank 0 has printed */
   snprintf(key, sizeof key, "allreduce_n%d", n);
   NK(ncclAllReduce(flag, flag, 1, ncclUint8, ncclMax, comm, s));
   CK(cudaStreamSynchronize(s));
 out:
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
   if (comm) {
     if (rc < 0) ncclCommAbort(comm);
     else ncclCommDestroy(comm);

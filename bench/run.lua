@@ -266,6 +266,27 @@ local function allreduce(n, raw)
   end
   AR_ORDER[#AR_ORDER + 1] = { string.format("allreduce_n%d_%s_time", n, (B.bytes_names(plan.sizes[1]))), "le_plus", 1.0,
                               diff = true }
+  -- captured in a graph, replayed: against raw NCCL captured in a CUDA graph
+  AR_ORDER[#AR_ORDER + 1] = { string.format("allreduce_n%d_%s_graph_time", n, (B.bytes_names(plan.sizes[1]))),
+                              "le_ratio", 1.05, diff = true }
+  -- the data-parallel step of scripts/ddp_mlp.lua, run directly and replayed
+  -- from a graph (gpulua only: the two forms, in turn, each side's median)
+  local per = { direct = {}, graph = {} }
+  for _ = 1, (B.quick and 1 or 3) do
+    for _, form in ipairs { "direct", "graph" } do
+      local cmd = string.format("%s%s -n %d --no-prefix %s scripts/ddp_mlp.lua %d 64%s", AR_ENV, GPULUA, n, DEV,
+                                B.quick and 100 or 1000, form == "graph" and " graph" or "")
+      local out = run_program("gpulua", cmd)
+      local us = tonumber(out:match("ddp_mlp: [^\n]- ([%d.]+) us per step"))
+      if us then per[form][#per[form] + 1] = us end
+    end
+  end
+  if #per.direct > 0 and #per.graph > 0 then
+    local d, g = B.median(per.direct), B.median(per.graph)
+    notes[#notes + 1] = string.format("ddp_mlp step on %d ranks (scripts/ddp_mlp.lua, batch 64 per rank, %d steps, "
+                                      .. "median of %d runs): direct %.1f us, replayed from a graph %.1f us (%.2fx)",
+                                      n, B.quick and 100 or 1000, #per.direct, d, g, g / d)
+  end
   notes[#notes + 1] = string.format("all_reduce n=%d (f32 sum, out of place%s): time per call in us, "
                                     .. "gpulua/raw NCCL: %s; warm-up %d, timed calls per size %s", n,
                                     have_gpu and ", NCCL_NVLS_ENABLE=0" or "", table.concat(times, ", "),
