@@ -9,6 +9,10 @@
 --   gpulua -n 2 scripts/ddp_mlp.lua [steps] [batch per rank] [graph]
 --   gpulua -n 2 --trace step.svg scripts/ddp_mlp.lua 20   -- see the overlap
 --
+-- DDP_MLP_TRACE=PATH writes the timeline of the last step alone, one SVG
+-- per rank (PATH.rankR.svg): layer 2's all_reduce on the comm stream
+-- beside layer 1's backward on the compute stream.
+--
 -- With `graph`, the step (forward, backward, both all_reduces, the update)
 -- is captured once with gpu.graph and replayed: each step then only draws
 -- its batch into the step's input buffers and launches the graph.
@@ -122,8 +126,33 @@ end
 local first, last = eval_loss(), nil
 if r == 0 then print(string.format("ddp_mlp: step %4d  held-out loss %.4f", 0, first)) end
 local t0, evals = gpu.clock(), 0
+local TRACE = os.getenv("DDP_MLP_TRACE")
 for i = 1, steps do
+  if TRACE and i == steps then
+    gpu.synchronize()
+    gpu.trace.start()
+  end
   step(i)
+  if TRACE and i == steps then
+    gpu.trace.stop()
+    gpu.trace.svg(string.format("%s.rank%d.svg", TRACE, r))
+    -- how long the first all_reduce (layer 2's) ran beside compute work
+    local ev, ar = gpu.trace.events(), nil
+    for _, e in ipairs(ev) do
+      if e.name == "all_reduce" and not ar then ar = e end
+    end
+    local beside = 0
+    for _, e in ipairs(ev) do
+      if ar and e.kind == "op" and e.stream and e.stream ~= ar.stream and e.name ~= "all_reduce" then
+        local a, b = math.max(e.ts, ar.ts), math.min(e.ts + e.dur, ar.ts + ar.dur)
+        if b > a then beside = beside + (b - a) end
+      end
+    end
+    if ar and r == 0 then
+      print(string.format("ddp_mlp: traced step: layer 2's all_reduce ran %.1f us, %.1f us of it beside compute ops",
+                          ar.dur, beside))
+    end
+  end
   if i % 100 == 0 or i == steps then
     gpu.synchronize()   -- the steps so far are done: their time counts
     local te = gpu.clock()
