@@ -367,6 +367,87 @@ T.test("an error in a stage propagates and leaks nothing", function()
               "no data", "a stage's error(msg) keeps its file:line")
 end)
 
+T.test("graph = true: each slot's compute captured once, replayed for every batch", function()
+  local n = 1024
+  -- batch i's input: 2i everywhere but element 1, -i; compute: 2x + 1
+  local function want(i) return { min = 1 - 2 * i, max = 4 * i + 1, sum = (n - 1) * (4 * i + 1) + (1 - 2 * i) } end
+  local before = live()
+  for _, depth in ipairs { 1, 2, 3 } do
+    for _, batches in ipairs { 1, 5, 8 } do
+      for _, mode in ipairs { "output", "result" } do
+        local calls, got, graphs = {}, {}, 0
+        local spec = {
+          batches = batches, depth = depth, graph = true, progress = false, name = "g",
+          input = { shape = { n } },
+          load = function(i, pin) pin:fill(2 * i); pin:set(1, -i) end,
+          compute = function(i, x, y)
+            calls[#calls + 1] = i
+            if gpu.current_stream() ~= gpu.default_stream() then graphs = graphs + 1 end
+            if y then
+              x:mul(2, { out = y })
+              y:add_(1)
+              return nil
+            end
+            x:mul_(2):add_(1)
+            return { min = x:min(), max = x:max(), sum = x:sum() }
+          end,
+        }
+        if mode == "output" then
+          spec.output = { shape = { n } }
+          spec.sink = function(i, pout)
+            got[i] = { min = pout:min():item(), max = pout:max():item(), sum = pout:sum():item() }
+          end
+        else
+          spec.sink = function(i, _, r) got[i] = { min = r.min:item(), max = r.max:item(), sum = r.sum:item() } end
+        end
+        local stats = pipeline.run(spec)
+        local name = string.format("depth %d, %d batches, %s", depth, batches, mode)
+        local slots, first = math.min(depth, batches), {}
+        for k = 1, slots do first[k] = k end
+        T.is(calls, first, name .. ": compute ran once per slot, at its first batch")
+        T.is(graphs, slots, name .. ": ... each time on a capture stream")
+        local wants = {}
+        for i = 1, batches do wants[i] = want(i) end
+        T.is(got, wants, name .. ": every batch's result, from the replays")
+        T.is(stats.batches, batches, name .. ": stats.batches")
+      end
+    end
+  end
+  T.is(live(), before, "the graphs, streams, events and buffers are all closed")
+  -- a call that cannot be captured raises at its line in compute
+  local line
+  local msg = T.raises(function()
+    pipeline.run {
+      batches = 3, graph = true, progress = false, input = { shape = { 4 } },
+      load = function(i, pin) pin:fill(i) end,
+      compute = function(_, x)
+        line = debug.getinfo(1, "l").currentline + 1
+        return x:sum():item()
+      end,
+    }
+  end, "item: .*cannot be captured", "item() in a captured compute raises")
+  T.ok(msg and msg:find("pipeline.lua:" .. tostring(line) .. ":", 1, true), "... at its line: " .. tostring(msg))
+  T.is(live(), before, "... and nothing is left")
+  T.raises_at(function()
+    pipeline.run { graph = 1, input = { shape = 4 }, load = ok_load, compute = ok_compute }
+  end, "bad field 'graph' %(a boolean expected, got 1%)", "graph must be a boolean")
+end)
+
+T.test("graph = true inside a gpu.task", function()
+  local sums = {}
+  local t = gpu.task(function()
+    pipeline.run {
+      batches = 6, depth = 2, graph = true, progress = false, input = { shape = { 256 } },
+      load = function(i, pin) pin:fill(i) end,
+      compute = function(_, x) return x:mul(3):sum() end,
+      sink = function(i, _, r) sums[i] = r:item() end,
+    }
+  end)
+  gpu.run()
+  t:result()
+  T.is(sums, { 768, 1536, 2304, 3072, 3840, 4608 }, "the replays' sums, read by the sinks")
+end)
+
 T.test("an asynchronous device error surfaces from run", function()
   local zeros <close> = gpu.zeros({ 16 }, { dtype = "i32" })
   local before = live()
@@ -470,6 +551,13 @@ T.test("scripts/overlap_pipeline.lua", function()
   T.ok(ok3 and out3:find("overlap: 1 batches x 0.0 MiB, check ok", 1, true), "a single batch works")
   local out4, ok4 = run("", "scripts/overlap_pipeline.lua 2 4096 passes=3")
   T.ok(not ok4 and out4:find("passes must be auto or an even integer", 1, true), "an odd passes= is refused")
+  for _, env in ipairs { "", "GPULUA_HOST_JITTER=1" } do
+    local out5, ok5 = run(env, "scripts/overlap_pipeline.lua 7 32768 passes=2 graph")
+    T.ok(ok5 and out5:find("overlap: 7 batches x 0.1 MiB, check ok", 1, true), "graph: check ok " .. env)
+    T.ok(out5:find("compute: 2 passes per batch (fixed), replayed from a graph per slot", 1, true),
+         "... replayed from a graph per slot")
+    if not ok5 then T.diag(out5) end
+  end
 end)
 
 T.done()

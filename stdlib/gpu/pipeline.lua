@@ -52,6 +52,14 @@
 --   timing    true: time every stage with events (stats gain device_ms,
 --             h2d_ms, compute_ms, d2h_ms and timeline).
 --   name      label of the progress line (default "pipeline").
+--   graph     true: each slot's compute is captured once with gpu.graph (at
+--             the slot's first batch; compute is called depth times in all,
+--             its Lua control flow running then only) and replayed for
+--             every batch of the slot, one launch instead of its ops.  What
+--             compute returns is the graph's: rewritten by each replay, it
+--             shows batch i's values when sink(i) gets it.  A call that
+--             cannot be captured (a sync such as item, a stream not joined)
+--             raises at its line in compute.
 --
 -- The buffers are the module's: they are closed when run returns (or
 -- raises), as are its streams and events; a stage that closes one it was
@@ -81,7 +89,7 @@ local gpu = require "gpu"
 local M = {}
 
 local FIELDS = { "batches", "depth", "input", "inputs", "output", "load", "compute", "sink",
-                 "progress", "timing", "name" }
+                 "progress", "timing", "name", "graph" }
 local DTYPES = { "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64", "bool" }
 
 -- ---- checking the spec ---------------------------------------------------
@@ -285,7 +293,7 @@ local function check(spec, extra)
     end
     P[f] = spec[f]
   end
-  for _, f in ipairs { "progress", "timing" } do
+  for _, f in ipairs { "progress", "timing", "graph" } do
     if spec[f] ~= nil and type(spec[f]) ~= "boolean" then
       bad("bad field '%s' (a boolean expected, got %s)", f, show(spec[f]))
     end
@@ -295,6 +303,7 @@ local function check(spec, extra)
   end
   P.name = spec.name or "pipeline"
   P.timing = spec.timing == true
+  P.graph = spec.graph == true
   if spec.progress == nil then P.progress = gpu.isatty("stderr") else P.progress = spec.progress end
 
   if not P.compute then bad("missing field 'compute' (a function that enqueues batch i's device work)") end
@@ -571,7 +580,24 @@ local function run(P, R)
     do
       local _ <close> = gpu.using(comp)
       c0 = mark(comp)
-      local result = call_stage(P, "compute", i, s.dev_in, s.dev_out)
+      local result
+      if P.graph then
+        -- the slot's compute is captured at its first batch and replayed
+        -- from then on: its results are the graph's, rewritten by each
+        -- replay (sink(i) sees batch i's: the slot's next replay is batch
+        -- i + nslots, enqueued after sink(i))
+        if not s.graph then
+          local got = table.pack(gpu.graph(function()
+            return call_stage(P, "compute", i, s.dev_in, s.dev_out)
+          end, { name = string.format("%s compute, slot %d", P.name, k) }))
+          s.graph = own(R, got[1])
+          s.graph_result = got[2]
+        end
+        s.graph:launch(comp)
+        result = s.graph_result
+      else
+        result = call_stage(P, "compute", i, s.dev_in, s.dev_out)
+      end
       check_open(P, "compute", i, s.dev_in, "device input")
       check_open(P, "compute", i, s.dev_out, "device output")
       c1 = mark(comp)
