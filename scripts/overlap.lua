@@ -1,6 +1,6 @@
 -- Double buffering: copy batch b+1 host -> device while computing on batch b.
 --
---   gpulua scripts/overlap.lua [batches [elements_per_batch]] [unsafe] [passes=N|passes=auto]
+--   gpulua scripts/overlap.lua [batches [elements_per_batch]] [unsafe] [passes=N|passes=auto] [graph]
 --
 -- Every batch starts in its own pinned buffer, filled before the timed
 -- region (batches x elements x 4 bytes of pinned memory), so the timed
@@ -22,6 +22,11 @@
 -- before the timed region so that one batch's compute takes about as long
 -- as one batch's copy.  passes=N fixes it.
 --
+-- Pass "graph" to capture the compute of each device buffer once (gpu.graph)
+-- and replay it for every batch in that buffer: one launch instead of its
+-- ops; the replay writes y's sum, min and max into a tensor of the graph's,
+-- which each batch copies out (one small copy) for the check.
+--
 -- Pass "unsafe" to drop the two stream waits and watch the check fail: the
 -- transfer stream then runs ahead and overwrites device buffers that batches
 -- still queued on the compute stream were meant to read.
@@ -29,11 +34,13 @@
 local gpu = require "gpu"
 
 local args = arg or {}
-local pos, unsafe, passes_opt = {}, false, "auto"
+local pos, unsafe, passes_opt, graph = {}, false, "auto", false
 for i = 1, #args do
   local a = args[i]
   if a == "unsafe" then
     unsafe = true
+  elseif a == "graph" then
+    graph = true
   elseif a:match("^passes=") then
     passes_opt = a:sub(8)
   else
@@ -66,10 +73,17 @@ for k = 1, 2 do
   comp_done[k] = gpu.event { timing = false }
 end
 
--- one batch's compute on x (enqueued on the current stream)
-local function compute(x, passes)
+-- one batch's compute on x (enqueued on the current stream); with st, the
+-- sum, min and max go into st[1], st[2], st[3]
+local function compute(x, passes, st)
   x:mul_(2):sub_(1):relu_()
   for p = 1, passes do x:mul_(p % 2 == 1 and 2 or 0.5) end
+  if st then
+    x:sum({ out = st:select(1, 1) })
+    x:min({ out = st:select(1, 2) })
+    x:max({ out = st:select(1, 3) })
+    return st
+  end
   return { sum = x:sum(), min = x:min(), max = x:max() }
 end
 
@@ -100,6 +114,17 @@ if not passes then
                               copy_ms, fixed_ms, pair_ms / 2)
 end
 
+-- graph: the compute of dev[k] captured once, its sum, min and max written
+-- into stats[k] (the graph's: rewritten by each replay)
+local graphs, stats = {}, {}
+if graph then
+  for k = 1, 2 do
+    graphs[k], stats[k] = gpu.graph(function()
+      return compute(dev[k], passes, gpu.empty({ 3 }, { dtype = "f32" }))
+    end, { name = "overlap compute " .. k })
+  end
+end
+
 local results = {}                         -- per batch: device scalars, read at the end
 local timing = {}                          -- per batch: events around copy and compute
 gpu.synchronize()                          -- setup done; time only the pipeline
@@ -123,7 +148,12 @@ for b = 1, nbatches do
   do
     local _ <close> = gpu.using(compute_stream)
     tm.comp0 = compute_stream:record { timing = true }
-    results[b] = compute(dev[k], passes)
+    if graph then
+      graphs[k]:launch()
+      results[b] = stats[k]:clone()
+    else
+      results[b] = compute(dev[k], passes)
+    end
     tm.comp1 = compute_stream:record { timing = true }
   end
   comp_done[k]:record(compute_stream)
@@ -137,7 +167,8 @@ gpu.synchronize()
 local bad = 0
 for b = 1, nbatches do
   local r = results[b]
-  local sum, lo, hi = r.sum:item(), r.min:item(), r.max:item()
+  local sum, lo, hi
+  if graph then sum, lo, hi = table.unpack(r:totable()) else sum, lo, hi = r.sum:item(), r.min:item(), r.max:item() end
   local want_sum = 2.0 * n * b - 1                  -- n(2b-1) + 2/n * n(n-1)/2
   local want_hi = 2 * b - 1 + 2 * (n - 1) / n       -- before f32 rounding
   local ok = lo == 2 * b - 1
@@ -158,7 +189,8 @@ if bad > 0 then
                       nbatches, mib, bad, nbatches, unsafe and " (unsafe: no event waits)" or ""), 0)
 end
 print(string.format("overlap: %d batches x %.1f MiB, check ok", nbatches, mib))
-print(string.format("compute: %d passes per batch (%s)", passes, calibration))
+print(string.format("compute: %d passes per batch (%s)%s", passes, calibration,
+                    graph and string.format(", replayed from a graph per buffer (%d nodes)", graphs[1].nodes) or ""))
 
 -- Everything below comes from the events of this run.  copy_ms and comp_ms
 -- are the sums of the per-batch intervals, each measured while the other

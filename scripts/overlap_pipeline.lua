@@ -3,7 +3,7 @@
 -- the module.
 --
 --   gpulua scripts/overlap_pipeline.lua [batches [elements_per_batch]] [passes=N|passes=auto]
---                                       [trace=FILE.svg|FILE.json]
+--                                       [trace=FILE.svg|FILE.json] [graph]
 --
 -- As in overlap.lua, every batch starts in its own pinned buffer filled
 -- before the timed region; they are handed to the module as `inputs`, so the
@@ -15,19 +15,24 @@
 -- batch's compute takes about as long as one batch's copy.  Times come from
 -- the module's events (timing = true).  trace=FILE writes the timeline of
 -- the timed pipeline alone (setup and checks left out) as an SVG picture or
--- a Chrome trace (gpu.trace).
+-- a Chrome trace (gpu.trace).  graph: the module captures each slot's compute
+-- once (graph = true) and replays it per batch; the sum, min and max then go
+-- to the batch's output (3 floats, copied back by the module) and a sink
+-- keeps them.
 
 local gpu = require "gpu"
 local pipeline = require "gpu.pipeline"
 
 local args = arg or {}
-local pos, passes_opt, trace_file = {}, "auto", nil
+local pos, passes_opt, trace_file, graph = {}, "auto", nil, false
 for i = 1, #args do
   local a = args[i]
   if a:match("^passes=") then
     passes_opt = a:sub(8)
   elseif a:match("^trace=.") then
     trace_file = a:sub(7)
+  elseif a == "graph" then
+    graph = true
   elseif a == "unsafe" then
     error("overlap_pipeline: no 'unsafe' variant: gpu.pipeline always orders its stages with events", 0)
   else
@@ -50,10 +55,17 @@ for b = 1, nbatches do
   ramp:add(b, { out = src[b] })
 end
 
--- one batch's compute on x (enqueued on the current stream)
-local function compute(x, passes)
+-- one batch's compute on x (enqueued on the current stream); with st, the
+-- sum, min and max go into st[1], st[2], st[3]
+local function compute(x, passes, st)
   x:mul_(2):sub_(1):relu_()
   for p = 1, passes do x:mul_(p % 2 == 1 and 2 or 0.5) end
+  if st then
+    x:sum({ out = st:select(1, 1) })
+    x:min({ out = st:select(1, 2) })
+    x:max({ out = st:select(1, 3) })
+    return st
+  end
   return { sum = x:sum(), min = x:min(), max = x:max() }
 end
 
@@ -92,10 +104,17 @@ local results = {}                         -- per batch: device scalars, read at
 gpu.synchronize()                          -- setup done; time only the pipeline
 
 if trace_file then gpu.trace.start() end
-local stats = pipeline.run {
+local spec = {
   inputs = src, depth = 2, timing = true, name = "overlap_pipeline",
   compute = function(b, x) results[b] = compute(x, passes) end,
 }
+if graph then
+  spec.graph = true
+  spec.output = { shape = { 3 }, dtype = "f32" }
+  spec.compute = function(_, x, st) compute(x, passes, st) end
+  spec.sink = function(b, pout) results[b] = pout:totable() end
+end
+local stats = pipeline.run(spec)
 if trace_file then
   gpu.trace.stop()
   gpu.trace.write(trace_file)
@@ -105,7 +124,8 @@ end
 local bad = 0
 for b = 1, nbatches do
   local r = results[b]
-  local sum, lo, hi = r.sum:item(), r.min:item(), r.max:item()
+  local sum, lo, hi
+  if graph then sum, lo, hi = table.unpack(r) else sum, lo, hi = r.sum:item(), r.min:item(), r.max:item() end
   local want_sum = 2.0 * n * b - 1                  -- n(2b-1) + 2/n * n(n-1)/2
   local want_hi = 2 * b - 1 + 2 * (n - 1) / n       -- before f32 rounding
   local ok = lo == 2 * b - 1
@@ -126,7 +146,8 @@ if bad > 0 then
                       nbatches, mib, bad, nbatches), 0)
 end
 print(string.format("overlap: %d batches x %.1f MiB, check ok", nbatches, mib))
-print(string.format("compute: %d passes per batch (%s)", passes, calibration))
+print(string.format("compute: %d passes per batch (%s)%s", passes, calibration,
+                    graph and ", replayed from a graph per slot" or ""))
 
 -- The same figures as overlap.lua's, from the module's events (ms since its
 -- start event): per-batch copy and compute intervals, each measured while

@@ -26,6 +26,14 @@ T.test("scripts/overlap.lua", function()
   T.ok(ok3 and out3:find("overlap: 1 batches", 1, true), "a single batch works")
   local out4, ok4 = run("", "scripts/overlap.lua 2 4096 passes=3")
   T.ok(not ok4 and out4:find("passes must be auto or an even integer", 1, true), "an odd passes= is refused")
+  -- the compute of each buffer captured once and replayed
+  for _, env in ipairs { "", "GPULUA_HOST_JITTER=1" } do
+    local out5, ok5 = run(env, "scripts/overlap.lua 7 32768 passes=2 graph")
+    T.ok(ok5 and out5:find("overlap: 7 batches x 0.1 MiB, check ok", 1, true), "graph: check ok " .. env)
+    T.ok(out5:find("compute: 2 passes per batch (fixed), replayed from a graph per buffer (8 nodes)", 1, true),
+         "... replayed from a graph of 8 nodes")
+    if not ok5 then T.diag(out5) end
+  end
 end)
 
 T.test("overlap.lua's check fails without the event wait", function()
@@ -35,6 +43,8 @@ T.test("overlap.lua's check fails without the event wait", function()
   T.ok(not ok, "the unsafe variant exits non-zero under jitter")
   T.ok(out:find("check FAILED", 1, true), "and says the check failed")
   T.diag((out:gsub("\n$", "")))
+  local out2, ok2 = run("GPULUA_HOST_JITTER=1 GPULUA_CHECK=", "scripts/overlap.lua 16 65536 unsafe passes=2 graph")
+  T.ok(not ok2 and out2:find("check FAILED", 1, true), "the same with the compute replayed from graphs")
 end)
 
 T.test("rank scripts under the launcher", function()
