@@ -3,16 +3,21 @@
  *
  * A copy that transposes (in contiguous along one dim, out along another:
  * m:t():contiguous(), a permuted reshape, cat of transposed parts) goes
- * through 32 x 32 tiles in shared memory, so that both its reads and its
- * writes are coalesced; any other copy walks out in order and gathers in. */
+ * through square tiles in shared memory, so that both its reads and its
+ * writes are coalesced: 64 x 64 where both transposed dims are that long
+ * (8 elements in flight per thread: 2727 GB/s on an 8192 x 8192 f32 on an
+ * H100 against 2150 for 32 x 32 tiles, bench/RESULTS.md), else 32 x 32.
+ * Any other copy walks out in order and gathers in. */
 #include "k_common.cuh"
 
-#define KT_TILE 32   /* transpose tile edge */
-#define KT_ROWS 8    /* thread rows of a tile's block: KT_TILE / KT_ROWS elements per thread and side */
+#define KT_TILE 32   /* transpose tile edge: the small tile */
+#define KT_BIG 64    /* the large tile, where both transposed dims reach it */
+#define KT_ROWS 8    /* thread rows of a tile's block: tile / KT_ROWS elements per thread and side */
 #define KT_MIN 16    /* shortest transposed dim worth a tile */
-/* Blocks per SM the kernel is built for, to keep loads in flight: 8 (32
- * registers) for elements up to 4 bytes; 8-byte ones spill there (ptxas -v)
- * and carry twice the bytes per load: 4. */
+/* Blocks per SM the kernel is built for with 32 x 32 tiles, to keep loads
+ * in flight: 8 (32 registers) for elements up to 4 bytes; 8-byte ones spill
+ * there (ptxas -v) and carry twice the bytes per load: 4.  64 x 64 tiles
+ * have blocks twice as large: half as many. */
 #define KT_BLOCKS(E) (sizeof(E) < 8 ? 8 : 4)
 
 /* A copy as a batch of 2-D transposes.  Element (a, b) of batch z is
@@ -37,14 +42,14 @@ __global__ void __launch_bounds__(K_THREADS) copy_kernel(kview out, kview in, in
   for (int64_t i = tid; i < n; i += nth) *k_at<E>(out, i) = *k_at<E>(in, i);
 }
 
-/* Blocks of KT_TILE x KT_ROWS threads, one tile each: x along a, y along
+/* Blocks of TILE x KT_ROWS threads, one tile each: x along a, y along
  * b, z over the batch, each a grid-stride loop for grids at their limits. */
-template <typename E>
-__global__ void __launch_bounds__(KT_TILE * KT_ROWS, KT_BLOCKS(E)) transpose_kernel(ktrans t)
+template <typename E, int TILE>
+__global__ void __launch_bounds__(TILE * KT_ROWS, KT_BLOCKS(E) * 32 / TILE) transpose_kernel(ktrans t)
 {
   /* +1: a column of the tile falls in different banks */
-  __shared__ E tile[KT_TILE][KT_TILE + 1];
-  E v[KT_TILE / KT_ROWS];
+  __shared__ E tile[TILE][TILE + 1];
+  E v[TILE / KT_ROWS];
   int tx = threadIdx.x, ty = threadIdx.y;
   /* the tile loops' bounds are block-uniform: the barriers are reached by all */
   for (int64_t z = blockIdx.z; z < t.nbatch; z += gridDim.z) {
@@ -58,21 +63,21 @@ K_UNROLL
         r = q;
       }
     }
-    for (int64_t b0 = (int64_t)blockIdx.y * KT_TILE; b0 < t.nb; b0 += (int64_t)gridDim.y * KT_TILE) {
-      for (int64_t a0 = (int64_t)blockIdx.x * KT_TILE; a0 < t.na; a0 += (int64_t)gridDim.x * KT_TILE) {
+    for (int64_t b0 = (int64_t)blockIdx.y * TILE; b0 < t.nb; b0 += (int64_t)gridDim.y * TILE) {
+      for (int64_t a0 = (int64_t)blockIdx.x * TILE; a0 < t.na; a0 += (int64_t)gridDim.x * TILE) {
         /* read: lanes along a, where in is contiguous, every load issued
          * before the first store; v[k] is tile[ty + k * KT_ROWS][tx] */
 K_UNROLL
-        for (int k = 0; k < KT_TILE / KT_ROWS; k++)
+        for (int k = 0; k < TILE / KT_ROWS; k++)
           if (a0 + tx < t.na && b0 + ty + k * KT_ROWS < t.nb)
             v[k] = ((const E *)t.in)[ib + (a0 + tx) + (b0 + ty + k * KT_ROWS) * t.isb];
 K_UNROLL
-        for (int k = 0; k < KT_TILE / KT_ROWS; k++)
+        for (int k = 0; k < TILE / KT_ROWS; k++)
           if (a0 + tx < t.na && b0 + ty + k * KT_ROWS < t.nb) tile[ty + k * KT_ROWS][tx] = v[k];
         __syncthreads();
         /* write: lanes along b, where out is contiguous */
 K_UNROLL
-        for (int k = 0; k < KT_TILE / KT_ROWS; k++)
+        for (int k = 0; k < TILE / KT_ROWS; k++)
           if (b0 + tx < t.nb && a0 + ty + k * KT_ROWS < t.na)
             ((E *)t.out)[ob + (b0 + tx) + (a0 + ty + k * KT_ROWS) * t.osa] = tile[tx][ty + k * KT_ROWS];
         __syncthreads();   /* the tile is free again */
@@ -146,18 +151,23 @@ static int transpose_plan(const kview &out, const kview &in, ktrans *t)
   return 1;
 }
 
+template <int TILE> static void launch_tiles(const ktrans &t, int dtype, cudaStream_t st)
+{
+  int64_t ta = (t.na + TILE - 1) / TILE, tb = (t.nb + TILE - 1) / TILE;
+  dim3 block(TILE, KT_ROWS), grid((unsigned)(ta < INT_MAX ? ta : INT_MAX), (unsigned)(tb < 65535 ? tb : 65535),
+                                  (unsigned)(t.nbatch < 65535 ? t.nbatch : 65535));
+  switch (k_esize(dtype)) {
+  case 1: transpose_kernel<uint8_t, TILE><<<grid, block, 0, st>>>(t); break;
+  case 2: transpose_kernel<uint16_t, TILE><<<grid, block, 0, st>>>(t); break;
+  case 4: transpose_kernel<uint32_t, TILE><<<grid, block, 0, st>>>(t); break;
+  default: transpose_kernel<uint64_t, TILE><<<grid, block, 0, st>>>(t); break;
+  }
+}
+
 static int launch_transpose(const ktrans &t, int dtype, const cuk_env *env, char *err, size_t errlen)
 {
-  int64_t ta = (t.na + KT_TILE - 1) / KT_TILE, tb = (t.nb + KT_TILE - 1) / KT_TILE;
-  dim3 block(KT_TILE, KT_ROWS), grid((unsigned)(ta < INT_MAX ? ta : INT_MAX), (unsigned)(tb < 65535 ? tb : 65535),
-                                     (unsigned)(t.nbatch < 65535 ? t.nbatch : 65535));
-  cudaStream_t st = k_stream(env);
-  switch (k_esize(dtype)) {
-  case 1: transpose_kernel<uint8_t><<<grid, block, 0, st>>>(t); break;
-  case 2: transpose_kernel<uint16_t><<<grid, block, 0, st>>>(t); break;
-  case 4: transpose_kernel<uint32_t><<<grid, block, 0, st>>>(t); break;
-  default: transpose_kernel<uint64_t><<<grid, block, 0, st>>>(t); break;
-  }
+  if (t.na >= KT_BIG && t.nb >= KT_BIG) launch_tiles<KT_BIG>(t, dtype, k_stream(env));
+  else launch_tiles<KT_TILE>(t, dtype, k_stream(env));
   K_LAUNCHED();
   return 0;
 }
