@@ -358,7 +358,7 @@ int dev_intr_check(dev_ctx *ctx, int rc);
  * retain/release: a reference (the submitter has one).  dev_parse_size: "8M", "1.5G" (0, or
  * -1 when not a size of at least one byte). */
 #define DEV_STAGE_CHUNK ((size_t)8 << 20)
-#define DEV_STAGE_THREADS 4
+#define DEV_STAGE_THREADS 8   /* at most, by default: half the processors (dev_stage_config) */
 typedef int (*dev_stage_fn)(void *ud, void (*fn)(void *), void *arg);
 typedef int (*dev_stage_copy)(void *ud, void *dst, const void *src, size_t n);
 int dev_stage_config(dev_ctx *ctx);
