@@ -10,23 +10,8 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-local function find_python()
-  for _, py in ipairs { os.getenv("GPULUA_PYTHON") or "", "python3", "/usr/bin/python3" } do
-    if py ~= "" then
-      local _, code = T.sh(py .. " -c 'import numpy' >/dev/null 2>&1")
-      if code == 0 then return py end
-    end
-  end
-end
-
-local PY = find_python()
-if not PY then
-  T.skip("the NumPy comparison", "no python3 with numpy found (apt install python3-numpy, or set GPULUA_PYTHON)")
-  T.done()
-end
-
-local DIR = (T.sh("mktemp -d 2>/dev/null"):gsub("%s+$", ""))
-assert(DIR ~= "", "mktemp -d failed")
+local N = dofile("tests/numpy/oracle.lua")
+local O = N.open()   -- skips the file without a python3 with numpy
 
 local seed = 500
 local function rand(dt, shape)
@@ -37,18 +22,11 @@ local function rand(dt, shape)
   return gpu.rand(shape, o)
 end
 
-local lines, names, nfile = {}, {}, 0
-local function save(t)
-  nfile = nfile + 1
-  local p = string.format("%s/m%d.npy", DIR, nfile)
-  t:save(p)
-  return string.format("%q", p)
-end
+local function save(t) return O:save(t) end
 
 -- a case: the operands as gpulua sees them and its result
 local function case(name, dt, a, b, c)
-  names[#names + 1] = name
-  lines[#lines + 1] = string.format("C(%q, %q, %s, %s, %s)", name, dt, save(a), save(b), save(c))
+  O:case(name, string.format("C(%q, %q, %s, %s, %s)", name, dt, save(a), save(b), save(c)))
 end
 
 -- the m x k operand of a case, in one of several layouts: contiguous, a
@@ -124,7 +102,7 @@ results = []
 
 def C(name, dt, pa, pb, pc):
     try:
-        a, b, got = load(pa, dt), load(pb, dt), load(pc, dt)
+        a, b, got = load(pa[0], dt), load(pb[0], dt), load(pc[0], dt)   # (path, dtype)
         if dt in TOL:
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
             ref = np.matmul(a64, b64)
@@ -155,30 +133,7 @@ for name, err in results:
     print("ok\t%s" % name if err is None else "fail\t%s\t%s" % (name, err))
 ]=]
 
-T.test("matmul against NumPy: 2-D, batched, broadcast, transposed views, out =", function()
-  local cfile = DIR .. "/cases.py"
-  local f = assert(io.open(cfile, "w"))
-  f:write(table.concat(lines, "\n"), "\n")
-  f:close()
-  local ofile = DIR .. "/oracle.py"
-  f = assert(io.open(ofile, "w"))
-  f:write(ORACLE)
-  f:close()
-  local out, code = T.sh(string.format("%s %s %s 2>&1", PY, ofile, cfile))
-  if not T.ok(code == 0, "the oracle ran (" .. PY .. ")") then
-    T.diag(out)
-    return
-  end
-  local got = {}
-  for line in out:gmatch("[^\n]+") do
-    local st, name, detail = line:match("^(%a+)\t([^\t]*)\t?(.*)$")
-    if st then got[name] = { st, detail } end
-  end
-  for _, name in ipairs(names) do
-    local r = got[name]
-    if not T.ok(r and r[1] == "ok", name) then T.diag(r and r[2] or "no result from the oracle") end
-  end
-end)
+O:check("matmul against NumPy: 2-D, batched, broadcast, transposed views, out =", ORACLE)
 
 T.test("matmul: bad shapes and batches raise naming both shapes", function()
   local a = gpu.ones({ 2, 3, 4 })
@@ -199,5 +154,5 @@ T.test("matmul with zero-sized dims: k = 0 gives zeros, batched too", function()
   T.is(table.concat(gpu.matmul(gpu.ones({ 0, 3, 5 }), gpu.ones({ 5, 2 })).shape, ","), "0,3,2", "an empty batch")
 end)
 
-T.sh("rm -rf " .. DIR)
+O:close()
 T.done()

@@ -15,25 +15,8 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-local function find_python()
-  local cands = { os.getenv("GPULUA_PYTHON"), "python3", "/usr/bin/python3" }
-  for i = 1, 3 do
-    local py = cands[i]
-    if py and py ~= "" then
-      local _, code = T.sh(py .. " -c 'import numpy' >/dev/null 2>&1")
-      if code == 0 then return py end
-    end
-  end
-end
-
-local PY = find_python()
-if not PY then
-  T.skip("the NumPy comparison", "no python3 with numpy found (apt install python3-numpy, or set GPULUA_PYTHON)")
-  T.done()
-end
-
-local DIR = (T.sh("mktemp -d 2>/dev/null"):gsub("%s+$", ""))
-assert(DIR ~= "", "mktemp -d failed")
+local N = dofile("tests/numpy/oracle.lua")
+local O = N.open()   -- skips the file without a python3 with numpy
 
 local FLOATS = { "f32", "f64", "f16", "bf16" }
 local NUMERIC = { "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64" }
@@ -56,34 +39,17 @@ local function operand(dt, strided, lo, hi)
   return rand(dt, SHAPE, lo, hi)
 end
 
-local cases, names = {}, {}
-local nfile = 0
+local function save(t) return O:save(t) end
 
-local function save(t)
-  nfile = nfile + 1
-  local p = string.format("%s/t%d.npy", DIR, nfile)
-  t:save(p)
-  return string.format("(%q, %q)", p, t.dtype)
-end
-
-local function pyval(v)
-  if type(v) == "boolean" then return v and "True" or "False" end
-  if v == nil then return "None" end
-  if v ~= v then return "float('nan')" end
-  if v == 1 / 0 then return "float('inf')" end
-  if v == -1 / 0 then return "float('-inf')" end
-  if math.type(v) == "integer" then return string.format("%d", v) end
-  return string.format("%.17g", v)
-end
+local pyval = N.pyval
 
 -- name; op; the dtype; the inputs; the result; its tolerance (0: exact);
 -- extra (a python dict literal: axis, keepdims, ddof, p, dim)
 local function case(name, op, dt, ins, result, tol, extra)
   local i = {}
   for k, t in ipairs(ins) do i[k] = save(t) end
-  names[#names + 1] = name
-  cases[#cases + 1] = string.format("C(%q, %q, %q, [%s], %s, %s, %s)", name, op, dt, table.concat(i, ", "),
-                                    save(result), tol, extra or "{}")
+  O:case(name, string.format("C(%q, %q, %q, [%s], %s, %s, %s)", name, op, dt, table.concat(i, ", "),
+                                    save(result), tol, extra or "{}"))
 end
 
 -- ---- reductions ------------------------------------------------------------
@@ -384,31 +350,7 @@ for name, err in results:
     print("ok\t%s" % name if err is None else "fail\t%s\t%s" % (name, err))
 ]=]
 
-T.test("every reduction, scan, softmax and index op against NumPy", function()
-  local cfile = DIR .. "/cases.py"
-  local f = assert(io.open(cfile, "w"))
-  f:write(table.concat(cases, "\n"), "\n")
-  f:close()
-  local ofile = DIR .. "/oracle.py"
-  f = assert(io.open(ofile, "w"))
-  f:write(ORACLE)
-  f:close()
-  local out, code = T.sh(string.format("%s %s %s 2>&1", PY, ofile, cfile))
-  if code ~= 0 then
-    T.ok(false, "the oracle ran (" .. PY .. ")")
-    T.diag(out)
-    return
-  end
-  local got = {}
-  for line in out:gmatch("[^\n]+") do
-    local st, name, detail = line:match("^(%a+)\t([^\t]*)\t?(.*)$")
-    if st then got[name] = { st, detail } end
-  end
-  for _, name in ipairs(names) do
-    local r = got[name]
-    if not T.ok(r and r[1] == "ok", name) then T.diag(r and r[2] or "no result from the oracle") end
-  end
-end)
+O:check("every reduction, scan, softmax and index op against NumPy", ORACLE)
 
-T.sh("rm -rf '" .. DIR .. "'")
+O:close()
 T.done()

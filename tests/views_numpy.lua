@@ -10,26 +10,8 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-local function find_python()
-  local cands = { os.getenv("GPULUA_PYTHON"), "python3", "/usr/bin/python3" }
-  for i = 1, 3 do
-    local py = cands[i]
-    if py and py ~= "" then
-      local _, code = T.sh(py .. " -c 'import numpy' >/dev/null 2>&1")
-      if code == 0 then return py end
-    end
-  end
-end
-
-local PY = find_python()
-if not PY then
-  T.skip("the NumPy comparison", "no python3 with numpy found (apt install python3-numpy, or set GPULUA_PYTHON)")
-  T.done()
-end
-
--- in memory where it can be: every save ends with an fsync
-local DIR = (T.sh("mktemp -d -p /dev/shm 2>/dev/null || mktemp -d 2>/dev/null"):gsub("%s+$", ""))
-assert(DIR ~= "", "mktemp -d failed")
+local N = dofile("tests/numpy/oracle.lua")
+local O = N.open()   -- skips the file without a python3 with numpy
 
 local ALL = T.dtypes
 local IRANGE = { i8 = { -128, 128 }, u8 = { 0, 256 }, i32 = { -100000, 100000 }, i64 = { -(1 << 40), 1 << 40 } }
@@ -45,38 +27,17 @@ end
 
 -- ---- cases ----------------------------------------------------------------
 
-local cases, names = {}, {}
-local nfile = 0
+local function save(t) return O:save(t) end
 
-local function save(t)
-  nfile = nfile + 1
-  local p = string.format("%s/t%d.npy", DIR, nfile)
-  t:save(p)
-  return string.format("(%q, %q)", p, t.dtype)
-end
-
--- a Lua value as a Python literal: numbers, booleans, nil, lists
-local function py(v)
-  if type(v) == "table" then
-    local r = {}
-    for i, x in ipairs(v) do r[i] = py(x) end
-    return "[" .. table.concat(r, ", ") .. "]"
-  end
-  if type(v) == "boolean" then return v and "True" or "False" end
-  if v == nil then return "None" end
-  if type(v) == "string" then return string.format("%q", v) end
-  if math.type(v) == "integer" then return string.format("%d", v) end
-  return string.format("%.17g", v)
-end
+local py = N.pyval
 
 -- name; op (the oracle's); ins (tensors); params (a Lua value for the
 -- oracle); result (a tensor)
 local function case(name, op, ins, params, result)
   local i = {}
   for k, t in ipairs(ins) do i[k] = save(t) end
-  names[#names + 1] = name
-  cases[#cases + 1] = string.format("C(%q, %q, [%s], %s, %s)", name, op, table.concat(i, ", "), py(params),
-                                    save(result))
+  O:case(name, string.format("C(%q, %q, [%s], %s, %s)", name, op, table.concat(i, ", "), py(params),
+                                    save(result)))
 end
 
 -- The inputs: a contiguous {5, 6, 7}, a transposed one (strides 1, 7, 42)
@@ -326,31 +287,7 @@ for name, err in results:
     print("ok\t%s" % name if err is None else "fail\t%s\t%s" % (name, err))
 ]=]
 
-T.test("every view, join and creation op against NumPy", function()
-  local cfile = DIR .. "/cases.py"
-  local f = assert(io.open(cfile, "w"))
-  f:write(table.concat(cases, "\n"), "\n")
-  f:close()
-  local ofile = DIR .. "/oracle.py"
-  f = assert(io.open(ofile, "w"))
-  f:write(ORACLE)
-  f:close()
-  local out, code = T.sh(string.format("%s %s %s 2>&1", PY, ofile, cfile))
-  if code ~= 0 then
-    T.ok(false, "the oracle ran (" .. PY .. ")")
-    T.diag(out)
-    return
-  end
-  local got = {}
-  for line in out:gmatch("[^\n]+") do
-    local st, name, detail = line:match("^(%a+)\t([^\t]*)\t?(.*)$")
-    if st then got[name] = { st, detail } end
-  end
-  for _, name in ipairs(names) do
-    local r = got[name]
-    if not T.ok(r and r[1] == "ok", name) then T.diag(r and r[2] or "no result from the oracle") end
-  end
-end)
+O:check("every view, join and creation op against NumPy", ORACLE)
 
-T.sh("rm -rf '" .. DIR .. "'")
+O:close()
 T.done()
