@@ -637,14 +637,8 @@ int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t
  * and is launched under mu, so that it never runs on an aborted
  * communicator. */
 
-static void describe_node(const dev_gnode *nd, uint64_t seq, char *out, size_t len) {
-  dev_coll_describe(out, len, nd->coll[0].kind, nd->ncoll, seq);
-}
-
 int cuda_comm_capture(cuda_comm *c, void *stream, const dev_gnode *nd) {
   dev_ctx *ctx = c->ctx;
-  char what[96];
-  describe_node(nd, 0, what, sizeof what);
   pthread_mutex_lock(&c->mu);
   ncclResult_t r = NC_SUCCESS;
   if (!c->comm) {
@@ -692,8 +686,7 @@ int cuda_comm_graph_drop(cuda_comm *c, cuda_comm_graph *g) {
 
 int cuda_comm_replay(cuda_comm *c, void *stream, void *exec, const dev_gexec *gx, uint64_t seq, const char *label) {
   dev_ctx *ctx = c->ctx;
-  char what[96], err[700];
-  int rc = DEV_OK;
+  char err[700];
   uint64_t k = seq;
   for (int i = 0; c->check && c->side && i < gx->n; i++) {
     const dev_gnode *nd = &gx->nodes[i];
@@ -740,10 +733,9 @@ int cuda_comm_replay(cuda_comm *c, void *stream, void *exec, const dev_gexec *gx
     c->pend[c->npend++] = p;
     if (!p2p) c->whole++;
   }
-  if (c->npend == gx->ncolls) pthread_cond_signal(&c->cv);
+  if (c->npend == gx->ncolls) pthread_cond_signal(&c->cv);   /* the list was empty */
   pthread_mutex_unlock(&c->mu);
-  (void)what;
-  return rc;
+  return DEV_OK;
 }
 
 /* A stream about to be destroyed: it has drained, so its collectives are
