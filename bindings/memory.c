@@ -10,8 +10,9 @@
  * least gc_floor).  Past it, a collection step runs first (a young
  * collection in generational mode, where the temporaries are), and a full
  * collection if that did not bring the kind under its limit.  Below the
- * limits, a young collection every gc_floor bytes allocated keeps a
- * loop's temporaries few (their blocks are reused while warm).  The limit is
+ * limits, a young collection every gc_floor bytes allocated (the backend's
+ * warm_bytes where smaller: 8 MiB on the host backend) keeps a loop's
+ * temporaries few (their blocks are reused while warm).  The limit is
  * then live + max(live, gc_floor) with live <= the largest live set L, so
  * the bytes held never exceed 2 L + gc_floor (the bound the README states).
  * Out of memory, an allocation collects in full, waits for the queued work
@@ -58,6 +59,9 @@ void bind_memory_init(gpu_state *st) {
   if (f > ((size_t)256 << 20)) f = (size_t)256 << 20;
   st->gc_floor = f;
   st->gc_young_step = f;
+  /* where the backend's ops go through small caches (the CPU's), sooner */
+  size_t w = dev_warm_bytes(st->ctx);
+  if (w && w < f) st->gc_young_step = w;
   st->gc_count_step = GC_COUNT_STEP;
   gc_reset(st, DEV_MEM_DEVICE, 0);
 }

@@ -235,6 +235,7 @@ void dev_close(dev_ctx *ctx) {
 }
 
 const char *dev_backend_name(dev_ctx *ctx) { return ctx->bk->name; }
+size_t dev_warm_bytes(dev_ctx *ctx) { return ctx->bk->warm_bytes; }
 const char *dev_errmsg(dev_ctx *ctx) { return ctx->err; }
 int dev_device_count(dev_ctx *ctx) { return ctx->bk->device_count(ctx); }
 int dev_current_device(dev_ctx *ctx) { return ctx->device; }

@@ -79,6 +79,10 @@ void dev_ctx_retain(dev_ctx *ctx);
 void dev_ctx_release(dev_ctx *ctx);
 
 const char *dev_backend_name(dev_ctx *ctx);
+/* Bytes of new allocations after which a loop's temporaries are best
+ * collected to keep their blocks warm in the caches the backend's ops go
+ * through (the CPU's for the host backend); 0 when the backend has none. */
+size_t dev_warm_bytes(dev_ctx *ctx);
 const char *dev_errmsg(dev_ctx *ctx);
 int dev_device_count(dev_ctx *ctx);
 int dev_device_info(dev_ctx *ctx, int index, dev_info *out);

@@ -22,6 +22,10 @@ struct dev_gexec;
 
 typedef struct dev_backend {
   const char *name;
+  /* Bytes of new tensors after which a loop's temporaries are best
+   * collected, so that their blocks are reused while still in the caches
+   * the backend's ops go through; 0: no such size (bindings/memory.c). */
+  size_t warm_bytes;
   int (*open)(dev_ctx *ctx, int device);
   void (*close)(dev_ctx *ctx);
   int (*device_count)(dev_ctx *ctx);
