@@ -39,20 +39,26 @@ end
 -- one GPU: NCCL has one rank per GPU, so only a world of one runs
 if CUDA and NGPU < 2 then SIZES = { 1 } end
 
+-- a job of TAP-printing ranks: it exits 0, no rank failed a check, and
+-- every rank passed at least `least` of them
+local function tap_job(n, script, least, env)
+  local out, code = job(n, script, nil, env)
+  T.is(code, 0, "the job exits 0")
+  local failed = {}
+  for line in out:gmatch("[^\n]+") do
+    if line:match("^%[rank %d+%] not ok") then failed[#failed + 1] = line end
+  end
+  T.is(#failed, 0, "no rank failed a check" .. (#failed > 0 and (": " .. failed[1]) or ""))
+  for rank = 0, n - 1 do
+    local oks = count(out, "%[rank " .. rank .. "%] ok ")
+    T.ok(oks >= least, string.format("rank %d passed its checks (%d)", rank, oks))
+  end
+  if code ~= 0 or #failed > 0 then T.diag(out:sub(-3000)) end
+end
+
 for _, n in ipairs(SIZES) do
   T.test(string.format("every collective on %d rank%s (%s)", n, n > 1 and "s" or "", DEVICE), function()
-    local out, code = job(n, "collectives.lua")
-    T.is(code, 0, "the job exits 0")
-    local failed = {}
-    for line in out:gmatch("[^\n]+") do
-      if line:match("^%[rank %d+%] not ok") then failed[#failed + 1] = line end
-    end
-    T.is(#failed, 0, "no rank failed a check" .. (#failed > 0 and (": " .. failed[1]) or ""))
-    for rank = 0, n - 1 do
-      local oks = count(out, "%[rank " .. rank .. "%] ok ")
-      T.ok(oks > 200, string.format("rank %d passed its checks (%d)", rank, oks))
-    end
-    if code ~= 0 or #failed > 0 then T.diag(out:sub(-3000)) end
+    tap_job(n, "collectives.lua", 201)
   end)
 end
 
@@ -61,18 +67,7 @@ for _, n in ipairs(SIZES) do
     if env == "" or n == 2 then
       T.test(string.format("collectives in graphs on %d rank%s (%s)%s", n, n > 1 and "s" or "", DEVICE,
                            env ~= "" and " under the race checker" or ""), function()
-        local out, code = job(n, "graphs.lua", nil, env)
-        T.is(code, 0, "the job exits 0")
-        local failed = {}
-        for line in out:gmatch("[^\n]+") do
-          if line:match("^%[rank %d+%] not ok") then failed[#failed + 1] = line end
-        end
-        T.is(#failed, 0, "no rank failed a check" .. (#failed > 0 and (": " .. failed[1]) or ""))
-        for rank = 0, n - 1 do
-          local oks = count(out, "%[rank " .. rank .. "%] ok ")
-          T.ok(oks >= 20, string.format("rank %d passed its checks (%d)", rank, oks))
-        end
-        if code ~= 0 or #failed > 0 then T.diag(out:sub(-3000)) end
+        tap_job(n, "graphs.lua", 20, env)
       end)
     end
   end
