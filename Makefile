@@ -65,6 +65,12 @@ else
 CUDA_FOUND := $(if $(and $(NVCC),$(CUDART_A),$(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard cuda/cuda/k_launch.cu)),yes)
 endif
 CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
+# Every kernel image compressed (nvcc leaves some as they are): 17.5 MB of
+# fatbin becomes about 7.  The driver decompresses what it loads; the kernels
+# load in the background (cuda/cuda/loader.c), so start-up pays only for the
+# few that a script's first ops use (bench/RESULTS.md, 2026-11-25).
+# (--compress-mode=speed made k_reduce's image larger than none: 8.6 MB.)
+FATBIN_FLAGS ?= -Xfatbin -compress-all
 
 # Lua 5.4 is linked statically: the GPU machines have no liblua.
 ifeq ($(origin LUA_A),undefined)
@@ -124,7 +130,7 @@ endif
 # -fPIC: one set of objects serves libgpulua.a, libgpulua.so and gpu.so.
 ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -fPIC -fno-semantic-interposition -pthread -MMD -MP $(DEFS) $(or $(OBJ_INCLUDES),$(INCLUDES)) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
-NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fno-semantic-interposition -MMD -MP -Icuda $(NVCC_EXTRA)
+NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) $(FATBIN_FLAGS) -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fno-semantic-interposition -MMD -MP -Icuda $(NVCC_EXTRA)
 SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------

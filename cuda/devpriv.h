@@ -640,6 +640,17 @@ void cuda_comm_graph_add(cuda_comm *c, cuda_comm_graph *g);
 int cuda_comm_graph_drop(cuda_comm *c, cuda_comm_graph *g);
 int cuda_comm_replay(cuda_comm *c, void *stream, void *exec, const dev_gexec *gx, uint64_t seq, const char *label);
 
+/* cuda/cuda/loader.c: the built-in kernels loaded by a thread (NULL from
+ * new when out of memory: kernels then load on first use).  kick starts
+ * the thread (once; after the context's first op), wait kicks and joins it
+ * (before streams run side by side), stop makes it leave what is left,
+ * joins it and frees it. */
+typedef struct cuda_loader cuda_loader;
+cuda_loader *cuda_loader_new(int device);
+void cuda_loader_kick(cuda_loader *l);
+void cuda_loader_wait(cuda_loader *l);
+void cuda_loader_stop(cuda_loader *l);
+
 /* cuda/cuda/timing.c: timing events around an op while tracing (begin before
  * it is enqueued; op/coll after, with its status, which they return), the
  * backend's trace hooks, and NVTX ranges. */

@@ -5,6 +5,8 @@
  * into the host's error. */
 #include "k_common.cuh"
 
+K_MODULE(binary)
+
 enum { BM_TT, BM_TS, BM_ST };   /* tensor op tensor, tensor op scalar, scalar op tensor */
 
 /* The result dtype of OP on T, and one element of it (x op y). */

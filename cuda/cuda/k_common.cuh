@@ -580,6 +580,23 @@ static inline int k_views_overlap(const dev_view *x, const dev_view *y)
 
 /* ---- launchers, one per file ------------------------------------------------ */
 
+/* K_MODULE(name): the file's entry in cuk_modules (k_launch.cu), an empty
+ * kernel through which the loader finds the file's module */
+#define K_MODULE(name) \
+  __global__ void k_anchor_##name(void) {} \
+  const void *k_module_##name(void) { return (const void *)k_anchor_##name; }
+const void *k_module_fill(void);
+const void *k_module_copy(void);
+const void *k_module_binary(void);
+const void *k_module_unary(void);
+const void *k_module_reduce(void);
+const void *k_module_ternary(void);
+const void *k_module_index(void);
+const void *k_module_rand(void);
+const void *k_module_rows(void);
+const void *k_module_matmul_int(void);
+const void *k_module_sleep(void);
+
 int k_fill(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_fill.cu */
 int k_arange(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_fill.cu */
 int k_rand(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_rand.cu */

@@ -10,6 +10,8 @@
  * Any other copy walks out in order and gathers in. */
 #include "k_common.cuh"
 
+K_MODULE(copy)
+
 #define KT_TILE 32   /* transpose tile edge: the small tile */
 #define KT_BIG 64    /* the large tile, where both transposed dims reach it */
 #define KT_ROWS 8    /* thread rows of a tile's block: tile / KT_ROWS elements per thread and side */

@@ -1,6 +1,8 @@
 /* DEV_OP_FILL (out = s0) and DEV_OP_ARANGE (out[i] = s0 + i*s1, flat C order). */
 #include "k_common.cuh"
 
+K_MODULE(fill)
+
 /* ---- kernels ------------------------------------------------------------- */
 
 /* Writes the element bits v everywhere; a contiguous, aligned view 16 bytes

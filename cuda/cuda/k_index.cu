@@ -12,6 +12,8 @@
  * (base), so its element is base + (idx - 1) * its stride along dim. */
 #include "k_common.cuh"
 
+K_MODULE(index)
+
 __device__ __forceinline__ int64_t k_idx(const kview &v, int64_t i)
 {
   int64_t o = k_off(v, i);

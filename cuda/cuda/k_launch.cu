@@ -30,3 +30,13 @@ extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size
   }
   return k_fail(err, errlen, "unknown op kind %d", (int)op->kind);
 }
+
+extern "C" int cuk_modules(const void **out, int max)
+{
+  const void *all[] = {k_module_fill(),    k_module_copy(),  k_module_binary(), k_module_unary(),
+                       k_module_reduce(),  k_module_ternary(), k_module_index(), k_module_rand(),
+                       k_module_rows(),    k_module_matmul_int(), k_module_sleep()};
+  int n = 0;
+  for (size_t i = 0; i < sizeof all / sizeof all[0] && n < max; i++) out[n++] = all[i];
+  return n;
+}

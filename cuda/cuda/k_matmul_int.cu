@@ -4,6 +4,8 @@
  * below 2^53.  Float dtypes go through cuBLAS in the backend. */
 #include "k_common.cuh"
 
+K_MODULE(matmul_int)
+
 #define MT 16   /* tile edge */
 
 /* A 2-D operand: element (r, c) at p[r * s0 + c * s1]. */

@@ -4,6 +4,8 @@
  * numbers are the host backend's (see k_rand_elem in k_common.cuh). */
 #include "k_common.cuh"
 
+K_MODULE(rand)
+
 /* ---- kernels ------------------------------------------------------------- */
 
 template <int T>

@@ -16,6 +16,8 @@
  * partial results a last kernel combines (a warp per output). */
 #include "k_common.cuh"
 
+K_MODULE(reduce)
+
 /* ---- accumulators ----------------------------------------------------------- */
 
 /* The run-time options: norm's p, var/std's correction. */

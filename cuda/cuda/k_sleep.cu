@@ -2,6 +2,8 @@
  * the GPU's nanosecond global timer, napping between looks). */
 #include "k_common.cuh"
 
+K_MODULE(sleep)
+
 /* ---- kernels ------------------------------------------------------------- */
 
 __device__ __forceinline__ uint64_t globaltimer(void)

@@ -15,6 +15,8 @@
  * (sequential) when rows are strided and their starts neighbours. */
 #include "k_common.cuh"
 
+K_MODULE(rows)
+
 #define SM_E 16            /* row elements a thread of a block keeps */
 #define SM_WARP_SHORT 128  /* up to here a lane keeps 4, then 32 */
 #define SM_WARP_MAX 1024

@@ -4,6 +4,8 @@
  * type. */
 #include "k_common.cuh"
 
+K_MODULE(ternary)
+
 enum { TM_Y = 1, TM_Z = 2 };   /* mode bits: operand 2 (y), operand 3 (z) is a scalar */
 
 /* Operand 1's dtype (bool for a condition) and one element of the result. */

@@ -2,6 +2,8 @@
  * DEV_UN_COPY between two dtypes as a cast (k_cast). */
 #include "k_common.cuh"
 
+K_MODULE(unary)
+
 /* The result dtype of OP on T, and one element of it. */
 template <int T, int OP> struct kunary {
   static constexpr int TO = kun<OP>::to_bool ? DEV_BOOL : T;

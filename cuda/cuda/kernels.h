@@ -28,6 +28,11 @@ typedef struct cuk_env {
  * pinned host memory (reachable through unified addressing). */
 int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);
 
+/* One kernel of each module (each k_*.cu), the commonest ops first: the
+ * backend's loader (loader.c) loads the rest of their modules from these.
+ * Fills out[0..max) and returns how many. */
+int cuk_modules(const void **out, int max);
+
 #ifdef __cplusplus
 }
 #endif

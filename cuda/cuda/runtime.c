@@ -77,6 +77,7 @@ typedef struct cstate {
   atomic_int notify_pending[NNOTIFY];
   int nnotify;
   char lost[768];              /* the error that made the context unusable */
+  cuda_loader *loader;         /* loads the built-in kernels in the background */
 } cstate;
 
 static cstream *CST(dev_stream *s) { return s->impl; }
@@ -287,6 +288,7 @@ static int c_open(dev_ctx *ctx, int device) {
   CK(ctx, cudaHostAlloc((void **)&cs->flag_host, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), "pinned flag");
   *cs->flag_host = 0;
   CK(ctx, cudaHostGetDevicePointer((void **)&cs->flag_dev, cs->flag_host, 0), "pinned flag");
+  cs->loader = cuda_loader_new(device);
   return dev_stage_config(ctx);
 }
 
@@ -298,6 +300,7 @@ static void c_close(dev_ctx *ctx) {
   int prev = -1;
   if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
   if (prev != cs->device) cudaSetDevice(cs->device);
+  cuda_loader_stop(cs->loader);
   cudaDeviceSynchronize();
   /* every staged copy's host functions have run: its threads may go */
   dev_stage_shutdown(ctx);
@@ -336,6 +339,8 @@ static int c_stream_init(dev_stream *s) {
     c->st = cudaStreamLegacy;
     return DEV_OK;
   }
+  /* work on two streams must not meet a kernel still to load (loader.c) */
+  cuda_loader_wait(CS(s->ctx)->loader);
   if (s->wrap) {
     /* the application's stream: its flags and priority, and it is not ours to destroy */
     cudaStream_t st = (cudaStream_t)s->wrap;
@@ -1003,6 +1008,7 @@ static int c_submit(dev_stream *s, const dev_kop *op) {
   if (ctx->trace_gen && (rc = cuda_trace_begin(ctx, c->st, &tm))) return rc;
   rc = c_dispatch(s, op);
   rc = rc ? rc : enqueued(s, dev_op_name(op), touches_host(op), op->kind == DEV_OP_LAUNCH);
+  cuda_loader_kick(CS(ctx)->loader);   /* the first op's kernel loaded: the rest follow */
   return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
 }
 
@@ -1231,10 +1237,10 @@ const dev_backend dev_cuda_backend = {
 /* Whether a usable GPU answers (for automatic selection).  Called before any
  * other CUDA call. */
 int dev_cuda_available(void) {
-  /* Lazy module loading makes a kernel's first launch wait for the work
-   * already queued on the device: a silent sync.  Load kernels eagerly
-   * unless the user chose otherwise. */
-  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  /* Kernels load on first use, and the built-in ones from a thread started
+   * after the context's first op (loader.c), unless the user chose
+   * otherwise. */
+  setenv("CUDA_MODULE_LOADING", "LAZY", 0);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
   return n > 0;
