@@ -2,7 +2,7 @@
  * Lua scripts in bench/ measure through gpulua, measured here the plain way
  * a C programmer would write it, with the same sizes, repeats and timing.
  *
- *   ref [quick] all | SECTION...    sections: launch copy matmul overlap graph
+ *   ref [quick] all | SECTION...    sections: launch copy matmul overlap graph streams
  *   ref first-kernel                one empty kernel, then print when it finished
  *   ref overlap-one BATCHES ELEMENTS [passes=N]   one overlap pipeline
  *
@@ -40,6 +40,7 @@ typedef struct sizes {
   int ov_batches, ov_big, ov_small, ov_runs; /* overlap: batches, elements per batch */
   int graph_nodes, graph_replays;          /* graph: kernels captured, replays per timed batch */
   int graph_warm, graph_reps;              /* batches of replays: warm-up, timed */
+  int stream_calls, stream_reps;           /* streams: create + destroy pairs per repeat, repeats */
 } sizes;
 
 static void sizes_init(sizes *z, int quick) {
@@ -68,6 +69,8 @@ static void sizes_init(sizes *z, int quick) {
   z->graph_replays = quick ? 20 : 200;
   z->graph_warm = quick ? 1 : 2;
   z->graph_reps = quick ? 5 : 21;
+  z->stream_calls = quick ? 100 : 1000;
+  z->stream_reps = quick ? 5 : 11;
 }
 
 static int g_failed;
@@ -1065,8 +1068,53 @@ static void device_info(void) {
          drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
 }
 
+/* ---- streams -------------------------------------------------------------- */
+
+/* cudaStreamCreate + cudaStreamDestroy beside 1k and 100k live streams that
+ * are never used, as bench/alloc.lua's stream rows: the driver's own cost of
+ * what is alive. */
+static void bench_streams(const sizes *z) {
+  static const int live[2] = {1000, 100000};
+  static const char *const keys[2] = {"stream_live_1k", "stream_live_100k"};
+  double us[2] = {0, 0};
+  int rc = 0, n = 0;
+  cudaStream_t *keep = (cudaStream_t *)calloc((size_t)live[1], sizeof *keep);
+  double *t = (double *)calloc((size_t)z->stream_reps, sizeof *t);
+  if (!keep || !t) {
+    printf("check host FAILED %s:%d: out of memory\n", __FILE__, __LINE__);
+    g_failed = 1;
+    free(keep);
+    free(t);
+    return;
+  }
+  for (int k = 0; k < 2; k++) {
+    for (; n < live[k]; n++) CK(cudaStreamCreate(&keep[n]));
+    for (int r = 0; r < z->stream_reps; r++) {
+      double t0 = now_s();
+      for (int i = 0; i < z->stream_calls; i++) {
+        cudaStream_t s;
+        CK(cudaStreamCreate(&s));
+        CK(cudaStreamDestroy(s));
+      }
+      t[r] = (now_s() - t0) / z->stream_calls * 1e6;
+    }
+    us[k] = median(t, z->stream_reps);
+    char label[96];
+    snprintf(label, sizeof label, "cudaStreamCreate + cudaStreamDestroy, %d live", live[k]);
+    row(keys[k], us[k], "us", label);
+  }
+  row("stream_live_ratio", us[1] / us[0], "x", "stream create + destroy, 100k live / 1k live");
+  printf("note streams raw C: %d create + destroy pairs per repeat, median of %d; the live streams are never used\n",
+         z->stream_calls, z->stream_reps);
+out:
+  for (int i = 0; i < n; i++) cudaStreamDestroy(keep[i]);
+  free(keep);
+  free(t);
+  if (rc) g_failed = 1;
+}
+
 static int usage(void) {
-  fprintf(stderr, "usage: ref [quick] all | launch copy matmul overlap graph ...\n"
+  fprintf(stderr, "usage: ref [quick] all | launch copy matmul overlap graph streams ...\n"
                   "       ref first-kernel\n"
                   "       ref overlap-one BATCHES ELEMENTS [passes=N]\n");
   return 2;
@@ -1074,8 +1122,8 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
   sizes z;
-  int quick = 0, nsec = 0, want[5] = {0, 0, 0, 0, 0};
-  const char *secs[] = {"launch", "copy", "matmul", "overlap", "graph"};
+  int quick = 0, nsec = 0, want[6] = {0, 0, 0, 0, 0, 0};
+  const char *secs[] = {"launch", "copy", "matmul", "overlap", "graph", "streams"};
   const char *q = getenv("BENCH_QUICK");
   if (argc >= 2 && strcmp(argv[1], "first-kernel") == 0) return first_kernel();
   if (argc >= 4 && strcmp(argv[1], "overlap-one") == 0) {
@@ -1087,7 +1135,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "quick") == 0) { quick = 1; continue; }
     int found = 0;
-    for (int j = 0; j < 5; j++)
+    for (int j = 0; j < 6; j++)
       if (strcmp(argv[i], secs[j]) == 0 || strcmp(argv[i], "all") == 0) { want[j] = 1; found = 1; }
     if (!found) return usage();
     nsec++;
@@ -1112,5 +1160,6 @@ int main(int argc, char **argv) {
     bench_overlap(z.ov_batches, z.ov_small, -1, z.ov_runs, "overlap_small");
   }
   if (want[4]) bench_graph(&z);
+  if (want[5]) bench_streams(&z);
   return g_failed;
 }

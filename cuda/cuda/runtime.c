@@ -25,6 +25,7 @@
 #define NREC 64                /* ops remembered per stream, to name a failed one */
 #define NNOTIFY 16
 #define NTAGGED 64             /* index ops remembered, to name one given a bad index */
+#define NSPARE 16              /* closed streams kept for reuse, per kind */
 
 typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
 
@@ -78,6 +79,13 @@ typedef struct cstate {
   int nnotify;
   char lost[768];              /* the error that made the context unusable */
   cuda_loader *loader;         /* loads the built-in kernels in the background */
+  int prio_least, prio_greatest;
+  /* Closed streams with nothing queued, kept for the next gpu.stream() of
+   * their kind [nonblocking][high priority]: creating a CUDA stream costs
+   * more the more streams are alive (3.4 us with 1k, 20.4 us with 100k, raw
+   * C on an H100, bench/RESULTS.md 2026-11-25). */
+  cudaStream_t spare[2][2][NSPARE];
+  int nspare[2][2];
 } cstate;
 
 static cstream *CST(dev_stream *s) { return s->impl; }
@@ -279,6 +287,7 @@ static int c_open(dev_ctx *ctx, int device) {
   CK(ctx, cudaDeviceGetAttribute(&cs->sm_count, cudaDevAttrMultiProcessorCount, device), "device attribute");
   CK(ctx, cudaDeviceGetAttribute(&cs->optin_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
      "device attribute");
+  CK(ctx, cudaDeviceGetStreamPriorityRange(&cs->prio_least, &cs->prio_greatest), "stream priorities");
   CK(ctx, cudaStreamCreateWithFlags(&cs->side, cudaStreamNonBlocking), "stream");
   /* Keep freed device memory in the pool: no release back to the driver. */
   cudaMemPool_t pool;
@@ -310,6 +319,9 @@ static void c_close(dev_ctx *ctx) {
   if (cs->cublas_lib) dlclose(cs->cublas_lib);
   if (cs->flag_host) cudaFreeHost(cs->flag_host);
   if (cs->side) cudaStreamDestroy(cs->side);
+  for (int nb = 0; nb < 2; nb++)
+    for (int hi = 0; hi < 2; hi++)
+      for (int i = 0; i < cs->nspare[nb][hi]; i++) cudaStreamDestroy(cs->spare[nb][hi][i]);
   for (int i = 0; i < cs->nnotify; i++) cudaStreamDestroy(cs->notify[i]);
   if (prev >= 0 && prev != cs->device) cudaSetDevice(prev);
   cudaGetLastError();
@@ -345,7 +357,7 @@ static int c_stream_init(dev_stream *s) {
     /* the application's stream: its flags and priority, and it is not ours to destroy */
     cudaStream_t st = (cudaStream_t)s->wrap;
     unsigned flags = 0;
-    int prio = 0, least = 0, greatest = 0;
+    int prio = 0, least = CS(s->ctx)->prio_least, greatest = CS(s->ctx)->prio_greatest;
     cudaError_t e = cudaStreamGetFlags(st, &flags);
     if (e == cudaSuccess) e = cudaStreamGetPriority(st, &prio);
     if (e != cudaSuccess) {
@@ -353,15 +365,18 @@ static int c_stream_init(dev_stream *s) {
       s->impl = NULL;
       return cuda_fail(s->ctx, e, "wrap a stream (is the handle a live cudaStream_t of this device?)");
     }
-    cudaDeviceGetStreamPriorityRange(&least, &greatest);
     c->st = st;
     s->nonblocking = (flags & cudaStreamNonBlocking) != 0;
     s->priority = greatest < least && prio <= greatest ? DEV_PRIO_HIGH : DEV_PRIO_NORMAL;
     return DEV_OK;
   }
-  int least = 0, greatest = 0;
-  cudaDeviceGetStreamPriorityRange(&least, &greatest);
-  int prio = s->priority > 0 ? greatest : least;
+  cstate *cs = CS(s->ctx);
+  int nb = s->nonblocking != 0, hi = s->priority > 0;
+  if (cs->nspare[nb][hi] > 0) {
+    c->st = cs->spare[nb][hi][--cs->nspare[nb][hi]];
+    return DEV_OK;
+  }
+  int prio = hi ? cs->prio_greatest : cs->prio_least;
   cudaError_t e = cudaStreamCreateWithPriority(
       &c->st, s->nonblocking ? cudaStreamNonBlocking : cudaStreamDefault, prio);
   if (e != cudaSuccess) {
@@ -377,7 +392,18 @@ static void c_stream_fini(dev_stream *s) {
   if (!c) return;
   for (int i = 0; i < c->n; i++) ev_put(s->ctx, c->mk[(c->head + i) % MAXMARK].ev);
   if (s->ctx->comm) cuda_comm_forget_stream(s->ctx->comm, c->st);
-  if (!s->is_default && !s->wrap) cudaStreamDestroy(c->st);
+  if (!s->is_default && !s->wrap) {
+    /* kept only with nothing queued, so that a new stream starts empty */
+    cstate *cs = CS(s->ctx);
+    int nb = s->nonblocking != 0, hi = s->priority > 0;
+    cudaError_t q = cs->nspare[nb][hi] < NSPARE ? cudaStreamQuery(c->st) : cudaErrorNotReady;
+    if (q == cudaSuccess) {
+      cs->spare[nb][hi][cs->nspare[nb][hi]++] = c->st;
+    } else {
+      cudaGetLastError();
+      cudaStreamDestroy(c->st);
+    }
+  }
   free(c);
 }
 
