@@ -645,6 +645,31 @@ T.test("small temporaries are collected every few hundred allocations, whatever 
   collectgarbage()
 end)
 
+-- In generational mode a young collection frees only what died young, and
+-- the result of `local u = (t * 2 + 1):relu()` outlives two of them (its
+-- register holds it until the next one replaces it): it grows old and waits
+-- for a full collection, at 2L + F.  Where a full collection is cheap beside
+-- the bytes at stake (a small Lua heap, big temporaries), it runs instead:
+-- the loop holds t, u, the last u and two temporaries, 5 x t (PyTorch 4;
+-- 10 before).  128 MiB tensors, F = 128 MiB of GPULUA_HOST_MEMORY=4G.
+T.test("a loop of big temporaries holds about 5 tensors, not 2L + F", function()
+  child("big temporaries", "GPULUA_HOST_MEMORY=4G", [==[
+local gpu = require "gpu"
+local T = require "gpu.test"
+T.test("(t * 2 + 1):relu() on 128 MiB, 16 times", function()
+  local nb = 128 * 2^20
+  local t = gpu.ones({ nb // 4 })
+  collectgarbage(); gpu.synchronize(); gpu.reset_peak_memory()
+  for _ = 1, 16 do local u = (t * 2 + 1):relu() end
+  gpu.synchronize()
+  local peak = gpu.memory().peak
+  T.diag(string.format("peak %.2f x t, gc_floor %d MiB", peak / nb, gpu.memory().gc_floor // 2^20))
+  T.ok(peak <= 6 * nb, string.format("peak %.2f x t <= 6 x t", peak / nb))
+end)
+T.done()
+]==])
+end)
+
 T.test("collectgarbage('stop') stops the count-driven collections too", function()
   collectgarbage()
   local base = gpu.stats().buffers
