@@ -15,6 +15,13 @@
  * side: making a stream (cuda_loader_wait) waits for the thread, so work
  * on two streams never meets a kernel still to load.
  * Run-time kernels (gpu.compile) are loaded by their own call, as before.
+ * GPULUA_KERNEL_LOADER=0 leaves every kernel to load on its first use.
+ *
+ * Measured on an H100 (bench/RESULTS.md, 2026-11-25, nine runs each):
+ * process start to the first finished kernel 1.08x raw C's with the
+ * loader, 1.10x without it, 1.08x with the fatbin uncompressed, 1.63x
+ * eager; starting the thread only once the first op has run gained
+ * nothing (1.10x).
  *
  * The kernels are found through one kernel of each module (cuk_modules),
  * its module (cuFuncGetModule) and the module's kernels
@@ -23,6 +30,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -91,6 +99,8 @@ out:
 }
 
 cuda_loader *cuda_loader_new(int device) {
+  const char *e = getenv("GPULUA_KERNEL_LOADER");
+  if (e && strcmp(e, "0") == 0) return NULL;   /* kernels load on first use */
   cuda_loader *l = calloc(1, sizeof *l);
   if (!l) return NULL;
   l->device = device;
