@@ -81,6 +81,91 @@ gather_contig_k(E *__restrict__ out, const IX *__restrict__ idx, const E *__rest
   }
 }
 
+/* Gather along the last dim of rows that fit in shared memory: a block
+ * copies a row of src into shared memory (coalesced, each element read
+ * once) and serves the row's indices from there.  Random reads from
+ * global memory cost about a sector each (32 random elements of a row:
+ * about 28 sectors a warp); from shared memory a bank each. */
+template <typename E, typename IX>
+__global__ void __launch_bounds__(K_THREADS)
+gather_rows_k(E *__restrict__ out, const IX *__restrict__ idx, const E *__restrict__ src, int64_t rows, int64_t S,
+              int64_t L, int64_t Bo, int *flag, int tag)
+{
+  const int U = 4;
+  extern __shared__ __align__(16) unsigned char k_smem[];
+  E *row = (E *)k_smem;
+  /* whole 16-byte pieces where every row starts on 16 bytes */
+  const int vec = ((uintptr_t)src % 16 == 0) && ((Bo * (int64_t)sizeof(E)) % 16 == 0);
+  const int64_t nv = vec ? L * (int64_t)sizeof(E) / 16 : 0;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const E *s = src + r * Bo;
+    const IX *ix = idx + r * S;
+    E *o = out + r * S;
+    /* the first U * K_THREADS indices in flight with the row's loads */
+    int64_t j[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int64_t k = (int64_t)u * K_THREADS + threadIdx.x;
+      j[u] = k < S ? (int64_t)ix[k] : 1;
+    }
+    for (int64_t k = threadIdx.x; k < nv; k += K_THREADS) ((uint4 *)row)[k] = ((const uint4 *)s)[k];
+    for (int64_t k = nv * 16 / (int64_t)sizeof(E) + threadIdx.x; k < L; k += K_THREADS) row[k] = s[k];
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int64_t k = (int64_t)u * K_THREADS + threadIdx.x;
+      if (k >= S) break;
+      if (j[u] < 1 || j[u] > L) k_bad_index(flag, tag);
+      else o[k] = row[j[u] - 1];
+    }
+    for (int64_t k = (int64_t)U * K_THREADS + threadIdx.x; k < S; k += K_THREADS) {
+      int64_t jj = (int64_t)ix[k];
+      if (jj < 1 || jj > L) k_bad_index(flag, tag);
+      else o[k] = row[jj - 1];
+    }
+    __syncthreads();
+  }
+}
+
+/* Whether gather (out, idx, src along dim) takes gather_rows_k: along the
+ * last dim, out and idx contiguous, idx i64 or i32, src's rows contiguous
+ * and evenly spaced (Bo apart) over out's outer dims, a row of src within
+ * 48 KiB and at most 4 times out's row (the kernel reads all of it). */
+static int gather_rows_plan(const dev_view *out, const dev_view *idx, const dev_view *src, int dim, int64_t *rows,
+                            int64_t *S, int64_t *L, int64_t *Bo)
+{
+  int nd = out->ndim;
+  size_t esz = dev_dtype_size(out->dtype);
+  if (dim != nd - 1 || !dev_view_contiguous(out) || !dev_view_contiguous(idx) ||
+      (idx->dtype != DEV_I64 && idx->dtype != DEV_I32) || src->stride[dim] != 1)
+    return 0;
+  *S = out->shape[dim];
+  *L = src->shape[dim];
+  if (*S <= 0 || *L <= 0 || (size_t)*L * esz > 48 * 1024 || *L > 4 * *S) return 0;
+  for (int d = 0; d + 2 < nd; d++)
+    if (src->stride[d] != src->stride[d + 1] * out->shape[d + 1]) return 0;
+  *Bo = nd >= 2 ? src->stride[nd - 2] : 0;
+  *rows = dev_view_numel(out) / *S;
+  return 1;
+}
+
+template <typename E>
+static void gather_rows_launch(const dev_view *out, const dev_view *idx, const dev_view *src, int64_t rows,
+                               int64_t S, int64_t L, int64_t Bo, const cuk_env *env, int tag)
+{
+  int64_t cap = (int64_t)(env->sm_count > 0 ? env->sm_count : 132) * 32;
+  unsigned grid = (unsigned)(rows < cap ? rows : cap);
+  size_t shm = (size_t)L * sizeof(E);
+  E *o = (E *)dev_view_ptr(out);
+  const E *s = (const E *)dev_view_ptr(src);
+  if (idx->dtype == DEV_I64)
+    gather_rows_k<E, int64_t><<<grid, K_THREADS, shm, k_stream(env)>>>(o, (const int64_t *)dev_view_ptr(idx), s, rows,
+                                                                       S, L, Bo, env->err_flag, tag);
+  else
+    gather_rows_k<E, int32_t><<<grid, K_THREADS, shm, k_stream(env)>>>(o, (const int32_t *)dev_view_ptr(idx), s, rows,
+                                                                       S, L, Bo, env->err_flag, tag);
+}
+
 template <typename E>
 static void gather_launch(const kview &kout, const kview &kidx, const kview &kbase, int64_t bound, int64_t sd,
                           int64_t n, const cuk_env *env, int tag)
@@ -165,6 +250,17 @@ int k_index(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   cudaStream_t st = k_stream(env);
   unsigned grid = k_blocks(n, env);
   if (!scatter) {
+    int64_t rows, S, L, Bo;
+    if (gather_rows_plan(out, idx, tgt, dim, &rows, &S, &L, &Bo)) {
+      switch (dev_dtype_size(out->dtype)) {
+      case 1: gather_rows_launch<uint8_t>(out, idx, tgt, rows, S, L, Bo, env, tag); break;
+      case 2: gather_rows_launch<uint16_t>(out, idx, tgt, rows, S, L, Bo, env, tag); break;
+      case 4: gather_rows_launch<uint32_t>(out, idx, tgt, rows, S, L, Bo, env, tag); break;
+      default: gather_rows_launch<uint64_t>(out, idx, tgt, rows, S, L, Bo, env, tag); break;
+      }
+      K_LAUNCHED();
+      return 0;
+    }
     kview kout = k_view(out);
     switch (dev_dtype_size(out->dtype)) {
     case 1: gather_launch<uint8_t>(kout, kidx, kbase, bound, sd, n, env, tag); break;

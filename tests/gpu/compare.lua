@@ -437,6 +437,16 @@ T.test("index_select, gather, scatter_add_", function()
       local w, wh = inputs(dt, { 17, 9, 20 }, 134)
       same(w:narrow(3, 4, 13):gather(dim, g), wh:narrow(3, 4, 13):gather(dim, g:to("pinned")),
            "gather " .. dt .. " dim " .. dim .. " strided")
+      if dim == 3 then
+        -- along the last dim with out's outer dims those of the input: rows
+        -- staged in shared memory on cuda (k_index.cu, gather_rows_k)
+        for _, it in ipairs { "i32", "i64" } do
+          local gl = gpu.rand({ 17, 9, 30 }, { dtype = it, low = 1, high = 14, seed = 140 })
+          same(d:gather(3, gl), h:gather(3, gl:to("pinned")), "gather " .. dt .. " along the last dim, whole rows (" .. it .. ")")
+          local gs = gpu.rand({ 17, 9, 5 }, { dtype = it, low = 1, high = 14, seed = 141 })
+          same(d:gather(3, gs), h:gather(3, gs:to("pinned")), "gather " .. dt .. " along the last dim, short rows (" .. it .. ")")
+        end
+      end
       if dt ~= "bool" then
         local src, srch = inputs(dt, shape, 128 + dim, -3, 3)
         local sc = gpu.rand(shape, { dtype = "i64", low = 1, high = n + 1, seed = 131 + dim })
@@ -452,6 +462,12 @@ T.test("index_select, gather, scatter_add_", function()
   local u = gpu.zeros({ 8 }, { dtype = "u8" })
   u:scatter_add_(1, gpu.arange(0, 4096, { dtype = "i64" }) % 8 + 1, gpu.ones({ 4096 }, { dtype = "u8" }))
   T.is(u:totable(), { 0, 0, 0, 0, 0, 0, 0, 0 }, "u8 scatter_add_: 512 adds per byte wrap to 0, neighbours intact")
+  local bad2 = gpu.tensor({ { 1, 2, 3 }, { 3, 99, 1 } }, { dtype = "i64" })
+  local r2 = gpu.ones({ 2, 4 }):gather(2, bad2)
+  local ok2, err2 = pcall(gpu.synchronize)
+  T.ok(not ok2 and tostring(err2):find("'gather' failed: index out of range", 1, true),
+       "gather along the last dim, an index out of range: raised at the sync, naming the op: " .. tostring(err2))
+  T.ok(pcall(gpu.synchronize) and r2, "reported once")
   local bad = gpu.tensor({ 1, 99 }, { dtype = "i64" })
   local r = gpu.ones({ 5 }):index_select(1, bad)
   local ok, err = pcall(gpu.synchronize)
