@@ -153,7 +153,14 @@ local BAD_SHAPES = { "{0}", "{-1}", "{2, 0}", "{1.5}", '{"2"}', "{0/0}", "{1e999
                      "{2^40}", "{1099511627776, 1099511627776}", "{3037000500, 3037000500}", "{1, 1, 1, 1, 1, 1, 1, 1, 1}",
                      "{1, 1, 1, 1, 1, 1, 1, 2}", "-3", "0", "{{2}}", "{n = 2}", "{math.maxinteger}",
                      "{math.mininteger}", "nil", '"big"', "{2, nil, 3}", "{true}", "2^41", "{1048576, 1048576}" }
-local function shape()
+-- Shapes for expand: a view costs no memory, so a huge but valid one
+-- (2^42 elements) succeeds, and every later op on it then runs for hours
+-- (`P[24] = P[12]:expand({2^42}); P[18] = P[24]:min()` was reported as a
+-- hang, CI 2026-11-26).  Expand gets the bad shapes that fail as such.
+local BAD_EXPAND = { "{0/0}", "{1e9999}", "{2^62, 4}", "{1099511627776, 1099511627776}", "{3037000500, 3037000500}",
+                     "{1.5}", '{"2"}', "-3", "{{2}}", "{n = 2}", "{math.mininteger}", "nil", '"big"', "{2, nil, 3}",
+                     "{true}", "{1, 1, 1, 1, 1, 1, 1, 1, 1}" }
+local function shape(bad)
   local r = R()
   if r < 0.75 then
     local dims = {}
@@ -161,7 +168,7 @@ local function shape()
     return "{" .. table.concat(dims, ", ") .. "}"
   end
   if r < 0.83 then return tostring(R(1, 6)) end
-  return pick(BAD_SHAPES)
+  return pick(bad or BAD_SHAPES)
 end
 
 -- Values for gpu.tensor.
@@ -381,8 +388,16 @@ local VIEWS = { "transpose", "t", "permute", "unsqueeze", "squeeze", "expand", "
 gen[#gen + 1] = { 5, function()
   local r = R()
   local small = function() return chance(0.85) and tostring(R(-3, 4)) or any() end
-  if r < 0.45 then return slot() .. " = " .. tensor() .. ":" .. pick(VIEWS) .. "(" .. args(R(0, 4), small) .. ")" end
-  if r < 0.6 then return slot() .. " = " .. tensor() .. ":" .. pick({ "expand", "reshape", "permute" }) .. "(" .. shape() .. ")" end
+  if r < 0.45 then
+    -- expand's sizes stay small here too (BAD_EXPAND, above)
+    local f = pick(VIEWS)
+    local arg = f == "expand" and function() return tostring(R(-3, 4)) end or small
+    return slot() .. " = " .. tensor() .. ":" .. f .. "(" .. args(R(0, 4), arg) .. ")"
+  end
+  if r < 0.6 then
+    local f = pick({ "expand", "reshape", "permute" })
+    return slot() .. " = " .. tensor() .. ":" .. f .. "(" .. shape(f == "expand" and BAD_EXPAND or nil) .. ")"
+  end
   if r < 0.8 then
     return slot() .. " = gpu." .. pick({ "cat", "stack" }) .. "({" .. args(R(0, 3), tensor) .. "}, "
            .. (chance(0.6) and small() or opts("out", "stream")) .. ", " .. opts("out", "stream") .. ")"
