@@ -12,8 +12,9 @@
  * collection if that did not bring the kind under its limit.  Below the
  * limits, a young collection every gc_floor bytes allocated (the backend's
  * warm_bytes where smaller: 8 MiB on the host backend) keeps a loop's
- * temporaries few (their blocks are reused while warm).  The limit is
- * then live + max(live, gc_floor) with live <= the largest live set L, so
+ * temporaries few (their blocks are reused while warm); a full one instead
+ * where the Lua heap is small beside the bytes made (full_is_cheap).  The
+ * limit is then live + max(live, gc_floor) with live <= the largest live set L, so
  * the bytes held never exceed 2 L + gc_floor (the bound the README states).
  * Out of memory, an allocation collects in full, waits for the queued work
  * that still uses freed blocks of its kind (only that) and retries before it

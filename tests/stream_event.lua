@@ -187,6 +187,25 @@ T.test("a stream closed with queued work still runs it", function()
   T.is(x:max():item(), 9, "work queued before close completed")
 end)
 
+-- cuda keeps closed streams for reuse (runtime.c), but only those with
+-- nothing queued: a new stream never inherits a closed one's work.
+T.test("a new stream starts empty after closing busy and idle ones", function()
+  for round = 1, 3 do
+    local busy = gpu.stream()
+    gpu.sleep(1500, { stream = busy })
+    busy:close()
+    local idle = gpu.stream()
+    idle:close()
+    local s = gpu.stream()
+    T.ok(s:query(), "round " .. round .. ": the new stream has nothing queued")
+    local y = gpu.full({ 8 }, round, { stream = s })
+    s:synchronize()
+    T.is(y:sum():item(), 8 * round, "round " .. round .. ": work on it runs")
+    s:close()
+  end
+  gpu.synchronize()
+end)
+
 T.test("gc of streams and events", function()
   for _ = 1, 20 do
     local s = gpu.stream()

@@ -20,8 +20,8 @@
  * Measured on an H100 (bench/RESULTS.md, 2026-11-25, nine runs each):
  * process start to the first finished kernel 1.08x raw C's with the
  * loader, 1.10x without it, 1.08x with the fatbin uncompressed, 1.63x
- * eager; starting the thread only once the first op has run gained
- * nothing (1.10x).
+ * eager; holding the thread back until the first op had finished on the
+ * device gained nothing (1.10x).
  *
  * The kernels are found through one kernel of each module (cuk_modules),
  * its module (cuFuncGetModule) and the module's kernels
