@@ -96,11 +96,11 @@ endif
 ifeq ($(call pkgconf_has,openblas),yes)
 BLAS_FOUND := yes
 BLAS_CFLAGS := $(shell $(PKGCONF) --cflags openblas)
-BLAS_LIBS := $(shell $(PKGCONF) --libs openblas)
 else ifneq ($(and $(wildcard /usr/include/$(MULTIARCH)/cblas.h),$(wildcard /usr/lib/$(MULTIARCH)/libopenblas.so)),)
 BLAS_FOUND := yes
-BLAS_LIBS := -lopenblas
 endif
+# OpenBLAS is not linked: cuda/cpu_ops.c loads libopenblas.so.0 with dlopen
+# at the first host matmul (its header is all the build needs).
 
 # Print the findings once per invocation (sub-makes get GPULUA_QUIET=1).
 PRINT_GOALS := $(filter-out clean,$(or $(MAKECMDGOALS),all))
@@ -109,7 +109,7 @@ ifneq ($(PRINT_GOALS),)
 $(info gpulua: nvcc      $(if $(CUDA_FOUND),found ($(NVCC)): building the CUDA and host backends (cudart static; cuBLAS loaded at run time),$(if $(NVCC),found, but no static cudart, no cuda/cuda/k_launch.cu or NOCUDA=1: building the host backend only,not found: building the host backend only)))
 $(info gpulua: liblua5.4 $(if $(LUA_FOUND),found ($(LUA_A) linked statically; headers $(LUA_INC)),not found (need $(LUA_A) and $(LUA_INC)/lua.h)))
 $(info gpulua: libedit   $(if $(EDIT_FOUND),found (REPL line editing),not found (REPL reads plain lines)))
-$(info gpulua: OpenBLAS  $(if $(BLAS_FOUND),found (matmul f32/f64 through cblas),not found (matmul through the built-in loops)))
+$(info gpulua: OpenBLAS  $(if $(BLAS_FOUND),found (host matmul f32/f64 through cblas, libopenblas.so.0 loaded at run time),not found (matmul through the built-in loops)))
 endif
 endif
 
@@ -131,7 +131,7 @@ endif
 ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -fPIC -fno-semantic-interposition -pthread -MMD -MP $(DEFS) $(or $(OBJ_INCLUDES),$(INCLUDES)) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
 NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) $(FATBIN_FLAGS) -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fno-semantic-interposition -MMD -MP -Icuda $(NVCC_EXTRA)
-SYSLIBS := $(BLAS_LIBS) $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
+SYSLIBS := $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------
 
@@ -341,8 +341,8 @@ INSTALLED := bin/gpulua lib/libgpulua.a lib/$(notdir $(SO)) lib/libgpulua.so.$(S
 # makes, and the example application built against it through pkg-config,
 # as an application would be: shared (libgpulua.so and liblua5.4.so at run
 # time), and with libgpulua.a and liblua5.4.a inside (runs where no Lua is
-# installed, e.g. the GPU machines; only libc, libm, OpenBLAS and libstdc++
-# shared).  Run by tests/install.lua.
+# installed, e.g. the GPU machines; only libc, libm and libstdc++ shared,
+# and OpenBLAS loaded at run time when there is one).  Run by tests/install.lua.
 STAGE_PKGCONF = PKG_CONFIG_PATH=$(abspath $(STAGE))/lib/pkgconfig $(or $(PKGCONF),$(error pkg-config not found: the example is built with it (make deps)))
 EXAMPLE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g
 $(STAGE)/.installed: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN) interp/lib/gpulua.h $(STDLIB_LUA)

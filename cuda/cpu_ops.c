@@ -1,7 +1,8 @@
 /* gpulua host kernels: the CPU implementation of every built-in op.
  *
  * Stream workers and the interpreter thread call in at the same time, so
- * nothing here keeps state between calls, and nothing prints, exits or aborts.
+ * nothing here keeps state between calls (but OpenBLAS, loaded once), and
+ * nothing prints, exits or aborts.
  *
  * Elementwise ops work in blocks: the next BLK elements of each operand are
  * gathered (in flat C order, whatever the strides) into an array of the
@@ -24,6 +25,8 @@
 #include <time.h>
 #ifdef GPULUA_HAVE_OPENBLAS
 #include <cblas.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #endif
 
 #include "devpriv.h"
@@ -1137,6 +1140,43 @@ static int run_index(const dev_kop *op, char *err, size_t errlen)
   return 0;
 }
 
+/* OpenBLAS, loaded with dlopen at the first matmul; without it, the built-in
+ * loops.  Linked, its constructor started its threads (one per CPU) in
+ * every gpulua process, whether it multiplied or not, and under an
+ * address-space limit (ulimit -v 8000000) on a host of 64 CPUs they spun
+ * in mmap for their buffers and the process hung at exit even after
+ * `gpulua -e "print(1)"` (OPENBLAS_NUM_THREADS=1 did not hang). */
+#ifdef GPULUA_HAVE_OPENBLAS
+static struct {
+  pthread_once_t once;
+  __typeof__(cblas_sgemm) *sgemm;
+  __typeof__(cblas_dgemm) *dgemm;
+} blas = {PTHREAD_ONCE_INIT, NULL, NULL};
+
+static void blas_load(void)
+{
+  const char *off = getenv("GPULUA_HOST_BLAS");
+  if (off && strcmp(off, "0") == 0) return;   /* the built-in loops (tests/runtime.lua) */
+  const char *names[] = {"libopenblas.so.0", "libopenblas.so", NULL};
+  void *lib = NULL;
+  for (int i = 0; names[i] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return;
+  if (!(*(void **)&blas.sgemm = dlsym(lib, "cblas_sgemm")) || !(*(void **)&blas.dgemm = dlsym(lib, "cblas_dgemm"))) {
+    blas.sgemm = NULL;
+    blas.dgemm = NULL;
+    dlclose(lib);
+  }
+}
+
+static int have_blas(void)
+{
+  pthread_once(&blas.once, blas_load);
+  return blas.sgemm != NULL;
+}
+#else
+static int have_blas(void) { return 0; }
+#endif
+
 /* A 2-D matmul operand as BLAS takes it: row-major, or transposed, with a
  * leading dimension.  It points into the view when dtype and layout allow,
  * otherwise into a packed copy in the compute type. */
@@ -1154,14 +1194,12 @@ static int mat_in(mat *m, const dev_view *v, dev_dtype ct, cclass c)
       m->ld = r == 1 ? cols : v->stride[0];
       if (m->ld <= INT_MAX) return 0;
     }
-#ifdef GPULUA_HAVE_OPENBLAS
-    if ((r == 1 || v->stride[0] == 1) && (cols == 1 || v->stride[1] >= r)) {
+    if (have_blas() && (r == 1 || v->stride[0] == 1) && (cols == 1 || v->stride[1] >= r)) {
       m->p = dev_view_ptr(v);
       m->ld = cols == 1 ? r : v->stride[1];
       m->trans = 1;
       if (m->ld <= INT_MAX) return 0;
     }
-#endif
   }
   m->tmp = malloc((size_t)(r * cols) * class_size(c));
   if (m->tmp == NULL) return -1;
@@ -1173,7 +1211,6 @@ static int mat_in(mat *m, const dev_view *v, dev_dtype ct, cclass c)
   return 0;
 }
 
-#ifndef GPULUA_HAVE_OPENBLAS
 /* i-k-j order: the inner loop runs along rows of b and c. */
 static void gemm_f(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                    const float *b, int64_t ldb, float *c, int64_t ldc)
@@ -1202,7 +1239,6 @@ static void gemm_d(int64_t m, int64_t n, int64_t k, const double *a, int64_t lda
     }
   }
 }
-#endif
 
 static int overlaps(const dev_buf *x, const dev_buf *y)
 {
@@ -1253,18 +1289,18 @@ static int matmul_2d(const dev_view *av, const dev_view *bv, const dev_view *ov,
     ldc = n;
   }
 #ifdef GPULUA_HAVE_OPENBLAS
-  if (sp)
-    cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
+  if (have_blas() && sp)
+    blas.sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, 1.0f, (const float *)a.p, (int)a.ld, (const float *)b.p, (int)b.ld,
                 0.0f, (float *)cp, (int)ldc);
-  else
-    cblas_dgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
+  else if (have_blas())
+    blas.dgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, 1.0, (const double *)a.p, (int)a.ld, (const double *)b.p, (int)b.ld,
                 0.0, (double *)cp, (int)ldc);
-#else
+  else
+#endif
   if (sp) gemm_f(m, n, k, (const float *)a.p, a.ld, (const float *)b.p, b.ld, (float *)cp, ldc);
   else gemm_d(m, n, k, (const double *)a.p, a.ld, (const double *)b.p, b.ld, (double *)cp, ldc);
-#endif
   if (ctmp != NULL) {
     walk_init(&w, ov);
     walk_store(&w, t, c, m * n, ctmp);

@@ -20,9 +20,12 @@ local BIN = T.gpulua:sub(1, 1) == "/" and T.gpulua or ROOT .. "/" .. T.gpulua
 local API = ROOT .. "/tests/fuzz/api.lua"
 -- A valid but huge pinned tensor fails as out of memory instead of taking
 -- the machine's: an address-space limit, or ASan's cap on one allocation.
+-- Under the limit OpenBLAS (loaded at the fuzzer's first matmul) gets two
+-- threads: with one per CPU on a 64-CPU host they could not all map their
+-- buffers within 8 GB and spun, and the fuzzer never exited.
 local CAP = os.getenv("GPULUA_SANITIZE") == "1"
   and "ASAN_OPTIONS=" .. q((os.getenv("ASAN_OPTIONS") or "") .. ":allocator_may_return_null=1:max_allocation_size_mb=2048")
-  or "ulimit -v 8000000;"
+  or "ulimit -v 8000000; OPENBLAS_NUM_THREADS=2"
 
 local function tmpdir()
   local d = os.tmpname()

@@ -178,4 +178,53 @@ T.test("gpu.clock", function()
   s:close()
 end)
 
+-- OpenBLAS (the host backend's f32/f64 matmul) is loaded at the first host
+-- matmul, not at start-up: linked, it started a thread per CPU in every
+-- process, and under `ulimit -v` on a 64-CPU host gpulua -e "print(1)" hung
+-- at exit.  GPULUA_HOST_BLAS=0 keeps the built-in loops, which must agree.
+T.test("OpenBLAS is loaded at the first host matmul; the built-in loops agree", function()
+  local script = os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write([[
+local function blas()
+  for l in io.lines("/proc/self/maps") do
+    if l:find("libopenblas", 1, true) then return "yes" end
+  end
+  return "no"
+end
+print("start " .. blas())
+local gpu = require "gpu"
+local x = gpu.ones({ 4 }) + 1
+print("after an op " .. blas())
+local out = {}
+for _, dt in ipairs { "f32", "f64" } do
+  local a = (gpu.arange(12, { dtype = dt }) - 5):reshape({ 3, 4 })
+  local b = (gpu.arange(20, { dtype = dt }) % 7 - 3):reshape({ 4, 5 })
+  local bt = (gpu.arange(20, { dtype = dt }) % 5 - 2):reshape({ 5, 4 }):t()   -- a transposed view
+  for _, c in ipairs { gpu.matmul(a, b), gpu.matmul(a, bt), gpu.matmul(b:t(), a:t()) } do
+    for _, v in ipairs(c:totable()) do
+      for _, e in ipairs(type(v) == "table" and v or { v }) do out[#out + 1] = string.format("%g", e) end
+    end
+  end
+end
+print("after matmul " .. blas())
+print("values " .. table.concat(out, " "))
+]])
+  f:close()
+  local have = T.sh("(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null) | grep -c 'libopenblas.so.0 '")
+  have = tonumber(have:match("%d+") or "0") > 0
+  local with, ok1 = T.run("GPULUA_DEVICE=host", "--device host " .. script)
+  local without, ok2 = T.run("GPULUA_DEVICE=host GPULUA_HOST_BLAS=0", "--device host " .. script)
+  os.remove(script)
+  T.ok(ok1 and ok2, "both runs exit 0: " .. with .. without)
+  T.ok(with:find("start no\n", 1, true), "not in the process at start-up: " .. with)
+  T.ok(with:find("after an op no\n", 1, true), "nor after an elementwise op")
+  T.ok(with:find("after matmul " .. (have and "yes" or "no") .. "\n", 1, true),
+       "after a matmul, loaded where the system has libopenblas.so.0 (" .. tostring(have) .. ")")
+  T.ok(without:find("after matmul no\n", 1, true), "GPULUA_HOST_BLAS=0: never loaded")
+  local v1, v2 = with:match("values ([^\n]*)"), without:match("values ([^\n]*)")
+  T.ok(v1 and #v1 > 100, "the products came out")
+  T.is(v2, v1, "the built-in loops give the same products (transposed views included)")
+end)
+
 T.done()
