@@ -67,9 +67,13 @@ static int coll_count_fail(dev_ctx *ctx, const dev_coll *c, const char *what, in
 }
 
 static int coll_view(dev_ctx *ctx, const dev_coll *c, const dev_view *v, const char *what) {
-  char w[64];
-  snprintf(w, sizeof w, "%s: %s", dev_coll_name(c->kind), what);
-  int rc = dev_check_view(ctx, v, w);
+  /* literals, not formatted: this is on the path of every collective */
+  static const char *const names[DEV_NCOLL][2] = {
+      {"all_reduce: send", "all_reduce: recv"}, {"broadcast: send", "broadcast: recv"},
+      {"reduce: send", "reduce: recv"},         {"all_gather: send", "all_gather: recv"},
+      {"reduce_scatter: send", "reduce_scatter: recv"}, {"send: send", "send: recv"},
+      {"recv: send", "recv: recv"}};
+  int rc = dev_check_view(ctx, v, names[c->kind][what[0] == 'r']);
   if (rc) return rc;
   if (!dev_view_contiguous(v))
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: the %s tensor must be contiguous (use t:contiguous())",

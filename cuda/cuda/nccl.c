@@ -222,6 +222,31 @@ static void abort_locked(cuda_comm *c, const char *why) {
 
 /* ---- the watchdog ---------------------------------------------------------- */
 
+/* Whether a peer of a pending collective may be gone: the test of every
+ * entry at once, a kill(pid, 0) per peer at most.  Asking shm_comm_gone
+ * entry by entry cost a syscall per peer per entry, with mu held: ~1000
+ * entries a tick at 10 us a collective, and the interpreter thread waited
+ * on mu for each collective it enqueued.  A peer gone for one entry is gone
+ * for the union: the larger `need` of later whole-job entries and the union
+ * of the groups' peers only fail more; the entries are then looked at one
+ * by one for the first that fails. */
+static int peers_maybe_gone(cuda_comm *c) {
+  uint64_t need = 0, mask[4] = {0};
+  int p2p = 0;
+  for (int i = 0; i < c->npend; i++) {
+    const pending *p = &c->pend[i];
+    if (p->need == UINT64_MAX) {
+      p2p = 1;
+      for (int w = 0; w < 4; w++) mask[w] |= p->mask[w];
+    } else if (p->need > need) {
+      need = p->need;
+    }
+  }
+  char msg[16];
+  return (need && shm_comm_gone(c->side, NULL, need, "", msg, sizeof msg) >= 0) ||
+         (p2p && shm_comm_gone(c->side, mask, UINT64_MAX, "", msg, sizeof msg) >= 0);
+}
+
 static void watch_once(cuda_comm *c) {
   /* mark: an event after the unmarked collectives of each stream (a stream
    * is not destroyed under us: cuda_comm_forget_stream takes mu) */
@@ -272,7 +297,8 @@ static void watch_once(cuda_comm *c) {
     goto abort;
   }
   double t = now_s();
-  for (int i = 0; c->side && i < c->npend; i++) {
+  int scan = c->side && peers_maybe_gone(c);
+  for (int i = 0; scan && i < c->npend; i++) {
     p = &c->pend[i];
     int p2p = p->need == UINT64_MAX;
     describe(p, what, sizeof what);
