@@ -126,20 +126,17 @@ static int comm_init(lua_State *L) {
   return 0;
 }
 
-static dev_cred check_red(lua_State *L, int opts) {
+/* The op option's value at idx (nil: sum). */
+static dev_cred check_red(lua_State *L, int idx) {
   static const char *const names[] = {"sum", "prod", "max", "min", "avg", NULL};
-  dev_cred r = DEV_CRED_SUM;
-  if (bind_opt_field(L, opts, "op") != LUA_TNIL) {
-    const char *s = lua_tostring(L, -1);
-    int i = 0;
-    while (s && names[i] && strcmp(names[i], s) != 0) i++;
-    if (!s || !names[i])
-      luaL_error(L, "bad option 'op' (expected \"sum\", \"prod\", \"max\", \"min\" or \"avg\", got %s)",
-                 s ? s : luaL_typename(L, -1));
-    r = (dev_cred)i;
-  }
-  lua_pop(L, 1);
-  return r;
+  if (lua_isnil(L, idx)) return DEV_CRED_SUM;
+  const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
+  int i = 0;
+  while (s && names[i] && strcmp(names[i], s) != 0) i++;
+  if (!s || !names[i])
+    luaL_error(L, "bad option 'op' (expected \"sum\", \"prod\", \"max\", \"min\" or \"avg\", got %s)",
+               s ? s : luaL_typename(L, idx));
+  return (dev_cred)i;
 }
 
 /* The rank at idx; else NULL, and *why says what is wrong with the value
@@ -172,26 +169,21 @@ static int check_rank_arg(lua_State *L, int arg) {
   return r;
 }
 
-static int opt_rank(lua_State *L, int opts, const char *field, int dflt) {
-  int r = dflt;
-  if (bind_opt_field(L, opts, field) != LUA_TNIL) {
-    const char *why;
-    r = rank_at(L, lua_gettop(L), &why);
-    if (why) luaL_error(L, "bad option '%s' (%s)", field, why);
-  }
-  lua_pop(L, 1);
+/* The rank option's value at idx (nil: dflt). */
+static int opt_rank(lua_State *L, int idx, const char *field, int dflt) {
+  if (lua_isnil(L, idx)) return dflt;
+  const char *why;
+  int r = rank_at(L, idx, &why);
+  if (why) luaL_error(L, "bad option '%s' (%s)", field, why);
   return r;
 }
 
-/* opts.out, or 0 */
-static int opt_out(lua_State *L, int opts) {
-  if (bind_opt_field(L, opts, "out") == LUA_TNIL) {
-    lua_pop(L, 1);
-    return 0;
-  }
-  if (!bind_test_tensor_handle(L, -1))
-    luaL_error(L, "bad option 'out' (gpu.Tensor expected, got %s)", bind_typename(L, -1));
-  return lua_gettop(L);
+/* The out option's value at idx: idx, or 0 when nil. */
+static int opt_out(lua_State *L, int idx) {
+  if (lua_isnil(L, idx)) return 0;
+  if (!bind_test_tensor_handle(L, idx))
+    luaL_error(L, "bad option 'out' (gpu.Tensor expected, got %s)", bind_typename(L, idx));
+  return idx;
 }
 
 /* The name a failed collective is raised with (BIND_CHECK's fname, taken
@@ -204,9 +196,10 @@ static const char *coll_name(dev_ctx *ctx, const char *fname) {
 }
 
 /* Enqueue one collective: tensors at stack indices si (send) and ri (recv),
- * fetched here after the last Lua allocation. */
-static void enqueue(lua_State *L, const char *fname, dev_coll *c, int si, int ri, int opts) {
-  dev_stream *s = opts ? bind_opt_stream(L, opts) : bind_current_stream(L);
+ * on the stream option's value at stream (nil: the current stream), fetched
+ * here after the last Lua allocation. */
+static void enqueue(lua_State *L, const char *fname, dev_coll *c, int si, int ri, int stream) {
+  dev_stream *s = bind_stream_at(L, stream);
   dev_ctx *ctx = dev_stream_ctx(s);
   if (si) c->send = bind_check_tensor(L, si)->v;
   if (ri) c->recv = bind_check_tensor(L, ri)->v;
@@ -216,43 +209,42 @@ static void enqueue(lua_State *L, const char *fname, dev_coll *c, int si, int ri
 
 /* gpu.all_reduce(t, {op =, out =, stream =}) -> out or t */
 static int comm_all_reduce(lua_State *L) {
+  static const char *const names[] = {"op", "out", "stream", NULL};
   bind_check_tensor(L, 1);
-  bind_check_opts(L, 2, "op out stream");
-  int opts = lua_istable(L, 2) ? 2 : 0;
+  int o = bind_read_opts(L, 2, names);
   no_group(L, "all_reduce");
   join(L, "all_reduce", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = opts ? check_red(L, opts) : DEV_CRED_SUM};
-  int out = opts ? opt_out(L, opts) : 0;
-  enqueue(L, "all_reduce", &c, 1, out ? out : 1, opts);
+  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = check_red(L, o)};
+  int out = opt_out(L, o + 1);
+  enqueue(L, "all_reduce", &c, 1, out ? out : 1, o + 2);
   lua_pushvalue(L, out ? out : 1);
   return 1;
 }
 
 /* gpu.broadcast(t, {root =, out =, stream =}): root's t to every rank's t (or out) */
 static int comm_broadcast(lua_State *L) {
+  static const char *const names[] = {"root", "out", "stream", NULL};
   bind_check_tensor(L, 1);
-  bind_check_opts(L, 2, "root out stream");
-  int opts = lua_istable(L, 2) ? 2 : 0;
+  int o = bind_read_opts(L, 2, names);
   no_group(L, "broadcast");
   join(L, "broadcast", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_BROADCAST, .peer = opts ? opt_rank(L, opts, "root", 0) : 0};
-  int out = opts ? opt_out(L, opts) : 0;
-  enqueue(L, "broadcast", &c, 1, out ? out : 1, opts);
+  dev_coll c = {.kind = DEV_COLL_BROADCAST, .peer = opt_rank(L, o, "root", 0)};
+  int out = opt_out(L, o + 1);
+  enqueue(L, "broadcast", &c, 1, out ? out : 1, o + 2);
   lua_pushvalue(L, out ? out : 1);
   return 1;
 }
 
 /* gpu.reduce(t, {op =, root =, out =, stream =}): the result on root only */
 static int comm_reduce(lua_State *L) {
+  static const char *const names[] = {"op", "root", "out", "stream", NULL};
   bind_check_tensor(L, 1);
-  bind_check_opts(L, 2, "op root out stream");
-  int opts = lua_istable(L, 2) ? 2 : 0;
+  int o = bind_read_opts(L, 2, names);
   no_group(L, "reduce");
   join(L, "reduce", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_REDUCE, .red = opts ? check_red(L, opts) : DEV_CRED_SUM,
-                .peer = opts ? opt_rank(L, opts, "root", 0) : 0};
-  int out = opts ? opt_out(L, opts) : 0;
-  enqueue(L, "reduce", &c, 1, out ? out : 1, opts);
+  dev_coll c = {.kind = DEV_COLL_REDUCE, .red = check_red(L, o), .peer = opt_rank(L, o + 1, "root", 0)};
+  int out = opt_out(L, o + 2);
+  enqueue(L, "reduce", &c, 1, out ? out : 1, o + 3);
   lua_pushvalue(L, out ? out : 1);
   return 1;
 }
@@ -261,12 +253,12 @@ static int comm_reduce(lua_State *L) {
 static int comm_all_gather(lua_State *L) {
   bind_check_tensor(L, 1);
   bind_check_tensor(L, 2);
-  bind_check_opts(L, 3, "stream");
-  int opts = lua_istable(L, 3) ? 3 : 0;
+  static const char *const names[] = {"stream", NULL};
+  int o = bind_read_opts(L, 3, names);
   no_group(L, "all_gather");
   join(L, "all_gather", 0, 1);
   dev_coll c = {.kind = DEV_COLL_ALL_GATHER};
-  enqueue(L, "all_gather", &c, 2, 1, opts);
+  enqueue(L, "all_gather", &c, 2, 1, o);
   lua_settop(L, 1);
   return 1;
 }
@@ -276,12 +268,12 @@ static int comm_all_gather(lua_State *L) {
 static int comm_reduce_scatter(lua_State *L) {
   bind_check_tensor(L, 1);
   bind_check_tensor(L, 2);
-  bind_check_opts(L, 3, "op stream");
-  int opts = lua_istable(L, 3) ? 3 : 0;
+  static const char *const names[] = {"op", "stream", NULL};
+  int o = bind_read_opts(L, 3, names);
   no_group(L, "reduce_scatter");
   join(L, "reduce_scatter", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_REDUCE_SCATTER, .red = opts ? check_red(L, opts) : DEV_CRED_SUM};
-  enqueue(L, "reduce_scatter", &c, 2, 1, opts);
+  dev_coll c = {.kind = DEV_COLL_REDUCE_SCATTER, .red = check_red(L, o)};
+  enqueue(L, "reduce_scatter", &c, 2, 1, o + 1);
   lua_settop(L, 1);
   return 1;
 }
@@ -294,8 +286,8 @@ static int p2p(lua_State *L, dev_coll_kind kind, const char *fname) {
   bind_check_tensor(L, 1);
   /* the arguments in order, and all of them before joining the job */
   int peer = check_rank_arg(L, 2);
-  bind_check_opts(L, 3, "stream");
-  int opts = lua_istable(L, 3) ? 3 : 0;
+  static const char *const names[] = {"stream", NULL};
+  int o = bind_read_opts(L, 3, names);
   join(L, fname, 0, 1);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &group_key);
   if (lua_istable(L, -1)) {
@@ -307,11 +299,11 @@ static int p2p(lua_State *L, dev_coll_kind kind, const char *fname) {
     lua_rawseti(L, -2, 2);
     lua_pushinteger(L, peer);
     lua_rawseti(L, -2, 3);
-    if (opts && bind_opt_field(L, opts, "stream") != LUA_TNIL) {
-      if (!bind_test_stream(L, -1))
-        luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, -1));
+    if (!lua_isnil(L, o)) {
+      if (!bind_test_stream(L, o))
+        luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, o));
+      lua_pushvalue(L, o);
     } else {
-      if (opts) lua_pop(L, 1);
       lua_pushboolean(L, 0);
     }
     lua_rawseti(L, -2, 4);
@@ -321,7 +313,7 @@ static int p2p(lua_State *L, dev_coll_kind kind, const char *fname) {
   }
   lua_pop(L, 1);
   dev_coll c = {.kind = kind, .peer = peer};
-  enqueue(L, fname, &c, kind == DEV_COLL_SEND ? 1 : 0, kind == DEV_COLL_RECV ? 1 : 0, opts);
+  enqueue(L, fname, &c, kind == DEV_COLL_SEND ? 1 : 0, kind == DEV_COLL_RECV ? 1 : 0, o);
   lua_settop(L, 1);
   return 1;
 }

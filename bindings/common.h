@@ -46,6 +46,10 @@ typedef struct gpu_state {
   dev_ctx *ctx;
   uint64_t seed, offset;       /* the generator: Philox key and next counter */
   int current;                 /* registry ref: table thread -> current stream (weak keys) */
+  /* the main thread's entry of it (NULL: none), read on every op; valid
+   * while main_cur_ok, which every write to the table clears */
+  struct gpu_stream *main_cur;
+  int main_cur_ok;
   int dflt;                    /* registry ref: the default stream's handle */
   lua_State *mainL;            /* for lua_warning from the sync-warning callback */
   int nwarned;                 /* sync warnings shown, each once (by hash) */
@@ -156,6 +160,13 @@ void bind_check_opts(lua_State *L, int idx, const char *allowed);
  * pass, for the ops whose only option is the stream; as any raw pointer, the
  * result is fetched after the binding's last Lua allocation. */
 dev_stream *bind_stream_opts(lua_State *L, int idx);
+/* opts at idx is nil or a table whose keys are all in names (NULL-ended, at
+ * most 8), read in one pass (the collectives took four lookups and a check
+ * pass): names[i]'s value is pushed at the returned index + i, nil when
+ * absent. */
+int bind_read_opts(lua_State *L, int idx, const char *const *names);
+/* The stream option's value at idx (nil: the current stream), checked. */
+dev_stream *bind_stream_at(lua_State *L, int idx);
 
 int bind_open_stream(lua_State *L);   /* each adds its constructors to the table on top */
 int bind_open_event(lua_State *L);

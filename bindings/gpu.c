@@ -109,6 +109,35 @@ void bind_check_opts(lua_State *L, int idx, const char *allowed) {
   }
 }
 
+int bind_read_opts(lua_State *L, int idx, const char *const *names) {
+  int n = 0;
+  while (names[n]) n++;
+  luaL_checkstack(L, n + 3, "too many options");
+  int base = lua_gettop(L) + 1;
+  for (int i = 0; i < n; i++) lua_pushnil(L);
+  if (lua_isnoneornil(L, idx)) return base;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    size_t kn;
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &kn) : NULL;
+    int i = 0;
+    while (k && i < n && !(strlen(names[i]) == kn && memcmp(names[i], k, kn) == 0)) i++;
+    if (!k || i == n) {
+      char allowed[128] = "";
+      for (int j = 0; j < n; j++) {
+        if (j) strncat(allowed, " ", sizeof allowed - strlen(allowed) - 1);
+        strncat(allowed, names[j], sizeof allowed - strlen(allowed) - 1);
+      }
+      bad_option_key(L, allowed);
+    }
+    lua_copy(L, -1, base + i);
+    lua_pop(L, 1);
+  }
+  return base;
+}
+
 dev_stream *bind_stream_opts(lua_State *L, int idx) {
   if (lua_isnoneornil(L, idx)) return bind_current_stream(L);
   luaL_checktype(L, idx, LUA_TTABLE);

@@ -25,6 +25,7 @@ static void swap_current(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);
   gpu_state *st = bind_state(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
+  st->main_cur_ok = 0;
   lua_pushthread(L);
   lua_rawget(L, -2);
   lua_pushthread(L);

@@ -40,27 +40,37 @@ static int push_current(lua_State *L) {
 }
 
 dev_stream *bind_current_stream(lua_State *L) {
-  dev_stream *s = NULL;
-  if (push_current(L) != LUA_TNIL) {
-    gpu_stream *p = lua_touserdata(L, -1);
-    if (!p->s) luaL_error(L, "the current stream (set by gpu.using) is closed");
-    s = p->s;
+  gpu_state *st = bind_state(L);
+  gpu_stream *p;
+  if (L == st->mainL && st->main_cur_ok) {
+    p = st->main_cur;   /* kept alive by the table, which holds it */
+  } else {
+    p = push_current(L) != LUA_TNIL ? lua_touserdata(L, -1) : NULL;
+    lua_pop(L, 1);
+    if (L == st->mainL) {
+      st->main_cur = p;
+      st->main_cur_ok = 1;
+    }
   }
-  lua_pop(L, 1);
-  if (!s) s = dev_default_stream(bind_ctx(L));
-  return s;
+  if (!p) return dev_default_stream(st->ctx);
+  if (!p->s) luaL_error(L, "the current stream (set by gpu.using) is closed");
+  return p->s;
+}
+
+dev_stream *bind_stream_at(lua_State *L, int idx) {
+  if (lua_isnil(L, idx)) return bind_current_stream(L);
+  gpu_stream *p = bind_test_stream(L, idx);
+  if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, idx));
+  if (!p->s) luaL_error(L, "bad option 'stream' (stream is closed)");
+  return p->s;
 }
 
 dev_stream *bind_opt_stream(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TTABLE) {
-    if (bind_opt_field(L, idx, "stream") != LUA_TNIL) {
-      gpu_stream *p = bind_test_stream(L, -1);
-      if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, -1));
-      if (!p->s) luaL_error(L, "bad option 'stream' (stream is closed)");
-      lua_pop(L, 1);
-      return p->s;
-    }
+    bind_opt_field(L, idx, "stream");
+    dev_stream *s = bind_stream_at(L, -1);
     lua_pop(L, 1);
+    return s;
   }
   return bind_current_stream(L);
 }
@@ -213,6 +223,7 @@ static int using_close(lua_State *L) {
   if (lua_isnil(L, -1)) return 0;  /* already restored */
   gpu_state *st = bind_state(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
+  st->main_cur_ok = 0;
   lua_pushvalue(L, -2);
   lua_getiuservalue(L, 1, 2);
   if (lua_toboolean(L, -1) == 0) { lua_pop(L, 1); lua_pushnil(L); }
@@ -231,6 +242,7 @@ static int gpu_using(lua_State *L) {
   if (push_current(L) == LUA_TNIL) { lua_pop(L, 1); lua_pushboolean(L, 0); }
   lua_setiuservalue(L, -2, 2);
   lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
+  st->main_cur_ok = 0;
   lua_pushthread(L);
   lua_pushvalue(L, 1);
   lua_rawset(L, -3);

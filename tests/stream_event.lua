@@ -117,6 +117,68 @@ T.test("current stream is per coroutine", function()
   T.is(gpu.current_stream(), s1, "main thread unaffected")
 end)
 
+-- The main thread's current stream is remembered between ops (it is read
+-- for every op); every change of it must be seen.  A closed stream left
+-- current raises, so an op that still went to a stream no longer current
+-- would raise here.
+T.test("ops follow the current stream through scopes, errors, coroutines and graphs", function()
+  local x <close> = gpu.zeros({ 4 })
+  local s1 = gpu.stream()
+  do
+    local _ <close> = gpu.using(s1)
+    x:add_(1)
+  end
+  s1:close()
+  x:add_(1)   -- on the default stream again
+  T.is(x:sum():item(), 8.0, "after a using scope ends, ops leave its stream")
+
+  local s2 = gpu.stream()
+  T.raises_at(function()
+    local _ <close> = gpu.using(s2)
+    x:add_(1)
+    s2:close()
+    x:add_(1)
+  end, "current stream", "inside the scope, a closed current stream raises")
+  x:add_(1)
+  T.is(x:sum():item(), 16.0, "and after it, ops run on the default stream")
+
+  local s3 = gpu.stream()
+  local co = coroutine.wrap(function()
+    local _ <close> = gpu.using(s3)
+    x:add_(1)
+    coroutine.yield()
+    x:add_(1)
+  end)
+  x:add_(1)
+  co()
+  s3:synchronize()
+  x:add_(1)   -- the main thread never used s3
+  T.is(gpu.current_stream(), gpu.default_stream(), "a coroutine's gpu.using leaves the main thread's stream")
+  co()
+  s3:synchronize()
+  s3:close()
+  x:add_(1)
+  T.is(x:sum():item(), 36.0, "ops of both threads ran")
+
+  local s4 = gpu.stream()
+  local ok = pcall(function()
+    local _ <close> = gpu.using(s4)
+    x:add_(1)
+    error("out of the scope")
+  end)
+  T.ok(not ok, "the scope raised")
+  s4:synchronize()
+  s4:close()
+  x:add_(1)
+  T.is(x:sum():item(), 44.0, "an error leaving a using scope restores the stream")
+
+  local g <close> = gpu.graph(function() x:add_(1) end)
+  x:add_(1)
+  g:launch()
+  gpu.synchronize()
+  T.is(x:sum():item(), 52.0, "after a capture, ops go to the current stream again")
+end)
+
 T.test("event timing", function()
   local ev1 = gpu.event { timing = true }
   local ev2 = gpu.event { timing = true }
