@@ -76,6 +76,34 @@ T.test("both directions, every size class and dtype, with no sync", function()
   end
 end)
 
+-- A copy to the device of 1 to 8 MiB (the default chunk) whose source no
+-- queued work writes starts reading it at once, in pieces the threads take
+-- in parallel.  Every piece must arrive, and what the script writes to the
+-- source next must not reach the device.
+if not CHILD then
+  T.test("copies of 1 to 8 MiB: every piece, and only the values before the next write", function()
+    for _, case in ipairs { { "f32", (3 << 20) // 4 + 5 }, { "f64", (5 << 20) // 8 }, { "u8", 8 << 20 },
+                            { "f32", (1 << 20) // 4 + 1 } } do
+      local dtype, n = case[1], case[2]
+      for round = 1, 4 do
+        local src = gpu.arange(n, { dtype = "i64", device = "host" }):remainder(251 - round):to(dtype)
+        local want = src:clone()
+        local d = gpu.zeros({n}, { dtype = dtype })
+        settle()
+        local s0 = gpu.stats()
+        d:copy(src)             -- pageable -> device
+        local name = string.format("%s x %d, round %d", dtype, n, round)
+        T.is(gpu.stats().syncs - s0.syncs, 0, name .. ": no sync")
+        src:fill(7)             -- the script's next write to the source (it waits for the copy)
+        T.is(maxdiff(d:to("host"), want), 0, name .. ": the device holds every value the source had")
+        local h = gpu.empty({n}, { dtype = dtype, device = "host" })
+        h:copy(d)               -- device -> pageable
+        T.is(maxdiff(h, want), 0, name .. ": and the way back too")
+      end
+    end
+  end)
+end
+
 T.test("views and strides on the pageable side and on the device side", function()
   local rows, cols = 37, 41
   local n = rows * cols
