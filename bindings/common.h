@@ -160,13 +160,15 @@ void bind_check_opts(lua_State *L, int idx, const char *allowed);
  * pass, for the ops whose only option is the stream; as any raw pointer, the
  * result is fetched after the binding's last Lua allocation. */
 dev_stream *bind_stream_opts(lua_State *L, int idx);
-/* opts at idx is nil or a table whose keys are all in names (NULL-ended, at
- * most 8), read in one pass (the collectives took four lookups and a check
- * pass): names[i]'s value is pushed at the returned index + i, nil when
- * absent. */
+/* opts at idx is nil or a table whose keys are all in names (NULL-ended),
+ * read in one pass (the collectives took four lookups and a check pass):
+ * names[i]'s value is pushed at the returned index + i, nil when absent. */
 int bind_read_opts(lua_State *L, int idx, const char *const *names);
 /* The stream option's value at idx (nil: the current stream), checked. */
 dev_stream *bind_stream_at(lua_State *L, int idx);
+/* Push the table thread -> current stream to change it: every write goes
+ * through here, which forgets the main thread's remembered entry. */
+void bind_push_current_table(lua_State *L);
 
 int bind_open_stream(lua_State *L);   /* each adds its constructors to the table on top */
 int bind_open_event(lua_State *L);

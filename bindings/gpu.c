@@ -139,23 +139,11 @@ int bind_read_opts(lua_State *L, int idx, const char *const *names) {
 }
 
 dev_stream *bind_stream_opts(lua_State *L, int idx) {
-  if (lua_isnoneornil(L, idx)) return bind_current_stream(L);
-  luaL_checktype(L, idx, LUA_TTABLE);
-  idx = lua_absindex(L, idx);
-  dev_stream *s = NULL;
-  lua_pushnil(L);
-  /* One pass: every key is 'stream', and its value is taken on the way. */
-  while (lua_next(L, idx)) {
-    size_t n;
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &n) : NULL;
-    if (!k || n != 6 || memcmp(k, "stream", 6) != 0) bad_option_key(L, "stream");
-    gpu_stream *p = bind_test_stream(L, -1);
-    if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, -1));
-    if (!p->s) luaL_error(L, "bad option 'stream' (stream is closed)");
-    s = p->s;
-    lua_pop(L, 1);
-  }
-  return s ? s : bind_current_stream(L);
+  static const char *const names[] = {"stream", NULL};
+  int o = bind_read_opts(L, idx, names);
+  dev_stream *s = bind_stream_at(L, o);
+  lua_settop(L, o - 1);
+  return s;
 }
 
 static int state_gc(lua_State *L) {

@@ -23,9 +23,7 @@ static dev_graph *check_graph(lua_State *L, int idx) {
  * none), pushing the one it replaces (nil: none). */
 static void swap_current(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);
-  gpu_state *st = bind_state(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
-  st->main_cur_ok = 0;
+  bind_push_current_table(L);
   lua_pushthread(L);
   lua_rawget(L, -2);
   lua_pushthread(L);

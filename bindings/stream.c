@@ -57,6 +57,12 @@ dev_stream *bind_current_stream(lua_State *L) {
   return p->s;
 }
 
+void bind_push_current_table(lua_State *L) {
+  gpu_state *st = bind_state(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
+  st->main_cur_ok = 0;
+}
+
 dev_stream *bind_stream_at(lua_State *L, int idx) {
   if (lua_isnil(L, idx)) return bind_current_stream(L);
   gpu_stream *p = bind_test_stream(L, idx);
@@ -221,9 +227,7 @@ static int using_close(lua_State *L) {
   bind_check_type(L, 1, &bind_using_type, sizeof(using_guard));
   lua_getiuservalue(L, 1, 1);  /* thread */
   if (lua_isnil(L, -1)) return 0;  /* already restored */
-  gpu_state *st = bind_state(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
-  st->main_cur_ok = 0;
+  bind_push_current_table(L);
   lua_pushvalue(L, -2);
   lua_getiuservalue(L, 1, 2);
   if (lua_toboolean(L, -1) == 0) { lua_pop(L, 1); lua_pushnil(L); }
@@ -235,14 +239,12 @@ static int using_close(lua_State *L) {
 
 static int gpu_using(lua_State *L) {
   bind_check_stream(L, 1);
-  gpu_state *st = bind_state(L);
   bind_new_udata(L, &bind_using_type, sizeof(using_guard), 2);
   lua_pushthread(L);
   lua_setiuservalue(L, -2, 1);
   if (push_current(L) == LUA_TNIL) { lua_pop(L, 1); lua_pushboolean(L, 0); }
   lua_setiuservalue(L, -2, 2);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, st->current);
-  st->main_cur_ok = 0;
+  bind_push_current_table(L);
   lua_pushthread(L);
   lua_pushvalue(L, 1);
   lua_rawset(L, -3);

@@ -290,8 +290,7 @@ static int task_new(lua_State *L) {
   t->id = (int)loop_int(L, "next_id") + 1;
   loop_set_int(L, "next_id", t->id);
   /* the task starts on the stream current where it was made */
-  lua_rawgeti(L, LUA_REGISTRYINDEX, bind_state(L)->current);
-  bind_state(L)->main_cur_ok = 0;
+  bind_push_current_table(L);
   if (lua_istable(L, -1)) {
     lua_pushthread(L);
     if (lua_rawget(L, -2) != LUA_TNIL) {

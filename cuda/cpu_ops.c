@@ -1289,11 +1289,12 @@ static int matmul_2d(const dev_view *av, const dev_view *bv, const dev_view *ov,
     ldc = n;
   }
 #ifdef GPULUA_HAVE_OPENBLAS
-  if (have_blas() && sp)
+  int use_blas = have_blas();
+  if (use_blas && sp)
     blas.sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, 1.0f, (const float *)a.p, (int)a.ld, (const float *)b.p, (int)b.ld,
                 0.0f, (float *)cp, (int)ldc);
-  else if (have_blas())
+  else if (use_blas)
     blas.dgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, 1.0, (const double *)a.p, (int)a.ld, (const double *)b.p, (int)b.ld,
                 0.0, (double *)cp, (int)ldc);

@@ -85,14 +85,15 @@ static int coll_count_fail(dev_ctx *ctx, const dev_coll *c, const char *what, in
                   what, (long long)got, (long long)want);
 }
 
-static int coll_view(dev_ctx *ctx, const dev_coll *c, const dev_view *v, const char *what) {
+static int coll_view(dev_ctx *ctx, const dev_coll *c, const dev_view *v, int recv) {
+  const char *what = recv ? "recv" : "send";
   /* literals, not formatted: this is on the path of every collective */
   static const char *const names[DEV_NCOLL][2] = {
       {"all_reduce: send", "all_reduce: recv"}, {"broadcast: send", "broadcast: recv"},
       {"reduce: send", "reduce: recv"},         {"all_gather: send", "all_gather: recv"},
       {"reduce_scatter: send", "reduce_scatter: recv"}, {"send: send", "send: recv"},
       {"recv: send", "recv: recv"}};
-  int rc = dev_check_view(ctx, v, names[c->kind][what[0] == 'r']);
+  int rc = dev_check_view(ctx, v, names[c->kind][recv]);
   if (rc) return rc;
   if (!dev_view_contiguous(v))
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: the %s tensor must be contiguous (use t:contiguous())",
@@ -110,8 +111,8 @@ static int coll_check(dev_ctx *ctx, const dev_coll *g, int n) {
     if (n > 1 && !p2p)
       return dev_fail(ctx, DEV_ERR_INVALID, "%s cannot be grouped: a group holds sends and receives", name);
     int has_send = c->kind != DEV_COLL_RECV, has_recv = c->kind != DEV_COLL_SEND;
-    if (has_send && (rc = coll_view(ctx, c, &c->send, "send"))) return rc;
-    if (has_recv && (rc = coll_view(ctx, c, &c->recv, "recv"))) return rc;
+    if (has_send && (rc = coll_view(ctx, c, &c->send, 0))) return rc;
+    if (has_recv && (rc = coll_view(ctx, c, &c->recv, 1))) return rc;
     if (has_send && has_recv && c->send.dtype != c->recv.dtype)
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtypes differ (%s and %s)", name,
                       dev_dtype_name(c->send.dtype), dev_dtype_name(c->recv.dtype));
