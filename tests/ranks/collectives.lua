@@ -190,6 +190,13 @@ T.test("bad calls raise on the calling rank, before anything is enqueued", funct
   local t = make(r, 4, "f32")
   T.raises_at(function() gpu.all_reduce(t, { op = "mean" }) end, "bad option 'op'", "unknown op")
   T.raises_at(function() gpu.all_reduce(t, { opp = "sum" }) end, "unknown option 'opp'", "misspelt option")
+  T.raises_at(function() gpu.all_reduce(t, { op = 5 }) end, "bad option 'op' (expected \"sum\"", "op not a string")
+  T.raises_at(function() gpu.all_reduce(t, { out = 5 }) end, "bad option 'out' (gpu.Tensor expected, got number)",
+              "out not a tensor")
+  T.raises_at(function() gpu.broadcast(t, { stream = t }) end, "bad option 'stream' (gpu.Stream expected",
+              "stream not a stream")
+  T.raises_at(function() gpu.reduce(t, { root = 0.5 }) end, "bad option 'root'", "root not an integer")
+  T.raises_at(function() gpu.all_reduce(t, { [1] = "sum" }) end, "bad option key (a number", "positional key")
   T.raises_at(function() gpu.all_reduce(gpu.tensor({ true }, { dtype = "bool" })) end, "bool tensors cannot be reduced",
               "bool reduction")
   T.raises_at(function() gpu.all_reduce(make(r, 2, "i32"), { op = "avg" }) end, "avg needs a floating dtype", "integer avg")
