@@ -14,7 +14,9 @@
  * asynchronous copy); a gate is a host function in stream order (cuda:
  * cudaLaunchHostFunc; host backend: called by the stream's worker).  The
  * threads of a per-context pool move chunks between the pageable memory and
- * the slots:
+ * the slots, each chunk in ppc pieces (a piece is one thread's work; a
+ * chunk's pieces are taken together, so that every thread helps with the
+ * first chunk of an H2D copy and the last of a D2H one):
  *
  *   H2D: chunk k may be filled once the job has started (gate 0, or at
  *        enqueue when no queued work writes the source) and its slot is
@@ -29,17 +31,18 @@
  * host-access fences guard pageable memory exactly as they guard pinned.
  *
  * What holds here:
- * - Chunks are taken in order (job->next).  A gate that has to wait for a
- *   chunk nobody has taken takes it itself: a gate only ever waits for a
- *   chunk a thread is already copying, never for a later host function, so
+ * - Pieces are taken in order (job->next).  A gate that has to wait for a
+ *   piece nobody has taken takes it itself: a gate only ever waits for a
+ *   piece a thread is already copying, never for a later host function, so
  *   gates of several copies sharing one CUDA callback thread cannot
  *   deadlock, and a copy completes even with no pool thread at all.
  * - Everything a job counts is under its pool's mutex; the bytes are moved
- *   outside it, and a chunk is marked done only after its last byte moved.
+ *   outside it, and a chunk is done once its ppc pieces are, each counted
+ *   only after its last byte moved.
  * - A job is freed at its last reference: the submitter's, one per queued
- *   gate, the pool's list while it has chunks to hand out, one per chunk a
+ *   gate, the pool's list while it has pieces to hand out, one per piece a
  *   pool thread is copying.
- * - dev_stage_abort (a failed enqueue): no chunk is taken any more, gates
+ * - dev_stage_abort (a failed enqueue): no piece is taken any more, gates
  *   return at once, and it returns once no thread copies for the job.
  */
 #include <errno.h>
@@ -52,7 +55,10 @@
 
 #include "devpriv.h"
 
-#define STAGE_MIN_SPLIT ((size_t)1 << 20)   /* a small copy is cut no finer */
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 /* A copy is cut into at most this many chunks, each a gate: on cuda a host
  * function, and the driver holds only a few dozen of those pending (about
  * 56 seen behind a blocked stream); past that cudaLaunchHostFunc blocks the
@@ -61,6 +67,13 @@
  * The chunks grow for that up to STAGE_MAX_GROWN (the staging memory of a
  * copy of more than 1 GiB stays bounded: it has more chunks). */
 #define STAGE_MAX_CHUNKS 16
+/* A chunk is copied by the threads in pieces of at least this much, so
+ * that one chunk (the first of an H2D copy, the last of a D2H one) is not
+ * one thread's alone: at 256 MiB, 37 / 41 GB/s against 29 / 34. */
+#define STAGE_MIN_PIECE ((size_t)256 << 10)
+/* Slots: one being copied by the threads, one moved by the DMA, and as
+ * many ahead (measured: 4 as quick as 10 at 256 MiB). */
+#define STAGE_SLOTS 4
 #define STAGE_MAX_GROWN ((size_t)64 << 20)
 
 typedef struct stage_step { dev_stage_job *job; int64_t k; } stage_step;
@@ -69,6 +82,7 @@ struct dev_stage_job {
   struct dev_stage_pool *pool;
   int refs;
   int h2d;
+  int evict;                /* D2H: its drained pieces are evicted */
   int abort;
   int listed;
   dev_view host;            /* the pageable side: shape and strides */
@@ -77,15 +91,17 @@ struct dev_stage_job {
   char *stage;              /* nslot slots of `chunk` bytes */
   size_t chunk, bytes, el;
   int64_t n, nslot;
+  int64_t ppc;              /* pieces per chunk: a thread copies one piece */
+  int64_t per, pe;          /* elements per chunk, per piece */
   /* under the pool's mutex */
   int started;              /* H2D: chunks may be filled */
-  int64_t next;             /* the next chunk to take */
+  int64_t next;             /* the next piece to take (chunk next / ppc) */
   int64_t freed;            /* H2D: chunks whose DMA is done */
   int64_t posted;           /* D2H: chunks whose DMA is done */
   int64_t ndone;            /* chunks copied */
-  int busy;                 /* threads copying a chunk of it */
+  int busy;                 /* threads copying a piece of it */
   dev_stage_job *qprev, *qnext;
-  unsigned char *done;      /* per chunk */
+  unsigned char *done;      /* per chunk: its pieces copied */
   stage_step *steps;        /* gate k's argument */
 };
 
@@ -126,8 +142,9 @@ int dev_parse_size(const char *s, size_t *out) {
   return 0;
 }
 
-int dev_stage_config(dev_ctx *ctx) {
+int dev_stage_config(dev_ctx *ctx, int dma) {
   ctx->stage_chunk = DEV_STAGE_CHUNK;
+  ctx->stage_evict = dma;
   /* half the processors, 2 to 8: on an H100 host of 16, 8 threads moved
    * 256 MiB at 27-29 GB/s against 23 for 4; more did worse */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -156,14 +173,9 @@ int dev_stage_config(dev_ctx *ctx) {
 
 void dev_stage_plan(dev_ctx *ctx, size_t bytes, size_t el, size_t *chunk, int64_t *nslot) {
   size_t c = ctx->stage_chunk;
-  int64_t t = ctx->stage_threads;
-  /* a copy of few chunks is cut finer (not below 1 MiB: each chunk costs a
-   * gate, and at 4 MiB pieces of 256 KiB moved 4 GB/s against 10 for 1
-   * MiB) so that each thread has a piece */
-  size_t share = bytes / (size_t)t;
-  share = (share + 65535) & ~(size_t)65535;
-  if (share < STAGE_MIN_SPLIT) share = STAGE_MIN_SPLIT;
-  if (share < c) c = share;
+  /* no finer for more threads: they share a chunk in pieces, and each
+   * chunk costs a gate (about 30 us of the stream's time on an H200) */
+  if (c > bytes) c = bytes;
   c -= c % el;
   if (c < el) c = el;
   /* few enough chunks: larger ones past the cap */
@@ -171,8 +183,7 @@ void dev_stage_plan(dev_ctx *ctx, size_t bytes, size_t el, size_t *chunk, int64_
   if (least > STAGE_MAX_GROWN) least = STAGE_MAX_GROWN;
   if (c < least) c = (least + el - 1) / el * el;
   int64_t n = (int64_t)((bytes + c - 1) / c);
-  /* t being copied by the threads, one moved by the DMA, one waiting */
-  *nslot = n < t + 2 ? n : t + 2;
+  *nslot = n < STAGE_SLOTS ? n : STAGE_SLOTS;
   *chunk = c;
 }
 
@@ -187,13 +198,67 @@ static void jitter(unsigned *seed) {
   while (nanosleep(&ts, &ts) && errno == EINTR) {}
 }
 
+/* memcpy whose stores bypass the caches (x86-64, from 64 KiB): a DMA that
+ * reads a slot the CPU has just written through its caches runs at half
+ * speed (H200, 1 MiB: 26 GB/s against 46 after streaming stores or from
+ * an idle slot), and a pageable destination is not read for its
+ * ownership first */
+static void move_bytes(char *d, const char *s, size_t n) {
+#if defined(__x86_64__)
+  if (n >= ((size_t)64 << 10)) {
+    size_t head = (size_t)(-(uintptr_t)d & 63);
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+      __m128i a = _mm_loadu_si128((const __m128i *)s);
+      __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+      __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+      __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+      _mm_stream_si128((__m128i *)d, a);
+      _mm_stream_si128((__m128i *)(d + 16), b);
+      _mm_stream_si128((__m128i *)(d + 32), c);
+      _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    memcpy(d, s, n);
+    _mm_sfence();
+    return;
+  }
+#endif
+  memcpy(d, s, n);
+}
+
+/* A slot drained by the threads stays in their caches, and a DMA writing
+ * lines a core holds runs at a fraction of its speed (H200, a 4 MiB copy
+ * drained by 8 threads: the next DMA into the slot took 230-500 us against
+ * 85).  The pieces of a small copy (its slots fit the cores' caches) are
+ * evicted once drained; a large copy's slots have left them by the time
+ * they are written again, and evicting them costs more than it saves
+ * (256 MiB: 30 GB/s against 42). */
+#define STAGE_EVICT_MAX ((size_t)16 << 20)
+
+static void evict(const char *a, size_t n) {
+#if defined(__x86_64__)
+  static int have = -1;
+  if (have < 0) {
+    __builtin_cpu_init();
+    have = __builtin_cpu_supports("clflushopt") != 0;
+  }
+  if (!have) return;
+  for (const char *x = (const char *)((uintptr_t)a & ~(uintptr_t)63); x < a + n; x += 64)
+    __asm__ volatile("clflushopt %0" : "+m"(*(volatile char *)x));
+  _mm_sfence();
+#else
+  (void)a; (void)n;
+#endif
+}
+
 /* Elements [e0, e1) of the view v in C order, to (pack) or from the packed
  * bytes at p. */
 static void span_copy(const dev_view *v, char *base, size_t el, int64_t e0, int64_t e1, char *p, int pack) {
   if (dev_view_contiguous(v)) {
     char *q = base + (size_t)e0 * el;
     size_t n = (size_t)(e1 - e0) * el;
-    if (pack) memcpy(p, q, n); else memcpy(q, p, n);
+    if (pack) move_bytes(p, q, n); else move_bytes(q, p, n);
     return;
   }
   int nd = v->ndim, last = nd - 1;
@@ -210,7 +275,7 @@ static void span_copy(const dev_view *v, char *base, size_t el, int64_t e0, int6
     char *q = base + (size_t)off * el;
     size_t step = (size_t)v->stride[last] * el;
     if (v->stride[last] == 1) {
-      if (pack) memcpy(p, q, (size_t)run * el); else memcpy(q, p, (size_t)run * el);
+      if (pack) move_bytes(p, q, (size_t)run * el); else move_bytes(q, p, (size_t)run * el);
       p += (size_t)run * el;
     } else {
       /* one element at a time, at a size the compiler knows */
@@ -244,26 +309,32 @@ static void job_unref(dev_stage_job *j) {
   free(j);
 }
 
-static int chunk_ready(const dev_stage_job *j) {
-  if (j->abort || j->next >= j->n) return 0;
-  if (j->h2d) return j->started && j->next < j->freed + j->nslot;
-  return j->next < j->posted;
+/* the next piece may be taken */
+static int piece_ready(const dev_stage_job *j) {
+  if (j->abort || j->next >= j->n * j->ppc) return 0;
+  int64_t k = j->next / j->ppc;
+  if (j->h2d) return j->started && k < j->freed + j->nslot;
+  return k < j->posted;
 }
 
-/* Under the mutex, which it drops while moving the bytes: chunk job->next
+/* Under the mutex, which it drops while moving the bytes: piece job->next
  * (ready) is copied by the calling thread. */
-static void take_chunk(dev_stage_pool *p, dev_stage_job *j, unsigned *seed) {
-  int64_t k = j->next++;
-  if (j->next == j->n) unlist(j);
+static void take_piece(dev_stage_pool *p, dev_stage_job *j, unsigned *seed) {
+  int64_t g = j->next++, k = g / j->ppc;
+  if (j->next == j->n * j->ppc) unlist(j);
   j->busy++;
   pthread_mutex_unlock(&p->mu);
-  if (p->jitter) jitter(seed);
-  int64_t per = (int64_t)(j->chunk / j->el), total = (int64_t)(j->bytes / j->el);
-  int64_t e0 = k * per, e1 = e0 + per < total ? e0 + per : total;
-  span_copy(&j->host, j->hbase, j->el, e0, e1, j->stage + (size_t)(k % j->nslot) * j->chunk, j->h2d);
+  int64_t total = (int64_t)(j->bytes / j->el), c0 = k * j->per;
+  int64_t c1 = c0 + j->per < total ? c0 + j->per : total;
+  int64_t e0 = c0 + (g % j->ppc) * j->pe, e1 = e0 + j->pe < c1 ? e0 + j->pe : c1;
+  if (e0 < e1) {   /* the last pieces of a short chunk may be empty */
+    if (p->jitter) jitter(seed);
+    char *slot = j->stage + (size_t)(k % j->nslot) * j->chunk + (size_t)(e0 - c0) * j->el;
+    span_copy(&j->host, j->hbase, j->el, e0, e1, slot, j->h2d);
+    if (j->evict) evict(slot, (size_t)(e1 - e0) * j->el);
+  }
   pthread_mutex_lock(&p->mu);
-  j->done[k] = 1;
-  j->ndone++;
+  if (++j->done[k] == j->ppc) j->ndone++;
   j->busy--;
   pthread_cond_broadcast(&p->done);
 }
@@ -285,13 +356,13 @@ static void *pool_thread(void *arg) {
   for (;;) {
     dev_stage_job *j = NULL;
     while (!p->stop) {
-      for (j = p->head; j && !chunk_ready(j); j = j->qnext) {}
+      for (j = p->head; j && !piece_ready(j); j = j->qnext) {}
       if (j) break;
       pthread_cond_wait(&p->work, &p->mu);
     }
     if (p->stop) break;
     j->refs++;
-    take_chunk(p, j, &seed);
+    take_piece(p, j, &seed);
     job_unref(j);
   }
   pthread_mutex_unlock(&p->mu);
@@ -366,6 +437,7 @@ int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *
   j->pool = p;
   j->refs = 2;   /* the submitter's and the list's */
   j->h2d = h2d;
+  j->evict = !h2d && ctx->stage_evict && bytes <= STAGE_EVICT_MAX;
   j->host = *host;
   j->hbase = dev_view_ptr(host);
   j->dev = dev;
@@ -375,6 +447,14 @@ int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *
   j->el = el;
   j->n = n;
   j->nslot = nslot;
+  /* a chunk is shared by the threads, in pieces of at least STAGE_MIN_PIECE,
+   * so that the first (H2D) or last (D2H) is not one thread's alone */
+  j->per = (int64_t)(chunk / el);
+  int64_t ppc = (int64_t)(chunk / STAGE_MIN_PIECE);
+  if (ppc > ctx->stage_threads) ppc = ctx->stage_threads;
+  if (ppc < 1) ppc = 1;
+  j->pe = (j->per + ppc - 1) / ppc;
+  j->ppc = ppc;
   pthread_mutex_lock(&p->mu);
   p->jobs++;
   j->listed = 1;
@@ -420,11 +500,11 @@ void dev_stage_abort(dev_stage_job *j) {
 }
 
 /* Under the mutex: until chunk m is copied (m < 0: every chunk), taking
- * the chunks up to it that no thread has taken. */
+ * the pieces up to it that no thread has taken. */
 static void wait_chunk(dev_stage_pool *p, dev_stage_job *j, int64_t m, unsigned *seed) {
   for (;;) {
-    if (j->abort || (m < 0 ? j->ndone == j->n : j->done[m])) return;
-    if (chunk_ready(j) && (m < 0 || j->next <= m)) take_chunk(p, j, seed);
+    if (j->abort || (m < 0 ? j->ndone == j->n : j->done[m] == j->ppc)) return;
+    if (piece_ready(j) && (m < 0 || j->next / j->ppc <= m)) take_piece(p, j, seed);
     else pthread_cond_wait(&p->done, &p->mu);
   }
 }

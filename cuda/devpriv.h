@@ -238,6 +238,7 @@ struct dev_ctx {
    * GPULUA_STAGE_THREADS, and the threads' pool (made on first use) */
   size_t stage_chunk;
   int stage_threads;
+  int stage_evict;          /* drained slots are evicted from the caches (a DMA writes them) */
   dev_stage_pool *stage;
 
   dev_stats st;           /* interpreter-thread counters */
@@ -365,7 +366,7 @@ int dev_intr_check(dev_ctx *ctx, int rc);
 #define DEV_STAGE_THREADS 8   /* at most, by default: half the processors (dev_stage_config) */
 typedef int (*dev_stage_fn)(void *ud, void (*fn)(void *), void *arg);
 typedef int (*dev_stage_copy)(void *ud, void *dst, const void *src, size_t n);
-int dev_stage_config(dev_ctx *ctx);
+int dev_stage_config(dev_ctx *ctx, int dma);
 void dev_stage_shutdown(dev_ctx *ctx);
 void dev_stage_plan(dev_ctx *ctx, size_t bytes, size_t el, size_t *chunk, int64_t *nslot);
 int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *stage, size_t chunk,

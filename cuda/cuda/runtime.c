@@ -298,7 +298,7 @@ static int c_open(dev_ctx *ctx, int device) {
   *cs->flag_host = 0;
   CK(ctx, cudaHostGetDevicePointer((void **)&cs->flag_dev, cs->flag_host, 0), "pinned flag");
   cs->loader = cuda_loader_new(device);
-  return dev_stage_config(ctx);
+  return dev_stage_config(ctx, 1);
 }
 
 static void c_close(dev_ctx *ctx) {

@@ -315,7 +315,7 @@ static int h_open(dev_ctx *ctx, int device) {
                     "followed by K, M, G or T, powers of 1024: 8G, 1.5T, 512M)", env);
   }
   ctx->bk_state = st;
-  return dev_stage_config(ctx);
+  return dev_stage_config(ctx, 0);
 }
 
 static void h_close(dev_ctx *ctx) {
