@@ -409,7 +409,8 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   if (op->kind == DEV_OP_COPY) {
     dev_buf *hb = op->out.buf->kind == DEV_MEM_HOST ? op->out.buf
                   : op->in[0].buf->kind == DEV_MEM_HOST ? op->in[0].buf : NULL;
-    if (hb && (!BX(hb)->wrapped || BX(hb)->guarded) && ctx->bk->stage_copy) return submit_staged(ctx, s, op);
+    if (hb && (!BX(hb)->wrapped || BX(hb)->guarded) && ctx->bk->stage_copy && !ctx->stage_off)
+      return submit_staged(ctx, s, op);
     pageable = hb != NULL;
   }
   if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;

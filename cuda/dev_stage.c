@@ -5,48 +5,60 @@
  * whole elements, the device side contiguous, and nslot pinned slots of one
  * chunk each (one block of the pinned cache that dev_op.c allocates and
  * whose use it records on the stream, so it is reused only once the copy is
- * over).  Chunk k uses slot k % nslot.  The stream runs, in order:
+ * over).  Chunk k uses slot k % nslot.  The job has a record of three words
+ * in pinned memory (stage_flags): host, written by the pool's threads (the
+ * chunks filled, or drained, in order), dev and start, written by the
+ * stream.  The stream runs, in order (wait: until host >= v; post: write):
  *
- *   pageable -> device:  gate 0, DMA 0, gate 1, DMA 1, ..., gate n-1, DMA n-1
- *   device -> pageable:  DMA 0, gate 1, DMA 1, ..., DMA n-1, gate n
+ *   pageable -> device:  [post start 1], then for each k:
+ *                        wait k + 1, DMA k, post dev k + 1
+ *   device -> pageable:  for each k: [wait k - nslot + 1 once k >= nslot],
+ *                        DMA k, post dev k + 1; then wait n, post dev n + 1
  *
  * A DMA moves one chunk between its slot and the device (the backend's
- * asynchronous copy); a gate is a host function in stream order (cuda:
- * cudaLaunchHostFunc; host backend: called by the stream's worker).  The
- * threads of a per-context pool move chunks between the pageable memory and
- * the slots, each chunk in ppc pieces (a piece is one thread's work; a
- * chunk's pieces are taken together, so that every thread helps with the
- * first chunk of an H2D copy and the last of a D2H one):
+ * asynchronous copy); a wait and a post are the stream's own (cuda: stream
+ * memory operations, cuStreamWaitValue32 / cuStreamWriteValue32; the host
+ * backend's worker looks at and writes the words).  No host function: the
+ * stream never waits for a CPU thread to be woken.  The threads of a
+ * per-context pool move chunks between the pageable memory and the slots,
+ * each chunk in ppc pieces (a piece is one thread's work; a chunk's pieces
+ * are taken together, so that every thread helps with the first chunk of
+ * an H2D copy and the last of a D2H one):
  *
- *   H2D: chunk k may be filled once the job has started (gate 0, or at
+ *   H2D: chunk k may be filled once the job has started (start, or at
  *        enqueue when no queued work writes the source) and its slot is
- *        free (chunk k - nslot's DMA is done, which gate k - nslot + 1
- *        says).  Gate k returns once chunk k is filled.
- *   D2H: gate k says chunk k - 1's DMA is done: it may be drained.  Gate k
- *        (k < n) returns once chunk k - nslot is drained (DMA k reuses its
- *        slot); gate n once every chunk is.
+ *        free (dev >= k - nslot + 1).
+ *   D2H: chunk k may be drained once dev >= k + 1.
  *
- * So the stream passes the copy only when the pageable memory has given
- * (H2D) or holds (D2H) all its bytes: the device layer's uses and
- * host-access fences guard pageable memory exactly as they guard pinned.
+ * While some job waits on its stream and no piece is ready, one thread
+ * watches the words (spinning briefly, then napping).  So the stream passes
+ * the copy only when the pageable memory has given (H2D) or holds (D2H) all
+ * its bytes: the device layer's uses and host-access fences guard pageable
+ * memory exactly as they guard pinned.
  *
  * What holds here:
- * - Pieces are taken in order (job->next).  A gate that has to wait for a
- *   piece nobody has taken takes it itself: a gate only ever waits for a
- *   piece a thread is already copying, never for a later host function, so
- *   gates of several copies sharing one CUDA callback thread cannot
- *   deadlock, and a copy completes even with no pool thread at all.
- * - Everything a job counts is under its pool's mutex; the bytes are moved
- *   outside it, and a chunk is done once its ppc pieces are, each counted
- *   only after its last byte moved.
- * - A job is freed at its last reference: the submitter's, one per queued
- *   gate, the pool's list while it has pieces to hand out, one per piece a
- *   pool thread is copying.
- * - dev_stage_abort (a failed enqueue): no piece is taken any more, gates
- *   return at once, and it returns once no thread copies for the job.
+ * - The threads never wait for the stream or the script, only for the
+ *   mutex: the stream waits for them, never the reverse, so a copy cannot
+ *   deadlock, however many are queued on however many streams.  The pool
+ *   has one thread at least (dev_stage_new fails otherwise).
+ * - Pieces are taken in order (job->next).  Everything a job counts is
+ *   under its pool's mutex; the bytes are moved outside it, and host is
+ *   written only after the chunks it counts moved their last byte
+ *   (streaming stores are fenced first).
+ * - A record is reset for a new job only once its last job is freed and
+ *   the stream has run that job's last post (dev == final), or the job was
+ *   aborted and its stream waited for: no step of an old job can read or
+ *   write a reused record.
+ * - A job is freed at its last reference: the submitter's, the backend's
+ *   while it runs the steps (host backend), the pool's list while it has
+ *   pieces to hand out, one per piece a pool thread is copying.
+ * - dev_stage_abort (a failed enqueue): no piece is taken any more, host
+ *   is set past every wait, and it returns once no thread copies for the
+ *   job; the backend then waits for the steps it had enqueued.
  */
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,13 +71,12 @@
 #include <emmintrin.h>
 #endif
 
-/* A copy is cut into at most this many chunks, each a gate: on cuda a host
- * function, and the driver holds only a few dozen of those pending (about
- * 56 seen behind a blocked stream); past that cudaLaunchHostFunc blocks the
- * script until the stream catches up, a wait neither counted nor refused
- * by gpu.nosync.  Two copies queued behind other work stay well under it.
- * The chunks grow for that up to STAGE_MAX_GROWN (the staging memory of a
- * copy of more than 1 GiB stays bounded: it has more chunks). */
+/* A copy is cut into at most this many chunks: each is three steps on the
+ * stream, and the stream's queue is bounded (past it an enqueue waits for
+ * the stream, a wait neither counted nor refused by gpu.nosync); chunks of
+ * 8 to 16 MiB moved 256 MiB fastest anyway (H200: 1 MiB chunks 20-45%
+ * slower).  The chunks grow for that up to STAGE_MAX_GROWN (the staging
+ * memory of a copy of more than 1 GiB stays bounded: it has more chunks). */
 #define STAGE_MAX_CHUNKS 16
 /* A chunk is copied by the threads in pieces of at least this much, so
  * that one chunk (the first of an H2D copy, the last of a D2H one) is not
@@ -76,7 +87,31 @@
 #define STAGE_SLOTS 4
 #define STAGE_MAX_GROWN ((size_t)64 << 20)
 
-typedef struct stage_step { dev_stage_job *job; int64_t k; } stage_step;
+/* A job's words shared with the stream, in pinned memory both sides reach:
+ * host is written by the pool (H2D: chunks filled; D2H: chunks drained, in
+ * order), dev and start by the stream (chunks whose DMA is done, then n + 1
+ * once a D2H copy's last wait passed; start: an H2D copy's turn came).  On
+ * their own cache lines: the device polls one, the host the other. */
+typedef struct stage_flags {
+  volatile uint32_t host;
+  uint32_t pad0[15];
+  volatile uint32_t dev;
+  volatile uint32_t start;
+  uint32_t pad1[14];
+} stage_flags;
+
+/* Records of flags, STAGE_ARENA to a block of pinned memory.  A record is
+ * free (0), a live job's (1), or released (2): its job is freed and the
+ * stream may still be before the job's last step, which writes final to
+ * dev; it is free again once dev says so.  So a record is reset only when
+ * no step of its last job can still read or write it. */
+#define STAGE_ARENA 512
+typedef struct stage_arena {
+  struct stage_arena *next;
+  stage_flags *rec;
+  uint32_t final[STAGE_ARENA];
+  unsigned char state[STAGE_ARENA];
+} stage_arena;
 
 struct dev_stage_job {
   struct dev_stage_pool *pool;
@@ -93,24 +128,30 @@ struct dev_stage_job {
   int64_t n, nslot;
   int64_t ppc;              /* pieces per chunk: a thread copies one piece */
   int64_t per, pe;          /* elements per chunk, per piece */
+  stage_flags *fl;          /* its record, in arena ar at idx */
+  stage_arena *ar;
+  int idx;
+  uint32_t final;           /* the last value its steps write to fl->dev */
   /* under the pool's mutex */
   int started;              /* H2D: chunks may be filled */
   int64_t next;             /* the next piece to take (chunk next / ppc) */
   int64_t freed;            /* H2D: chunks whose DMA is done */
   int64_t posted;           /* D2H: chunks whose DMA is done */
-  int64_t ndone;            /* chunks copied */
+  int64_t ndone;            /* chunks copied, in order (what fl->host says) */
   int busy;                 /* threads copying a piece of it */
   dev_stage_job *qprev, *qnext;
   unsigned char *done;      /* per chunk: its pieces copied */
-  stage_step *steps;        /* gate k's argument */
 };
 
 struct dev_stage_pool {
+  dev_ctx *ctx;             /* its backend's memory, for the arenas */
   pthread_mutex_t mu;
-  pthread_cond_t work;      /* a chunk may be ready to take, or stop */
-  pthread_cond_t done;      /* a chunk was copied, or a job aborted */
-  dev_stage_job *head, *tail;   /* jobs with chunks left to take, oldest first */
+  pthread_cond_t work;      /* a piece may be ready to take, or stop */
+  pthread_cond_t done;      /* a job aborted and a thread left it */
+  dev_stage_job *head, *tail;   /* jobs with pieces left to take, oldest first */
   int64_t jobs;             /* live jobs */
+  stage_arena *arenas;
+  int polling;              /* a thread watches the streams' words */
   int stop, jitter;
   int nthreads;
   pthread_t th[64];
@@ -302,9 +343,18 @@ static void span_copy(const dev_view *v, char *base, size_t el, int64_t e0, int6
 
 static void unlist(dev_stage_job *j);
 
+static void release_record(dev_stage_job *j) {
+  if (!j->ar) return;
+  /* aborted: the backend waited for the steps it had enqueued */
+  j->ar->state[j->idx] = j->abort ? 0 : 2;
+  j->ar->final[j->idx] = j->final;
+  j->ar = NULL;
+}
+
 /* Under the pool's mutex: the last reference frees the job. */
 static void job_unref(dev_stage_job *j) {
   if (--j->refs > 0) return;
+  release_record(j);
   j->pool->jobs--;
   free(j);
 }
@@ -317,8 +367,23 @@ static int piece_ready(const dev_stage_job *j) {
   return k < j->posted;
 }
 
+/* Under the mutex: what the stream has said since (0: nothing new). */
+static int refresh(dev_stage_job *j) {
+  uint32_t d = __atomic_load_n(&j->fl->dev, __ATOMIC_ACQUIRE);
+  int64_t v = d > (uint32_t)j->n ? j->n : (int64_t)d;
+  if (j->h2d) {
+    int got = 0;
+    if (!j->started && __atomic_load_n(&j->fl->start, __ATOMIC_ACQUIRE)) j->started = got = 1;
+    if (v > j->freed) j->freed = v, got = 1;
+    return got;
+  }
+  if (v > j->posted) { j->posted = v; return 1; }
+  return 0;
+}
+
 /* Under the mutex, which it drops while moving the bytes: piece job->next
- * (ready) is copied by the calling thread. */
+ * (ready) is copied by the calling thread.  A chunk's last piece tells the
+ * stream, through fl->host, how many chunks are done in order. */
 static void take_piece(dev_stage_pool *p, dev_stage_job *j, unsigned *seed) {
   int64_t g = j->next++, k = g / j->ppc;
   if (j->next == j->n * j->ppc) unlist(j);
@@ -334,9 +399,12 @@ static void take_piece(dev_stage_pool *p, dev_stage_job *j, unsigned *seed) {
     if (j->evict) evict(slot, (size_t)(e1 - e0) * j->el);
   }
   pthread_mutex_lock(&p->mu);
-  if (++j->done[k] == j->ppc) j->ndone++;
+  if (++j->done[k] == j->ppc && k == j->ndone) {
+    while (j->ndone < j->n && j->done[j->ndone] == j->ppc) j->ndone++;
+    if (!j->abort) __atomic_store_n(&j->fl->host, (uint32_t)j->ndone, __ATOMIC_RELEASE);
+  }
   j->busy--;
-  pthread_cond_broadcast(&p->done);
+  if (j->abort) pthread_cond_broadcast(&p->done);
 }
 
 static void unlist(dev_stage_job *j) {
@@ -349,32 +417,80 @@ static void unlist(dev_stage_job *j) {
   job_unref(j);   /* never the last: the caller holds one */
 }
 
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Waiting for the streams: a pool thread watches the words of the jobs
+ * listed while none has a piece ready.  It spins for STAGE_SPIN_US after
+ * the last news (a chunk's DMA is tens of us), then looks every
+ * STAGE_NAP_US, and every STAGE_SLEEP_US once nothing came for
+ * STAGE_QUIET_US (a copy queued behind long work). */
+#define STAGE_SPIN_US 200.0
+#define STAGE_NAP_US 20
+#define STAGE_QUIET_US 20000.0
+#define STAGE_SLEEP_US 200
+
 static void *pool_thread(void *arg) {
   dev_stage_pool *p = arg;
   unsigned seed = (unsigned)(uintptr_t)&seed ^ (unsigned)time(NULL);
+  double news = now_us();
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    dev_stage_job *j = NULL;
-    while (!p->stop) {
-      for (j = p->head; j && !piece_ready(j); j = j->qnext) {}
-      if (j) break;
-      pthread_cond_wait(&p->work, &p->mu);
-    }
     if (p->stop) break;
-    j->refs++;
-    take_piece(p, j, &seed);
-    job_unref(j);
+    dev_stage_job *j, *ready = NULL;
+    int waiting = 0, got = 0;
+    for (j = p->head; j; j = j->qnext) {
+      if (!piece_ready(j) && refresh(j)) got = 1;
+      if (piece_ready(j)) { if (!ready) ready = j; }
+      else if (!j->abort) waiting = 1;
+    }
+    if (got) {
+      pthread_cond_broadcast(&p->work);
+      news = now_us();
+    }
+    if (ready) {
+      ready->refs++;
+      take_piece(p, ready, &seed);
+      job_unref(ready);
+      news = now_us();
+      continue;
+    }
+    if (!waiting || p->polling) {
+      pthread_cond_wait(&p->work, &p->mu);
+      news = now_us();
+      continue;
+    }
+    /* this thread watches; the others sleep until it or a new job wakes them */
+    p->polling = 1;
+    pthread_mutex_unlock(&p->mu);
+    double quiet = now_us() - news;
+    if (quiet < STAGE_SPIN_US) {
+#if defined(__x86_64__)
+      for (int i = 0; i < 64; i++) _mm_pause();
+#else
+      sched_yield();
+#endif
+    } else {
+      struct timespec ts = {0, (quiet < STAGE_QUIET_US ? STAGE_NAP_US : STAGE_SLEEP_US) * 1000L};
+      nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&p->mu);
+    p->polling = 0;
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
 }
 
-/* The pool, with its threads started on the first staged copy.  A thread
- * that cannot start is done without: gates copy what no thread takes. */
+/* The pool, with its threads started on the first staged copy.  It needs
+ * one thread at least: the stream waits for what the threads copy. */
 static dev_stage_pool *pool_get(dev_ctx *ctx) {
   if (ctx->stage) return ctx->stage;
   dev_stage_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
+  p->ctx = ctx;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->work, NULL);
   pthread_cond_init(&p->done, NULL);
@@ -388,6 +504,13 @@ static dev_stage_pool *pool_get(dev_ctx *ctx) {
     p->nthreads++;
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!p->nthreads) {
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    free(p);
+    return NULL;
+  }
   ctx->stage = p;
   return p;
 }
@@ -410,14 +533,52 @@ void dev_stage_shutdown(dev_ctx *ctx) {
   }
   int64_t left = p->jobs;
   pthread_mutex_unlock(&p->mu);
-  /* Every stream has drained, so every gate has run; jobs left are those of
-   * a CUDA context that died with gates queued, which may name the pool:
-   * it is then kept. */
+  /* Every stream has drained, so no step reads a record any more; jobs
+   * left are those of a CUDA context that died with copies queued, whose
+   * records it may still name: the pool is then kept. */
   if (left) return;
+  for (stage_arena *a = p->arenas, *next; a; a = next) {
+    next = a->next;
+    ctx->bk->free(ctx, DEV_MEM_PINNED, a->rec, sizeof(stage_flags) * STAGE_ARENA);
+    free(a);
+  }
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->work);
   pthread_cond_destroy(&p->done);
   free(p);
+}
+
+/* Under the mutex: a record no step can still touch, reset. */
+static int take_record(dev_stage_pool *p, dev_stage_job *j) {
+  for (int pass = 0; pass < 2; pass++) {
+    for (stage_arena *a = p->arenas; a; a = a->next) {
+      for (int i = 0; i < STAGE_ARENA; i++) {
+        if (a->state[i] == 1) continue;
+        if (a->state[i] == 2 && (int32_t)(__atomic_load_n(&a->rec[i].dev, __ATOMIC_ACQUIRE) - a->final[i]) < 0)
+          continue;
+        a->state[i] = 1;
+        stage_flags *f = &a->rec[i];
+        f->host = 0;
+        f->dev = 0;
+        f->start = 0;
+        j->fl = f;
+        j->ar = a;
+        j->idx = i;
+        return DEV_OK;
+      }
+    }
+    if (pass) break;
+    stage_arena *a = calloc(1, sizeof *a);
+    void *mem = NULL;
+    if (!a || p->ctx->bk->alloc(p->ctx, DEV_MEM_PINNED, sizeof(stage_flags) * STAGE_ARENA, &mem)) {
+      free(a);
+      return DEV_ERR_NOMEM;
+    }
+    a->rec = mem;
+    a->next = p->arenas;
+    p->arenas = a;
+  }
+  return DEV_ERR_NOMEM;
 }
 
 /* ---- jobs ------------------------------------------------------------- */
@@ -426,14 +587,13 @@ int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *
                   int64_t nslot, dev_stage_job **out) {
   *out = NULL;
   dev_stage_pool *p = pool_get(ctx);
+  if (!p) return dev_fail(ctx, DEV_ERR_NOMEM, "cannot start the threads of a staged copy");
   size_t el = dev_dtype_size(host->dtype);
   size_t bytes = (size_t)dev_view_numel(host) * el;
   int64_t n = (int64_t)((bytes + chunk - 1) / chunk);
-  dev_stage_job *j = p ? calloc(1, sizeof *j + (size_t)(n + 1) * sizeof(stage_step) + (size_t)n) : NULL;
+  dev_stage_job *j = calloc(1, sizeof *j + (size_t)n);
   if (!j) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (a staged copy)");
-  j->steps = (stage_step *)(j + 1);
-  j->done = (unsigned char *)(j->steps + n + 1);
-  for (int64_t k = 0; k <= n; k++) j->steps[k] = (stage_step){j, k};
+  j->done = (unsigned char *)(j + 1);
   j->pool = p;
   j->refs = 2;   /* the submitter's and the list's */
   j->h2d = h2d;
@@ -456,11 +616,17 @@ int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *
   j->pe = (j->per + ppc - 1) / ppc;
   j->ppc = ppc;
   pthread_mutex_lock(&p->mu);
+  if (take_record(p, j)) {
+    pthread_mutex_unlock(&p->mu);
+    free(j);
+    return dev_fail(ctx, DEV_ERR_NOMEM, "out of pinned memory (a staged copy's flags)");
+  }
   p->jobs++;
   j->listed = 1;
   j->qprev = p->tail;
   if (p->tail) p->tail->qnext = j; else p->head = j;
   p->tail = j;
+  pthread_cond_broadcast(&p->work);   /* a thread watches its words */
   pthread_mutex_unlock(&p->mu);
   *out = j;
   return DEV_OK;
@@ -494,66 +660,37 @@ void dev_stage_abort(dev_stage_job *j) {
   pthread_mutex_lock(&p->mu);
   j->abort = 1;
   unlist(j);
-  pthread_cond_broadcast(&p->done);
+  /* every wait it enqueued passes */
+  __atomic_store_n(&j->fl->host, (uint32_t)j->n + 1, __ATOMIC_RELEASE);
   while (j->busy) pthread_cond_wait(&p->done, &p->mu);
   pthread_mutex_unlock(&p->mu);
 }
 
-/* Under the mutex: until chunk m is copied (m < 0: every chunk), taking
- * the pieces up to it that no thread has taken. */
-static void wait_chunk(dev_stage_pool *p, dev_stage_job *j, int64_t m, unsigned *seed) {
-  for (;;) {
-    if (j->abort || (m < 0 ? j->ndone == j->n : j->done[m] == j->ppc)) return;
-    if (piece_ready(j) && (m < 0 || j->next / j->ppc <= m)) take_piece(p, j, seed);
-    else pthread_cond_wait(&p->done, &p->mu);
-  }
-}
-
-/* A gate: a host function in stream order (see the top of the file). */
-static void gate(void *arg) {
-  stage_step *st = arg;
-  dev_stage_job *j = st->job;
-  dev_stage_pool *p = j->pool;
-  int64_t k = st->k;
-  unsigned seed = (unsigned)(uintptr_t)arg ^ (unsigned)k;
-  pthread_mutex_lock(&p->mu);
-  if (j->h2d) {
-    if (k == 0) j->started = 1;
-    else j->freed = k;
-    pthread_cond_broadcast(&p->work);
-    wait_chunk(p, j, k, &seed);
-  } else {
-    j->posted = k;
-    pthread_cond_broadcast(&p->work);
-    if (k == j->n) wait_chunk(p, j, -1, &seed);
-    else if (k >= j->nslot) wait_chunk(p, j, k - j->nslot, &seed);
-  }
-  job_unref(j);
-  pthread_mutex_unlock(&p->mu);
-}
-
-static int emit_gate(dev_stage_job *j, int64_t k, dev_stage_fn fn, void *ud) {
-  dev_stage_retain(j);
-  int rc = fn(ud, gate, &j->steps[k]);
-  if (rc) dev_stage_release(j);   /* it will not run */
-  return rc;
-}
-
-int dev_stage_emit(dev_stage_job *j, dev_stage_fn fn, dev_stage_copy copy, void *ud) {
+/* The steps, in stream order (see the top of the file).  What a failed
+ * call did not enqueue never runs; the caller aborts the job. */
+int dev_stage_emit(dev_stage_job *j, const dev_stage_ops *ops, void *ud) {
+  stage_flags *f = j->fl;
   int rc = DEV_OK;
+  int started;
+  pthread_mutex_lock(&j->pool->mu);
+  started = j->started;
+  j->final = j->h2d ? (uint32_t)j->n : (uint32_t)j->n + 1;
+  pthread_mutex_unlock(&j->pool->mu);
+  if (j->h2d && !started) rc = ops->post(ud, &f->start, 1);
   for (int64_t k = 0; k < j->n && rc == DEV_OK; k++) {
     char *slot = j->stage + (size_t)(k % j->nslot) * j->chunk;
     size_t off = (size_t)k * j->chunk;
     size_t len = j->bytes - off < j->chunk ? j->bytes - off : j->chunk;
     if (j->h2d) {
-      rc = emit_gate(j, k, fn, ud);
-      if (rc == DEV_OK) rc = copy(ud, j->dev + off, slot, len);
+      rc = ops->wait(ud, &f->host, (uint32_t)k + 1);
+      if (rc == DEV_OK) rc = ops->copy(ud, j->dev + off, slot, len);
     } else {
-      rc = copy(ud, slot, j->dev + off, len);
-      if (rc == DEV_OK) rc = emit_gate(j, k + 1, fn, ud);
+      if (k >= j->nslot) rc = ops->wait(ud, &f->host, (uint32_t)(k - j->nslot) + 1);
+      if (rc == DEV_OK) rc = ops->copy(ud, slot, j->dev + off, len);
     }
+    if (rc == DEV_OK) rc = ops->post(ud, &f->dev, (uint32_t)k + 1);
   }
+  if (!j->h2d && rc == DEV_OK) rc = ops->wait(ud, &f->host, (uint32_t)j->n);
+  if (!j->h2d && rc == DEV_OK) rc = ops->post(ud, &f->dev, (uint32_t)j->n + 1);
   return rc;
 }
-
-int64_t dev_stage_chunks(const dev_stage_job *j) { return j->n; }

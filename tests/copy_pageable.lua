@@ -252,6 +252,32 @@ T.test("many copies in flight on several streams", function()
   for _, s in ipairs(streams) do s:close() end
 end)
 
+T.test("more copies queued than one block of flag records holds, then reused", function()
+  -- every queued copy holds a record of words shared with its stream (512
+  -- to a block of pinned memory): 600 at once take a second block, and the
+  -- records of finished copies serve the next ones
+  local s <close> = gpu.stream { nonblocking = true }
+  local n = 64
+  local hs, ds = {}, {}
+  for i = 1, 600 do
+    hs[i] = gpu.full({n}, i, { dtype = "i32", device = "host" })
+    ds[i] = gpu.empty({n}, { dtype = "i32" })
+  end
+  gpu.synchronize()
+  for round = 1, 2 do
+    gpu.sleep(20, { stream = s })
+    for i = 1, 600 do ds[i]:copy(hs[i], { stream = s }) end
+    for i = 1, 600 do hs[i]:copy(ds[i]:add(round, { stream = s }), { stream = s }) end
+    s:synchronize()
+    local ok = true
+    for i = 1, 600 do
+      local want = i + (round == 1 and 1 or 3)
+      ok = ok and hs[i]:min():item() == want and hs[i]:max():item() == want
+    end
+    T.ok(ok, string.format("round %d: 1200 copies queued behind a sleep, every one right", round))
+  end
+end)
+
 T.test("staging memory is not reused under a queued copy", function()
   -- copies queued one after another read sources no queued work writes:
   -- each may start filling its staging memory at once, so two of them
@@ -350,10 +376,10 @@ T.test("inside gpu.nosync(), pageable copies run and only a wait raises", functi
 end)
 
 T.test("copies of many chunks queued behind other work return at once", function()
-  -- On cuda each chunk is a host function on the stream, and the driver
-  -- holds only a few dozen pending: past that the enqueue itself waits for
-  -- the stream (neither counted nor refused by gpu.nosync), so a copy is
-  -- cut into few enough chunks that two queued behind a sleep fit.
+  -- Each chunk is three steps on the stream, whose queue is bounded: past
+  -- it the enqueue itself waits for the stream (neither counted nor refused
+  -- by gpu.nosync), so a copy is cut into few enough chunks that two queued
+  -- behind a sleep fit.
   local s <close> = gpu.stream()
   local n = CHUNK > 65536 and 1 << 22 or 300 * math.max(1, CHUNK // 4) + 7   -- 300 chunks' worth
   local h = gpu.zeros({n}, { device = "host" })

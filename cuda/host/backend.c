@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,10 +93,25 @@ static void trace_item(hstream *hs, item *it, uint64_t t0) {
 }
 
 /* A staged copy's steps, run by the stream's worker as they come (as a
- * CUDA stream runs its host functions and copies, in order). */
-static int run_fn(void *ud, void (*fn)(void *), void *arg) {
+ * CUDA stream runs its memory operations and copies, in order): a wait
+ * looks at the word as the GPU's front end does, a while spinning, then
+ * every few microseconds. */
+static int run_wait(void *ud, volatile uint32_t *flag, uint32_t value) {
   (void)ud;
-  fn(arg);
+  for (int i = 0; (int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - value) < 0; i++) {
+    if (i < 1000) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return DEV_OK;
+}
+
+static int run_post(void *ud, volatile uint32_t *flag, uint32_t value) {
+  (void)ud;
+  __atomic_store_n(flag, value, __ATOMIC_RELEASE);
   return DEV_OK;
 }
 
@@ -168,7 +184,8 @@ static void run_item(hstream *hs, item *it) {
     char msg[1024];
     dev_note_running(ctx, 1);
     /* a compiled kernel fails as on cuda: named, with where it was enqueued */
-    int hk = 0, rc = it->stage ? dev_stage_emit(it->stage, run_fn, run_copy, hs) : run_op(&it->op, &hk, msg, sizeof msg);
+    static const dev_stage_ops stage_ops = {run_wait, run_post, run_copy};
+    int hk = 0, rc = it->stage ? dev_stage_emit(it->stage, &stage_ops, hs) : run_op(&it->op, &hk, msg, sizeof msg);
     dev_note_running(ctx, -1);
     if (rc && hk)
       dev_async_fail(ctx, "'%s'%s%s failed: %s", dev_op_name(&it->op), *it->site ? " enqueued at " : "",
