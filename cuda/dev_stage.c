@@ -184,9 +184,18 @@ int dev_parse_size(const char *s, size_t *out) {
   return 0;
 }
 
+static int can_evict(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("clflushopt") != 0;
+#else
+  return 0;
+#endif
+}
+
 int dev_stage_config(dev_ctx *ctx, int dma) {
   ctx->stage_chunk = DEV_STAGE_CHUNK;
-  ctx->stage_evict = dma;
+  ctx->stage_evict = dma && can_evict();
   /* half the processors, 2 to 8: on an H100 host of 16, 8 threads moved
    * 256 MiB at 27-29 GB/s against 23 for 4; more did worse */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -284,12 +293,6 @@ static void move_bytes(char *d, const char *s, size_t n) {
 
 static void evict(const char *a, size_t n) {
 #if defined(__x86_64__)
-  static int have = -1;
-  if (have < 0) {
-    __builtin_cpu_init();
-    have = __builtin_cpu_supports("clflushopt") != 0;
-  }
-  if (!have) return;
   for (const char *x = (const char *)((uintptr_t)a & ~(uintptr_t)63); x < a + n; x += 64)
     __asm__ volatile("clflushopt %0" : "+m"(*(volatile char *)x));
   _mm_sfence();
@@ -553,7 +556,9 @@ void dev_stage_shutdown(dev_ctx *ctx) {
   free(p);
 }
 
-/* Under the mutex: a record no step can still touch, reset. */
+/* Under the mutex: a record no step can still touch, reset.  A new arena
+ * is allocated outside the mutex (a pinned allocation may wait for the
+ * device, whose streams may wait for the threads, which need the mutex). */
 static int take_record(dev_stage_pool *p, dev_stage_job *j) {
   for (int pass = 0; pass < 2; pass++) {
     for (stage_arena *a = p->arenas; a; a = a->next) {
@@ -573,9 +578,12 @@ static int take_record(dev_stage_pool *p, dev_stage_job *j) {
       }
     }
     if (pass) break;
+    pthread_mutex_unlock(&p->mu);
     stage_arena *a = calloc(1, sizeof *a);
     void *mem = NULL;
-    if (!a || p->ctx->bk->alloc(p->ctx, DEV_MEM_PINNED, sizeof(stage_flags) * STAGE_ARENA, &mem)) {
+    int bad = !a || p->ctx->bk->alloc(p->ctx, DEV_MEM_PINNED, sizeof(stage_flags) * STAGE_ARENA, &mem);
+    pthread_mutex_lock(&p->mu);
+    if (bad) {
       free(a);
       return DEV_ERR_NOMEM;
     }

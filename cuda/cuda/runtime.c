@@ -1088,15 +1088,18 @@ static int c_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
   cuda_tmark tm = {NULL};
   int rc = ctx->trace_gen ? cuda_trace_begin(ctx, c->st, &tm) : DEV_OK;
   static const dev_stage_ops ops = {c_stage_wait, c_stage_post, c_stage_chunk};
+  int emitted = rc == DEV_OK;
   if (rc == DEV_OK) rc = dev_stage_emit(j, &ops, s);
-  if (rc) {
-    /* nothing of it may run on once this returns: the waits enqueued
-     * pass at once, then the steps enqueued are waited for */
+  if (rc == DEV_OK) rc = enqueued(s, "copy", 1, 0);
+  if (tm.ev) rc = cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc);
+  if (rc && emitted) {
+    /* however far it got, nothing of it may run on once this returns (its
+     * record is then reused at once): the waits enqueued pass, then the
+     * steps enqueued are waited for */
     dev_stage_abort(j);
     if (cudaStreamSynchronize(c->st) != cudaSuccess) cudaGetLastError();
   }
-  rc = rc ? rc : enqueued(s, "copy", 1, 0);
-  return tm.ev ? cuda_trace_op(ctx, c->st, &tm, (int64_t)s->id, op, rc) : rc;
+  return rc;
 }
 
 /* ---- for graphs (cuda/cuda/graph.c) ------------------------------------- */
