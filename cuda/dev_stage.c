@@ -425,26 +425,20 @@ static void unlist(dev_stage_job *j) {
   job_unref(j);   /* never the last: the caller holds one */
 }
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
 /* Waiting for the streams: a pool thread watches the words of the jobs
  * listed while none has a piece ready.  It spins for STAGE_SPIN_US after
  * the last news (a chunk's DMA is tens of us), then looks every
  * STAGE_NAP_US, and every STAGE_SLEEP_US once nothing came for
  * STAGE_QUIET_US (a copy queued behind long work). */
-#define STAGE_SPIN_US 200.0
+#define STAGE_SPIN_US 200
 #define STAGE_NAP_US 20
-#define STAGE_QUIET_US 20000.0
+#define STAGE_QUIET_US 20000
 #define STAGE_SLEEP_US 200
 
 static void *pool_thread(void *arg) {
   dev_stage_pool *p = arg;
   unsigned seed = (unsigned)(uintptr_t)&seed ^ (unsigned)time(NULL);
-  double news = now_us();
+  uint64_t news = dev_trace_now();   /* ns */
   pthread_mutex_lock(&p->mu);
   for (;;) {
     if (p->stop) break;
@@ -457,24 +451,24 @@ static void *pool_thread(void *arg) {
     }
     if (got) {
       pthread_cond_broadcast(&p->work);
-      news = now_us();
+      news = dev_trace_now();
     }
     if (ready) {
       ready->refs++;
       take_piece(p, ready, &seed);
       job_unref(ready);
-      news = now_us();
+      news = dev_trace_now();
       continue;
     }
     if (!waiting || p->polling) {
       pthread_cond_wait(&p->work, &p->mu);
-      news = now_us();
+      news = dev_trace_now();
       continue;
     }
     /* this thread watches; the others sleep until it or a new job wakes them */
     p->polling = 1;
     pthread_mutex_unlock(&p->mu);
-    double quiet = now_us() - news;
+    uint64_t quiet = (dev_trace_now() - news) / 1000;   /* us */
     if (quiet < STAGE_SPIN_US) {
 #if defined(__x86_64__)
       for (int i = 0; i < 64; i++) _mm_pause();
