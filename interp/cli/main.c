@@ -35,6 +35,7 @@ const char *cli_progname = "gpulua";
 #define has_e 8       /* -e */
 #define has_E 16      /* -E */
 #define has_l 32      /* -l */
+#define has_h 64      /* -h, --help */
 
 #define LUA_INIT_VAR "LUA_INIT"
 #define LUA_INITVARVERSION LUA_INIT_VAR LUA_VERSUFFIX
@@ -83,8 +84,8 @@ static void laction(int sig) {
   lua_sethook(globalL, lstop, flag, 1);
 }
 
-static void print_usage_lines(void) {
-  fprintf(stderr,
+static void print_usage_lines(FILE *f) {
+  fprintf(f,
           "usage: %s [options] [script [args]]\n"
           "       %s -n N [launcher options] [options] script [args]\n"
           "Available options are:\n"
@@ -93,6 +94,7 @@ static void print_usage_lines(void) {
           "  -l mod         require library 'mod' into global 'mod'\n"
           "  -l g=mod       require library 'mod' into global 'g'\n"
           "  -v             show version information\n"
+          "  -h, --help     show this help and exit\n"
           "  -E             ignore environment variables (LUA_INIT, LUA_PATH, LUA_CPATH)\n"
           "  -W             turn warnings on\n"
           "  --device DEV   run on DEV: host, cuda or cuda:N\n"
@@ -113,7 +115,9 @@ static void print_usage_lines(void) {
           "  --master H:P   MASTER_ADDR and MASTER_PORT (needed with --nnodes; default:\n"
           "                 127.0.0.1 and a free port)\n"
           "  --prefix       write each output line as '[rank R] line' (default on a terminal)\n"
-          "  --no-prefix    write output lines as they are\n",
+          "  --no-prefix    write output lines as they are\n"
+          "Without a script, gpulua starts the REPL on a terminal and runs stdin otherwise.\n"
+          "Documentation: docs/README.md in the source tree; man gpulua once installed.\n",
           cli_progname, cli_progname);
 }
 
@@ -128,12 +132,12 @@ static void print_usage(const char *badoption) {
     fprintf(stderr, "'%s' needs argument off, warn or error\n", badoption);
   else
     fprintf(stderr, "unrecognized option '%s'\n", badoption);
-  print_usage_lines();
+  print_usage_lines(stderr);
 }
 
 static int usage_error(const char *msg) {
   fprintf(stderr, "%s: %s\n", cli_progname, msg);
-  print_usage_lines();
+  print_usage_lines(stderr);
   return EXIT_FAILURE;
 }
 
@@ -380,7 +384,9 @@ static int collectargs(char **argv, int *first, const char **device, const char 
           *first = argv[i + 1] != NULL ? i + 1 : 0;
           return args;
         }
-        if (strcmp(argv[i], "--device") == 0) {
+        if (strcmp(argv[i], "--help") == 0) {
+          args |= has_h;
+        } else if (strcmp(argv[i], "--device") == 0) {
           i++;
           if (argv[i] == NULL || argv[i][0] == '-' || argv[i][0] == '\0')
             return has_error;
@@ -425,6 +431,11 @@ static int collectargs(char **argv, int *first, const char **device, const char 
       case 'W':
         if (argv[i][2] != '\0')
           return has_error;
+        break;
+      case 'h':
+        if (argv[i][2] != '\0')
+          return has_error;
+        args |= has_h;
         break;
       case 'i':
         args |= has_i;  /* -i implies -v */
@@ -586,7 +597,13 @@ static int launch(struct launch *l) {
     msg = "-n cannot read the script from stdin; name a script file";
   else if (script < 1 && !(args & has_e))
     msg = "-n needs a script (or -e) to run on each rank";
-  int status = args == has_error ? EXIT_FAILURE : msg != NULL ? usage_error(msg) : launch_run(l);
+  int status;
+  if (args != has_error && (args & has_h)) {
+    print_usage_lines(stdout);
+    status = EXIT_SUCCESS;
+  } else {
+    status = args == has_error ? EXIT_FAILURE : msg != NULL ? usage_error(msg) : launch_run(l);
+  }
   launch_free(l);
   return status;
 }
@@ -614,6 +631,11 @@ int main(int argc, char **argv) {
   if (c.args == has_error) {
     print_usage(argv[c.script]);
     return EXIT_FAILURE;
+  }
+  /* -h / --help: the usage on stdout, and nothing else runs */
+  if (c.args & has_h) {
+    print_usage_lines(stdout);
+    return EXIT_SUCCESS;
   }
   char buf[160];
   if (bad_check(check, buf, sizeof buf) != NULL)
