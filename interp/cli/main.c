@@ -579,6 +579,27 @@ static int check_races(gpulua *g) {
   return cli_report(L, gpulua_pcall(g, 1, 0), cli_progname);
 }
 
+/* One line on stderr, once per job, when the device was chosen for the user
+ * and it is the host: timings and overlap mean something else there.  Saying
+ * where to run (--device, GPULUA_DEVICE) silences it. */
+static void note_host_fallback(gpulua *g, const char *device) {
+  const char *env = getenv("GPULUA_DEVICE");
+  const char *rank = getenv("RANK");
+  const char *backend = gpulua_backend(g, NULL);
+  if (device != NULL || (env != NULL && *env != '\0') || backend == NULL || strcmp(backend, "host") != 0)
+    return;
+  if (getenv("GPULUA_LAUNCHER") != NULL && rank != NULL && strcmp(rank, "0") != 0)
+    return;
+#ifdef GPULUA_HAVE_CUDA
+  const char *why = "no GPU answered";
+#else
+  const char *why = "this gpulua has no CUDA backend (make CUDA=1 builds it)";
+#endif
+  fprintf(stderr, "%s: running on the host backend (CPU threads): %s; --device host silences this\n",
+          cli_progname, why);
+  fflush(stderr);
+}
+
 /* `gpulua -n N ...`: checks the options the ranks will get, then runs them. */
 static int launch(struct launch *l) {
   int script;
@@ -658,6 +679,7 @@ int main(int argc, char **argv) {
     gpulua_close(c.g);
     return EXIT_FAILURE;
   }
+  note_host_fallback(c.g, device);
   const char *trace_env = getenv("GPULUA_TRACE");
   if ((check != NULL && check_races(c.g) != LUA_OK) ||
       ((trace || (trace_env && *trace_env)) &&
