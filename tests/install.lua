@@ -93,7 +93,7 @@ T.test("make install DESTDIR=... PREFIX=/usr/local, then uninstall", function()
   -- the installed interpreter runs a script with the embedded stdlib
   local script = T.tmpfile('local p = require "gpu.pipeline"; local T = require "gpu.test"\n'
                            .. 'print(type(p.run), type(T.is), gpu.backend)\n')
-  out, code = sh(q(root .. "/bin/gpulua") .. " " .. q(script))
+  out, code = sh(q(root .. "/bin/gpulua") .. " --device " .. gpu.backend .. " " .. q(script))
   os.remove(script)
   T.is(out, "function\tfunction\t" .. gpu.backend .. "\n", "the installed gpulua runs a script")
   T.is(code, 0, "the installed gpulua exits 0")
@@ -194,10 +194,14 @@ T.test("the example application, shared: libgpulua.so and liblua5.4.so", functio
   if not exists(BUILD .. "/stage/lib/libgpulua.so." .. SOVERSION) then
     return T.ok(false, BUILD .. "/stage/lib holds libgpulua.so." .. SOVERSION .. " (make tests)")
   end
-  -- a prefix outside the linker's paths: LD_LIBRARY_PATH, as a user would
-  check_app("the shared application", "LD_LIBRARY_PATH=" .. q(BUILD .. "/stage/lib") .. " " .. q(app))
+  -- a prefix outside the loader's paths: gpulua.pc's rpath finds the
+  -- library, with no LD_LIBRARY_PATH to set
+  check_app("the shared application", "env -u LD_LIBRARY_PATH " .. q(app))
   if not have("readelf") then return T.skip("NEEDED", "readelf is not installed") end
   local d = sh("readelf -d " .. q(app))
+  local stage_lib = T.sh("cd " .. q(BUILD .. "/stage/lib") .. " && pwd -P"):gsub("\n$", "")
+  T.ok(d:find("(RUNPATH)", 1, true) and d:find("[" .. stage_lib .. "]", 1, true),
+       "its run path is the prefix's lib/, from gpulua.pc")
   T.ok(d:find("[libgpulua.so." .. SOVERSION .. "]", 1, true), "it needs libgpulua.so." .. SOVERSION)
   T.ok(d:find("[liblua5.4.so.0]", 1, true), "it needs liblua5.4.so.0 (the same Lua as libgpulua.so)")
 end)
