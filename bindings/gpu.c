@@ -227,7 +227,10 @@ static void sync_warn(void *ud, const char *msg) {
   if (st->nwarned < SYNC_WARN_MAX) {
     st->warned[st->nwarned++] = h;
     lua_warning(st->mainL, "gpulua: ", 1);
-    lua_warning(st->mainL, msg, 0);
+    /* the first one also says how to turn them off */
+    lua_warning(st->mainL, msg, st->nwarned == 1);
+    if (st->nwarned == 1)
+      lua_warning(st->mainL, " [gpu.sync_debug(\"off\") or GPULUA_SYNC_DEBUG=off silences these]", 0);
   } else if (st->nwarned == SYNC_WARN_MAX) {
     st->nwarned++;   /* once: then it stays past the table */
     lua_warning(st->mainL, "gpulua: more host-device sync warnings are not shown", 0);
