@@ -16,7 +16,17 @@ T.test("scripts/overlap.lua", function()
   T.ok(out:find("time:%s+total [%d.]+ ms%s+copy [%d.]+ ms"), "... its timing line")
   local eff = tonumber(out:match("efficiency: ([%d.]+) %(ideal [%d.]+ ms"))
   T.ok(eff and eff > 0, "... and a positive efficiency")
+  T.ok(out:find("\ndevice:  " .. gpu.device_info(0).name, 1, true), "... the device it ran on")
   if not ok then T.diag(out) end
+  -- the share of copy time hidden never passes the bound printed beside it
+  -- (it once read "95% ... at most 94%"), with graphs and without
+  for _, extra in ipairs { "", " graph" } do
+    local o = run("GPULUA_HOST_JITTER=1", "scripts/overlap.lua 8 65536" .. extra)
+    local hidden, bound = o:match("overlap: (%d+)%% of copy time hidden behind compute %([^;]*; at most (%d+)%%: ")
+    T.ok(hidden and tonumber(hidden) <= tonumber(bound),
+         "overlap.lua" .. extra .. ": hidden " .. tostring(hidden) .. "% <= at most " .. tostring(bound) .. "%")
+    if not hidden then T.diag(o) end
+  end
   local out2, ok2 = run("GPULUA_HOST_JITTER=1", "scripts/overlap.lua 8 32768 passes=2")
   T.ok(ok2, "overlap.lua exits 0 under GPULUA_HOST_JITTER=1")
   T.ok(out2:find("check ok", 1, true), "... with its check line")
