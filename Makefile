@@ -1,7 +1,10 @@
 # gpulua — the one Makefile.
 #
 #   make             build/libgpulua.a, build/libgpulua.so.<version>, build/gpu.so
-#                    (the Lua module) and build/gpulua (prints what it found)
+#                    (the Lua module) and build/gpulua (prints what it found);
+#                    in parallel (one job per core) unless -j says otherwise.
+#                    The CUDA backend is built where a GPU is (or with CUDA=1,
+#                    or when $(BUILD) already has it); NOCUDA=1 (CUDA=0): never
 #   make test        build, run the suite (prove over tests/*.lua and the C
 #                    tests), then the same suite under ASan+UBSan (test-asan)
 #   make suite       the suite of one build only, no sanitizer run (it first
@@ -9,6 +12,8 @@
 #                    application against it: $(BUILD)/example/)
 #   make test-asan   the suite in a separate ASan+UBSan build, build-asan/
 #   make test-gpu    on a GPU machine: the suite and tests/gpu on the cuda backend
+#   make check-cuda  build everything with CUDA=1 in build-cuda/ (CI: the CUDA
+#                    code keeps compiling with -Werror where no GPU is)
 #   make test-gpu-sanitize  the same under compute-sanitizer (memcheck on every
 #                    file; racecheck and synccheck on the kernel tests), by
 #                    tests/gpu_sanitize.sh
@@ -33,12 +38,18 @@
 #
 # Variables: NOBUILD=1 runs suite/test/run/bench on the existing build without
 # building anything (a build copied to a machine without the toolchain);
-# BUILD (build dir), LUA_A, LUA_SO, LUA_INC, NVCC, PROVE, PROVE_FLAGS; CFLAGS
+# BUILD (build dir), LUA_A, LUA_SO, LUA_INC, NVCC, CUDA, NOCUDA, PROVE,
+# PROVE_FLAGS, SUITE_JOBS (test files at a time in suite/test); CFLAGS
 # and LDFLAGS are appended to ours; FUZZ_SECONDS, FUZZ_SEEDS,
 # FUZZ_MINIMIZE_SECONDS (time to reduce a failure) and FUZZ_CC for make fuzz.
 
 .DEFAULT_GOAL := all
 MAKEFLAGS += --no-builtin-rules
+# Parallel by default, one job per core; an explicit -j (or -j1) wins.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+ifeq ($(filter -j% j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(NPROC)
+endif
 .SUFFIXES:
 .DELETE_ON_ERROR:
 
@@ -59,10 +70,34 @@ endif
 # The CUDA backend: nvcc plus the static cudart beside it.
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(realpath $(NVCC)))))
 CUDART_A := $(if $(CUDA_HOME),$(wildcard $(CUDA_HOME)/lib64/libcudart_static.a))
-ifeq ($(NOCUDA),1)
-CUDA_FOUND :=
+CUDA_TOOLKIT := $(if $(and $(NVCC),$(CUDART_A),$(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard cuda/cuda/k_launch.cu)),yes)
+# A GPU on this machine: the NVIDIA driver lists one.
+HAVE_GPU := $(if $(wildcard /proc/driver/nvidia/gpus/* /dev/nvidia0),yes)
+# Whether to build the CUDA backend.  nvcc takes minutes on a small machine,
+# so it is built where it can run (a GPU here), where asked (CUDA=1: a build
+# to carry to a GPU machine), or where this build dir already has it (so a
+# plain `make` after `make CUDA=1` does not drop it).  NOCUDA=1 or CUDA=0:
+# never.
+CUDA_WANT :=
+ifneq ($(filter 1,$(NOCUDA))$(filter 0,$(CUDA)),)
+CUDA_WHY := not built (NOCUDA=1 or CUDA=0)
+else ifeq ($(CUDA),1)
+CUDA_WANT := yes
+CUDA_WHY := built (CUDA=1)
+else ifneq ($(HAVE_GPU),)
+CUDA_WANT := yes
+CUDA_WHY := built (this machine has a GPU)
+else ifneq ($(wildcard $(BUILD)/obj/cuda/cuda/k_launch.o),)
+CUDA_WANT := yes
+CUDA_WHY := built ($(BUILD) was built with it; NOCUDA=1 or make clean drops it)
 else
-CUDA_FOUND := $(if $(and $(NVCC),$(CUDART_A),$(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard cuda/cuda/k_launch.cu)),yes)
+CUDA_WHY := not built (no GPU here: make CUDA=1 builds it anyway)
+endif
+CUDA_FOUND := $(and $(CUDA_WANT),$(CUDA_TOOLKIT))
+ifeq ($(CUDA),1)
+ifeq ($(CUDA_TOOLKIT),)
+$(error CUDA=1 but no CUDA toolkit: need nvcc ($(or $(NVCC),not found)), its static cudart and cuda_runtime_api.h)
+endif
 endif
 CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 # Every kernel image compressed (nvcc leaves some as they are): 17.5 MB of
@@ -106,7 +141,7 @@ endif
 PRINT_GOALS := $(filter-out clean,$(or $(MAKECMDGOALS),all))
 ifneq ($(GPULUA_QUIET),1)
 ifneq ($(PRINT_GOALS),)
-$(info gpulua: nvcc      $(if $(CUDA_FOUND),found ($(NVCC)): building the CUDA and host backends (cudart static; cuBLAS loaded at run time),$(if $(NVCC),found, but no static cudart, no cuda/cuda/k_launch.cu or NOCUDA=1: building the host backend only,not found: building the host backend only)))
+$(info gpulua: nvcc      $(if $(CUDA_FOUND),found ($(NVCC)): building the CUDA and host backends (cudart static; cuBLAS loaded at run time),$(if $(CUDA_TOOLKIT),found ($(NVCC)); CUDA backend $(CUDA_WHY): building the host backend only,$(if $(NVCC),found, but no static cudart or cuda/cuda/k_launch.cu: building the host backend only,not found: building the host backend only))))
 $(info gpulua: liblua5.4 $(if $(LUA_FOUND),found ($(LUA_A) linked statically; headers $(LUA_INC)),not found (need $(LUA_A) and $(LUA_INC)/lua.h)))
 $(info gpulua: libedit   $(if $(EDIT_FOUND),found (REPL line editing),not found (REPL reads plain lines)))
 $(info gpulua: OpenBLAS  $(if $(BLAS_FOUND),found (host matmul f32/f64 through cblas, libopenblas.so.0 loaded at run time),not found (matmul through the built-in loops)))
@@ -194,7 +229,7 @@ endif
 endif
 endif
 
-.PHONY: all lib tests suite test test-asan test-gpu test-gpu-sanitize run example bench deps clean \
+.PHONY: all lib tests suite test test-asan test-gpu test-gpu-sanitize check-cuda run example bench deps clean \
         install uninstall fuzz fuzz-cc FORCE
 
 ifneq ($(and $(filter deps,$(MAKECMDGOALS)),$(filter-out deps,$(MAKECMDGOALS))),)
@@ -390,9 +425,11 @@ SUITE_DEPS := all tests
 RUN_DEPS := all
 endif
 
-# One prove run over the Lua tests and the C tests, so one summary line.
+# One prove run over the Lua tests and the C tests, so one summary line;
+# SUITE_JOBS files at a time (default: one per core; the tests time nothing).
+SUITE_JOBS ?= $(NPROC)
 suite: $(SUITE_DEPS)
-	$(SUITE_ENV) GPULUA=$(BIN) $(PROVE) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
+	$(SUITE_ENV) GPULUA=$(BIN) $(PROVE) -j$(SUITE_JOBS) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
 
 # Both runs happen even when the first fails; the exit status covers both.
 test: $(SUITE_DEPS)
@@ -403,8 +440,10 @@ test: $(SUITE_DEPS)
 	$(MAKE) --no-print-directory GPULUA_QUIET=1 test-asan || st=1; \
 	exit $$st
 
+# The sanitized build has the CUDA backend only where it can run it (a GPU
+# here): elsewhere a second nvcc build would cost minutes and test nothing.
 test-asan:
-	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(ASAN_BUILD) SANITIZE=1 suite
+	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(ASAN_BUILD) SANITIZE=1 $(if $(HAVE_GPU),,CUDA=0) suite
 
 # On the GPU machine, from a carried build: make test-gpu NOBUILD=1
 test-gpu: $(SUITE_DEPS)
@@ -419,6 +458,13 @@ SANITIZE_RACE := tests/gpu/compare.lua tests/gpu/kernels.lua
 test-gpu-sanitize: $(SUITE_DEPS)
 	@SANITIZER='$(SANITIZER)' GPULUA=$(BIN) SANITIZE_MEMCHECK='$(LUA_TESTS)' SANITIZE_RACE='$(SANITIZE_RACE)' \
 	  bash tests/gpu_sanitize.sh
+
+# CI has no GPU, so `make` there builds no CUDA code; this keeps it compiling
+# (-Werror, as every build): the whole CUDA build, bench references
+# included, in its own dir, so a host build beside it is left alone.
+CUDA_CHECK_BUILD := build-cuda
+check-cuda:
+	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(CUDA_CHECK_BUILD) CUDA=1 all
 
 run example: $(RUN_DEPS)
 	$(BIN) scripts/overlap.lua
@@ -477,7 +523,7 @@ fuzz: $(BIN) $(FUZZ_BINS)
 endif
 fuzz:
 ifneq ($(NOBUILD),1)
-	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(ASAN_BUILD) SANITIZE=1 all
+	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(ASAN_BUILD) SANITIZE=1 $(if $(HAVE_GPU),,CUDA=0) all
 endif
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEEDS='$(FUZZ_SEEDS)' FUZZ_MINIMIZE_SECONDS=$(FUZZ_MINIMIZE_SECONDS) \
 	  FUZZ_DIR=$(FUZZ_DIR) FUZZ_GPULUA=$(ASAN_BUILD)/gpulua $(BIN) tests/fuzz/run.lua
@@ -506,6 +552,6 @@ deps:
 	fi
 
 clean:
-	rm -rf build $(ASAN_BUILD) $(filter-out build $(ASAN_BUILD),$(BUILD))
+	rm -rf build $(ASAN_BUILD) $(CUDA_CHECK_BUILD) $(filter-out build $(ASAN_BUILD) $(CUDA_CHECK_BUILD),$(BUILD))
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -45,9 +45,9 @@ extern "C" {
 #endif
 
 #define GPULUA_VERSION_MAJOR 0
-#define GPULUA_VERSION_MINOR 1
+#define GPULUA_VERSION_MINOR 3
 #define GPULUA_VERSION_PATCH 0
-#define GPULUA_VERSION_STRING "0.1.0"
+#define GPULUA_VERSION_STRING "0.3.0"
 
 /* Layout version of gpulua_options.  New fields are only ever appended (and
  * this number raised); a library accepts any older layout it knows, reading
