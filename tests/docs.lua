@@ -297,7 +297,9 @@ local function run_chunk(body, ranks)
   local script = T.tmpfile(body .. "\n")
   local errf = os.tmpname()
   local launcher = ranks and string.format("-n %d --no-prefix ", ranks) or ""
-  local cmd = string.format("timeout 60 %s %s--device host %s 2>%s", T.gpulua, launcher, script, errf)
+  -- the blocks show the defaults: no sync or race policy from the suite's environment
+  local cmd = string.format("env -u GPULUA_SYNC_DEBUG -u GPULUA_CHECK -u GPULUA_TRACE timeout 60 %s %s--device host %s 2>%s",
+                            T.gpulua, launcher, script, errf)
   local out, code = T.sh(cmd)
   local err = T.readfile(errf) or ""
   os.remove(script)
@@ -425,10 +427,15 @@ T.test("the index links every function to its entry", function()
   local got = s and e and index:sub(s, e) or ""
   T.ok(got == want, "docs/README.md's index is current (regenerate: build/gpulua tests/docs.lua --index)")
   if got ~= want then
-    local gl, wl = sorted_lines(got), sorted_lines(want)
-    for i = 1, math.max(#gl, #wl) do
-      if gl[i] ~= wl[i] then T.diag("first difference:\n  have: " .. tostring(gl[i]) .. "\n  want: " .. tostring(wl[i])); break end
+    -- the links one has and the other lacks
+    local function items(s)
+      local set = {}
+      for item in s:gmatch("%[`[^`]+`%]%([^)]+%)") do set[item] = true end
+      return set
     end
+    local gi, wi = items(got), items(want)
+    for item in pairs(wi) do if not gi[item] then T.diag("the index lacks " .. item) end end
+    for item in pairs(gi) do if not wi[item] then T.diag("the index should not have " .. item) end end
   end
 end)
 
