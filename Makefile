@@ -170,7 +170,7 @@ SYSLIBS := $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------
 
-# Files are picked by folder (README, "Layout"): the library is the device
+# Files are picked by folder (docs/internals.md, "Layout"): the library is the device
 # layer (cuda/), its backends (cuda/host/ always, cuda/cuda/ when nvcc is
 # found), the bindings and interp/lib/; gpu.so adds interp/module/ and drops
 # the runtime; the gpulua program is interp/cli/; interp/tools/ runs at build

@@ -15,7 +15,7 @@
  * temporaries few (their blocks are reused while warm); a full one instead
  * where the Lua heap is small beside the bytes made (full_is_cheap).  The
  * limit is then live + max(live, gc_floor) with live <= the largest live set L, so
- * the bytes held never exceed 2 L + gc_floor (the bound the README states).
+ * the bytes held never exceed 2 L + gc_floor (the bound docs/internals.md states).
  * Out of memory, an allocation collects in full, waits for the queued work
  * that still uses freed blocks of its kind (only that) and retries before it
  * raises with the figures. */

@@ -51,7 +51,7 @@ T.test("saxpy: the same result as the built-in ops", function()
   end
 end)
 
-T.test("the README's example, as written", function()
+T.test("the reference's example (docs/lua-api.md, Run-time kernels), as written", function()
   local n = 1000
   local x, y = gpu.arange(n, { dtype = "f32" }), gpu.ones({ n })
   local s = gpu.stream()

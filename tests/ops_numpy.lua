@@ -10,7 +10,7 @@
 -- NumPy dtype: the oracle computes in float32 and rounds to nearest even.
 -- Ops that round once (+ - * /, sqrt, comparisons, floor...) must match bit
 -- for bit; the others (exp, log, sin, pow...) within a few ulps.  The
--- documented differences from NumPy are the reference here (README,
+-- documented differences from NumPy are the reference here (docs/lua-api.md,
 -- "Tensors"): integer division floors and raises on zero; `//` and
 -- floor_divide on floats are floor(a / b), as Lua's; floor, ceil, round and
 -- trunc keep an integer dtype (the identity).  Zero-sized tensors are

@@ -1,8 +1,8 @@
 -- Messages that help (issue 21, item 7): --trace with a file that cannot be
 -- written says why (the OS message); errors that gpu.pipeline meets point at
 -- the script line that called pipeline.run, or at the stage's own line, and
--- name the stage; send and recv name themselves and the argument; the README
--- names no function that does not exist.
+-- name the stage; send and recv name themselves and the argument; the docs
+-- name no function that does not exist.
 local gpu = require "gpu"
 local T = require "gpu.test"
 local pipeline = require "gpu.pipeline"
@@ -158,16 +158,18 @@ print("value", t:get(1))
   os.remove(script)
 end)
 
--- ---- the README ------------------------------------------------------------------
+-- ---- the docs --------------------------------------------------------------------
 
-T.test("the README names only gpu.try_ functions that exist", function()
-  local readme = T.readfile("README.md")
-  if not readme then return T.skip("README.md", "not found from " .. os.getenv("PWD")) end
-  local missing = {}
-  for name in readme:gmatch("gpu%.(try_[%w_]*)") do
-    if gpu[name] == nil then missing[#missing + 1] = "gpu." .. name end
+T.test("the docs name only gpu.try_ functions that exist", function()
+  for _, path in ipairs { "README.md", "docs/lua-api.md", "docs/tutorial.md" } do
+    local text = T.readfile(path)
+    if not text then return T.skip(path, "not found from " .. os.getenv("PWD")) end
+    local missing = {}
+    for name in text:gmatch("gpu%.(try_[%w_]*)") do
+      if gpu[name] == nil then missing[#missing + 1] = "gpu." .. name end
+    end
+    T.is(missing, {}, path .. ": every gpu.try_ function mentioned exists")
   end
-  T.is(missing, {}, "every gpu.try_ function mentioned exists")
 end)
 
 T.done()

@@ -299,7 +299,7 @@ void gpulua_sync_debug_suspend(gpulua *g, int on);
 const char *gpulua_backend(gpulua *g, int *device);
 
 /* For a launcher of ranks (the script's processes of a job, each an
- * instance: README, "Ranks"), once every rank has exited: removes what a
+ * instance: docs/cli.md, "Ranks"), once every rank has exited: removes what a
  * job of `world` ranks meeting at `port` may have left on this node (a rank
  * killed while the ranks were meeting leaves shared memory behind). */
 void gpulua_job_cleanup(int port, int world);

@@ -112,8 +112,8 @@ gpulua *gpulua_open(const gpulua_options *o) {
     return NULL;
   }
   /* Generational, as lua.c: a loop's temporary tensors die young, and a
-   * young collection finds them without marking the whole heap (README,
-   * "Memory"). */
+   * young collection finds them without marking the whole heap (docs/internals.md,
+   * "Memory and the collector"). */
   lua_gc(g->L, LUA_GCGEN, 0, 0);
   lua_pushcfunction(g->L, setup_state);
   lua_pushlightuserdata(g->L, &opt);

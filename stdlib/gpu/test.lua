@@ -18,7 +18,7 @@
 -- also start with fn's file:line)  T.skip(name, why)  T.diag(msg)  T.plan(n).
 -- Patterns are Lua patterns, also tried as plain text; a list means any of.
 -- Reference arithmetic: T.round_f32/f16/bf16(x)  T.wrap_int(x, bits, signed)
--- T.cast(x, dtype) (the README's cast rules)  T.flatten  T.map.
+-- T.cast(x, dtype) (the cast rules of docs/lua-api.md)  T.flatten  T.map.
 -- Child processes: T.gpulua (the binary running this test)  T.run(env, args
 -- [, redirect]) --> output, exited 0  T.tmpfile(contents) --> path.
 --
@@ -487,8 +487,8 @@ function T.is_int(dtype) return INT[dtype] ~= nil end
 function T.int_range(dtype) return INT[dtype][3], INT[dtype][4] end
 
 -- The value a Lua value becomes when stored in / cast to `dtype`, by the
--- README's rules: floats round to nearest even; float -> integer truncates
--- toward zero and saturates, NaN -> 0; integer -> integer wraps; -> bool is
+-- rules of docs/lua-api.md ("dtype rules"): floats round to nearest even;
+-- float -> integer truncates toward zero and saturates, NaN -> 0; integer -> integer wraps; -> bool is
 -- "not zero"; bool -> number is 1/0.  bool results are Lua booleans.
 function T.cast(x, dtype)
   if type(x) == "boolean" then x = x and 1 or 0 end
