@@ -495,8 +495,9 @@ endif
 
 # (plus build-essential without a C compiler, perl without prove; its g++ is
 # also the C++ compiler gpu.compile runs on the host backend; python3-numpy is
-# the oracle of tests/ops_numpy.lua)
-DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config python3-numpy
+# the oracle of tests/ops_numpy.lua; luarocks builds the rockspec in
+# tests/rockspec.lua)
+DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config python3-numpy luarocks
 deps:
 	@missing=; \
 	for p in $(DEB_PKGS); do \
@@ -514,7 +515,8 @@ deps:
 	  exit 1; \
 	fi
 
+# build-rock: where `luarocks make` builds (gpulua-*.rockspec)
 clean:
-	rm -rf build $(ASAN_BUILD) $(filter-out build $(ASAN_BUILD),$(BUILD))
+	rm -rf build $(ASAN_BUILD) build-rock $(filter-out build $(ASAN_BUILD) build-rock,$(BUILD))
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
