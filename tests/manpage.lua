@@ -100,7 +100,9 @@ local function compare(help, roff)
 end
 
 T.test("the page's sections", function()
-  T.ok(SOURCE:find('\n%.TH GPULUA 1 %S+ "gpulua [%d.]+"'), ".TH GPULUA 1 <date> \"gpulua <version>\"")
+  local header = assert(T.readfile("interp/lib/gpulua.h"), "interp/lib/gpulua.h")
+  local version = header:match('#define GPULUA_VERSION_STRING "([^"]+)"')
+  T.is(SOURCE:match('\n%.TH GPULUA 1 %S+ "gpulua ([^"]*)"'), version, ".TH GPULUA 1 <date> \"gpulua <gpulua.h's version>\"")
   local names = {}
   for name in SOURCE:gmatch('\n%.SH%s+"?([^"\n]*)') do names[#names + 1] = name end
   T.is(names, { "NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "LAUNCHER OPTIONS", "ENVIRONMENT", "EXIT STATUS",

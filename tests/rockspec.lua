@@ -53,6 +53,10 @@ T.test("one rockspec, which luarocks accepts", function()
   T.ok(text:find('\nversion = "' .. (version or ""):gsub("%p", "%%%0") .. '"\n'),
        "its version field is the file name's")
   T.ok(text:find('"lua >= 5%.4, < 5%.5"'), "it depends on Lua 5.4")
+  -- a new version renames the rockspec (gpulua-<version>-1.rockspec)
+  local header = assert(T.readfile("interp/lib/gpulua.h"), "interp/lib/gpulua.h")
+  local want = header:match('#define GPULUA_VERSION_STRING "([^"]+)"')
+  T.is((version or ""):match("^(.-)%-%d+$"), want, "its version is gpulua.h's")
   if SKIP then return T.skip("luarocks lint", SKIP) end
   local out, code = luarocks("lint " .. q(ROCKSPEC))
   T.is(code, 0, "luarocks lint " .. ROCKSPEC)
