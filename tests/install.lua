@@ -94,7 +94,8 @@ T.test("make install DESTDIR=... PREFIX=/usr/local, then uninstall", function()
   end
   T.is(read(root .. "/share/man/man1/gpulua.1"), read("docs/gpulua.1"), "share/man/man1/gpulua.1 is docs/gpulua.1")
   for _, t in ipairs(TYPES) do
-    T.is(read(root .. "/share/gpulua/types/" .. t), read("docs/types/" .. t), "share/gpulua/types/" .. t .. " is docs/types/" .. t)
+    T.is(read(root .. "/share/gpulua/types/" .. t), read("docs/types/" .. t),
+         "share/gpulua/types/" .. t .. " is docs/types/" .. t)
   end
   local pc = read(root .. "/lib/pkgconfig/gpulua.pc") or ""
   T.ok(pc:find("\nprefix=/usr/local\n", 1, true), "gpulua.pc: prefix=/usr/local (not DESTDIR)")

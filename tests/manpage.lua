@@ -102,7 +102,8 @@ end
 T.test("the page's sections", function()
   local header = assert(T.readfile("interp/lib/gpulua.h"), "interp/lib/gpulua.h")
   local version = header:match('#define GPULUA_VERSION_STRING "([^"]+)"')
-  T.is(SOURCE:match('\n%.TH GPULUA 1 %S+ "gpulua ([^"]*)"'), version, ".TH GPULUA 1 <date> \"gpulua <gpulua.h's version>\"")
+  T.is(SOURCE:match('\n%.TH GPULUA 1 %S+ "gpulua ([^"]*)"'), version,
+       ".TH GPULUA 1 <date> \"gpulua <gpulua.h's version>\"")
   local names = {}
   for name in SOURCE:gmatch('\n%.SH%s+"?([^"\n]*)') do names[#names + 1] = name end
   T.is(names, { "NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "LAUNCHER OPTIONS", "ENVIRONMENT", "EXIT STATUS",
