@@ -25,7 +25,9 @@
 #   make install     PREFIX=/usr/local (and DESTDIR=): bin/gpulua, lib/libgpulua.a,
 #                    lib/libgpulua.so*, include/gpulua.h, lib/lua/5.4/gpu.so (the
 #                    bindings for a stock lua5.4), share/lua/5.4/gpu/*.lua (the
-#                    stdlib, also embedded), lib/pkgconfig/gpulua.pc; make uninstall
+#                    stdlib, also embedded), lib/pkgconfig/gpulua.pc,
+#                    share/man/man1/gpulua.1, share/gpulua/types/*.lua (LuaLS
+#                    annotations); make uninstall
 #   make run         build, then run scripts/overlap.lua  (alias: make example)
 #   make bench       on a GPU machine: bench/*.lua through gpulua beside the raw
 #                    CUDA C reference (build/bench/ref), the raw NCCL all_reduce
@@ -355,9 +357,12 @@ FORCE:
 PREFIX ?= $(or $(prefix),/usr/local)
 INSTALL ?= install
 STDLIB_REL := $(STDLIB_LUA:stdlib/%=%)
+# The man page, and the LuaLS annotations (---@meta files) for editors.
+MAN_PAGE := docs/gpulua.1
+TYPES_REL := $(notdir $(sort $(wildcard docs/types/*.lua)))
 # $(1): where the files go (DESTDIR + PREFIX); $(2): the prefix gpulua.pc names
 define install_tree
-	$(INSTALL) -d $(1)/bin $(1)/include $(1)/lib/pkgconfig $(1)/lib/lua/5.4 $(1)/share/lua/5.4
+	$(INSTALL) -d $(1)/bin $(1)/include $(1)/lib/pkgconfig $(1)/lib/lua/5.4 $(1)/share/lua/5.4 $(1)/share/man/man1
 	$(INSTALL) -m 755 $(BIN) $(1)/bin/gpulua
 	$(INSTALL) -m 644 $(LIB) $(1)/lib/libgpulua.a
 	$(INSTALL) -m 755 $(SO) $(1)/lib/$(notdir $(SO))
@@ -366,10 +371,13 @@ define install_tree
 	$(INSTALL) -m 644 interp/lib/gpulua.h $(1)/include/gpulua.h
 	$(INSTALL) -m 755 $(LUAMOD) $(1)/lib/lua/5.4/gpu.so
 	for f in $(STDLIB_REL); do $(INSTALL) -D -m 644 stdlib/$$f $(1)/share/lua/5.4/$$f || exit 1; done
+	$(INSTALL) -m 644 $(MAN_PAGE) $(1)/share/man/man1/gpulua.1
+	for f in $(TYPES_REL); do $(INSTALL) -D -m 644 docs/types/$$f $(1)/share/gpulua/types/$$f || exit 1; done
 	sed 's|@PREFIX@|$(2)|' $(PC_IN) > $(1)/lib/pkgconfig/gpulua.pc
 endef
 INSTALLED := bin/gpulua lib/libgpulua.a lib/$(notdir $(SO)) lib/libgpulua.so.$(SOVERSION) lib/libgpulua.so \
-             include/gpulua.h lib/lua/5.4/gpu.so lib/pkgconfig/gpulua.pc $(STDLIB_REL:%=share/lua/5.4/%)
+             include/gpulua.h lib/lua/5.4/gpu.so lib/pkgconfig/gpulua.pc $(STDLIB_REL:%=share/lua/5.4/%) \
+             share/man/man1/gpulua.1 $(TYPES_REL:%=share/gpulua/types/%)
 
 
 # The suite's install: $(STAGE), a tree as `make install PREFIX=$(STAGE)`
@@ -380,7 +388,8 @@ INSTALLED := bin/gpulua lib/libgpulua.a lib/$(notdir $(SO)) lib/libgpulua.so.$(S
 # and OpenBLAS loaded at run time when there is one).  Run by tests/install.lua.
 STAGE_PKGCONF = PKG_CONFIG_PATH=$(abspath $(STAGE))/lib/pkgconfig $(or $(PKGCONF),$(error pkg-config not found: the example is built with it (make deps)))
 EXAMPLE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g
-$(STAGE)/.installed: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN) interp/lib/gpulua.h $(STDLIB_LUA)
+$(STAGE)/.installed: $(LIB) $(BIN) $(SO) $(LUAMOD) $(PC_IN) interp/lib/gpulua.h $(STDLIB_LUA) $(MAN_PAGE) \
+                     $(TYPES_REL:%=docs/types/%)
 	rm -rf $(STAGE)
 	$(call install_tree,$(abspath $(STAGE)),$(abspath $(STAGE)))
 	touch $@
@@ -411,10 +420,12 @@ endif
 install:
 	$(call install_tree,$(DESTDIR)$(PREFIX),$(PREFIX))
 
-# Removes the files install made, and the Lua directories if left empty.
+# Removes the files install made, and the Lua, man and types directories
+# if left empty.
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
-	for d in $(sort $(dir $(STDLIB_REL:%=share/lua/5.4/%))) share/lua/5.4 share/lua lib/lua/5.4 lib/lua; do \
+	for d in $(sort $(dir $(STDLIB_REL:%=share/lua/5.4/%))) share/lua/5.4 share/lua lib/lua/5.4 lib/lua \
+	  share/man/man1 share/man share/gpulua/types share/gpulua; do \
 	  rmdir $(DESTDIR)$(PREFIX)/$$d 2>/dev/null || true; done
 
 ifeq ($(NOBUILD),1)
@@ -532,8 +543,9 @@ endif
 
 # (plus build-essential without a C compiler, perl without prove; its g++ is
 # also the C++ compiler gpu.compile runs on the host backend; python3-numpy is
-# the oracle of tests/ops_numpy.lua)
-DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config python3-numpy
+# the oracle of tests/ops_numpy.lua; luarocks builds the rockspec in
+# tests/rockspec.lua)
+DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config python3-numpy luarocks
 deps:
 	@missing=; \
 	for p in $(DEB_PKGS); do \
@@ -551,7 +563,9 @@ deps:
 	  exit 1; \
 	fi
 
+# build-rock: where `luarocks make` builds (gpulua-*.rockspec)
 clean:
-	rm -rf build $(ASAN_BUILD) $(CUDA_CHECK_BUILD) $(filter-out build $(ASAN_BUILD) $(CUDA_CHECK_BUILD),$(BUILD))
+	rm -rf build $(ASAN_BUILD) $(CUDA_CHECK_BUILD) build-rock \
+	  $(filter-out build $(ASAN_BUILD) $(CUDA_CHECK_BUILD) build-rock,$(BUILD))
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

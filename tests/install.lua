@@ -45,6 +45,11 @@ local STDLIB = {}
 for name in sh("cd stdlib && find . -name '*.lua' | sort"):gmatch("%./([^\n]+)") do
   STDLIB[#STDLIB + 1] = name
 end
+-- The LuaLS annotations, installed to share/gpulua/types/ (none yet: none).
+local TYPES = {}
+for name in sh("ls docs/types 2>/dev/null"):gmatch("[^\n]+") do
+  if name:match("%.lua$") then TYPES[#TYPES + 1] = name end
+end
 
 -- The public functions: declarations in gpulua.h (not typedefs or comments).
 local API = {}
@@ -75,6 +80,8 @@ T.test("make install DESTDIR=... PREFIX=/usr/local, then uninstall", function()
   local files = { "bin/gpulua", "lib/libgpulua.a", "lib/libgpulua.so." .. VERSION, "include/gpulua.h",
                   "lib/lua/5.4/gpu.so", "lib/pkgconfig/gpulua.pc" }
   for _, m in ipairs(STDLIB) do files[#files + 1] = "share/lua/5.4/" .. m end
+  files[#files + 1] = "share/man/man1/gpulua.1"
+  for _, t in ipairs(TYPES) do files[#files + 1] = "share/gpulua/types/" .. t end
   for _, f in ipairs(files) do T.ok(exists(root .. "/" .. f), "installed: " .. f) end
   T.is(sh("readlink " .. q(root .. "/lib/libgpulua.so")), "libgpulua.so." .. SOVERSION .. "\n",
        "libgpulua.so -> libgpulua.so." .. SOVERSION)
@@ -84,6 +91,11 @@ T.test("make install DESTDIR=... PREFIX=/usr/local, then uninstall", function()
   T.is(sh("ls " .. q(root .. "/include")), "gpulua.h\n", "gpulua.h is the only installed header")
   for _, m in ipairs(STDLIB) do
     T.is(read(root .. "/share/lua/5.4/" .. m), read("stdlib/" .. m), "share/lua/5.4/" .. m .. " is stdlib/" .. m)
+  end
+  T.is(read(root .. "/share/man/man1/gpulua.1"), read("docs/gpulua.1"), "share/man/man1/gpulua.1 is docs/gpulua.1")
+  for _, t in ipairs(TYPES) do
+    T.is(read(root .. "/share/gpulua/types/" .. t), read("docs/types/" .. t),
+         "share/gpulua/types/" .. t .. " is docs/types/" .. t)
   end
   local pc = read(root .. "/lib/pkgconfig/gpulua.pc") or ""
   T.ok(pc:find("\nprefix=/usr/local\n", 1, true), "gpulua.pc: prefix=/usr/local (not DESTDIR)")
@@ -102,6 +114,7 @@ T.test("make install DESTDIR=... PREFIX=/usr/local, then uninstall", function()
   if not T.is(code, 0, "make uninstall exits 0") then T.diag(out) end
   T.is(sh("cd " .. q(dest) .. " && find . ! -type d"), "", "uninstall removes every installed file")
   T.is(sh("cd " .. q(dest) .. " && find . -path '*lua*'"), "", "and the Lua directories it made")
+  T.is(sh("cd " .. q(dest) .. " && find . -path '*/share/man*'"), "", "and the man directories")
   sh("rm -rf " .. q(dest))
 
   -- for the pkg-config test: PREFIX alone, as `make install PREFIX=$HOME/gpulua`
