@@ -48,6 +48,7 @@ local FIELD_GETTERS = {
   ["gpu.Graph"] = { "bindings/graph.c", "graph_fields" },
   ["gpu.Task"] = { "bindings/task.c", "task_fields" },
   ["gpu.Kernel"] = { "bindings/kernel.c", "kernel_fields" },
+  ["gpu.Module"] = { "bindings/kernel.c", "module_index" },   -- none: kernels are raw fields
 }
 
 -- Builtin LuaLS types (and keywords of type expressions).
@@ -353,6 +354,18 @@ T.test("each annotation file exists, is ---@meta <module> and loads as Lua", fun
   end
 end)
 
+T.test("docs/types holds these files alone, and .luarc.json points at it", function()
+  local out, status = T.sh("cd '" .. TYPES .. "' && find . -name '*.lua' | sort")
+  if status ~= 0 then return T.skip("the files under docs/types", "find failed") end
+  local listed, found = {}, {}
+  for _, f in ipairs(FILES) do listed[f.path] = true end
+  for path in out:gmatch("%./([^\n]+)") do found[path] = true end
+  T.is(minus(found, listed), {}, "every .lua file under docs/types is checked here (add it to FILES)")
+  local luarc = readfile(ROOT .. "/.luarc.json")
+  T.ok(luarc and luarc:match('"workspace%.library"%s*:%s*%[[^%]]*"docs/types"'),
+       ".luarc.json has docs/types in workspace.library")
+end)
+
 T.test("every type the annotations name is defined", function()
   local undefined = {}
   for _, r in ipairs(A.refs) do
@@ -445,7 +458,10 @@ T.test("every userdata type a script can hold is a ---@class", function()
   end
 end)
 
+local checked = {}   -- types check_type has seen
+
 local function check_type(tname, obj)
+  checked[tname] = true
   local mt = REG[tname]
   if not T.ok(type(mt) == "table", tname .. " is registered") then return end
   if obj ~= nil then T.ok(getmetatable(obj) == mt, tname .. ": a real object has the registered metatable") end
@@ -455,6 +471,12 @@ local function check_type(tname, obj)
   local methods = rawget(mt, "__methods")
   if type(methods) ~= "table" and type(rawget(mt, "__index")) == "table" then methods = rawget(mt, "__index") end
   for k in pairs(type(methods) == "table" and methods or {}) do real[k] = true end
+  -- bindings/type.c: __index is a C closure whose second upvalue, when
+  -- present, is the type's field getter
+  local index = rawget(mt, "__index")
+  local has_getter = type(index) == "function" and select(2, debug.getupvalue(index, 2)) ~= nil
+  T.is(has_getter, FIELD_GETTERS[tname] ~= nil,
+       tname .. ": has a field getter exactly when FIELD_GETTERS names it")
   local fields, err = c_fields(tname)
   if fields then
     for k in pairs(fields) do real[k] = true end
@@ -464,9 +486,7 @@ local function check_type(tname, obj)
   local ann = members(tname)
   local label = fields and "methods and fields" or "methods"
   T.is(minus(real, ann), {}, tname .. ": every one of its " .. label .. " is annotated")
-  if fields or not rawget(mt, "__index") then
-    T.is(minus(ann, real), {}, tname .. ": every annotated member exists")
-  end
+  T.is(minus(ann, real), {}, tname .. ": every annotated member exists")
   -- operators
   local ops, annops = {}, {}
   for mm, op in pairs(OPERATORS) do if rawget(mt, mm) then ops[op] = true end end
@@ -547,7 +567,7 @@ T.test("gpu.Module, gpu.Kernel, gpu.Launcher", function()
     check_type("gpu.Launcher")
     return
   end
-  T.is(getmetatable(m).__name, "gpu.Module", "gpu.compile returns a gpu.Module")
+  check_type("gpu.Module", m)
   local k = m.annotated
   check_type("gpu.Kernel", k)
   local launcher <close> = k { grid = 1, block = 1 }
@@ -555,6 +575,18 @@ T.test("gpu.Module, gpu.Kernel, gpu.Launcher", function()
   local params = k.params
   T.is(sorted_keys(params[1]), sorted_keys(members("gpu.KernelParam")), "k.params[i] has gpu.KernelParam's fields")
   k:close()
+end)
+
+T.test("every other gpu.* type, by its metatable", function()
+  local n = 0
+  for k, v in pairs(REG) do
+    if type(k) == "string" and k:match("^gpu%.") and type(v) == "table" and rawget(v, "__name") == k
+        and not INTERNAL_TYPES[k] and not checked[k] then
+      check_type(k)
+      n = n + 1
+    end
+  end
+  T.ok(true, n .. " gpu.* types not made above, checked by their metatable")
 end)
 
 -- ---- tables that functions return ------------------------------------------------
