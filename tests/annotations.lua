@@ -526,7 +526,8 @@ T.test("gpu.Event", function()
 end)
 
 T.test("gpu.Graph", function()
-  local g <close> = gpu.graph(function(s) end, { name = "annotations" })
+  local x <close> = gpu.zeros({ 2 })
+  local g <close> = gpu.graph(function() x:fill(1) end, { name = "annotations" })
   check_type("gpu.Graph", g)
 end)
 
@@ -742,7 +743,7 @@ T.test("option classes name exactly the keys each function accepts", function()
   local t <close> = gpu.zeros({ 1 })
   local s <close> = gpu.stream()
   local e <close> = gpu.event()
-  local g <close> = gpu.graph(function() end)
+  local g <close> = gpu.graph(function() t:fill(1) end)
   objects["gpu.Tensor"], objects["gpu.Stream"], objects["gpu.Event"], objects["gpu.Graph"] = t, s, e, g
   local probed = 0
   for _, cname in ipairs(PROBED) do
