@@ -89,16 +89,16 @@
 ---`gpu.stats()`: counters since the start.
 ---@class gpu.Stats
 ---@field syncs integer host-device syncs (counted syncs)
----@field launches integer kernels launched
+---@field launches integer ops other than copies enqueued (built-in and run-time kernels)
 ---@field copies integer copies enqueued
 ---@field h2d_bytes integer bytes copied host to device
 ---@field d2h_bytes integer bytes copied device to host
 ---@field d2d_bytes integer bytes copied device to device
 ---@field h2h_bytes integer bytes copied host to host
----@field streams integer live streams
+---@field streams integer live user streams (the default stream excluded)
 ---@field events integer live events
----@field buffers integer live buffers
----@field max_concurrent integer most ops seen running at once
+---@field buffers integer live allocations of every kind
+---@field max_concurrent integer most ops seen running at once (host backend)
 ---@field replays integer graph replays
 
 ---One parameter of a kernel's signature (`k.params[i]`).
