@@ -159,7 +159,7 @@
 ---@field stream? gpu.Stream stream of the copy
 
 ---@class gpu.LoadOpts
----@field device? "device"|"pinned"|"host" memory of the tensor (default "device")
+---@field device? gpu.device memory of the tensor (default "device")
 ---@field stream? gpu.Stream stream of the upload
 
 ---@class gpu.NewStreamOpts
