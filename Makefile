@@ -359,7 +359,8 @@ INSTALL ?= install
 STDLIB_REL := $(STDLIB_LUA:stdlib/%=%)
 # The man page, and the LuaLS annotations (---@meta files) for editors.
 MAN_PAGE := docs/gpulua.1
-TYPES_REL := $(notdir $(sort $(wildcard docs/types/*.lua)))
+# (the tree under docs/types/ as it is: LuaLS finds gpu.trace in gpu/trace.lua)
+TYPES_REL := $(patsubst docs/types/%,%,$(sort $(shell find docs/types -name '*.lua' 2>/dev/null)))
 # $(1): where the files go (DESTDIR + PREFIX); $(2): the prefix gpulua.pc names
 define install_tree
 	$(INSTALL) -d $(1)/bin $(1)/include $(1)/lib/pkgconfig $(1)/lib/lua/5.4 $(1)/share/lua/5.4 $(1)/share/man/man1
@@ -425,7 +426,7 @@ install:
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
 	for d in $(sort $(dir $(STDLIB_REL:%=share/lua/5.4/%))) share/lua/5.4 share/lua lib/lua/5.4 lib/lua \
-	  share/man/man1 share/man share/gpulua/types share/gpulua; do \
+	  share/man/man1 share/man $(sort $(dir $(TYPES_REL:%=share/gpulua/types/%))) share/gpulua/types share/gpulua; do \
 	  rmdir $(DESTDIR)$(PREFIX)/$$d 2>/dev/null || true; done
 
 ifeq ($(NOBUILD),1)

@@ -45,10 +45,11 @@ local STDLIB = {}
 for name in sh("cd stdlib && find . -name '*.lua' | sort"):gmatch("%./([^\n]+)") do
   STDLIB[#STDLIB + 1] = name
 end
--- The LuaLS annotations, installed to share/gpulua/types/ (none yet: none).
+-- The LuaLS annotations, installed to share/gpulua/types/ as the tree
+-- under docs/types/ is (gpu.lua, gpu/trace.lua, ...).
 local TYPES = {}
-for name in sh("ls docs/types 2>/dev/null"):gmatch("[^\n]+") do
-  if name:match("%.lua$") then TYPES[#TYPES + 1] = name end
+for name in sh("cd docs/types 2>/dev/null && find . -name '*.lua' | sort"):gmatch("%./([^\n]+)") do
+  TYPES[#TYPES + 1] = name
 end
 
 -- The public functions: declarations in gpulua.h (not typedefs or comments).
