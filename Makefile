@@ -439,9 +439,11 @@ endif
 
 # One prove run over the Lua tests and the C tests, so one summary line;
 # SUITE_JOBS files at a time (default: one per core; the tests time nothing).
+# GPULUA_DEVICE=auto unless set: the automatic choice without its note.
 SUITE_JOBS ?= $(NPROC)
 suite: $(SUITE_DEPS)
-	$(SUITE_ENV) GPULUA=$(BIN) $(PROVE) -j$(SUITE_JOBS) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
+	$(SUITE_ENV) GPULUA=$(BIN) GPULUA_DEVICE=$${GPULUA_DEVICE:-auto} \
+	  $(PROVE) -j$(SUITE_JOBS) $(PROVE_FLAGS) -e tests/tap-exec $(LUA_TESTS) $(CTESTS)
 
 # Both runs happen even when the first fails; the exit status covers both.
 test: $(SUITE_DEPS)

@@ -106,9 +106,11 @@ static int check_env(dev_ctx *ctx) {
 dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   const char *env = getenv("GPULUA_DEVICE");
   if (!spec || !*spec) spec = (env && *env) ? env : NULL;
+  /* "auto": the automatic choice, asked for by name */
+  if (spec && strcmp(spec, "auto") == 0) spec = NULL;
   int cuda = 0, index = 0;
   if (spec && parse_spec(spec, &cuda, &index)) {
-    snprintf(err, errlen, "unknown device '%s' (expected host, cuda or cuda:N)", spec);
+    snprintf(err, errlen, "unknown device '%s' (expected auto, host, cuda or cuda:N)", spec);
     return NULL;
   }
   const dev_backend *bk = &dev_host_backend;

@@ -4,6 +4,7 @@
 -- the host, one line on stderr says so, once per job (ranks included), and
 -- saying where to run silences it.  Child processes run on the host backend
 -- unless the test says otherwise.
+local gpu = require "gpu"
 local T = require "gpu.test"
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
@@ -46,7 +47,7 @@ end)
 -- What the automatic choice is on this machine: host without a GPU (CI),
 -- cuda on a GPU machine, where no note may be printed at all.
 local AUTO = (run3("-e 'io.write(gpu.backend)'", "env -u GPULUA_DEVICE"))
-local NOTE = "^gpulua: running on the host backend %(CPU threads%): [^\n]+; %-%-device host silences this\n"
+local NOTE = "^gpulua: running on the host backend %(CPU threads%): [^\n]+; %-%-device host %(or auto%) silences this\n"
 
 local function count_notes(err)
   local n = 0
@@ -62,6 +63,11 @@ T.test("the host fallback is said once on stderr", function()
     { "-i off a terminal", "-i < " .. q(input), "out\n" },
     { "2 ranks", "-n 2 --no-prefix -e 'print(\"out\")'", "out\nout\n" },
   }
+  -- on cuda, rank 1 takes cuda:1: 2 ranks need 2 GPUs
+  if AUTO ~= "host" and gpu.device_count() < 2 then
+    cases[#cases] = nil
+    T.skip("2 ranks", "one GPU: rank 1 would need cuda:1")
+  end
   for _, c in ipairs(cases) do
     local out, err, code = run3(c[2], "env -u GPULUA_DEVICE")
     T.is(code, 0, c[1] .. ": exit 0")
@@ -79,12 +85,26 @@ end)
 T.test("saying where to run silences the note", function()
   for _, c in ipairs({ { "--device host", "--device host -e 'print(1)'", "env -u GPULUA_DEVICE" },
                        { "GPULUA_DEVICE=host", "-e 'print(1)'", "env GPULUA_DEVICE=host" },
+                       { "--device auto", "--device auto -e 'print(1)'", "env -u GPULUA_DEVICE" },
+                       { "GPULUA_DEVICE=auto", "-e 'print(1)'", "env GPULUA_DEVICE=auto" },
                        { "-n 2 --device host", "-n 2 --device host -e 'print(1)'", "env -u GPULUA_DEVICE" } }) do
     local out, err, code = run3(c[2], c[3])
     T.is(code, 0, c[1] .. ": exit 0")
     T.ok(out:find("1\n", 1, true), c[1] .. ": ran")
     T.is(count_notes(err), 0, c[1] .. ": no note")
   end
+end)
+
+T.test("auto is the automatic choice, by name", function()
+  for _, c in ipairs({ { "--device auto", "--device auto", "env -u GPULUA_DEVICE" },
+                       { "GPULUA_DEVICE=auto", "", "env GPULUA_DEVICE=auto" } }) do
+    local out, _, code = run3(c[2] .. " -e 'io.write(gpu.backend)'", c[3])
+    T.is(code, 0, c[1] .. ": exit 0")
+    T.is(out, AUTO, c[1] .. ": the backend the automatic choice takes")
+  end
+  local _, err, code = run3("--device automatic -e ''", "env -u GPULUA_DEVICE")
+  T.is(code, 1, "an unknown device: exit 1")
+  T.ok(err:find("unknown device 'automatic' (expected auto, host, cuda or cuda:N)", 1, true), "... naming the choices: " .. err)
 end)
 
 T.test("the REPL's first sync warning says how to silence it", function()

@@ -181,7 +181,9 @@ end)
 
 -- The device the application should get: GPULUA_DEVICE, else what this
 -- interpreter got (both choose the same way).
-local WANT_BACKEND = (os.getenv("GPULUA_DEVICE") or gpu.backend):match("^(%a+)")
+local WANT_BACKEND = os.getenv("GPULUA_DEVICE") or ""
+if WANT_BACKEND == "" or WANT_BACKEND == "auto" then WANT_BACKEND = gpu.backend end
+WANT_BACKEND = WANT_BACKEND:match("^(%a+)")
 
 local function check_app(name, cmd)
   local out, code = sh(cmd .. " " .. q(SCRIPT))

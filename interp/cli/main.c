@@ -97,8 +97,8 @@ static void print_usage_lines(FILE *f) {
           "  -h, --help     show this help and exit\n"
           "  -E             ignore environment variables (LUA_INIT, LUA_PATH, LUA_CPATH)\n"
           "  -W             turn warnings on\n"
-          "  --device DEV   run on DEV: host, cuda or cuda:N\n"
-          "                 (default: env GPULUA_DEVICE, else cuda if a GPU answers, else host)\n"
+          "  --device DEV   run on DEV: host, cuda, cuda:N or auto (cuda if a GPU answers,\n"
+          "                 else host); default: env GPULUA_DEVICE, else auto\n"
           "  --sync-debug M what a host-device sync does: off, warn or error (default: env\n"
           "                 GPULUA_SYNC_DEBUG, else warn in the REPL and off in scripts)\n"
           "  --trace FILE   write a timeline of every op at exit: FILE.json (Chrome trace\n"
@@ -581,7 +581,7 @@ static int check_races(gpulua *g) {
 
 /* One line on stderr, once per job, when the device was chosen for the user
  * and it is the host: timings and overlap mean something else there.  Saying
- * where to run (--device, GPULUA_DEVICE) silences it. */
+ * where to run (--device, GPULUA_DEVICE; "auto" too) silences it. */
 static void note_host_fallback(gpulua *g, const char *device) {
   const char *env = getenv("GPULUA_DEVICE");
   const char *rank = getenv("RANK");
@@ -595,7 +595,7 @@ static void note_host_fallback(gpulua *g, const char *device) {
 #else
   const char *why = "this gpulua has no CUDA backend (make CUDA=1 builds it)";
 #endif
-  fprintf(stderr, "%s: running on the host backend (CPU threads): %s; --device host silences this\n",
+  fprintf(stderr, "%s: running on the host backend (CPU threads): %s; --device host (or auto) silences this\n",
           cli_progname, why);
   fflush(stderr);
 }

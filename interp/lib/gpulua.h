@@ -58,7 +58,7 @@ typedef struct gpulua_options {
   size_t size;          /* sizeof(gpulua_options) as the application compiled it */
   int version;          /* GPULUA_OPTIONS_VERSION the application compiled against */
   /* -- version 1 -- */
-  const char *device;   /* "host", "cuda", "cuda:N"; NULL = env GPULUA_DEVICE, else
+  const char *device;   /* "host", "cuda", "cuda:N", "auto"; NULL = env GPULUA_DEVICE, else
                            cuda if a GPU answers, else host.  Copied during gpulua_open. */
   int open_libs;        /* 1 (default): open the Lua standard libraries.  0: open none;
                            the `gpu` global is still set, and the embedded modules
