@@ -1,0 +1,45 @@
+/* The chores of util.h. */
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Room for n more bytes and the NUL; 0, or -1 with oom set. */
+static int sb_room(sbuf *b, size_t n)
+{
+  if (b->oom) return -1;
+  if (b->n + n + 1 <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 1024;
+  while (cap < b->n + n + 1) cap *= 2;
+  char *np = realloc(b->p, cap);
+  if (!np) { b->oom = 1; return -1; }
+  b->p = np;
+  b->cap = cap;
+  return 0;
+}
+
+void sb_add(sbuf *b, const void *s, size_t n)
+{
+  if (sb_room(b, n)) return;
+  if (n > 0) memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+void sb_key(sbuf *b, const char *s) { sb_add(b, s, strlen(s) + 1); }
+
+void sb_printf(sbuf *b, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) { b->oom = 1; return; }
+  if (sb_room(b, (size_t)n)) return;
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->n += (size_t)n;
+}

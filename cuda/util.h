@@ -1,0 +1,48 @@
+/* Small chores of the device layer and both backends, one way each (as
+ * llm.c's llmc/utils.h): an error message into a caller's (err, errlen), a
+ * growing string.  No Lua, no dev_ctx.  Compiled as C and, for fail_msg, as
+ * the CUDA kernels' C++ (cuda/cuda/k_common.cuh includes it). */
+#ifndef GPULUA_UTIL_H
+#define GPULUA_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The message into err (when err has room), for `return fail_msg(...)`: -1.
+ * Inline, so the parsers built alone (make fuzz) need no other object. */
+__attribute__((format(printf, 3, 4)))
+static inline int fail_msg(char *err, size_t errlen, const char *fmt, ...)
+{
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* A growing string: start at {0}, free(b.p) at the end.  b.p stays
+ * NUL-terminated (the NUL not counted in b.n); a failed allocation sets oom
+ * and later appends do nothing, so a caller checks once at the end. */
+typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
+
+/* n bytes of s */
+void sb_add(sbuf *b, const void *s, size_t n);
+/* the string s, without its NUL */
+void sb_str(sbuf *b, const char *s);
+/* the string s and its NUL: one part of a key, so "ab","c" differs from "a","bc" */
+void sb_key(sbuf *b, const char *s);
+/* printf-formatted text, without a NUL */
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
