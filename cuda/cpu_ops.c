@@ -1303,19 +1303,6 @@ done:
   return rc;
 }
 
-/* The i-th 2-D matrix of a 3-D view (a batch stride of 0 broadcasts). */
-static dev_view batch_of(const dev_view *v, int64_t i)
-{
-  dev_view s = *v;
-  s.ndim = 2;
-  s.offset = v->offset + (size_t)(i * v->stride[0]) * dev_dtype_size(v->dtype);
-  for (int d = 0; d < 2; d++) {
-    s.shape[d] = v->shape[d + 1];
-    s.stride[d] = v->stride[d + 1];
-  }
-  return s;
-}
-
 /* out = in[0] @ in[1]: 2-D, or 3-D with one batch size (an operand's batch
  * stride may be 0: broadcast), one product per batch. */
 static int run_matmul(const dev_kop *op, char *err, size_t errlen)
@@ -1331,7 +1318,7 @@ static int run_matmul(const dev_kop *op, char *err, size_t errlen)
     return fail_msg(err, errlen, "matmul: batch sizes %lld, %lld -> %lld differ", (long long)av->shape[0],
                 (long long)bv->shape[0], (long long)ov->shape[0]);
   for (int64_t i = 0; i < ov->shape[0]; i++) {
-    dev_view a = batch_of(av, i), b = batch_of(bv, i), o = batch_of(ov, i);
+    dev_view a = dev_view_batch(av, i), b = dev_view_batch(bv, i), o = dev_view_batch(ov, i);
     if (matmul_2d(&a, &b, &o, err, errlen)) return -1;
   }
   return 0;

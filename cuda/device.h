@@ -305,6 +305,9 @@ int dev_view_contiguous(const dev_view *v);
 /* 0 if the view is well formed, aligned and inside its buffer; else -1 with
  * a message naming `what`.  Used by every backend's kernels. */
 int dev_view_check(const dev_view *v, const char *what, char *err, size_t errlen);
+/* The i-th 2-D matrix of a 3-D view, for batched matmul (a batch stride of 0
+ * broadcasts). */
+dev_view dev_view_batch(const dev_view *v, int64_t i);
 static inline void *dev_view_ptr(const dev_view *v) {
   return (char *)v->buf->ptr + v->offset;
 }

@@ -191,6 +191,18 @@ int dev_view_contiguous(const dev_view *v)
   return 1;
 }
 
+dev_view dev_view_batch(const dev_view *v, int64_t i)
+{
+  dev_view s = *v;
+  s.ndim = 2;
+  s.offset = v->offset + (size_t)(i * v->stride[0]) * dev_dtype_size(v->dtype);
+  for (int d = 0; d < 2; d++) {
+    s.shape[d] = v->shape[d + 1];
+    s.stride[d] = v->stride[d + 1];
+  }
+  return s;
+}
+
 /* Shared by the host and CUDA kernels: a bad view becomes an error, never a
  * wild access.  0 when the view lies inside its buffer, aligned. */
 int dev_view_check(const dev_view *v, const char *what, char *err, size_t errlen)

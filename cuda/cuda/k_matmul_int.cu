@@ -129,19 +129,6 @@ done:
   return rc;
 }
 
-/* The i-th 2-D matrix of a 3-D view (a batch stride of 0 broadcasts). */
-static dev_view batch_of(const dev_view *v, int64_t i)
-{
-  dev_view s = *v;
-  s.ndim = 2;
-  s.offset = v->offset + (size_t)(i * v->stride[0]) * dev_dtype_size(v->dtype);
-  for (int d = 0; d < 2; d++) {
-    s.shape[d] = v->shape[d + 1];
-    s.stride[d] = v->stride[d + 1];
-  }
-  return s;
-}
-
 /* 2-D, or 3-D of one batch size: one tiled launch per batch (integer
  * batched products are rare; cuBLAS takes the float ones in one call). */
 int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
@@ -153,7 +140,7 @@ int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen
   if (av->shape[0] != ov->shape[0] || bv->shape[0] != ov->shape[0])
     return fail_msg(err, errlen, "matmul: batch sizes differ");
   for (int64_t i = 0; i < ov->shape[0]; i++) {
-    dev_view a = batch_of(av, i), b = batch_of(bv, i), o = batch_of(ov, i);
+    dev_view a = dev_view_batch(av, i), b = dev_view_batch(bv, i), o = dev_view_batch(ov, i);
     if (matmul_int_2d(&a, &b, &o, env, err, errlen)) return -1;
   }
   return 0;
