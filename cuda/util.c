@@ -1,6 +1,8 @@
 /* The chores of util.h. */
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,3 +45,20 @@ void sb_printf(sbuf *b, const char *fmt, ...)
   va_end(ap);
   b->n += (size_t)n;
 }
+
+/* One try in $TMPDIR, then one in /tmp: fd >= 0 (or 0 for a directory). */
+static int tmp_make(const char *prefix, char *path, size_t n, int dir)
+{
+  const char *td = getenv("TMPDIR");
+  const char *where[] = {td && *td ? td : "/tmp", "/tmp"};
+  int rc = -1;
+  for (int i = 0; i < 2 && rc < 0; i++) {
+    if (snprintf(path, n, "%s/%s-XXXXXX", where[i], prefix) >= (int)n) { errno = ENAMETOOLONG; continue; }
+    rc = dir ? (mkdtemp(path) ? 0 : -1) : mkostemp(path, O_CLOEXEC);
+  }
+  return rc;
+}
+
+int tmp_file(const char *prefix, char *path, size_t n) { return tmp_make(prefix, path, n, 0); }
+
+int tmp_dir(const char *prefix, char *path, size_t n) { return tmp_make(prefix, path, n, 1); }

@@ -41,6 +41,12 @@ void sb_key(sbuf *b, const char *s);
 /* printf-formatted text, without a NUL */
 void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A new temporary file or directory named $TMPDIR/<prefix>-XXXXXX, else
+ * /tmp/<prefix>-XXXXXX when TMPDIR is unset or unusable; its name in path.
+ * tmp_file: the file's descriptor (O_CLOEXEC), tmp_dir: 0; -1 with errno. */
+int tmp_file(const char *prefix, char *path, size_t n);
+int tmp_dir(const char *prefix, char *path, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -149,14 +149,8 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   }
   pthread_mutex_unlock(&cx_mu);
   /* the first line of `path --version` */
-  const char *td = getenv("TMPDIR");
   char name[1100];
-  snprintf(name, sizeof name, "%s/gpulua-cxx-XXXXXX", td && *td ? td : "/tmp");
-  int fd = mkostemp(name, O_CLOEXEC);
-  if (fd < 0) {
-    snprintf(name, sizeof name, "/tmp/gpulua-cxx-XXXXXX");
-    fd = mkostemp(name, O_CLOEXEC);
-  }
+  int fd = tmp_file("gpulua-cxx", name, sizeof name);
   if (fd < 0) return fail_msg(err, errlen, "cannot create a temporary file: %s", strerror(errno));
   char *argv[] = {path, "--version", NULL};
   int rc = hk_run(argv, fd);
@@ -783,15 +777,6 @@ static const char ASSERT_H[] =
 
 typedef struct tmpdir { char path[1024]; } tmpdir;
 
-static int tmp_create(tmpdir *t)
-{
-  const char *td = getenv("TMPDIR");
-  snprintf(t->path, sizeof t->path, "%s/gpulua-cc-XXXXXX", td && *td ? td : "/tmp");
-  if (mkdtemp(t->path)) return 0;
-  snprintf(t->path, sizeof t->path, "/tmp/gpulua-cc-XXXXXX");
-  return mkdtemp(t->path) ? 0 : -1;
-}
-
 static void tmp_path(const tmpdir *t, const char *name, char *out, size_t n)
 {
   snprintf(out, n, "%s/%s", t->path, name);
@@ -944,7 +929,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   int have_td = 0;
   if (rc == 0 && !hit) {
     char p_src[1200], p_so[1200], p_log[1200], p_rt[1200], inc[1200];
-    if (tmp_create(&td)) {
+    if (tmp_dir("gpulua-cc", td.path, sizeof td.path)) {
       rc = fail_msg(err, errlen, "cannot create a temporary directory: %s", strerror(errno));
       goto out;
     }
