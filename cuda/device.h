@@ -696,6 +696,15 @@ typedef struct dev_rank_info {
                              first collective or at a dev_comm_init without defer */
 } dev_rank_info;
 
+/* A number of the job from the environment, as torchrun (and `gpulua -n`)
+ * sets it, else as Slurm does: RANK or SLURM_PROCID, WORLD_SIZE or
+ * SLURM_NTASKS, LOCAL_RANK or SLURM_LOCALID, LOCAL_WORLD_SIZE or
+ * SLURM_NTASKS_PER_NODE (an empty value counts as unset).  1 and *out (0 to
+ * 1000000); 0 when unset; -1 when not such an integer, *var naming the
+ * variable. */
+typedef enum { DEV_JOB_RANK, DEV_JOB_WORLD, DEV_JOB_LOCAL_RANK, DEV_JOB_LOCAL_WORLD } dev_job_var;
+int dev_job_env(dev_job_var what, long *out, const char **var);
+
 typedef enum {
   DEV_COLL_ALL_REDUCE, DEV_COLL_BROADCAST, DEV_COLL_REDUCE, DEV_COLL_ALL_GATHER,
   DEV_COLL_REDUCE_SCATTER, DEV_COLL_SEND, DEV_COLL_RECV, DEV_NCOLL
