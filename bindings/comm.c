@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "../cuda/util.h"
 
 /* registry keys by address */
 static const char group_key = 0;   /* the open gpu.group's pending sends/receives */
@@ -74,10 +75,12 @@ static void read_job(job *j) {
   ri->timeout_s = 300;
   if (t && *t && env_seconds(t, &ri->timeout_s) && !j->bad[0])
     snprintf(j->bad, sizeof j->bad, "GPULUA_COMM_TIMEOUT='%s' is not a number of seconds > 0", t);
-  /* the per-collective check across ranks: GPULUA_COMM_CHECK=0 or 1, else
-   * the backend's default (on for host, off for cuda) */
-  const char *c = getenv("GPULUA_COMM_CHECK");
-  ri->check = c && *c ? strcmp(c, "0") != 0 : -1;
+  /* the per-collective check across ranks: GPULUA_COMM_CHECK on or off,
+   * else (-1) the backend's default (on for host, off for cuda) */
+  char why[160];
+  ri->check = -1;
+  if (env_flag("GPULUA_COMM_CHECK", &ri->check, why, sizeof why) && !j->bad[0])
+    snprintf(j->bad, sizeof j->bad, "%s", why);
 }
 
 /* Collectives of the whole job do not mix with a group's sends and receives. */

@@ -1140,12 +1140,14 @@ static struct {
   pthread_once_t once;
   __typeof__(cblas_sgemm) *sgemm;
   __typeof__(cblas_dgemm) *dgemm;
-} blas = {PTHREAD_ONCE_INIT, NULL, NULL};
+  char bad[160];   /* GPULUA_HOST_BLAS is neither on nor off: every matmul says so */
+} blas = {PTHREAD_ONCE_INIT, NULL, NULL, ""};
 
 static void blas_load(void)
 {
-  const char *off = getenv("GPULUA_HOST_BLAS");
-  if (off && strcmp(off, "0") == 0) return;   /* the built-in loops (tests/runtime.lua) */
+  /* off: the built-in loops (tests/runtime.lua) */
+  int on = 1;
+  if (env_flag("GPULUA_HOST_BLAS", &on, blas.bad, sizeof blas.bad) || !on) return;
   const char *names[] = {"libopenblas.so.0", "libopenblas.so", NULL};
   void *lib = NULL;
   for (int i = 0; names[i] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -1162,8 +1164,15 @@ static int have_blas(void)
   pthread_once(&blas.once, blas_load);
   return blas.sgemm != NULL;
 }
+
+static const char *blas_bad(void)
+{
+  pthread_once(&blas.once, blas_load);
+  return blas.bad[0] ? blas.bad : NULL;
+}
 #else
 static int have_blas(void) { return 0; }
+static const char *blas_bad(void) { return NULL; }
 #endif
 
 /* A 2-D matmul operand as BLAS takes it: row-major, or transposed, with a
@@ -1259,6 +1268,7 @@ static int matmul_2d(const dev_view *av, const dev_view *bv, const dev_view *ov,
                 (long long)ov->shape[0], (long long)ov->shape[1]);
   if (av->dtype != t || bv->dtype != t) return fail_msg(err, errlen, "matmul: dtypes differ");
   if (t == DEV_BOOL) return fail_msg(err, errlen, "matmul does not support bool");
+  if (blas_bad()) return fail_msg(err, errlen, "matmul: %s", blas_bad());
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail_msg(err, errlen, "matmul: matrix too large");
   if (m == 0 || n == 0) return 0;
   if (k == 0) {

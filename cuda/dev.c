@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "devpriv.h"
+#include "util.h"
 
 int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...) {
   va_list ap;
@@ -151,13 +152,14 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
     return NULL;
   }
 #endif
+  int jitter = 0;
+  if (env_flag("GPULUA_HOST_JITTER", &jitter, err, errlen)) return NULL;
   dev_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) { snprintf(err, errlen, "out of memory"); return NULL; }
   ctx->bk = bk;
   ctx->refs = 1;
   ctx->device = index;
-  const char *j = getenv("GPULUA_HOST_JITTER");
-  ctx->jitter = j && *j && strcmp(j, "0") != 0;
+  ctx->jitter = jitter;
   pthread_mutex_init(&ctx->async_mu, NULL);
   pthread_mutex_init(&ctx->progress_mu, NULL);
   pthread_mutexattr_t ma;

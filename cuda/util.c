@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Room for n more bytes and the NUL; 0, or -1 with oom set. */
 static int sb_room(sbuf *b, size_t n)
@@ -62,3 +63,24 @@ static int tmp_make(const char *prefix, char *path, size_t n, int dir)
 int tmp_file(const char *prefix, char *path, size_t n) { return tmp_make(prefix, path, n, 0); }
 
 int tmp_dir(const char *prefix, char *path, size_t n) { return tmp_make(prefix, path, n, 1); }
+
+int flag_value(const char *v)
+{
+  static const char *const words[][2] = {{"0", "1"}, {"off", "on"}, {"no", "yes"}, {"false", "true"}};
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+    for (int on = 0; on < 2; on++)
+      if (strcasecmp(v, words[i][on]) == 0) return on;
+  return -1;
+}
+
+int env_flag(const char *name, int *on, char *err, size_t errlen)
+{
+  const char *v = getenv(name);
+  if (!v || !*v) return 0;
+  int f = flag_value(v);
+  if (f < 0)
+    return fail_msg(err, errlen, "%s='%.40s' is not on or off (expected 1, on, yes or true; 0, off, no or false)",
+                    name, v);
+  *on = f;
+  return 0;
+}

@@ -1,6 +1,6 @@
 /* Small chores of the device layer and both backends, one way each (as
  * llm.c's llmc/utils.h): an error message into a caller's (err, errlen), a
- * growing string.  No Lua, no dev_ctx.  Compiled as C and, for fail_msg, as
+ * growing string, an on/off environment variable, a temporary file.  No Lua, no dev_ctx.  Compiled as C and, for fail_msg, as
  * the CUDA kernels' C++ (cuda/cuda/k_common.cuh includes it). */
 #ifndef GPULUA_UTIL_H
 #define GPULUA_UTIL_H
@@ -40,6 +40,15 @@ void sb_str(sbuf *b, const char *s);
 void sb_key(sbuf *b, const char *s);
 /* printf-formatted text, without a NUL */
 void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* An on/off setting: 1 for 1, on, yes or true; 0 for 0, off, no or false
+ * (in any case); -1 for any other text. */
+int flag_value(const char *v);
+/* The on/off environment variable name: 0 with its flag_value in *on, or
+ * *on untouched (the caller's default) when it is unset or empty; -1 for any
+ * other value, with a message in err that names the variable and the values
+ * it takes. */
+int env_flag(const char *name, int *on, char *err, size_t errlen);
 
 /* A new temporary file or directory named $TMPDIR/<prefix>-XXXXXX, else
  * /tmp/<prefix>-XXXXXX when TMPDIR is unset or unusable; its name in path.

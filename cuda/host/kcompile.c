@@ -847,8 +847,8 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   if (nexprs < 0 || nopts < 0) return fail_msg(err, errlen, "bad arguments");
   compiler cx;
   if (find_compiler(&cx, err, errlen)) return -1;
-  const char *chk = getenv("GPULUA_KERNEL_CHECK");
-  int check = chk && *chk && strcmp(chk, "0") != 0;
+  int check = 0;
+  if (env_flag("GPULUA_KERNEL_CHECK", &check, err, errlen)) return -1;
 
   /* the command line, but for the paths of this compilation */
   const char *argv[300];
