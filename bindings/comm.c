@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "../cuda/util.h"
 
 /* registry keys by address */
 static const char group_key = 0;   /* the open gpu.group's pending sends/receives */
@@ -19,13 +20,13 @@ typedef struct job {
   char bad[200];                   /* what is wrong with the environment, if anything */
 } job;
 
-/* An environment integer: 1 and *out, 0 when unset, -1 when malformed. */
-static int env_int(const char *name, long *out) {
-  const char *v = getenv(name);
+/* MASTER_PORT: 1 and *out, 0 when unset, -1 when not a port number. */
+static int env_port(long *out) {
+  const char *v = getenv("MASTER_PORT");
   if (!v || !*v) return 0;
   char *end;
   long x = strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > 1000000) return -1;
+  if (*end != '\0' || x < 0 || x > 65535) return -1;
   *out = x;
   return 1;
 }
@@ -48,29 +49,20 @@ static int env_seconds(const char *v, double *out) {
 static void read_job(job *j) {
   memset(j, 0, sizeof *j);
   dev_rank_info *ri = &j->ri;
-  long rank = 0, world = 1, lrank = 0, lworld = -1, port = 29500, v;
-  /* torchrun's names first, then Slurm's */
-  static const char *const names[][2] = {
-    {"RANK", "SLURM_PROCID"}, {"WORLD_SIZE", "SLURM_NTASKS"}, {"LOCAL_RANK", "SLURM_LOCALID"},
-    {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"},
-  };
-  long *dst[] = {&rank, &world, &lrank, &lworld};
+  long rank = 0, world = 1, lrank = 0, lworld = -1, port = 29500;
+  long *dst[] = {[DEV_JOB_RANK] = &rank, [DEV_JOB_WORLD] = &world, [DEV_JOB_LOCAL_RANK] = &lrank,
+                 [DEV_JOB_LOCAL_WORLD] = &lworld};
   for (int i = 0; i < 4; i++) {
-    for (int k = 0; k < 2; k++) {
-      int r = env_int(names[i][k], &v);
-      if (r < 0) {
-        snprintf(j->bad, sizeof j->bad, "%s='%s' is not a non-negative integer", names[i][k], getenv(names[i][k]));
-        break;
-      }
-      if (r > 0) { *dst[i] = v; break; }
-    }
+    const char *var;
+    if (dev_job_env((dev_job_var)i, dst[i], &var) < 0)
+      snprintf(j->bad, sizeof j->bad, "%s='%s' is not a non-negative integer", var, getenv(var));
   }
   if (lworld < 0) lworld = world;
   if (!j->bad[0] && world < 1) snprintf(j->bad, sizeof j->bad, "WORLD_SIZE=%ld: a job has at least one rank", world);
   if (!j->bad[0] && rank >= world) snprintf(j->bad, sizeof j->bad, "RANK=%ld is not below WORLD_SIZE=%ld", rank, world);
   if (!j->bad[0] && (lworld < 1 || lrank >= lworld))
     snprintf(j->bad, sizeof j->bad, "LOCAL_RANK=%ld is not below LOCAL_WORLD_SIZE=%ld", lrank, lworld);
-  if (!j->bad[0] && env_int("MASTER_PORT", &port) < 0)
+  if (!j->bad[0] && env_port(&port) < 0)
     snprintf(j->bad, sizeof j->bad, "MASTER_PORT='%s' is not a port number", getenv("MASTER_PORT"));
   ri->rank = (int)rank;
   ri->world = (int)world;
@@ -83,10 +75,12 @@ static void read_job(job *j) {
   ri->timeout_s = 300;
   if (t && *t && env_seconds(t, &ri->timeout_s) && !j->bad[0])
     snprintf(j->bad, sizeof j->bad, "GPULUA_COMM_TIMEOUT='%s' is not a number of seconds > 0", t);
-  /* the per-collective check across ranks: GPULUA_COMM_CHECK=0 or 1, else
-   * the backend's default (on for host, off for cuda) */
-  const char *c = getenv("GPULUA_COMM_CHECK");
-  ri->check = c && *c ? strcmp(c, "0") != 0 : -1;
+  /* the per-collective check across ranks: GPULUA_COMM_CHECK on or off,
+   * else (-1) the backend's default (on for host, off for cuda) */
+  char why[160];
+  ri->check = -1;
+  if (env_flag("GPULUA_COMM_CHECK", &ri->check, why, sizeof why) && !j->bad[0])
+    snprintf(j->bad, sizeof j->bad, "%s", why);
 }
 
 /* Collectives of the whole job do not mix with a group's sends and receives. */

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +30,7 @@
 
 #include "devpriv.h"
 #include "scalar.h"
+#include "util.h"
 
 #define BLK 512
 #define TWO_PI 6.283185307179586476925286766559
@@ -38,17 +38,6 @@
 typedef enum { C_FLOAT, C_DOUBLE, C_INT } cclass;
 
 typedef union block { float f[BLK]; double d[BLK]; int64_t i[BLK]; } block;
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 static cclass class_of(dev_dtype t)
 {
@@ -375,8 +364,8 @@ static int run_copy(const dev_view *out, const dev_view *in, char *err, size_t e
   int64_t n = dev_view_numel(out), k, so, si;
   if (check_view(out, "out", err, errlen) || check_view(in, "in[0]", err, errlen)) return -1;
   if (in->dtype != out->dtype)
-    return fail(err, errlen, "copy: dtype %s does not match %s", dev_dtype_name(in->dtype), dev_dtype_name(out->dtype));
-  if (dev_view_numel(in) != n) return fail(err, errlen, "copy: element counts differ");
+    return fail_msg(err, errlen, "copy: dtype %s does not match %s", dev_dtype_name(in->dtype), dev_dtype_name(out->dtype));
+  if (dev_view_numel(in) != n) return fail_msg(err, errlen, "copy: element counts differ");
   if (n == 0) return 0;
   if (dev_view_contiguous(out) && dev_view_contiguous(in)) {
     memmove(dev_view_ptr(out), dev_view_ptr(in), (size_t)n * dev_dtype_size(out->dtype));
@@ -387,7 +376,7 @@ static int run_copy(const dev_view *out, const dev_view *in, char *err, size_t e
      * backend's copy) does: through a packed copy of in */
     size_t esz = dev_dtype_size(out->dtype);
     char *tmp = malloc((size_t)n * esz);
-    if (tmp == NULL) return fail(err, errlen, "copy: out of memory staging an overlapping copy");
+    if (tmp == NULL) return fail_msg(err, errlen, "copy: out of memory staging an overlapping copy");
     walk_init(&wi, in);
     for (int64_t left = n, off = 0; left > 0; left -= k, off += k) {
       k = walk_run(&wi, left, &pi, &si);
@@ -486,8 +475,8 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
   block v;
   walk w;
   if (check_view(out, "out", err, errlen)) return -1;
-  if (op->code != DEV_RAND_UNIFORM && !normal && !randint) return fail(err, errlen, "rand: bad kind %d", op->code);
-  if (normal && isint) return fail(err, errlen, "randn needs a float dtype, not %s", dev_dtype_name(t));
+  if (op->code != DEV_RAND_UNIFORM && !normal && !randint) return fail_msg(err, errlen, "rand: bad kind %d", op->code);
+  if (normal && isint) return fail_msg(err, errlen, "randn needs a float dtype, not %s", dev_dtype_name(t));
   walk_init(&w, out);
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
@@ -647,7 +636,7 @@ BLOCK_FN void terop_block(int code, cclass c, const block *restrict x, const blo
 static int check_classes(const dev_opinfo *o, dev_dtype t, char *err, size_t errlen)
 {
   if (!(dev_dtype_class(t) & o->classes))
-    return fail(err, errlen, "%s is not defined for %s", o->name, dev_dtype_name(t));
+    return fail_msg(err, errlen, "%s is not defined for %s", o->name, dev_dtype_name(t));
   return 0;
 }
 
@@ -660,10 +649,10 @@ static int run_unary(const dev_kop *op, char *err, size_t errlen)
   int64_t n = dev_view_numel(out), done, k;
   block x, r;
   walk wo, wi;
-  if ((unsigned)op->code >= DEV_NUNOP) return fail(err, errlen, "unary: bad op %d", op->code);
+  if ((unsigned)op->code >= DEV_NUNOP) return fail_msg(err, errlen, "unary: bad op %d", op->code);
   if (op->code == DEV_UN_COPY && in->dtype == t) return run_copy(out, in, err, errlen);
   if (check_view(out, "out", err, errlen) || check_view(in, "in[0]", err, errlen)) return -1;
-  if (dev_view_numel(in) != n) return fail(err, errlen, "%s: element counts differ", dev_unop_name(op->code));
+  if (dev_view_numel(in) != n) return fail_msg(err, errlen, "%s: element counts differ", dev_unop_name(op->code));
   walk_init(&wo, out);
   walk_init(&wi, in);
   if (op->code == DEV_UN_COPY) {
@@ -677,7 +666,7 @@ static int run_unary(const dev_kop *op, char *err, size_t errlen)
     return 0;
   }
   if (o->to_bool ? t != DEV_BOOL : in->dtype != t)
-    return fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(in->dtype), dev_dtype_name(t));
+    return fail_msg(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(in->dtype), dev_dtype_name(t));
   if (check_classes(o, in->dtype, err, errlen)) return -1;
   rc = o->to_bool ? C_INT : c;
   for (done = 0; done < n; done += k) {
@@ -701,18 +690,18 @@ static int run_binary(const dev_kop *op, char *err, size_t errlen)
   int64_t n = dev_view_numel(out), done, k, zeros = 0;
   block x, y, r;
   walk wo, wa, wb;
-  if (o == NULL) return fail(err, errlen, "binary: bad op %d", op->code);
+  if (o == NULL) return fail_msg(err, errlen, "binary: bad op %d", op->code);
   if (check_view(out, "out", err, errlen) || check_view(&op->in[0], "in[0]", err, errlen) ||
       (!scalar && check_view(&op->in[1], "in[1]", err, errlen)))
     return -1;
   if (o->to_bool && out->dtype != DEV_BOOL)
-    return fail(err, errlen, "%s: the result is bool, not %s", o->name, dev_dtype_name(out->dtype));
+    return fail_msg(err, errlen, "%s: the result is bool, not %s", o->name, dev_dtype_name(out->dtype));
   for (int i = 0; i < (scalar ? 1 : 2); i++) {
     if (op->in[i].dtype != (o->to_bool ? t : out->dtype))
-      return fail(err, errlen, "%s: dtype %s does not match %s", o->name,
+      return fail_msg(err, errlen, "%s: dtype %s does not match %s", o->name,
                   dev_dtype_name(op->in[i].dtype), dev_dtype_name(o->to_bool ? t : out->dtype));
     if (dev_view_numel(&op->in[i]) != n)
-      return fail(err, errlen, "%s: element counts differ", o->name);
+      return fail_msg(err, errlen, "%s: element counts differ", o->name);
   }
   if (check_classes(o, t, err, errlen)) return -1;
   rc = o->to_bool ? C_INT : c;
@@ -731,7 +720,7 @@ static int run_binary(const dev_kop *op, char *err, size_t errlen)
     zeros += binop_block(op->code, c, &x, &y, &r, k);
     walk_store(&wo, out->dtype, rc, k, &r);
   }
-  if (zeros > 0) return fail(err, errlen, "integer division by zero");
+  if (zeros > 0) return fail_msg(err, errlen, "integer division by zero");
   return 0;
 }
 
@@ -748,8 +737,8 @@ static int run_ternary(const dev_kop *op, char *err, size_t errlen)
   block b[3], r;
   walk wo, w[3];
   static const char *const names[] = {"in[0]", "in[1]", "in[2]"};
-  if (o == NULL) return fail(err, errlen, "ternary: bad op %d", op->code);
-  if (op->nin != 1 + !s2 + !s3) return fail(err, errlen, "%s: bad operands", o->name);
+  if (o == NULL) return fail_msg(err, errlen, "ternary: bad op %d", op->code);
+  if (op->nin != 1 + !s2 + !s3) return fail_msg(err, errlen, "%s: bad operands", o->name);
   if (!s2) v[1] = &op->in[1];
   if (!s3) v[2] = &op->in[s2 ? 1 : 2];
   if (check_view(out, "out", err, errlen)) return -1;
@@ -758,9 +747,9 @@ static int run_ternary(const dev_kop *op, char *err, size_t errlen)
     if (!v[j]) continue;
     if (check_view(v[j], names[i++], err, errlen)) return -1;
     if (v[j]->dtype != want)
-      return fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(v[j]->dtype),
+      return fail_msg(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(v[j]->dtype),
                   dev_dtype_name(want));
-    if (dev_view_numel(v[j]) != n) return fail(err, errlen, "%s: element counts differ", o->name);
+    if (dev_view_numel(v[j]) != n) return fail_msg(err, errlen, "%s: element counts differ", o->name);
   }
   if (check_classes(o, t, err, errlen)) return -1;
   walk_init(&wo, out);
@@ -917,11 +906,11 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
   walk wo, wouter, inner;
   block res;
   char *p;
-  if ((unsigned)code >= DEV_NREDOP) return fail(err, errlen, "reduce: bad op %d", code);
+  if ((unsigned)code >= DEV_NREDOP) return fail_msg(err, errlen, "reduce: bad op %d", code);
   if (check_view(out, "out", err, errlen) || check_view(src, "in[0]", err, errlen)) return -1;
-  if (dim < -1 || dim >= src->ndim) return fail(err, errlen, "%s: bad dim %d", dev_redop_name(code), dim);
+  if (dim < -1 || dim >= src->ndim) return fail_msg(err, errlen, "%s: bad dim %d", dev_redop_name(code), dim);
   if (!(dev_dtype_class(src->dtype) & dev_redop_info(code)->classes))
-    return fail(err, errlen, "%s is not defined for %s", dev_redop_name(code), dev_dtype_name(src->dtype));
+    return fail_msg(err, errlen, "%s is not defined for %s", dev_redop_name(code), dev_dtype_name(src->dtype));
   rc = red_class(code, src->dtype);
   if (dim >= 0) {
     outer_of(src, dim, &outer, &len, &rstride);
@@ -930,13 +919,13 @@ static int run_reduce(const dev_kop *op, char *err, size_t errlen)
     len = dev_view_numel(src);
   }
   if (dev_view_numel(out) != nout)
-    return fail(err, errlen, "%s: out has %lld elements, expected %lld", dev_redop_name(code),
+    return fail_msg(err, errlen, "%s: out has %lld elements, expected %lld", dev_redop_name(code),
                 (long long)dev_view_numel(out), (long long)nout);
   if (nout == 0) return 0;
   if (len == 0) {
     dev_kop fill = {.kind = DEV_OP_FILL, .out = *out};
     if (dev_redop_empty(code, &fill.s0))
-      return fail(err, errlen, "%s of an empty tensor", dev_redop_name(code));
+      return fail_msg(err, errlen, "%s of an empty tensor", dev_redop_name(code));
     return run_fill(&fill, err, errlen);
   }
   walk_init(&wo, out);
@@ -1057,16 +1046,16 @@ static int run_rows(const dev_kop *op, char *err, size_t errlen)
   const char *name = op->kind == DEV_OP_CUMSUM ? "cumsum" : op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
   if (check_view(out, "out", err, errlen) || check_view(src, "in[0]", err, errlen)) return -1;
   if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || src->ndim != out->ndim)
-    return fail(err, errlen, "%s: bad dim or shape", name);
+    return fail_msg(err, errlen, "%s: bad dim or shape", name);
   for (int d = 0; d < src->ndim; d++)
-    if (src->shape[d] != out->shape[d]) return fail(err, errlen, "%s: shapes differ", name);
+    if (src->shape[d] != out->shape[d]) return fail_msg(err, errlen, "%s: shapes differ", name);
   if (op->kind == DEV_OP_CUMSUM) {
     if (out->dtype != (class_of(src->dtype) == C_INT ? DEV_I64 : src->dtype))
-      return fail(err, errlen, "cumsum: bad result dtype %s", dev_dtype_name(out->dtype));
+      return fail_msg(err, errlen, "cumsum: bad result dtype %s", dev_dtype_name(out->dtype));
     return each_row(op, cumsum_row, err, errlen);
   }
   if (class_of(src->dtype) == C_INT || out->dtype != src->dtype)
-    return fail(err, errlen, "%s: needs a float dtype, not %s", name, dev_dtype_name(src->dtype));
+    return fail_msg(err, errlen, "%s: needs a float dtype, not %s", name, dev_dtype_name(src->dtype));
   return each_row(op, softmax_row, err, errlen);
 }
 
@@ -1084,7 +1073,7 @@ static dev_view base_view(const dev_view *v, const dev_view *shape, int dim)
 
 static int index_fail(char *err, size_t errlen, int64_t i, int64_t n)
 {
-  return fail(err, errlen, "index out of range (%lld not in 1..%lld)", (long long)i, (long long)n);
+  return fail_msg(err, errlen, "index out of range (%lld not in 1..%lld)", (long long)i, (long long)n);
 }
 
 /* gather, index_select: out[p] = src[p with p[dim] = idx[p]]; scatter_add:
@@ -1108,7 +1097,7 @@ static int run_index(const dev_kop *op, char *err, size_t errlen)
     return -1;
   if (op->nin != 2 || dim < 0 || dim >= out->ndim || idx->ndim != out->ndim || val->ndim != out->ndim ||
       class_of(idx->dtype) != C_INT || idx->dtype == DEV_BOOL || val->dtype != t)
-    return fail(err, errlen, "index: bad operands");
+    return fail_msg(err, errlen, "index: bad operands");
   esz = (int64_t)dev_dtype_size(t);
   vals.stride[dim] = val->stride[dim];   /* src is read at p itself */
   if (n == 0) return 0;
@@ -1151,12 +1140,14 @@ static struct {
   pthread_once_t once;
   __typeof__(cblas_sgemm) *sgemm;
   __typeof__(cblas_dgemm) *dgemm;
-} blas = {PTHREAD_ONCE_INIT, NULL, NULL};
+  char bad[160];   /* GPULUA_HOST_BLAS is neither on nor off: every matmul says so */
+} blas = {PTHREAD_ONCE_INIT, NULL, NULL, ""};
 
 static void blas_load(void)
 {
-  const char *off = getenv("GPULUA_HOST_BLAS");
-  if (off && strcmp(off, "0") == 0) return;   /* the built-in loops (tests/runtime.lua) */
+  /* off: the built-in loops (tests/runtime.lua) */
+  int on = 1;
+  if (env_flag("GPULUA_HOST_BLAS", &on, blas.bad, sizeof blas.bad) || !on) return;
   const char *names[] = {"libopenblas.so.0", "libopenblas.so", NULL};
   void *lib = NULL;
   for (int i = 0; names[i] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -1173,8 +1164,15 @@ static int have_blas(void)
   pthread_once(&blas.once, blas_load);
   return blas.sgemm != NULL;
 }
+
+static const char *blas_bad(void)
+{
+  pthread_once(&blas.once, blas_load);
+  return blas.bad[0] ? blas.bad : NULL;
+}
 #else
 static int have_blas(void) { return 0; }
+static const char *blas_bad(void) { return NULL; }
 #endif
 
 /* A 2-D matmul operand as BLAS takes it: row-major, or transposed, with a
@@ -1265,18 +1263,19 @@ static int matmul_2d(const dev_view *av, const dev_view *bv, const dev_view *ov,
   k = av->shape[1];
   n = bv->shape[1];
   if (bv->shape[0] != k || ov->shape[0] != m || ov->shape[1] != n)
-    return fail(err, errlen, "matmul: shapes {%lld,%lld} @ {%lld,%lld} -> {%lld,%lld} do not match",
+    return fail_msg(err, errlen, "matmul: shapes {%lld,%lld} @ {%lld,%lld} -> {%lld,%lld} do not match",
                 (long long)m, (long long)k, (long long)bv->shape[0], (long long)n,
                 (long long)ov->shape[0], (long long)ov->shape[1]);
-  if (av->dtype != t || bv->dtype != t) return fail(err, errlen, "matmul: dtypes differ");
-  if (t == DEV_BOOL) return fail(err, errlen, "matmul does not support bool");
-  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail(err, errlen, "matmul: matrix too large");
+  if (av->dtype != t || bv->dtype != t) return fail_msg(err, errlen, "matmul: dtypes differ");
+  if (t == DEV_BOOL) return fail_msg(err, errlen, "matmul does not support bool");
+  if (blas_bad()) return fail_msg(err, errlen, "matmul: %s", blas_bad());
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail_msg(err, errlen, "matmul: matrix too large");
   if (m == 0 || n == 0) return 0;
   if (k == 0) {
     dev_kop zero = {.kind = DEV_OP_FILL, .out = *ov, .s0 = {.is_int = 1, .i = 0}};
     return run_fill(&zero, err, errlen);
   }
-  if (mat_in(&a, av, ct, c) || mat_in(&b, bv, ct, c)) { fail(err, errlen, "out of memory"); goto done; }
+  if (mat_in(&a, av, ct, c) || mat_in(&b, bv, ct, c)) { fail_msg(err, errlen, "out of memory"); goto done; }
   /* write straight into out unless it needs converting, is laid out otherwise
    * or shares memory with an operand */
   if (t == ct && (n == 1 || ov->stride[1] == 1) && (m == 1 || (ov->stride[0] >= n && ov->stride[0] <= INT_MAX)) &&
@@ -1284,7 +1283,7 @@ static int matmul_2d(const dev_view *av, const dev_view *bv, const dev_view *ov,
     cp = dev_view_ptr(ov);
     ldc = m == 1 ? n : ov->stride[0];
   } else {
-    if ((ctmp = malloc((size_t)(m * n) * class_size(c))) == NULL) { fail(err, errlen, "out of memory"); goto done; }
+    if ((ctmp = malloc((size_t)(m * n) * class_size(c))) == NULL) { fail_msg(err, errlen, "out of memory"); goto done; }
     cp = ctmp;
     ldc = n;
   }
@@ -1314,19 +1313,6 @@ done:
   return rc;
 }
 
-/* The i-th 2-D matrix of a 3-D view (a batch stride of 0 broadcasts). */
-static dev_view batch_of(const dev_view *v, int64_t i)
-{
-  dev_view s = *v;
-  s.ndim = 2;
-  s.offset = v->offset + (size_t)(i * v->stride[0]) * dev_dtype_size(v->dtype);
-  for (int d = 0; d < 2; d++) {
-    s.shape[d] = v->shape[d + 1];
-    s.stride[d] = v->stride[d + 1];
-  }
-  return s;
-}
-
 /* out = in[0] @ in[1]: 2-D, or 3-D with one batch size (an operand's batch
  * stride may be 0: broadcast), one product per batch. */
 static int run_matmul(const dev_kop *op, char *err, size_t errlen)
@@ -1336,13 +1322,13 @@ static int run_matmul(const dev_kop *op, char *err, size_t errlen)
       check_view(bv, "in[1]", err, errlen))
     return -1;
   if (av->ndim != ov->ndim || bv->ndim != ov->ndim || (ov->ndim != 2 && ov->ndim != 3))
-    return fail(err, errlen, "matmul needs 2-D tensors, or 3-D ones of one batch size");
+    return fail_msg(err, errlen, "matmul needs 2-D tensors, or 3-D ones of one batch size");
   if (ov->ndim == 2) return matmul_2d(av, bv, ov, err, errlen);
   if (av->shape[0] != ov->shape[0] || bv->shape[0] != ov->shape[0])
-    return fail(err, errlen, "matmul: batch sizes %lld, %lld -> %lld differ", (long long)av->shape[0],
+    return fail_msg(err, errlen, "matmul: batch sizes %lld, %lld -> %lld differ", (long long)av->shape[0],
                 (long long)bv->shape[0], (long long)ov->shape[0]);
   for (int64_t i = 0; i < ov->shape[0]; i++) {
-    dev_view a = batch_of(av, i), b = batch_of(bv, i), o = batch_of(ov, i);
+    dev_view a = dev_view_batch(av, i), b = dev_view_batch(bv, i), o = dev_view_batch(ov, i);
     if (matmul_2d(&a, &b, &o, err, errlen)) return -1;
   }
   return 0;
@@ -1363,7 +1349,7 @@ static int run_sleep(double ms)
 
 int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
 {
-  if (op == NULL) return fail(err, errlen, "no op");
+  if (op == NULL) return fail_msg(err, errlen, "no op");
   switch (op->kind) {
   case DEV_OP_FILL: return run_fill(op, err, errlen);
   case DEV_OP_ARANGE: return run_arange(op, err, errlen);
@@ -1379,9 +1365,9 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_SLEEP: return run_sleep(op->ms);
   case DEV_OP_LAUNCH:
     if (op->launch && dev_kernel_is_cfunc(op->launch->k)) return dev_cfunc_run(op->launch, NULL, err, errlen);
-    return fail(err, errlen, "run-time kernels need the cuda backend");
+    return fail_msg(err, errlen, "run-time kernels need the cuda backend");
   }
-  return fail(err, errlen, "unknown op kind %d", (int)op->kind);
+  return fail_msg(err, errlen, "unknown op kind %d", (int)op->kind);
 }
 
 /* Philox-4x32-10: scalar.h's, which the kernels share. */

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "devpriv.h"
+#include "util.h"
 
 int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...) {
   va_list ap;
@@ -103,6 +104,27 @@ static int check_env(dev_ctx *ctx) {
   return DEV_OK;
 }
 
+int dev_job_env(dev_job_var what, long *out, const char **var) {
+  static const char *const names[][2] = {
+    [DEV_JOB_RANK] = {"RANK", "SLURM_PROCID"}, [DEV_JOB_WORLD] = {"WORLD_SIZE", "SLURM_NTASKS"},
+    [DEV_JOB_LOCAL_RANK] = {"LOCAL_RANK", "SLURM_LOCALID"},
+    [DEV_JOB_LOCAL_WORLD] = {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"},
+  };
+  for (int k = 0; k < 2; k++) {
+    const char *v = getenv(names[what][k]);
+    if (!v || !*v) continue;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end != '\0' || x < 0 || x > 1000000) {
+      if (var) *var = names[what][k];
+      return -1;
+    }
+    *out = x;
+    return 1;
+  }
+  return 0;
+}
+
 dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   const char *env = getenv("GPULUA_DEVICE");
   if (!spec || !*spec) spec = (env && *env) ? env : NULL;
@@ -120,27 +142,26 @@ dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
   int have = (cuda || !spec) ? dev_cuda_available() : 0;
   if (cuda || (!spec && have)) bk = &dev_cuda_backend;
   /* One GPU per rank: under a launcher, "cuda" (or automatic) means
-   * cuda:LOCAL_RANK; an explicit cuda:N wins. */
-  if (bk == &dev_cuda_backend && !(spec && strchr(spec, ':'))) {
-    const char *lr = getenv("LOCAL_RANK");
-    if (!lr || !*lr) lr = getenv("SLURM_LOCALID");
-    char *end;
-    long v = lr && *lr ? strtol(lr, &end, 10) : -1;
-    if (lr && *lr && *end == '\0' && v >= 0 && v < 4096) index = (int)v;
-  }
+   * cuda:LOCAL_RANK; an explicit cuda:N wins.  A malformed LOCAL_RANK is
+   * the bindings' to report, when the script joins the job. */
+  long lr;
+  if (bk == &dev_cuda_backend && !(spec && strchr(spec, ':')) &&
+      dev_job_env(DEV_JOB_LOCAL_RANK, &lr, NULL) > 0)
+    index = (int)lr;
 #else
   if (cuda) {
     snprintf(err, errlen, "device '%s': this gpulua was built without the CUDA backend", spec);
     return NULL;
   }
 #endif
+  int jitter = 0;
+  if (env_flag("GPULUA_HOST_JITTER", &jitter, err, errlen)) return NULL;
   dev_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) { snprintf(err, errlen, "out of memory"); return NULL; }
   ctx->bk = bk;
   ctx->refs = 1;
   ctx->device = index;
-  const char *j = getenv("GPULUA_HOST_JITTER");
-  ctx->jitter = j && *j && strcmp(j, "0") != 0;
+  ctx->jitter = jitter;
   pthread_mutex_init(&ctx->async_mu, NULL);
   pthread_mutex_init(&ctx->progress_mu, NULL);
   pthread_mutexattr_t ma;

@@ -305,6 +305,9 @@ int dev_view_contiguous(const dev_view *v);
 /* 0 if the view is well formed, aligned and inside its buffer; else -1 with
  * a message naming `what`.  Used by every backend's kernels. */
 int dev_view_check(const dev_view *v, const char *what, char *err, size_t errlen);
+/* The i-th 2-D matrix of a 3-D view, for batched matmul (a batch stride of 0
+ * broadcasts). */
+dev_view dev_view_batch(const dev_view *v, int64_t i);
 static inline void *dev_view_ptr(const dev_view *v) {
   return (char *)v->buf->ptr + v->offset;
 }
@@ -692,6 +695,15 @@ typedef struct dev_rank_info {
   int defer;              /* join the job now, create the communicator (NCCL's) at the
                              first collective or at a dev_comm_init without defer */
 } dev_rank_info;
+
+/* A number of the job from the environment, as torchrun (and `gpulua -n`)
+ * sets it, else as Slurm does: RANK or SLURM_PROCID, WORLD_SIZE or
+ * SLURM_NTASKS, LOCAL_RANK or SLURM_LOCALID, LOCAL_WORLD_SIZE or
+ * SLURM_NTASKS_PER_NODE (an empty value counts as unset).  1 and *out (0 to
+ * 1000000); 0 when unset; -1 when not such an integer, *var naming the
+ * variable. */
+typedef enum { DEV_JOB_RANK, DEV_JOB_WORLD, DEV_JOB_LOCAL_RANK, DEV_JOB_LOCAL_WORLD } dev_job_var;
+int dev_job_env(dev_job_var what, long *out, const char **var);
 
 typedef enum {
   DEV_COLL_ALL_REDUCE, DEV_COLL_BROADCAST, DEV_COLL_REDUCE, DEV_COLL_ALL_GATHER,

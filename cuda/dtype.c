@@ -1,12 +1,12 @@
 /* gpulua device layer: dtype, op and memory-kind names, the op table's rows;
  * f16/bf16 conversions; view helpers.  Pure functions, no state. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "device.h"
 #include "scalar.h"
+#include "util.h"
 
 static const struct { const char *name; size_t size; int is_float; } dtypes[DEV_NDTYPE] = {
   [DEV_F32] = {"f32", 4, 1}, [DEV_F64] = {"f64", 8, 1},
@@ -191,15 +191,16 @@ int dev_view_contiguous(const dev_view *v)
   return 1;
 }
 
-static int view_fail(char *err, size_t errlen, const char *fmt, ...)
+dev_view dev_view_batch(const dev_view *v, int64_t i)
 {
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
+  dev_view s = *v;
+  s.ndim = 2;
+  s.offset = v->offset + (size_t)(i * v->stride[0]) * dev_dtype_size(v->dtype);
+  for (int d = 0; d < 2; d++) {
+    s.shape[d] = v->shape[d + 1];
+    s.stride[d] = v->stride[d + 1];
   }
-  return -1;
+  return s;
 }
 
 /* Shared by the host and CUDA kernels: a bad view becomes an error, never a
@@ -208,13 +209,13 @@ int dev_view_check(const dev_view *v, const char *what, char *err, size_t errlen
 {
   int64_t numel = 1, lo = 0, hi = 0;
   uint64_t esz, off, need;
-  if ((unsigned)v->dtype >= DEV_NDTYPE) return view_fail(err, errlen, "%s: bad dtype %d", what, (int)v->dtype);
-  if (v->ndim < 0 || v->ndim > DEV_MAXDIM) return view_fail(err, errlen, "%s: bad ndim %d", what, v->ndim);
+  if ((unsigned)v->dtype >= DEV_NDTYPE) return fail_msg(err, errlen, "%s: bad dtype %d", what, (int)v->dtype);
+  if (v->ndim < 0 || v->ndim > DEV_MAXDIM) return fail_msg(err, errlen, "%s: bad ndim %d", what, v->ndim);
   for (int d = 0; d < v->ndim; d++) {
-    if (v->shape[d] < 0) return view_fail(err, errlen, "%s: negative size in dim %d", what, d);
+    if (v->shape[d] < 0) return fail_msg(err, errlen, "%s: negative size in dim %d", what, d);
     if (v->shape[d] == 0) return 0;
     if (__builtin_mul_overflow(numel, v->shape[d], &numel))
-      return view_fail(err, errlen, "%s: too many elements", what);
+      return fail_msg(err, errlen, "%s: too many elements", what);
   }
   /* Runs for every op: no divisions (element sizes are powers of two). */
   esz = dev_dtype_size(v->dtype);
@@ -223,18 +224,18 @@ int dev_view_check(const dev_view *v, const char *what, char *err, size_t errlen
     uint64_t span = (uint64_t)(v->shape[d] - 1), ext;
     /* each extent below INT64_MAX / 16 keeps the sums of up to 8 from overflowing */
     if (__builtin_mul_overflow(span, mag, &ext) || ext > (uint64_t)(INT64_MAX / 16))
-      return view_fail(err, errlen, "%s: stride too large in dim %d", what, d);
+      return fail_msg(err, errlen, "%s: stride too large in dim %d", what, d);
     if (v->stride[d] > 0) hi += (int64_t)ext;
     else lo -= (int64_t)ext;
   }
-  if (v->buf == NULL || v->buf->ptr == NULL) return view_fail(err, errlen, "%s: no memory", what);
-  if ((uintptr_t)dev_view_ptr(v) & (uintptr_t)(esz - 1)) return view_fail(err, errlen, "%s: misaligned", what);
+  if (v->buf == NULL || v->buf->ptr == NULL) return fail_msg(err, errlen, "%s: no memory", what);
+  if ((uintptr_t)dev_view_ptr(v) & (uintptr_t)(esz - 1)) return fail_msg(err, errlen, "%s: misaligned", what);
   /* elements [lo, hi] around offset: lo * esz bytes before it, (hi + 1) * esz
    * from it, all inside the buffer (lo, hi < INT64_MAX / 2, esz <= 16: the
    * products fit in 64 unsigned bits only when checked) */
   off = v->offset;
   if (__builtin_mul_overflow((uint64_t)-lo, esz, &need) || need > off ||
       __builtin_mul_overflow((uint64_t)hi + 1, esz, &need) || off > v->buf->bytes || need > v->buf->bytes - off)
-    return view_fail(err, errlen, "%s: view exceeds its buffer", what);
+    return fail_msg(err, errlen, "%s: view exceeds its buffer", what);
   return 0;
 }

@@ -8,12 +8,12 @@
  * device layer compares the parsed parameter sizes with the compiled kernel's
  * so a misread never reaches a launch. */
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
+#include "util.h"
 
 typedef struct tok {
   const char *s;
@@ -22,15 +22,6 @@ typedef struct tok {
 } tok;
 
 typedef struct toks { tok *t; int n, cap; } toks;
-
-static int sig_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 static int push(toks *ts, const char *s, int len, int kind)
 {
@@ -219,7 +210,7 @@ static int parse_param(const toks *ts, int a, int b, dev_kparam *p, char *err, s
       continue;
     }
     if (is_ignored(t)) continue;
-    if (nk == 64) return sig_fail(err, errlen, "parameter too long");
+    if (nk == 64) return fail_msg(err, errlen, "parameter too long");
     kept[nk++] = i;
   }
   /* the name: a trailing identifier after at least one type token */
@@ -246,7 +237,7 @@ static int parse_param(const toks *ts, int a, int b, dev_kparam *p, char *err, s
   snprintf(p->type, sizeof p->type, "%s%s%s%s%s", const_before ? "const " : "", base,
            stars ? " " : "", stars == 1 ? "*" : stars > 1 ? "**" : "",
            ref ? " &" : array ? " []" : "");
-  if (!*base) return sig_fail(err, errlen, "a parameter without a type");
+  if (!*base) return fail_msg(err, errlen, "a parameter without a type");
   if (array) stars++;
   const tinfo *ti = find_type(base);
   if (ref || stars > 1) {
@@ -262,7 +253,7 @@ static int parse_param(const toks *ts, int a, int b, dev_kparam *p, char *err, s
     p->kind = ti->kind;
     p->size = ti->size;
   } else if (strcmp(base, "void") == 0) {
-    return sig_fail(err, errlen, "a parameter of type void");
+    return fail_msg(err, errlen, "a parameter of type void");
   } else {
     p->kind = DEV_KP_OTHER;
     p->size = ti ? ti->size : 0;
@@ -302,7 +293,7 @@ int dev_kernels_parse(const char *src, dev_ksig **out, int *nout, char *err, siz
   int scope[256], depth = 0, nns = 0;
   *out = NULL;
   *nout = 0;
-  if (lex(src, &ts)) { sig_fail(err, errlen, "out of memory"); goto fail; }
+  if (lex(src, &ts)) { fail_msg(err, errlen, "out of memory"); goto fail; }
   for (int i = 0; i < ts.n; i++) {
     tok *t = &ts.t[i];
     if (t->kind == 'p' && t->s[0] == '{') {
@@ -364,7 +355,7 @@ int dev_kernels_parse(const char *src, dev_ksig **out, int *nout, char *err, siz
     if (name < 0) continue;
     int open = name + 1, close = match(&ts, open);
     if (close < 0) {
-      sig_fail(err, errlen, "kernel '%.*s': unbalanced parentheses in its parameter list",
+      fail_msg(err, errlen, "kernel '%.*s': unbalanced parentheses in its parameter list",
                ts.t[name].len, ts.t[name].s);
       goto fail;
     }
@@ -393,12 +384,12 @@ int dev_kernels_parse(const char *src, dev_ksig **out, int *nout, char *err, siz
         if (k.nparams == cap) {
           cap = cap ? 2 * cap : 8;
           dev_kparam *np = realloc(k.params, (size_t)cap * sizeof *np);
-          if (!np) { free(k.params); sig_fail(err, errlen, "out of memory"); goto fail; }
+          if (!np) { free(k.params); fail_msg(err, errlen, "out of memory"); goto fail; }
           k.params = np;
         }
         char perr[160];
         if (parse_param(&ts, a, e, &k.params[k.nparams], perr, sizeof perr)) {
-          sig_fail(err, errlen, "kernel '%s', parameter %d: %s", k.name, k.nparams + 1, perr);
+          fail_msg(err, errlen, "kernel '%s', parameter %d: %s", k.name, k.nparams + 1, perr);
           free(k.params);
           goto fail;
         }
@@ -417,7 +408,7 @@ int dev_kernels_parse(const char *src, dev_ksig **out, int *nout, char *err, siz
       dup = 1;
     }
     if (dup) { free(k.params); continue; }
-    if (add_sig(&ks, &nks, &capks, &k)) { free(k.params); sig_fail(err, errlen, "out of memory"); goto fail; }
+    if (add_sig(&ks, &nks, &capks, &k)) { free(k.params); fail_msg(err, errlen, "out of memory"); goto fail; }
     i = close;
   }
   free(ts.t);
@@ -452,13 +443,13 @@ int dev_kernels_parse_ptx(const char *ptx, dev_ksig **out, int *nout, char *err,
     while (isspace((unsigned char)*q)) q++;
     if (*q == '(') {
       const char *end = strchr(q, ')');
-      if (!end) { sig_fail(err, errlen, "PTX entry '%s': unterminated parameter list", k.name); goto fail; }
+      if (!end) { fail_msg(err, errlen, "PTX entry '%s': unterminated parameter list", k.name); goto fail; }
       int cap = 0;
       for (const char *r = strstr(q, ".param"); r && r < end; r = strstr(r + 6, ".param")) {
         if (k.nparams == cap) {
           cap = cap ? 2 * cap : 8;
           dev_kparam *np = realloc(k.params, (size_t)cap * sizeof *np);
-          if (!np) { free(k.params); sig_fail(err, errlen, "out of memory"); goto fail; }
+          if (!np) { free(k.params); fail_msg(err, errlen, "out of memory"); goto fail; }
           k.params = np;
         }
         dev_kparam *pp = &k.params[k.nparams++];
@@ -503,7 +494,7 @@ int dev_kernels_parse_ptx(const char *ptx, dev_ksig **out, int *nout, char *err,
         }
       }
     }
-    if (add_sig(&ks, &nks, &capks, &k)) { free(k.params); sig_fail(err, errlen, "out of memory"); goto fail; }
+    if (add_sig(&ks, &nks, &capks, &k)) { free(k.params); fail_msg(err, errlen, "out of memory"); goto fail; }
   }
   *out = ks;
   *nout = nks;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "devpriv.h"
+#include "util.h"
 
 /* The function of a C function kernel (its dev_kernel's handle). */
 typedef struct cfunc {
@@ -77,9 +78,11 @@ uint64_t dev_kcache_hash(const void *p, size_t n)
 
 const char *dev_kcache_dir(char *buf, size_t n)
 {
+  /* a directory; off (or set empty): no cache; on: the default directory */
   const char *env = getenv("GPULUA_KERNEL_CACHE");
-  if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "") == 0)) return NULL;
-  if (env && *env) {
+  int flag = env && *env ? flag_value(env) : -1;
+  if (env && (!*env || flag == 0)) return NULL;
+  if (env && *env && flag < 0) {
     snprintf(buf, n, "%s", env);
   } else {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");

@@ -11,7 +11,6 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "util.h"
 
 #define HC_MAGIC 0x67706c7561636f6dULL
 #define HC_SLOT ((size_t)1 << 20)     /* bytes per rank per step */
@@ -123,24 +123,15 @@ static void bell_wait(shm_comm *c, uint32_t seen) {
   syscall(SYS_futex, (uint32_t *)&c->h->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 /* Is rank q still in the job?  0, or -1 with why not. */
 static int alive(shm_comm *c, int q, const char *what, char *err, size_t errlen) {
   hc_rank *r = &c->ranks[q];
   if (atomic_load(&r->state) == HC_LEFT)
-    return fail(err, errlen, "rank %d left the job (its script ended after %llu collectives) while rank %d waits "
+    return fail_msg(err, errlen, "rank %d left the job (its script ended after %llu collectives) while rank %d waits "
                 "for it in %s", q, (unsigned long long)atomic_load(&r->done), c->rank, what);
   int pid = atomic_load(&r->pid);
   if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
-    return fail(err, errlen, "rank %d (pid %d) is gone: it died while rank %d waits for it in %s", q, pid, c->rank,
+    return fail_msg(err, errlen, "rank %d (pid %d) is gone: it died while rank %d waits for it in %s", q, pid, c->rank,
                 what);
   return 0;
 }
@@ -156,7 +147,7 @@ static int wait_phase(shm_comm *c, uint64_t p, const char *what, char *err, size
     if (who < 0) return 0;
     if (alive(c, who, what, err, errlen)) return -1;
     if (now_s() - t0 > c->timeout)
-      return fail(err, errlen, "timed out after %.0f s: rank %d never reached %s (set GPULUA_COMM_TIMEOUT to wait "
+      return fail_msg(err, errlen, "timed out after %.0f s: rank %d never reached %s (set GPULUA_COMM_TIMEOUT to wait "
                   "longer)", c->timeout, who, what);
     bell_wait(c, seen);
   }
@@ -175,7 +166,7 @@ static int open_private(shm_comm *c, char *err, size_t errlen) {
   size_t ro, co, so, go;
   size_t bytes = layout(c->world, c->side, &ro, &co, &so, &go);
   void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return fail(err, errlen, "cannot map %zu bytes: %s", bytes, strerror(errno));
+  if (m == MAP_FAILED) return fail_msg(err, errlen, "cannot map %zu bytes: %s", bytes, strerror(errno));
   attach(c, m);
   c->h->world = c->world;
   atomic_store(&c->ranks[0].pid, (int32_t)getpid());
@@ -207,12 +198,12 @@ static int open_shared(shm_comm *c, const dev_rank_info *ri, char *err, size_t e
   if (c->rank == 0) {
     shm_unlink(name);   /* a segment left by a job that died */
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return fail(err, errlen, "cannot create shared memory %s: %s", name, strerror(errno));
+    if (fd < 0) return fail_msg(err, errlen, "cannot create shared memory %s: %s", name, strerror(errno));
     if (ftruncate(fd, (off_t)bytes) != 0) {
       int e = errno;
       close(fd);
       shm_unlink(name);
-      return fail(err, errlen, "cannot size shared memory %s to %zu bytes: %s (is /dev/shm big enough?)", name,
+      return fail_msg(err, errlen, "cannot size shared memory %s to %zu bytes: %s (is /dev/shm big enough?)", name,
                   bytes, strerror(e));
     }
     m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -220,7 +211,7 @@ static int open_shared(shm_comm *c, const dev_rank_info *ri, char *err, size_t e
     close(fd);
     if (m == MAP_FAILED) {
       shm_unlink(name);
-      return fail(err, errlen, "cannot map shared memory %s: %s", name, strerror(e));
+      return fail_msg(err, errlen, "cannot map shared memory %s: %s", name, strerror(e));
     }
     attach(c, m);
     c->h->world = c->world;
@@ -250,7 +241,7 @@ static int open_shared(shm_comm *c, const dev_rank_info *ri, char *err, size_t e
         close(fd);
       }
       if (now_s() - t0 > c->timeout)
-        return fail(err, errlen, "timed out after %.0f s waiting for rank 0 to open the job's shared memory %s",
+        return fail_msg(err, errlen, "timed out after %.0f s waiting for rank 0 to open the job's shared memory %s",
                     c->timeout, name);
       struct timespec ts = {0, 2000000};
       nanosleep(&ts, NULL);
@@ -268,7 +259,7 @@ static int open_shared(shm_comm *c, const dev_rank_info *ri, char *err, size_t e
     for (int q = 0; q < c->world; q++)
       if (atomic_load(&c->ranks[q].state) != HC_ABSENT && alive(c, q, "joining the job", err, errlen)) goto fail;
     if (now_s() - t0 > c->timeout) {
-      fail(err, errlen, "timed out after %.0f s: %d of %d ranks joined the job", c->timeout,
+      fail_msg(err, errlen, "timed out after %.0f s: %d of %d ranks joined the job", c->timeout,
            (int)atomic_load(&c->h->joined), c->world);
       goto fail;
     }
@@ -288,12 +279,12 @@ fail:
 int shm_comm_open(const dev_rank_info *ri, int side, shm_comm **out, char *err, size_t errlen) {
   *out = NULL;
   if (ri->world > HC_MAXRANK)
-    return fail(err, errlen, "the host backend joins at most %d ranks, not %d", HC_MAXRANK, ri->world);
+    return fail_msg(err, errlen, "the host backend joins at most %d ranks, not %d", HC_MAXRANK, ri->world);
   if (ri->local_world != ri->world)
-    return fail(err, errlen, "the host backend joins ranks of one node only (world of %d, %d on this node)",
+    return fail_msg(err, errlen, "the host backend joins ranks of one node only (world of %d, %d on this node)",
                 ri->world, ri->local_world);
   shm_comm *c = calloc(1, sizeof *c);
-  if (!c) return fail(err, errlen, "out of memory");
+  if (!c) return fail_msg(err, errlen, "out of memory");
   c->rank = ri->rank;
   c->world = ri->world;
   c->check = ri->check;
@@ -445,7 +436,7 @@ static int check_sig(shm_comm *c, const dev_coll *x, uint64_t seq, const char *w
       char da[128], db[128];
       describe(da, sizeof da, a);
       describe(db, sizeof db, b);
-      return fail(err, errlen, "ranks disagree on collective #%llu: rank 0 called %s, rank %d called %s",
+      return fail_msg(err, errlen, "ranks disagree on collective #%llu: rank 0 called %s, rank %d called %s",
                   (unsigned long long)seq, da, q, db);
     }
   }
@@ -507,7 +498,7 @@ static int run_rooted_or_reduce(shm_comm *c, const dev_coll *x, const char *what
     return 0;
   }
   default:
-    return fail(err, errlen, "%s is not a collective of the whole job", dev_coll_name(x->kind));
+    return fail_msg(err, errlen, "%s is not a collective of the whole job", dev_coll_name(x->kind));
   }
 }
 
@@ -551,7 +542,7 @@ static int p2p_progress(p2p *p, shm_comm *c, char *err, size_t errlen, int *bad)
       int64_t want = dev_view_numel(&p->x->recv);
       if (p->hdr[0] != (int64_t)p->x->recv.dtype || p->hdr[1] != want) {
         *bad = 1;
-        return fail(err, errlen, "rank %d sent %lld %s to rank %d, which expected %lld %s", p->x->peer,
+        return fail_msg(err, errlen, "rank %d sent %lld %s to rank %d, which expected %lld %s", p->x->peer,
                     (long long)p->hdr[1], dev_dtype_name((dev_dtype)p->hdr[0]), c->rank, (long long)want,
                     dev_dtype_name(p->x->recv.dtype));
       }
@@ -562,7 +553,7 @@ static int p2p_progress(p2p *p, shm_comm *c, char *err, size_t errlen, int *bad)
 
 static int run_p2p(shm_comm *c, const dev_coll *g, int n, const char *what, char *err, size_t errlen) {
   p2p *ps = calloc((size_t)n, sizeof *ps);
-  if (!ps) return fail(err, errlen, "out of memory");
+  if (!ps) return fail_msg(err, errlen, "out of memory");
   for (int i = 0; i < n; i++) {
     const dev_coll *x = &g[i];
     int is_send = x->kind == DEV_COLL_SEND;
@@ -603,7 +594,7 @@ static int run_p2p(shm_comm *c, const dev_coll *g, int n, const char *what, char
     if (any) continue;
     if (blocked >= 0 && blocked != c->rank && alive(c, blocked, what, err, errlen)) { rc = -1; break; }
     if (now_s() - t0 > c->timeout) {
-      rc = fail(err, errlen, "timed out after %.0f s in %s waiting for rank %d (set GPULUA_COMM_TIMEOUT to wait "
+      rc = fail_msg(err, errlen, "timed out after %.0f s in %s waiting for rank %d (set GPULUA_COMM_TIMEOUT to wait "
                 "longer)", c->timeout, what, blocked);
       break;
     }
@@ -623,7 +614,7 @@ int shm_comm_run(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err,
   dev_coll_describe(what, sizeof what, g[0].kind, n, seq);
   int rc;
   if (c->broken) {
-    rc = fail(err, errlen, "%s: the communicator failed earlier: %s", what, c->broken_msg);
+    rc = fail_msg(err, errlen, "%s: the communicator failed earlier: %s", what, c->broken_msg);
   } else if (p2p_group) {
     rc = run_p2p(c, g, n, what, err, errlen);
   } else {

@@ -1,6 +1,6 @@
 /* Tracing: a context's record buffer, the host track (syncs, host-run ops,
  * ranges) and what the bindings read back.  The backends time the ops they
- * run (host workers around each op; cuda from events, cuda_trace.c) and
+ * run (host workers around each op; cuda from events, cuda/timing.c) and
  * append here.  Off, the only cost anywhere is `if (ctx->trace_gen)`. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -123,15 +123,15 @@ int k_binary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   int code = op->code, rc;
   int64_t n = dev_view_numel(out);
   kview ko, ka, kb;
-  if (o == NULL) return k_fail(err, errlen, "binary: bad op %d", code);
+  if (o == NULL) return fail_msg(err, errlen, "binary: bad op %d", code);
   if (o->to_bool && out->dtype != DEV_BOOL)
-    return k_fail(err, errlen, "%s: the result is bool, not %s", o->name, dev_dtype_name(out->dtype));
+    return fail_msg(err, errlen, "%s: the result is bool, not %s", o->name, dev_dtype_name(out->dtype));
   for (int i = 0; i < (scalar ? 1 : 2); i++) {
     if (op->in[i].dtype != (o->to_bool ? t : out->dtype))
-      return k_fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(op->in[i].dtype),
+      return fail_msg(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(op->in[i].dtype),
                     dev_dtype_name(o->to_bool ? t : out->dtype));
     if (dev_view_numel(&op->in[i]) != n)
-      return k_fail(err, errlen, "%s: element counts differ", o->name);
+      return fail_msg(err, errlen, "%s: element counts differ", o->name);
   }
   if (n == 0) return 0;
   ko = k_view(out);
@@ -153,7 +153,7 @@ int k_binary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
     default: return -2;
     }
   });
-  if (rc != 0) return k_fail(err, errlen, "%s: unsupported dtype %s", o->name, dev_dtype_name(t));
+  if (rc != 0) return fail_msg(err, errlen, "%s: unsupported dtype %s", o->name, dev_dtype_name(t));
   K_LAUNCHED();
   return 0;
 }

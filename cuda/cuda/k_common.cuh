@@ -18,7 +18,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +35,7 @@ extern "C" {
 }
 #include "kernels.h"
 #include "scalar.h"
+#include "util.h"
 
 #define KH __host__ __device__ __forceinline__
 #define K_THREADS 256
@@ -508,24 +508,12 @@ static inline unsigned k_blocks(int64_t n, const cuk_env *env)
 
 static inline int k_sm(const cuk_env *env) { return env->sm_count > 0 ? env->sm_count : 132; }
 
-__attribute__((format(printf, 3, 4)))
-static inline int k_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
-
 /* A failed CUDA call: its text with file:line, in err; -1. */
 #define K_CUDA(call)                                                                   \
   do {                                                                                 \
     cudaError_t k_e_ = (call);                                                         \
     if (k_e_ != cudaSuccess)                                                           \
-      return k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(k_e_)); \
+      return fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(k_e_)); \
   } while (0)
 
 /* Launch Fn through its kernel handle, looked up once: cudaLaunchKernel on

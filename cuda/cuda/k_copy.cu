@@ -216,8 +216,8 @@ int k_copy_views(const dev_view *out, const dev_view *in, const cuk_env *env, ch
   cudaError_t e;
   if (k_check_view(out, "out", err, errlen) || k_check_view(in, "in[0]", err, errlen)) return -1;
   if (in->dtype != out->dtype)
-    return k_fail(err, errlen, "copy: dtype %s does not match %s", dev_dtype_name(in->dtype), dev_dtype_name(out->dtype));
-  if (dev_view_numel(in) != n) return k_fail(err, errlen, "copy: element counts differ");
+    return fail_msg(err, errlen, "copy: dtype %s does not match %s", dev_dtype_name(in->dtype), dev_dtype_name(out->dtype));
+  if (dev_view_numel(in) != n) return fail_msg(err, errlen, "copy: element counts differ");
   if (n == 0) return 0;
   bytes = (size_t)n * dev_dtype_size(out->dtype);
   ko = k_view(out);
@@ -236,7 +236,7 @@ int k_copy_views(const dev_view *out, const dev_view *in, const cuk_env *env, ch
   /* Overlapping views: read everything before writing anything (memmove). */
   if ((e = cudaMallocAsync(&tmp, bytes, st)) != cudaSuccess) {
     tmp = NULL;
-    k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
     goto done;
   }
   if (launch_copy(packed_view(tmp, n, out->dtype), ki, n, env, err, errlen) ||
@@ -245,7 +245,7 @@ int k_copy_views(const dev_view *out, const dev_view *in, const cuk_env *env, ch
   rc = 0;
 done:
   if (tmp != NULL && (e = cudaFreeAsync(tmp, st)) != cudaSuccess && rc == 0)
-    rc = k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    rc = fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
   return rc;
 }
 

@@ -242,7 +242,7 @@ int k_index(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   const dev_view *it = scatter ? idx : out, *tgt = scatter ? out : val;
   if (op->nin != 2 || dim < 0 || dim >= out->ndim || idx->ndim != out->ndim || val->ndim != out->ndim ||
       dev_dtype_class(idx->dtype) != DEV_CLS_I || val->dtype != out->dtype)
-    return k_fail(err, errlen, "index: bad operands");
+    return fail_msg(err, errlen, "index: bad operands");
   int64_t n = dev_view_numel(it), bound = tgt->shape[dim], sd = tgt->stride[dim];
   if (n == 0) return 0;
   kview kidx = k_view(idx), kbase = seen_over(tgt, it, dim, 0);
@@ -281,7 +281,7 @@ int k_index(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
       return 0;
     }
   });
-  if (rc == -2) return k_fail(err, errlen, "scatter_add_ is not supported for %s", dev_dtype_name(out->dtype));
+  if (rc == -2) return fail_msg(err, errlen, "scatter_add_ is not supported for %s", dev_dtype_name(out->dtype));
   K_LAUNCHED();
   return 0;
 }

@@ -6,7 +6,7 @@
 
 extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
 {
-  if (op == NULL || env == NULL) return k_fail(err, errlen, "cuk_launch: no op or environment");
+  if (op == NULL || env == NULL) return fail_msg(err, errlen, "cuk_launch: no op or environment");
   if (!env->checked && op->kind != DEV_OP_SLEEP) {
     static const char *const names[DEV_MAXIN] = {"in[0]", "in[1]", "in[2]"};
     if (k_check_view(&op->out, "out", err, errlen)) return -1;
@@ -28,7 +28,7 @@ extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size
   case DEV_OP_INDEX: return k_index(op, env, err, errlen);
   case DEV_OP_LAUNCH: break;   /* run-time kernels: launched by the backend */
   }
-  return k_fail(err, errlen, "unknown op kind %d", (int)op->kind);
+  return fail_msg(err, errlen, "unknown op kind %d", (int)op->kind);
 }
 
 extern "C" int cuk_modules(const void **out, int max)

@@ -62,13 +62,13 @@ static int matmul_int_2d(const dev_view *av, const dev_view *bv, const dev_view 
   k = av->shape[1];
   n = bv->shape[1];
   if (bv->shape[0] != k || ov->shape[0] != m || ov->shape[1] != n)
-    return k_fail(err, errlen, "matmul: shapes {%lld,%lld} @ {%lld,%lld} -> {%lld,%lld} do not match",
+    return fail_msg(err, errlen, "matmul: shapes {%lld,%lld} @ {%lld,%lld} -> {%lld,%lld} do not match",
                   (long long)m, (long long)k, (long long)bv->shape[0], (long long)n,
                   (long long)ov->shape[0], (long long)ov->shape[1]);
-  if (av->dtype != t || bv->dtype != t) return k_fail(err, errlen, "matmul: dtypes differ");
-  if (t == DEV_BOOL) return k_fail(err, errlen, "matmul does not support bool");
-  if (dev_dtype_is_float(t)) return k_fail(err, errlen, "matmul: %s goes through cuBLAS, not the built-in kernels", dev_dtype_name(t));
-  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return k_fail(err, errlen, "matmul: matrix too large");
+  if (av->dtype != t || bv->dtype != t) return fail_msg(err, errlen, "matmul: dtypes differ");
+  if (t == DEV_BOOL) return fail_msg(err, errlen, "matmul does not support bool");
+  if (dev_dtype_is_float(t)) return fail_msg(err, errlen, "matmul: %s goes through cuBLAS, not the built-in kernels", dev_dtype_name(t));
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail_msg(err, errlen, "matmul: matrix too large");
   if (m == 0 || n == 0) return 0;
   if (k == 0) {
     dev_scalar zero = {1, 0, 0.0};
@@ -79,7 +79,7 @@ static int matmul_int_2d(const dev_view *av, const dev_view *bv, const dev_view 
   if (k_views_overlap(ov, av) || k_views_overlap(ov, bv)) {
     if ((e = cudaMallocAsync(&tmp, (size_t)(m * n) * dev_dtype_size(t), st)) != cudaSuccess) {
       tmp = NULL;
-      k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+      fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
       goto done;
     }
     c = kmat{(char *)tmp, n, 1};
@@ -98,13 +98,13 @@ static int matmul_int_2d(const dev_view *av, const dev_view *bv, const dev_view 
     });
   }
   if (rc != 0) {
-    k_fail(err, errlen, "matmul: unsupported dtype %s", dev_dtype_name(t));
+    fail_msg(err, errlen, "matmul: unsupported dtype %s", dev_dtype_name(t));
     rc = -1;
     goto done;
   }
   rc = -1;
   if ((e = cudaGetLastError()) != cudaSuccess) {
-    k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
     goto done;
   }
   if (tmp != NULL) {
@@ -125,21 +125,8 @@ static int matmul_int_2d(const dev_view *av, const dev_view *bv, const dev_view 
   rc = 0;
 done:
   if (tmp != NULL && (e = cudaFreeAsync(tmp, st)) != cudaSuccess && rc == 0)
-    rc = k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    rc = fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
   return rc;
-}
-
-/* The i-th 2-D matrix of a 3-D view (a batch stride of 0 broadcasts). */
-static dev_view batch_of(const dev_view *v, int64_t i)
-{
-  dev_view s = *v;
-  s.ndim = 2;
-  s.offset = v->offset + (size_t)(i * v->stride[0]) * dev_dtype_size(v->dtype);
-  for (int d = 0; d < 2; d++) {
-    s.shape[d] = v->shape[d + 1];
-    s.stride[d] = v->stride[d + 1];
-  }
-  return s;
 }
 
 /* 2-D, or 3-D of one batch size: one tiled launch per batch (integer
@@ -148,12 +135,12 @@ int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen
 {
   const dev_view *av = &op->in[0], *bv = &op->in[1], *ov = &op->out;
   if (av->ndim != ov->ndim || bv->ndim != ov->ndim || (ov->ndim != 2 && ov->ndim != 3))
-    return k_fail(err, errlen, "matmul needs 2-D tensors, or 3-D ones of one batch size");
+    return fail_msg(err, errlen, "matmul needs 2-D tensors, or 3-D ones of one batch size");
   if (ov->ndim == 2) return matmul_int_2d(av, bv, ov, env, err, errlen);
   if (av->shape[0] != ov->shape[0] || bv->shape[0] != ov->shape[0])
-    return k_fail(err, errlen, "matmul: batch sizes differ");
+    return fail_msg(err, errlen, "matmul: batch sizes differ");
   for (int64_t i = 0; i < ov->shape[0]; i++) {
-    dev_view a = batch_of(av, i), b = batch_of(bv, i), o = batch_of(ov, i);
+    dev_view a = dev_view_batch(av, i), b = dev_view_batch(bv, i), o = dev_view_batch(ov, i);
     if (matmul_int_2d(&a, &b, &o, env, err, errlen)) return -1;
   }
   return 0;

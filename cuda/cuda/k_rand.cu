@@ -25,9 +25,9 @@ int k_rand(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   krand r;
   kview kv;
   if (op->code != DEV_RAND_UNIFORM && op->code != DEV_RAND_NORMAL && op->code != DEV_RAND_INT)
-    return k_fail(err, errlen, "rand: bad kind %d", op->code);
+    return fail_msg(err, errlen, "rand: bad kind %d", op->code);
   if (op->code == DEV_RAND_NORMAL && !dev_dtype_is_float(out->dtype))
-    return k_fail(err, errlen, "randn needs a float dtype, not %s", dev_dtype_name(out->dtype));
+    return fail_msg(err, errlen, "randn needs a float dtype, not %s", dev_dtype_name(out->dtype));
   if (n == 0) return 0;
   r = k_rand_params(op);
   kv = k_view(out);

@@ -468,7 +468,7 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
   if (nsplit > 1) {
     e = cudaMallocAsync((void **)&part, (size_t)(nout * nsplit) * sizeof(A), st);
     if (e != cudaSuccess) {
-      k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+      fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
       part = NULL;
       goto done;
     }
@@ -482,14 +482,14 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
                                                       nsplit, chunk, part, pl->out, pl->prm);
   }
   if ((e = cudaGetLastError()) != cudaSuccess) {
-    k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
     goto done;
   }
   if (nsplit > 1) {
     reduce_final<T, CODE><<<(unsigned)min64(cdiv(nout * 32, K_THREADS), (int64_t)sm * 32), K_THREADS, 0, st>>>(
         part, nsplit, nout, len, pl->out, pl->prm);
     if ((e = cudaGetLastError()) != cudaSuccess) {
-      k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+      fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
       goto done;
     }
   }
@@ -497,7 +497,7 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
 done:
   /* stream-ordered: freed once the kernels above are done with it */
   if (part != NULL && (e = cudaFreeAsync(part, st)) != cudaSuccess && rc == 0)
-    rc = k_fail(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    rc = fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
   return rc;
 }
 
@@ -509,8 +509,8 @@ int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   dev_view outer;
   rplan pl;
   memset(&pl, 0, sizeof pl);
-  if ((unsigned)code >= DEV_NREDOP) return k_fail(err, errlen, "reduce: bad op %d", code);
-  if (dim < -1 || dim >= src->ndim) return k_fail(err, errlen, "%s: bad dim %d", dev_redop_name((dev_redop)code), dim);
+  if ((unsigned)code >= DEV_NREDOP) return fail_msg(err, errlen, "reduce: bad op %d", code);
+  if (dim < -1 || dim >= src->ndim) return fail_msg(err, errlen, "%s: bad dim %d", dev_redop_name((dev_redop)code), dim);
   outer = *src;
   if (dim >= 0) {
     pl.len = src->shape[dim];
@@ -525,12 +525,12 @@ int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
     pl.len = dev_view_numel(src);
   }
   if (dev_view_numel(out) != nout)
-    return k_fail(err, errlen, "%s: out has %lld elements, expected %lld", dev_redop_name((dev_redop)code),
+    return fail_msg(err, errlen, "%s: out has %lld elements, expected %lld", dev_redop_name((dev_redop)code),
                   (long long)dev_view_numel(out), (long long)nout);
   if (nout == 0) return 0;
   if (pl.len == 0) {
     dev_scalar s;
-    if (dev_redop_empty(code, &s)) return k_fail(err, errlen, "%s of an empty tensor", dev_redop_name((dev_redop)code));
+    if (dev_redop_empty(code, &s)) return fail_msg(err, errlen, "%s of an empty tensor", dev_redop_name((dev_redop)code));
     return k_fill_view(out, s, env, err, errlen);
   }
   pl.prm.p = op->s0.f;
@@ -582,9 +582,9 @@ int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
       default: break;
       }
     }
-    return k_fail(err, errlen, "%s is not supported for %s", dev_redop_name((dev_redop)code),
+    return fail_msg(err, errlen, "%s is not supported for %s", dev_redop_name((dev_redop)code),
                   dev_dtype_name((dev_dtype)T));
   });
-  if (rc == -2) return k_fail(err, errlen, "reduce: bad dtype %d", (int)src->dtype);
+  if (rc == -2) return fail_msg(err, errlen, "reduce: bad dtype %d", (int)src->dtype);
   return rc;
 }

@@ -263,7 +263,7 @@ int k_rows(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   const dev_view *src = &op->in[0], *out = &op->out;
   int dim = op->dim, sm = k_sm(env);
   int64_t len, sin, sout, nrows;
-  if (dim < 0 || dim >= src->ndim || src->ndim != out->ndim) return k_fail(err, errlen, "bad dim %d", dim);
+  if (dim < 0 || dim >= src->ndim || src->ndim != out->ndim) return fail_msg(err, errlen, "bad dim %d", dim);
   kview oin = outer_view(src, dim, &len, &sin), oout = outer_view(out, dim, &len, &sout);
   nrows = dev_view_numel(src) / (len > 0 ? len : 1);
   if (len == 0 || nrows == 0) return 0;
@@ -280,7 +280,7 @@ int k_rows(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
             oin, sin, oout, sout, len, nrows);
       return 0;
     });
-    if (rc == -2) return k_fail(err, errlen, "cumsum: bad dtype %d", (int)src->dtype);
+    if (rc == -2) return fail_msg(err, errlen, "cumsum: bad dtype %d", (int)src->dtype);
     K_LAUNCHED();
     return 0;
   }
@@ -313,7 +313,7 @@ int k_rows(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
       return 0;
     }
   });
-  if (rc == -2) return k_fail(err, errlen, "%s: needs a float dtype, not %s", log ? "log_softmax" : "softmax",
+  if (rc == -2) return fail_msg(err, errlen, "%s: needs a float dtype, not %s", log ? "log_softmax" : "softmax",
                               dev_dtype_name(src->dtype));
   K_LAUNCHED();
   return 0;

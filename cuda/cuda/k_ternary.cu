@@ -115,17 +115,17 @@ int k_ternary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   int mode = ((op->flags & DEV_F_SCALAR2) ? TM_Y : 0) | ((op->flags & DEV_F_SCALAR3) ? TM_Z : 0);
   int64_t n = dev_view_numel(out);
   kview ko, kx, ky, kz;
-  if (o == NULL) return k_fail(err, errlen, "ternary: bad op %d", code);
-  if (op->nin != 1 + !(mode & TM_Y) + !(mode & TM_Z)) return k_fail(err, errlen, "%s: bad operands", o->name);
+  if (o == NULL) return fail_msg(err, errlen, "ternary: bad op %d", code);
+  if (op->nin != 1 + !(mode & TM_Y) + !(mode & TM_Z)) return fail_msg(err, errlen, "%s: bad operands", o->name);
   if (!(mode & TM_Y)) v[1] = &op->in[1];
   if (!(mode & TM_Z)) v[2] = &op->in[(mode & TM_Y) ? 1 : 2];
   for (int j = 0; j < 3; j++) {
     dev_dtype want = j == 0 && (o->flags & DEV_OPF_COND) ? DEV_BOOL : t;
     if (!v[j]) continue;
     if (v[j]->dtype != want)
-      return k_fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(v[j]->dtype),
+      return fail_msg(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(v[j]->dtype),
                     dev_dtype_name(want));
-    if (dev_view_numel(v[j]) != n) return k_fail(err, errlen, "%s: element counts differ", o->name);
+    if (dev_view_numel(v[j]) != n) return fail_msg(err, errlen, "%s: element counts differ", o->name);
   }
   if (n == 0) return 0;
   ko = k_view(out);
@@ -149,7 +149,7 @@ int k_ternary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
     default: return -2;
     }
   });
-  if (rc != 0) return k_fail(err, errlen, "%s: unsupported dtype %s", o->name, dev_dtype_name(t));
+  if (rc != 0) return fail_msg(err, errlen, "%s: unsupported dtype %s", o->name, dev_dtype_name(t));
   K_LAUNCHED();
   return 0;
 }

@@ -98,15 +98,15 @@ int k_unary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   int code = op->code, rc;
   const dev_opinfo *o = dev_unop_info(code);
   kview ko, ki;
-  if ((unsigned)code >= DEV_NUNOP) return k_fail(err, errlen, "unary: bad op %d", code);
+  if ((unsigned)code >= DEV_NUNOP) return fail_msg(err, errlen, "unary: bad op %d", code);
   if (code == DEV_UN_COPY && in->dtype == t) return k_copy_views(out, in, env, err, errlen);
-  if (dev_view_numel(in) != n) return k_fail(err, errlen, "%s: element counts differ", dev_unop_name((dev_unop)code));
+  if (dev_view_numel(in) != n) return fail_msg(err, errlen, "%s: element counts differ", dev_unop_name((dev_unop)code));
   if (code != DEV_UN_COPY) {
     if (o->to_bool ? t != DEV_BOOL : in->dtype != t)
-      return k_fail(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(in->dtype),
+      return fail_msg(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(in->dtype),
                     dev_dtype_name(t));
     if (!(dev_dtype_class(in->dtype) & o->classes))
-      return k_fail(err, errlen, "%s is not defined for %s", o->name, dev_dtype_name(in->dtype));
+      return fail_msg(err, errlen, "%s is not defined for %s", o->name, dev_dtype_name(in->dtype));
   }
   if (n == 0) return 0;
   ko = k_view(out);
@@ -146,7 +146,7 @@ int k_unary(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
       }
     });
   }
-  if (rc != 0) return k_fail(err, errlen, "%s: unsupported for %s", dev_unop_name((dev_unop)code), dev_dtype_name(t));
+  if (rc != 0) return fail_msg(err, errlen, "%s: unsupported for %s", dev_unop_name((dev_unop)code), dev_dtype_name(t));
   K_LAUNCHED();
   return 0;
 }

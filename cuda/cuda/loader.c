@@ -99,8 +99,6 @@ out:
 }
 
 cuda_loader *cuda_loader_new(int device) {
-  const char *e = getenv("GPULUA_KERNEL_LOADER");
-  if (e && strcmp(e, "0") == 0) return NULL;   /* kernels load on first use */
   cuda_loader *l = calloc(1, sizeof *l);
   if (!l) return NULL;
   l->device = device;

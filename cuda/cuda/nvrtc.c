@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "util.h"
 
 /* NVRTC's own run-time keeps a process-lifetime allocation (the C++
  * exception pool of a library it loads); LeakSanitizer is told to ignore
@@ -72,36 +72,7 @@ static void nv_load(void)
   nv.version(&nv.major, &nv.minor);
 }
 
-static int kfail(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 /* ---- the key and the cache ----------------------------------------------- */
-
-typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
-
-static void sb_add(sbuf *b, const void *s, size_t n)
-{
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *np = realloc(b->p, cap);
-    if (!np) { b->oom = 1; return; }
-    b->p = np;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s) + 1); }
 
 static const char MAGIC[] = "GPULUA-KCACHE-1\n";
 
@@ -176,7 +147,7 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
 {
   memset(img, 0, sizeof *img);
   if (log) *log = NULL;
-  if (nexprs < 0 || nopts < 0) return kfail(err, errlen, "bad arguments");
+  if (nexprs < 0 || nopts < 0) return fail_msg(err, errlen, "bad arguments");
 #ifdef __SANITIZE_ADDRESS__
   __lsan_disable();
 #endif
@@ -184,7 +155,7 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
 #ifdef __SANITIZE_ADDRESS__
   __lsan_enable();
 #endif
-  if (!nv.lib) return kfail(err, errlen, "run-time compilation needs NVRTC: %s", nv.why);
+  if (!nv.lib) return fail_msg(err, errlen, "run-time compilation needs NVRTC: %s", nv.why);
 
   /* options: ours first, then the caller's (later ones win in NVRTC) */
   char archopt[64], incopt[1100];
@@ -202,21 +173,21 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
     snprintf(incopt, sizeof incopt, "-I%s", inc);
     all[nall++] = incopt;
   }
-  if (nopts > 256 - nall) return kfail(err, errlen, "too many compiler options (%d)", nopts);
+  if (nopts > 256 - nall) return fail_msg(err, errlen, "too many compiler options (%d)", nopts);
   for (int i = 0; i < nopts; i++) all[nall++] = opts[i];
 
   /* everything that decides the output is in the key */
   sbuf key = {0};
   char ver[64];
   snprintf(ver, sizeof ver, "nvrtc %d.%d", nv.major, nv.minor);
-  sb_str(&key, ver);
-  sb_str(&key, name);
-  for (int i = 0; i < nall; i++) sb_str(&key, all[i]);
-  sb_str(&key, "--");
-  for (int i = 0; i < nexprs; i++) sb_str(&key, exprs[i]);
-  sb_str(&key, "--");
-  sb_str(&key, src);
-  if (key.oom) { free(key.p); return kfail(err, errlen, "out of memory"); }
+  sb_key(&key, ver);
+  sb_key(&key, name);
+  for (int i = 0; i < nall; i++) sb_key(&key, all[i]);
+  sb_key(&key, "--");
+  for (int i = 0; i < nexprs; i++) sb_key(&key, exprs[i]);
+  sb_key(&key, "--");
+  sb_key(&key, src);
+  if (key.oom) { free(key.p); return fail_msg(err, errlen, "out of memory"); }
 
   char dirbuf[1024], path[1200];
   const char *dir = use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
@@ -231,10 +202,10 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
   nvrtc_result nv_r_;
 #endif
   nvrtc_result r = NV_CALL(nv.create(&prog, src, name, 0, NULL, NULL));
-  if (r) { kfail(err, errlen, "nvrtcCreateProgram: %s", nv.error_string(r)); goto out; }
+  if (r) { fail_msg(err, errlen, "nvrtcCreateProgram: %s", nv.error_string(r)); goto out; }
   for (int i = 0; i < nexprs; i++) {
     if ((r = nv.add_name(prog, exprs[i]))) {
-      kfail(err, errlen, "nvrtcAddNameExpression(%s): %s", exprs[i], nv.error_string(r));
+      fail_msg(err, errlen, "nvrtcAddNameExpression(%s): %s", exprs[i], nv.error_string(r));
       goto out;
     }
   }
@@ -245,27 +216,27 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
       if (nv.log(prog, *log)) (*log)[0] = 0;
       (*log)[n] = 0;
     }
-    kfail(err, errlen, "compilation failed (%s)", nv.error_string(r));
+    fail_msg(err, errlen, "compilation failed (%s)", nv.error_string(r));
     goto out;
   }
   img->lowered = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *img->lowered);
-  if (!img->lowered) { kfail(err, errlen, "out of memory"); goto out; }
+  if (!img->lowered) { fail_msg(err, errlen, "out of memory"); goto out; }
   for (int i = 0; i < nexprs; i++) {
     const char *lw = NULL;
     if ((r = nv.lowered(prog, exprs[i], &lw)) || !lw) {
-      kfail(err, errlen, "nvrtcGetLoweredName(%s): %s", exprs[i], nv.error_string(r));
+      fail_msg(err, errlen, "nvrtcGetLoweredName(%s): %s", exprs[i], nv.error_string(r));
       goto out;
     }
-    if (!(img->lowered[i] = strdup(lw))) { kfail(err, errlen, "out of memory"); goto out; }
+    if (!(img->lowered[i] = strdup(lw))) { fail_msg(err, errlen, "out of memory"); goto out; }
     img->n = i + 1;
   }
   size_t size = 0;
   if ((r = nv.cubin_size(prog, &size)) || size == 0) {
-    kfail(err, errlen, "nvrtcGetCUBINSize: %s", r ? nv.error_string(r) : "no cubin (use a real sm_ architecture)");
+    fail_msg(err, errlen, "nvrtcGetCUBINSize: %s", r ? nv.error_string(r) : "no cubin (use a real sm_ architecture)");
     goto out;
   }
-  if (!(img->data = malloc(size))) { kfail(err, errlen, "out of memory"); goto out; }
-  if ((r = nv.cubin(prog, (char *)img->data))) { kfail(err, errlen, "nvrtcGetCUBIN: %s", nv.error_string(r)); goto out; }
+  if (!(img->data = malloc(size))) { fail_msg(err, errlen, "out of memory"); goto out; }
+  if ((r = nv.cubin(prog, (char *)img->data))) { fail_msg(err, errlen, "nvrtcGetCUBIN: %s", nv.error_string(r)); goto out; }
   img->size = size;
   if (dir) cache_write(dir, path, &key, img);
   rc = 0;

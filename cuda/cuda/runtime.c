@@ -21,6 +21,7 @@
 
 #include "kernels.h"
 #include "devpriv.h"
+#include "util.h"
 
 #define MAXMARK 64
 #define NREC 64                /* ops remembered per stream, to name a failed one */
@@ -286,8 +287,11 @@ static int c_open(dev_ctx *ctx, int device) {
   if (!cs) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
   ctx->bk_state = cs;
   cs->device = device;
-  const char *lb = getenv("GPULUA_LAUNCH_BLOCKING");
-  cs->launch_blocking = lb && *lb && strcmp(lb, "0") != 0;
+  /* kernels load in the background unless GPULUA_KERNEL_LOADER is off */
+  int bg_load = 1;
+  if (env_flag("GPULUA_LAUNCH_BLOCKING", &cs->launch_blocking, ctx->err, sizeof ctx->err) ||
+      env_flag("GPULUA_KERNEL_LOADER", &bg_load, ctx->err, sizeof ctx->err))
+    return DEV_ERR_INVALID;
   CK(ctx, cudaSetDevice(device), "set device");
   CK(ctx, cudaDeviceGetAttribute(&cs->sm_count, cudaDevAttrMultiProcessorCount, device), "device attribute");
   CK(ctx, cudaDeviceGetAttribute(&cs->optin_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
@@ -302,7 +306,7 @@ static int c_open(dev_ctx *ctx, int device) {
   CK(ctx, cudaHostAlloc((void **)&cs->flag_host, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), "pinned flag");
   *cs->flag_host = 0;
   CK(ctx, cudaHostGetDevicePointer((void **)&cs->flag_dev, cs->flag_host, 0), "pinned flag");
-  cs->loader = cuda_loader_new(device);
+  cs->loader = bg_load ? cuda_loader_new(device) : NULL;
   void *w = NULL, *v = NULL;
   enum cudaDriverEntryPointQueryResult qw, qv;
   if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &w, 12000, cudaEnableDefault, &qw) == cudaSuccess &&

@@ -16,7 +16,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,55 +27,9 @@
 #include "hk.h"
 #define GPULUA_HK_ABI_ONLY
 #include "host/cuda_device_rt.h"
+#include "util.h"
 
 extern char **environ;
-
-static int kfail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int kfail(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-/* ---- growing strings ------------------------------------------------------ */
-
-typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
-
-static void sb_add(sbuf *b, const void *s, size_t n)
-{
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *np = realloc(b->p, cap);
-    if (!np) { b->oom = 1; return; }
-    b->p = np;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-  char tmp[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) { b->oom = 1; return; }
-  sb_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* a key part: the string and its terminating zero */
-static void sb_key(sbuf *b, const char *s) { sb_add(b, s, strlen(s) + 1); }
 
 /* ---- files ---------------------------------------------------------------- */
 
@@ -179,15 +132,15 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   char path[1024];
   if (env && *env) {
     if (hk_find_program(env, path, sizeof path))
-      return kfail(err, errlen, "GPULUA_CXX='%s': no such executable", env);
+      return fail_msg(err, errlen, "GPULUA_CXX='%s': no such executable", env);
   } else if (hk_find_program("c++", path, sizeof path) && hk_find_program("g++", path, sizeof path) &&
              hk_find_program("clang++", path, sizeof path)) {
-    return kfail(err, errlen, "gpu.compile on the host backend needs a C++ compiler, and none of c++, "
+    return fail_msg(err, errlen, "gpu.compile on the host backend needs a C++ compiler, and none of c++, "
                  "g++, clang++ is on PATH: install g++ (Debian/Ubuntu: apt-get install g++, which "
                  "build-essential brings) or set GPULUA_CXX");
   }
   struct stat st;
-  if (stat(path, &st) != 0) return kfail(err, errlen, "cannot stat the C++ compiler %s: %s", path, strerror(errno));
+  if (stat(path, &st) != 0) return fail_msg(err, errlen, "cannot stat the C++ compiler %s: %s", path, strerror(errno));
   pthread_mutex_lock(&cx_mu);
   if (strcmp(cx_cached.path, path) == 0 && cx_mtime == st.st_mtime) {
     *c = cx_cached;
@@ -196,15 +149,9 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   }
   pthread_mutex_unlock(&cx_mu);
   /* the first line of `path --version` */
-  const char *td = getenv("TMPDIR");
   char name[1100];
-  snprintf(name, sizeof name, "%s/gpulua-cxx-XXXXXX", td && *td ? td : "/tmp");
-  int fd = mkostemp(name, O_CLOEXEC);
-  if (fd < 0) {
-    snprintf(name, sizeof name, "/tmp/gpulua-cxx-XXXXXX");
-    fd = mkostemp(name, O_CLOEXEC);
-  }
-  if (fd < 0) return kfail(err, errlen, "cannot create a temporary file: %s", strerror(errno));
+  int fd = tmp_file("gpulua-cxx", name, sizeof name);
+  if (fd < 0) return fail_msg(err, errlen, "cannot create a temporary file: %s", strerror(errno));
   char *argv[] = {path, "--version", NULL};
   int rc = hk_run(argv, fd);
   int e = errno;
@@ -214,8 +161,8 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   unlink(name);
   if (rc != 0) {
     free(text);
-    if (rc < 0) return kfail(err, errlen, "cannot run the C++ compiler %s: %s", path, strerror(e));
-    return kfail(err, errlen, "the C++ compiler %s fails `--version` (exit status %d)", path, rc);
+    if (rc < 0) return fail_msg(err, errlen, "cannot run the C++ compiler %s: %s", path, strerror(e));
+    return fail_msg(err, errlen, "the C++ compiler %s fails `--version` (exit status %d)", path, rc);
   }
   compiler nc;
   memset(&nc, 0, sizeof nc);
@@ -280,7 +227,7 @@ static int translate_opts(const char *const *opts, int nopts, const char **out, 
       static const char *const fm[] = {"-fno-signed-zeros", "-fno-trapping-math", "-freciprocal-math",
                                        "-fassociative-math", NULL};
       for (int k = 0; fm[k]; k++) {
-        if (n == cap) return kfail(err, errlen, "too many compiler options");
+        if (n == cap) return fail_msg(err, errlen, "too many compiler options");
         offs[n++] = store->n;
         sb_key(store, fm[k]);
       }
@@ -305,11 +252,11 @@ static int translate_opts(const char *const *opts, int nopts, const char **out, 
       flag = "";
       val = o;
     } else {
-      return kfail(err, errlen, "compilation failed: the host backend does not know the option '%s' "
+      return fail_msg(err, errlen, "compilation failed: the host backend does not know the option '%s' "
                    "(it takes -D, -U, -I, -include, -std=c++NN, --use_fast_math, -O0..-O3, -g; options "
                    "for the GPU alone, such as -arch or --maxrregcount, are ignored)", o);
     }
-    if (n + 2 > cap) return kfail(err, errlen, "too many compiler options");
+    if (n + 2 > cap) return fail_msg(err, errlen, "too many compiler options");
     if (strcmp(flag, "-include") == 0) {
       offs[n++] = store->n;
       sb_key(store, "-include");
@@ -319,7 +266,7 @@ static int translate_opts(const char *const *opts, int nopts, const char **out, 
     sb_add(store, flag, strlen(flag));
     sb_key(store, val);
   }
-  if (store->oom) return kfail(err, errlen, "out of memory");
+  if (store->oom) return fail_msg(err, errlen, "out of memory");
   for (int i = 0; i < n; i++) out[*nout + i] = store->p + offs[i];
   *nout += n;
   return 0;
@@ -519,9 +466,9 @@ static int rewrite(const char *src, sbuf *o, char *err, size_t errlen)
               sb_str(&f->repl, "(*)");
               add_cast_type(&f->repl, rest, restn);
               sb_str(&f->repl, ")::gpulua_rt::dyn_shared())");
-              if (f->repl.oom) { ret = kfail(err, errlen, "out of memory"); goto out; }
+              if (f->repl.oom) { ret = fail_msg(err, errlen, "out of memory"); goto out; }
             } else {
-              ret = kfail(err, errlen, "more than 16 extern __shared__ arrays at namespace scope");
+              ret = fail_msg(err, errlen, "more than 16 extern __shared__ arrays at namespace scope");
               goto out;
             }
             for (int i = 0; i < lines; i++) sb_add(o, "\n", 1);
@@ -555,7 +502,7 @@ static int rewrite(const char *src, sbuf *o, char *err, size_t errlen)
   }
 out:
   for (int i = 0; i < nfs; i++) free(fs[i].repl.p);
-  if (!ret && o->oom) ret = kfail(err, errlen, "out of memory");
+  if (!ret && o->oom) ret = fail_msg(err, errlen, "out of memory");
   return ret;
 }
 
@@ -830,15 +777,6 @@ static const char ASSERT_H[] =
 
 typedef struct tmpdir { char path[1024]; } tmpdir;
 
-static int tmp_create(tmpdir *t)
-{
-  const char *td = getenv("TMPDIR");
-  snprintf(t->path, sizeof t->path, "%s/gpulua-cc-XXXXXX", td && *td ? td : "/tmp");
-  if (mkdtemp(t->path)) return 0;
-  snprintf(t->path, sizeof t->path, "/tmp/gpulua-cc-XXXXXX");
-  return mkdtemp(t->path) ? 0 : -1;
-}
-
 static void tmp_path(const tmpdir *t, const char *name, char *out, size_t n)
 {
   snprintf(out, n, "%s/%s", t->path, name);
@@ -906,11 +844,11 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   (void)arch;
   memset(img, 0, sizeof *img);
   if (log) *log = NULL;
-  if (nexprs < 0 || nopts < 0) return kfail(err, errlen, "bad arguments");
+  if (nexprs < 0 || nopts < 0) return fail_msg(err, errlen, "bad arguments");
   compiler cx;
   if (find_compiler(&cx, err, errlen)) return -1;
-  const char *chk = getenv("GPULUA_KERNEL_CHECK");
-  int check = chk && *chk && strcmp(chk, "0") != 0;
+  int check = 0;
+  if (env_flag("GPULUA_KERNEL_CHECK", &check, err, errlen)) return -1;
 
   /* the command line, but for the paths of this compilation */
   const char *argv[300];
@@ -935,7 +873,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   int user_at = argc;
   sbuf ostore = {0};
   size_t offs[256];
-  if (nopts > 200) return kfail(err, errlen, "too many compiler options (%d)", nopts);
+  if (nopts > 200) return fail_msg(err, errlen, "too many compiler options (%d)", nopts);
   if (translate_opts(opts, nopts, argv, &argc, 256, &ostore, offs, err, errlen)) {
     free(ostore.p);
     return -1;
@@ -951,7 +889,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   sb_str(&text, "\"\n");
   int rc = rewrite(src, &text, err, errlen);
   int *need = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *need);
-  if (!need && rc == 0) rc = kfail(err, errlen, "out of memory");
+  if (!need && rc == 0) rc = fail_msg(err, errlen, "out of memory");
   if (rc == 0) {
     fiber_scan(src, exprs, nexprs, need);
     /* a header pre-included by an option is not read either */
@@ -966,7 +904,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
     if (nexprs == 0) sb_str(&text, ", nullptr");
     for (int i = 0; i < nexprs; i++) sb_printf(&text, ", &gpulua_hk_k%d", i);
     sb_str(&text, ")\n");
-    if (text.oom) rc = kfail(err, errlen, "out of memory");
+    if (text.oom) rc = fail_msg(err, errlen, "out of memory");
   }
   /* everything that decides the output is in the key */
   sbuf key = {0};
@@ -978,7 +916,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   for (int i = 1; i < argc; i++) sb_key(&key, argv[i]);
   sb_key(&key, "--");
   sb_key(&key, text.p ? text.p : "");
-  if (key.oom && rc == 0) rc = kfail(err, errlen, "out of memory");
+  if (key.oom && rc == 0) rc = fail_msg(err, errlen, "out of memory");
 
   char dirbuf[1024], cpath[1200];
   const char *dir = rc == 0 && use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
@@ -991,8 +929,8 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   int have_td = 0;
   if (rc == 0 && !hit) {
     char p_src[1200], p_so[1200], p_log[1200], p_rt[1200], inc[1200];
-    if (tmp_create(&td)) {
-      rc = kfail(err, errlen, "cannot create a temporary directory: %s", strerror(errno));
+    if (tmp_dir("gpulua-cc", td.path, sizeof td.path)) {
+      rc = fail_msg(err, errlen, "cannot create a temporary directory: %s", strerror(errno));
       goto out;
     }
     have_td = 1;
@@ -1002,7 +940,7 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
     tmp_path(&td, "gpulua_cuda_rt.h", p_rt, sizeof p_rt);
     snprintf(inc, sizeof inc, "-I%s/include", td.path);
     if (write_runtime(&td) || write_file(p_src, text.p, text.n)) {
-      rc = kfail(err, errlen, "cannot write to %s: %s", td.path, strerror(errno));
+      rc = fail_msg(err, errlen, "cannot write to %s: %s", td.path, strerror(errno));
       goto out;
     }
     /* ours first, then the user's (later -std and -O win), the file last */
@@ -1018,22 +956,22 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
     full[n++] = p_so;
     full[n] = NULL;
     int lfd = open(p_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (lfd < 0) { rc = kfail(err, errlen, "cannot write to %s: %s", td.path, strerror(errno)); goto out; }
+    if (lfd < 0) { rc = fail_msg(err, errlen, "cannot write to %s: %s", td.path, strerror(errno)); goto out; }
     int st = hk_run((char *const *)full, lfd);
     int e = errno;
     close(lfd);
-    if (st < 0) { rc = kfail(err, errlen, "cannot run the C++ compiler %s: %s", cx.path, strerror(e)); goto out; }
+    if (st < 0) { rc = fail_msg(err, errlen, "cannot run the C++ compiler %s: %s", cx.path, strerror(e)); goto out; }
     if (st != 0) {
       size_t ln;
       char *raw = read_file(p_log, &ln);
       if (log && raw) *log = clean_log(raw, td.path);
       free(raw);
-      rc = kfail(err, errlen, "compilation failed (%s exited with status %d)", cx.path, st);
+      rc = fail_msg(err, errlen, "compilation failed (%s exited with status %d)", cx.path, st);
       goto out;
     }
     size_t size;
     img->data = read_file(p_so, &size);
-    if (!img->data) { rc = kfail(err, errlen, "cannot read the compiled object: %s", strerror(errno)); goto out; }
+    if (!img->data) { rc = fail_msg(err, errlen, "cannot read the compiled object: %s", strerror(errno)); goto out; }
     img->size = size;
     if (dir) cache_write(dir, cpath, &key, img);
   } else if (hit) {
@@ -1041,11 +979,11 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   }
   if (rc == 0) {
     img->lowered = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *img->lowered);
-    if (!img->lowered) { rc = kfail(err, errlen, "out of memory"); goto out; }
+    if (!img->lowered) { rc = fail_msg(err, errlen, "out of memory"); goto out; }
     for (int i = 0; i < nexprs; i++) {
       char nm[32];
       snprintf(nm, sizeof nm, "gpulua_hk_k%d", i);
-      if (!(img->lowered[i] = strdup(nm))) { rc = kfail(err, errlen, "out of memory"); goto out; }
+      if (!(img->lowered[i] = strdup(nm))) { rc = fail_msg(err, errlen, "out of memory"); goto out; }
       img->n = i + 1;
     }
   }

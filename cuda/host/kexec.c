@@ -39,6 +39,7 @@
 #include "hk.h"
 #define GPULUA_HK_ABI_ONLY
 #include "host/cuda_device_rt.h"
+#include "util.h"
 
 /* As an H100's: a block of 1024 threads, and dynamic shared memory up to
  * the 227 KiB a kernel may opt in to there (host kernels need no opt-in). */
@@ -97,13 +98,7 @@ static int seg_cb(struct dl_phdr_info *info, size_t size, void *arg)
 int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl)
 {
   char path[1100];
-  const char *td = getenv("TMPDIR");
-  snprintf(path, sizeof path, "%s/gpulua-k-XXXXXX", td && *td ? td : "/tmp");
-  int fd = mkostemp(path, O_CLOEXEC);
-  if (fd < 0) {
-    snprintf(path, sizeof path, "/tmp/gpulua-k-XXXXXX");
-    fd = mkostemp(path, O_CLOEXEC);
-  }
+  int fd = tmp_file("gpulua-k", path, sizeof path);
   if (fd < 0) return dev_fail(ctx, DEV_ERR_DEVICE, "load module: cannot create a temporary file: %s", strerror(errno));
   const char *p = image;
   size_t left = len;
