@@ -646,7 +646,7 @@ static int t_narrow(lua_State *L) {
 static int t_view(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int64_t shape[DEV_MAXDIM];
-  int ndim, infer = -1;
+  int ndim;
   if (lua_type(L, 2) == LUA_TTABLE) {
     size_t len = lua_rawlen(L, 2);
     if (len < 1 || len > DEV_MAXDIM) luaL_argerror(L, 2, "shape must have 1 to 8 dims");
@@ -655,37 +655,16 @@ static int t_view(lua_State *L) {
     ndim = lua_gettop(L) - 1;
     if (ndim < 1 || ndim > DEV_MAXDIM) luaL_argerror(L, 2, "shape expected");
   }
-  int64_t known = 1;
   for (int d = 0; d < ndim; d++) {
     int isint;
     if (lua_type(L, 2) == LUA_TTABLE) lua_rawgeti(L, 2, d + 1);
     else lua_pushvalue(L, d + 2);
     lua_Integer v = lua_tointegerx(L, -1, &isint);
     lua_pop(L, 1);
-    if (!isint || v < -1)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1", d + 1));
-    if (v == -1) {
-      if (infer >= 0) luaL_argerror(L, 2, "only one dim may be -1");
-      infer = d;
-      continue;
-    }
-    if (__builtin_mul_overflow(known, (int64_t)v, &known)) luaL_argerror(L, 2, "shape is too large");
+    if (!isint) luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1", d + 1));
     shape[d] = v;
   }
-  int64_t n = dev_view_numel(&t->v);
-  if (infer >= 0) {
-    if (known == 0) luaL_argerror(L, 2, "cannot infer -1 beside a zero-sized dim");
-    if (n % known) luaL_argerror(L, 2, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I", (lua_Integer)n, (lua_Integer)known));
-    shape[infer] = n / known;
-    known = n;
-  }
-  if (known != n) {
-    char a[MAXSHAPESTR], b[MAXSHAPESTR];
-    bind_shape_str(a, sizeof a, ndim, shape);
-    bind_shape_str(b, sizeof b, t->v.ndim, t->v.shape);
-    luaL_argerror(L, 2, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)",
-                                        a, (lua_Integer)known, b, (lua_Integer)n));
-  }
+  bind_infer_shape(L, 2, ndim, shape, &t->v);
   if (!dev_view_contiguous(&t->v))
     luaL_error(L, "view: tensor is not contiguous (use t:contiguous():view(...))");
   gpu_tensor *r = new_view(L, 1);

@@ -63,5 +63,9 @@ int bind_tensor_totable(lua_State *L);    /* t:totable([opts]) (tensor_table.c) 
 /* Views, joins and the *_like constructors (tensor_view.c): adds its methods
  * to gpu.Tensor and its functions to the module table on top. */
 void bind_open_tensor_view(lua_State *L);
+/* The sizes of shape, one of which may be -1 (inferred), checked against
+ * the elements of from: -1 resolved, else an error naming argument arg
+ * (t:view, t:reshape). */
+void bind_infer_shape(lua_State *L, int arg, int ndim, int64_t *shape, const dev_view *from);
 
 #endif

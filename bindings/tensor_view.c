@@ -388,6 +388,38 @@ static int view_strides(const dev_view *v, int ndim, const int64_t *shape, int64
   return view_d == -1 ? 0 : -1;
 }
 
+/* -1 in a shape, for t:view and t:reshape (tensor.h) */
+void bind_infer_shape(lua_State *L, int arg, int ndim, int64_t *shape, const dev_view *from) {
+  int infer = -1;
+  int64_t known = 1, n = dev_view_numel(from);
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] == -1) {
+      if (infer >= 0) luaL_argerror(L, arg, "only one size may be -1");
+      infer = d;
+      continue;
+    }
+    if (shape[d] < 0)
+      luaL_argerror(L, arg, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1, got %I", d + 1,
+                                            (lua_Integer)shape[d]));
+    if (__builtin_mul_overflow(known, shape[d], &known)) luaL_argerror(L, arg, "shape is too large");
+  }
+  if (infer >= 0) {
+    if (known == 0) luaL_argerror(L, arg, "cannot infer -1 beside a zero-sized dim");
+    if (n % known)
+      luaL_argerror(L, arg, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I",
+                                            (lua_Integer)n, (lua_Integer)known));
+    shape[infer] = n / known;
+    known = n;
+  }
+  if (known != n) {
+    char a[MAXSHAPESTR], b[MAXSHAPESTR];
+    bind_shape_str(a, sizeof a, ndim, shape);
+    bind_shape_str(b, sizeof b, from->ndim, from->shape);
+    luaL_argerror(L, arg, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)", a,
+                                          (lua_Integer)known, b, (lua_Integer)n));
+  }
+}
+
 /* t:reshape(shape) or t:reshape(n1, n2, ...): the elements in C order with a
  * new shape (one size may be -1: inferred); a view when t's strides allow
  * it, else a contiguous copy (on the current stream) */
@@ -395,34 +427,7 @@ static int t_reshape(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int64_t shape[DEV_MAXDIM], stride[DEV_MAXDIM];
   int ndim = read_ints(L, 2, shape, "shape");
-  int infer = -1;
-  int64_t known = 1, n = dev_view_numel(&t->v);
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] == -1) {
-      if (infer >= 0) luaL_argerror(L, 2, "only one size may be -1");
-      infer = d;
-      continue;
-    }
-    if (shape[d] < 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1, got %I", d + 1,
-                                          (lua_Integer)shape[d]));
-    if (__builtin_mul_overflow(known, shape[d], &known)) luaL_argerror(L, 2, "shape is too large");
-  }
-  if (infer >= 0) {
-    if (known == 0) luaL_argerror(L, 2, "cannot infer -1 beside a zero-sized dim");
-    if (n % known)
-      luaL_argerror(L, 2, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I", (lua_Integer)n,
-                                          (lua_Integer)known));
-    shape[infer] = n / known;
-    known = n;
-  }
-  if (known != n) {
-    char a[MAXSHAPESTR], b[MAXSHAPESTR];
-    bind_shape_str(a, sizeof a, ndim, shape);
-    bind_shape_str(b, sizeof b, t->v.ndim, t->v.shape);
-    luaL_argerror(L, 2, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)", a,
-                                        (lua_Integer)known, b, (lua_Integer)n));
-  }
+  bind_infer_shape(L, 2, ndim, shape, &t->v);
   if (view_strides(&t->v, ndim, shape, stride) == 0) {
     gpu_tensor *r = view_of(L, 1);
     r->v.ndim = ndim;
