@@ -128,7 +128,7 @@ static int comm_init(lua_State *L) {
 /* The op option's value at idx (nil: sum), in dev_cred's order. */
 static dev_cred check_red(lua_State *L, int idx) {
   static const char *const names[] = {"sum", "prod", "max", "min", "avg", NULL};
-  return (dev_cred)bind_check_option(L, idx, "op", "sum", names);
+  return (dev_cred)bind_check_option(L, idx, "op", DEV_CRED_SUM, names);
 }
 
 /* The rank at idx; else NULL, and *why says what is wrong with the value

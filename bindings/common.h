@@ -164,11 +164,11 @@ int bind_read_opts(lua_State *L, int idx, const char *const *names);
 /* bind_read_opts for the ops whose only option is the stream: its slot. */
 int bind_read_stream_opt(lua_State *L, int idx);
 /* As luaL_checkoption, for the option `field`'s value at idx: the index of
- * its name in names (NULL-ended), def's when the value is nil (def NULL: a
- * value is required); else "bad option 'field' (expected \"a\", \"b\" or
- * \"c\", got x)". */
-int bind_check_option(lua_State *L, int idx, const char *field, const char *def,
-                      const char *const *names);
+ * its name in names (NULL-ended), def when the value is nil (def -1: a value
+ * is required); else "bad option 'field' (expected \"a\", \"b\" or \"c\",
+ * got x)".  def is an index, not a name: the collectives' op is read on
+ * every call. */
+int bind_check_option(lua_State *L, int idx, const char *field, int def, const char *const *names);
 /* Push names (NULL-ended) for a message: "a b c", or quoted,
  * "\"a\", \"b\" or \"c\"". */
 const char *bind_push_names(lua_State *L, const char *const *names, int quoted);

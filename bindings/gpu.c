@@ -79,25 +79,20 @@ const char *bind_push_names(lua_State *L, const char *const *names, int quoted) 
   return lua_tostring(L, -1);
 }
 
-/* the index of the string k (n bytes) in names, or -1 */
+/* the index of the string k (n bytes) in names, or -1: compared with its
+ * length, so "host\0x" is not host */
 static int name_index(const char *const *names, const char *k, size_t n) {
   for (int i = 0; names[i]; i++)
-    if (strlen(names[i]) == n && memcmp(names[i], k, n) == 0) return i;
+    if (names[i][0] == k[0] && strlen(names[i]) == n && memcmp(names[i], k, n) == 0) return i;
   return -1;
 }
 
-/* The index of the string at idx in names, -1 when it is none of them or no
- * string: compared with its length, so "host\0x" is not host. */
-static int name_index_at(lua_State *L, int idx, const char *const *names) {
+int bind_check_option(lua_State *L, int idx, const char *field, int def, const char *const *names) {
+  int t = lua_type(L, idx);
+  if (def >= 0 && t == LUA_TNIL) return def;
   size_t n;
-  const char *k = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &n) : NULL;
-  return k ? name_index(names, k, n) : -1;
-}
-
-int bind_check_option(lua_State *L, int idx, const char *field, const char *def,
-                      const char *const *names) {
-  if (def && lua_isnil(L, idx)) return name_index(names, def, strlen(def));
-  int i = name_index_at(L, idx, names);
+  const char *k = t == LUA_TSTRING ? lua_tolstring(L, idx, &n) : NULL;
+  int i = k ? name_index(names, k, n) : -1;
   if (i < 0) {
     const char *got = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : luaL_typename(L, idx);
     if (lua_type(L, idx) == LUA_TSTRING && strlen(got) != lua_rawlen(L, idx))
@@ -110,19 +105,19 @@ int bind_check_option(lua_State *L, int idx, const char *field, const char *def,
 int bind_read_opts(lua_State *L, int idx, const char *const *names) {
   int n = 0;
   while (names[n]) n++;
-  idx = lua_absindex(L, idx);
-  /* the slots go above idx, which is above the top when no options are given */
-  int top = lua_gettop(L), base = (idx > top ? idx : top) + 1;
-  luaL_checkstack(L, base - top + n + 2, "too many options");
-  lua_settop(L, base - 1);
+  if (idx < 0) idx = lua_absindex(L, idx);
+  luaL_checkstack(L, n + 3, "too many options");
+  /* above the top: when no options are given, the slots may be at idx */
+  int base = lua_gettop(L) + 1;
   for (int i = 0; i < n; i++) lua_pushnil(L);
   if (lua_isnoneornil(L, idx)) return base;
   luaL_checktype(L, idx, LUA_TTABLE);
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    int i = lua_type(L, -2) == LUA_TSTRING ? name_index_at(L, -2, names) : -1;
+    size_t kn;
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &kn) : NULL;
+    int i = k ? name_index(names, k, kn) : -1;
     if (i < 0) {
-      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
       const char *ty = luaL_typename(L, -2), *expected = bind_push_names(L, names, 0);
       if (!k) luaL_error(L, "bad option key (a %s; options are named: %s)", ty, expected);
       luaL_error(L, "unknown option '%s' (expected: %s)", k, expected);

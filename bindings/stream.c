@@ -83,7 +83,7 @@ static int check_priority(lua_State *L, int idx) {
       luaL_error(L, "bad option 'priority' (expected \"low\", \"normal\", \"high\" or -1, 0, 1)");
     return (int)p;
   }
-  return DEV_PRIO_LOW + bind_check_option(L, idx, "priority", "normal", priorities);
+  return DEV_PRIO_LOW + bind_check_option(L, idx, "priority", DEV_PRIO_NORMAL - DEV_PRIO_LOW, priorities);
 }
 
 static int stream_new(lua_State *L) {
