@@ -1033,6 +1033,9 @@ static void ternary_operand(lua_State *L, int arg, dev_dtype dt, dev_kop *op, in
 static int tensor_where(lua_State *L) {
   gpu_tensor *c = bind_check_tensor(L, 1);
   check_cond(L, 1, c, "condition");
+  /* the operands before the options' slots, which may take their places */
+  for (int arg = 2; arg <= 3; arg++)
+    if (lua_isnone(L, arg)) luaL_typeerror(L, arg, "gpu.Tensor or number");
   static const char *const names[] = {"out", "stream", "dtype", NULL};
   int o = bind_read_opts(L, 4, names);
   gpu_tensor *a = bind_test_tensor(L, 2), *b = bind_test_tensor(L, 3), *first = a ? a : b;
@@ -1072,14 +1075,14 @@ static int masked_fill(lua_State *L, int inplace) {
   gpu_tensor *t = bind_check_tensor(L, 1), *m = bind_check_tensor(L, 2);
   check_cond(L, 2, m, "mask");
   dev_dtype dt = t->v.dtype;
-  /* in place, no out: slots out 0 and stream o; else o and o + 1 */
-  int o = inplace ? bind_read_stream_opt(L, 4) : bind_read_opts(L, 4, bind_out_opts);
-  int out = inplace ? 0 : o, stream = inplace ? o : o + 1;
   same_kind(L, 2, t, m);
   dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_WHERE, .nin = 2};
   if (lua_type(L, 3) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, 3)))
     luaL_typeerror(L, 3, "number");
   op.s0 = bind_check_scalar(L, 3, dt, 3, NULL);
+  /* in place, no out: slots out 0 and stream o; else o and o + 1 */
+  int o = inplace ? bind_read_stream_opt(L, 4) : bind_read_opts(L, 4, bind_out_opts);
+  int out = inplace ? 0 : o, stream = inplace ? o : o + 1;
   op.flags = DEV_F_SCALAR2;
   const dev_view *in[2] = {&m->v, &t->v};
   int ndim, same;

@@ -95,16 +95,18 @@ static int along(lua_State *L, dev_opkind kind, int code, const char *fname) {
   if (kind == DEV_OP_SOFTMAX && lua_istable(L, 2)) {
     o = bind_read_opts(L, 2, dim_out);
     if (lua_isnil(L, o)) luaL_error(L, "%s: option 'dim' is required", fname);
-    out = o + 1;
-  } else {
-    out = bind_read_opts(L, 3, bind_out_opts);
   }
   dev_dtype dt = t->v.dtype;
   if (kind == DEV_OP_SOFTMAX && !dev_dtype_is_float(dt))
     luaL_error(L, "%s: not supported for %s (needs a float dtype)", fname, dev_dtype_name(dt));
   if (t->v.ndim == 0) luaL_error(L, "%s: needs a tensor of at least one dim", fname);
-  if (o) dim = opt_dim(L, o, t, fname);
-  else dim = bind_tensor_dim(L, 2, 2, t->v.ndim);
+  if (o) {
+    dim = opt_dim(L, o, t, fname);
+    out = o + 1;
+  } else {   /* the dim argument before the options' slots, which may take its place */
+    dim = bind_tensor_dim(L, 2, 2, t->v.ndim);
+    out = bind_read_opts(L, 3, bind_out_opts);
+  }
   dev_dtype rdt = kind == DEV_OP_CUMSUM ? dev_redop_dtype(DEV_RED_SUM, dt) : dt;
   dev_view tv = t->v;
   gpu_tensor *r = bind_tensor_out(L, out, out + 1, t, rdt, tv.ndim, tv.shape, fname);
