@@ -93,44 +93,36 @@ static void no_group(lua_State *L, const char *fname) {
 
 /* Join the job; with defer, NCCL's communicator waits for the first
  * collective.  A later gpu.init_comm (no defer) creates it and applies its
- * options. */
-static void join(lua_State *L, const char *fname, int opts, int defer) {
+ * options, the timeout and check options' values at slots o and o + 1 (o 0:
+ * none). */
+static void join(lua_State *L, const char *fname, int o, int defer) {
   dev_ctx *ctx = bind_ctx(L);
   if (dev_comm_ready(ctx) && defer) return;
   job j;
   read_job(&j);
   j.ri.defer = defer;
   if (j.bad[0]) luaL_error(L, "%s: cannot join the job: %s", fname, j.bad);
-  if (opts && bind_opt_field(L, opts, "timeout") != LUA_TNIL) {
-    if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) > 0))
-      luaL_error(L, "bad option 'timeout' (seconds > 0 expected, got %s)", luaL_tolstring(L, -1, NULL));
-    j.ri.timeout_s = lua_tonumber(L, -1);
+  if (o && !lua_isnil(L, o)) {
+    if (!lua_isnumber(L, o) || !(lua_tonumber(L, o) > 0))
+      luaL_error(L, "bad option 'timeout' (seconds > 0 expected, got %s)", luaL_tolstring(L, o, NULL));
+    j.ri.timeout_s = lua_tonumber(L, o);
   }
-  if (opts) lua_pop(L, 1);
-  if (opts && bind_opt_field(L, opts, "check") != LUA_TNIL) j.ri.check = lua_toboolean(L, -1);
-  if (opts) lua_pop(L, 1);
+  if (o && !lua_isnil(L, o + 1)) j.ri.check = lua_toboolean(L, o + 1);
   bind_site(L, ctx);
   BIND_CHECK(L, ctx, dev_comm_init(ctx, &j.ri), fname);
 }
 
 /* gpu.init_comm{timeout =, check =}: join now rather than at the first collective */
 static int comm_init(lua_State *L) {
-  bind_check_opts(L, 1, "timeout check");
-  join(L, "init_comm", lua_istable(L, 1) ? 1 : 0, 0);
+  static const char *const names[] = {"timeout", "check", NULL};
+  join(L, "init_comm", bind_read_opts(L, 1, names), 0);
   return 0;
 }
 
-/* The op option's value at idx (nil: sum). */
+/* The op option's value at idx (nil: sum), in dev_cred's order. */
 static dev_cred check_red(lua_State *L, int idx) {
   static const char *const names[] = {"sum", "prod", "max", "min", "avg", NULL};
-  if (lua_isnil(L, idx)) return DEV_CRED_SUM;
-  const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
-  int i = 0;
-  while (s && names[i] && strcmp(names[i], s) != 0) i++;
-  if (!s || !names[i])
-    luaL_error(L, "bad option 'op' (expected \"sum\", \"prod\", \"max\", \"min\" or \"avg\", got %s)",
-               s ? s : luaL_typename(L, idx));
-  return (dev_cred)i;
+  return (dev_cred)bind_check_option(L, idx, "op", DEV_CRED_SUM, names);
 }
 
 /* The rank at idx; else NULL, and *why says what is wrong with the value
@@ -193,7 +185,7 @@ static const char *coll_name(dev_ctx *ctx, const char *fname) {
  * on the stream option's value at stream (nil: the current stream), fetched
  * here after the last Lua allocation. */
 static void enqueue(lua_State *L, const char *fname, dev_coll *c, int si, int ri, int stream) {
-  dev_stream *s = bind_stream_at(L, stream);
+  dev_stream *s = bind_stream(L, stream);
   dev_ctx *ctx = dev_stream_ctx(s);
   if (si) c->send = bind_check_tensor(L, si)->v;
   if (ri) c->recv = bind_check_tensor(L, ri)->v;
@@ -338,7 +330,7 @@ static void flush_group(lua_State *L, int list) {
     if (!named->s) luaL_error(L, "gpu.group: the group's stream is closed");
     s = named->s;
   } else {
-    s = bind_current_stream(L);
+    s = bind_stream(L, 0);
   }
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, list, i);
@@ -398,7 +390,7 @@ static int comm_barrier(lua_State *L) {
   no_group(L, "barrier");
   join(L, "barrier", 0, 1);
   dev_ctx *ctx = bind_ctx(L);
-  dev_stream *s = bind_current_stream(L);
+  dev_stream *s = bind_stream(L, 0);
   /* a bare buffer: the device layer keeps it until the all_reduce is done */
   dev_buf *b;
   BIND_CHECK(L, ctx, dev_buf_alloc(ctx, DEV_MEM_DEVICE, 1, &b), "barrier");

@@ -127,10 +127,14 @@ int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname);
  * tables are read with raw access. */
 
 /* streams */
+/* Argument idx: an open gpu.Stream ("bad argument #2 to 'record' (...)"). */
 dev_stream *bind_check_stream(lua_State *L, int idx);
-dev_stream *bind_current_stream(lua_State *L);
-/* opts.stream when the table at idx has one (checked), else the current stream. */
-dev_stream *bind_opt_stream(lua_State *L, int idx);
+/* The one way to find the stream an op runs on: the stream option's value at
+ * idx (a slot of bind_read_opts), checked ("bad option 'stream' (...)");
+ * idx 0, none or nil: the current stream (gpu.using's for the running
+ * coroutine, else the default stream).  As any raw pointer, fetched after
+ * the binding's last Lua allocation. */
+dev_stream *bind_stream(lua_State *L, int idx);
 void bind_push_stream(lua_State *L, dev_stream *s);   /* retains s */
 
 /* events */
@@ -150,22 +154,27 @@ gpu_tensor *bind_check_tensor(lua_State *L, int idx);
 gpu_tensor *bind_test_tensor(lua_State *L, int idx); /* NULL if not a tensor; raises if closed */
 int bind_tensor_save(lua_State *L);   /* t:save(path [, opts]), in npy.c with the .npy writer */
 
-/* Table-field helpers for an opts table at idx (idx may be none/nil). */
-int bind_opt_field(lua_State *L, int idx, const char *field); /* pushes the field, returns its type */
-/* opts at idx is nil or a table whose keys are all in `allowed` (space-separated):
- * a misspelt option raises instead of being ignored. */
-void bind_check_opts(lua_State *L, int idx, const char *allowed);
-/* opts at idx is nil or a table with at most a 'stream' (checked): that
- * stream, else the current one.  bind_check_opts + bind_opt_stream in one
- * pass, for the ops whose only option is the stream; as any raw pointer, the
- * result is fetched after the binding's last Lua allocation. */
-dev_stream *bind_stream_opts(lua_State *L, int idx);
-/* opts at idx is nil or a table whose keys are all in names (NULL-ended),
- * read in one pass (the collectives took four lookups and a check pass):
- * names[i]'s value is pushed at the returned index + i, nil when absent. */
+/* Options: the table at idx (none or nil: none given), read in one pass
+ * with raw access, so no metamethod of the caller's table runs in the middle
+ * of a binding.  Its keys must be among names (NULL-ended): a misspelt
+ * option raises "unknown option 'x' (expected: a b c)" instead of being
+ * ignored.  names[i]'s value is pushed at the returned index + i, nil when
+ * absent; read the values there (bind_stream for the stream's). */
 int bind_read_opts(lua_State *L, int idx, const char *const *names);
-/* The stream option's value at idx (nil: the current stream), checked. */
-dev_stream *bind_stream_at(lua_State *L, int idx);
+/* bind_read_opts for the ops whose only option is the stream: its slot. */
+int bind_read_stream_opt(lua_State *L, int idx);
+/* As luaL_checkoption, for the option `field`'s value at idx: the index of
+ * its name in names (NULL-ended), def when the value is nil (def -1: a value
+ * is required); else "bad option 'field' (expected \"a\", \"b\" or \"c\",
+ * got x)".  def is an index, not a name: the collectives' op is read on
+ * every call. */
+int bind_check_option(lua_State *L, int idx, const char *field, int def, const char *const *names);
+/* Push names (NULL-ended) for a message: "a b c", or quoted,
+ * "\"a\", \"b\" or \"c\"". */
+const char *bind_push_names(lua_State *L, const char *const *names, int quoted);
+/* gpu.sync_debug's and gpu.nosync's modes, in the order of gpu_state's
+ * sync_base: "off", "warn", "error" (gpu.c). */
+extern const char *const bind_sync_modes[];
 /* Push the table thread -> current stream to change it: every write goes
  * through here, which forgets the main thread's remembered entry. */
 void bind_push_current_table(lua_State *L);
@@ -189,12 +198,12 @@ int bind_open_npy(lua_State *L);      /* gpu.load (.npy files) */
 int bind_open_dlpack(lua_State *L);   /* gpu.from_dlpack */
 int bind_open_memory(lua_State *L);   /* gpu.memory, gpu.empty_cache, gpu.reset_peak_memory */
 void bind_memory_init(gpu_state *st); /* once the context is open */
-/* Memory for a new tensor, made for the stream of the opts table at index
- * opts (0: the current stream).  Keeps Lua's collector in step with the
+/* Memory for a new tensor, made for the stream option's value at index
+ * stream (0: the current stream).  Keeps Lua's collector in step with the
  * memory tensors hold; out of memory, collects, waits for the work that
  * still uses freed memory and retries, then raises "<fname>: out of memory
  * ..." with the figures.  May run finalizers: fetch raw pointers after it. */
-dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int opts, const char *fname);
+dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int stream, const char *fname);
 /* After a device call failed with DEV_ERR_NOMEM for memory of this kind
  * (bytes wanted): a full collection and dev_mem_reclaim, so that one retry
  * can succeed; DEV_OK, or the reclaim's error (message in the context). */

@@ -194,9 +194,9 @@ static int push_import(lua_State *L, void *p, int versioned, int arg, const char
     return import_fail(L, arg, fname, "dtype with %u lanes (only 1 is supported)", (unsigned)dl->dtype.lanes);
   dev_dtype dt;
   if (from_dl_dtype(dl->dtype, &dt))
-    return import_fail(L, arg, fname, "unsupported dtype (code %u '%s', %u bits); gpulua has f32 f64 f16 "
-                       "bf16 i8 u8 i32 i64 bool", (unsigned)dl->dtype.code, dl_code_name(dl->dtype.code),
-                       (unsigned)dl->dtype.bits);
+    return import_fail(L, arg, fname, "unsupported dtype (code %u '%s', %u bits); gpulua has %s",
+                       (unsigned)dl->dtype.code, dl_code_name(dl->dtype.code), (unsigned)dl->dtype.bits,
+                       bind_push_names(L, dev_dtype_names, 0));
   dev_memkind kind;
   switch ((int)dl->device.device_type) {
   case kDLCPU: kind = DEV_MEM_HOST; break;

@@ -105,7 +105,7 @@ int embed_stream_handle(lua_State *L) {
   void **out = lua_touserdata(L, 1);
   dev_stream *s;
   if (lua_isnoneornil(L, 2)) {
-    s = bind_current_stream(L);
+    s = bind_stream(L, 0);
   } else {
     gpu_stream *p = bind_test_stream(L, 2);
     if (p == NULL) return luaL_error(L, "gpulua_stream_handle: expected a gpu.Stream, got %s", bind_typename(L, 2));

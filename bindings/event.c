@@ -20,12 +20,9 @@ void bind_push_event(lua_State *L, dev_event *e) {
 
 static int event_new(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
-  int timing = 1;  /* as cudaEventCreate; {timing = false} for pure ordering */
-  if (!lua_isnoneornil(L, 1)) {
-    bind_check_opts(L, 1, "timing");
-    if (bind_opt_field(L, 1, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-  }
+  static const char *const names[] = {"timing", NULL};
+  int o = bind_read_opts(L, 1, names);
+  int timing = lua_isnil(L, o) || lua_toboolean(L, o);  /* as cudaEventCreate; {timing = false} for pure ordering */
   gpu_event *p = bind_new_udata(L, &bind_event_type, sizeof *p, 0);
   BIND_CHECK(L, ctx, dev_event_create(ctx, timing, &p->e), "event");
   return 1;
@@ -44,7 +41,7 @@ static int event_release(lua_State *L) {
 static int event_record(lua_State *L) {
   bind_ctx(L);
   dev_event *e = bind_check_event(L, 1);
-  dev_stream *s = lua_isnoneornil(L, 2) ? bind_current_stream(L) : bind_check_stream(L, 2);
+  dev_stream *s = lua_isnoneornil(L, 2) ? bind_stream(L, 0) : bind_check_stream(L, 2);
   BIND_CHECK(L, bind_ctx(L), dev_event_record(e, s), "record");
   lua_settop(L, 1);
   return 1;

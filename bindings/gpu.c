@@ -66,71 +66,61 @@ int bind_raise(lua_State *L, dev_ctx *ctx, const char *fname) {
   return lua_error(L);
 }
 
-/* Raw access: no metamethod of the caller's table runs in the middle of a
- * binding (it could close the objects the binding is working on). */
-int bind_opt_field(lua_State *L, int idx, const char *field) {
-  if (lua_type(L, idx) != LUA_TTABLE) {
-    lua_pushnil(L);
-    return LUA_TNIL;
+const char *bind_push_names(lua_State *L, const char *const *names, int quoted) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; names[i]; i++) {
+    if (i) luaL_addstring(&b, !quoted ? " " : names[i + 1] ? ", " : " or ");
+    if (quoted) luaL_addchar(&b, '"');
+    luaL_addstring(&b, names[i]);
+    if (quoted) luaL_addchar(&b, '"');
   }
-  idx = lua_absindex(L, idx);
-  lua_pushstring(L, field);
-  return lua_rawget(L, idx);
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
 }
 
-/* k (n bytes) is one of the space-separated words of list */
-static int is_word_of(const char *list, const char *k, size_t n) {
-  for (const char *p = list; *p;) {
-    const char *e = strchr(p, ' ');
-    size_t len = e ? (size_t)(e - p) : strlen(p);
-    if (len == n && memcmp(p, k, n) == 0) return 1;
-    if (!e) break;
-    p = e + 1;
-  }
-  return 0;
+/* the index of the string k (n bytes) in names, or -1: compared with its
+ * length, so "host\0x" is not host */
+static int name_index(const char *const *names, const char *k, size_t n) {
+  for (int i = 0; names[i]; i++)
+    if (names[i][0] == k[0] && strlen(names[i]) == n && memcmp(names[i], k, n) == 0) return i;
+  return -1;
 }
 
-static void bad_option_key(lua_State *L, const char *allowed) {
-  if (lua_type(L, -2) != LUA_TSTRING)
-    luaL_error(L, "bad option key (a %s; options are named: %s)", luaL_typename(L, -2), allowed);
-  luaL_error(L, "unknown option '%s' (expected: %s)", lua_tostring(L, -2), allowed);
-}
-
-void bind_check_opts(lua_State *L, int idx, const char *allowed) {
-  if (lua_isnoneornil(L, idx)) return;
-  luaL_checktype(L, idx, LUA_TTABLE);
-  idx = lua_absindex(L, idx);
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    size_t n;
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &n) : NULL;
-    if (!k || !is_word_of(allowed, k, n)) bad_option_key(L, allowed);
-    lua_pop(L, 1);
+int bind_check_option(lua_State *L, int idx, const char *field, int def, const char *const *names) {
+  int t = lua_type(L, idx);
+  if (def >= 0 && t == LUA_TNIL) return def;
+  size_t n;
+  const char *k = t == LUA_TSTRING ? lua_tolstring(L, idx, &n) : NULL;
+  int i = k ? name_index(names, k, n) : -1;
+  if (i < 0) {
+    const char *got = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : luaL_typename(L, idx);
+    if (lua_type(L, idx) == LUA_TSTRING && strlen(got) != lua_rawlen(L, idx))
+      got = lua_pushfstring(L, "'%s\\0...'", got);
+    luaL_error(L, "bad option '%s' (expected %s, got %s)", field, bind_push_names(L, names, 1), got);
   }
+  return i;
 }
 
 int bind_read_opts(lua_State *L, int idx, const char *const *names) {
   int n = 0;
   while (names[n]) n++;
+  if (idx < 0) idx = lua_absindex(L, idx);
   luaL_checkstack(L, n + 3, "too many options");
+  /* above the top: when no options are given, the slots may be at idx */
   int base = lua_gettop(L) + 1;
   for (int i = 0; i < n; i++) lua_pushnil(L);
   if (lua_isnoneornil(L, idx)) return base;
   luaL_checktype(L, idx, LUA_TTABLE);
-  idx = lua_absindex(L, idx);
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     size_t kn;
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &kn) : NULL;
-    int i = 0;
-    while (k && i < n && !(strlen(names[i]) == kn && memcmp(names[i], k, kn) == 0)) i++;
-    if (!k || i == n) {
-      char allowed[128] = "";
-      for (int j = 0; j < n; j++) {
-        if (j) strncat(allowed, " ", sizeof allowed - strlen(allowed) - 1);
-        strncat(allowed, names[j], sizeof allowed - strlen(allowed) - 1);
-      }
-      bad_option_key(L, allowed);
+    int i = k ? name_index(names, k, kn) : -1;
+    if (i < 0) {
+      const char *ty = luaL_typename(L, -2), *expected = bind_push_names(L, names, 0);
+      if (!k) luaL_error(L, "bad option key (a %s; options are named: %s)", ty, expected);
+      luaL_error(L, "unknown option '%s' (expected: %s)", k, expected);
     }
     lua_copy(L, -1, base + i);
     lua_pop(L, 1);
@@ -138,12 +128,9 @@ int bind_read_opts(lua_State *L, int idx, const char *const *names) {
   return base;
 }
 
-dev_stream *bind_stream_opts(lua_State *L, int idx) {
+int bind_read_stream_opt(lua_State *L, int idx) {
   static const char *const names[] = {"stream", NULL};
-  int o = bind_read_opts(L, idx, names);
-  dev_stream *s = bind_stream_at(L, o);
-  lua_settop(L, o - 1);
-  return s;
+  return bind_read_opts(L, idx, names);
 }
 
 static int state_gc(lua_State *L) {
@@ -212,7 +199,7 @@ static int gpu_synchronize(lua_State *L) {
 
 /* ---- sync debugging ----------------------------------------------------- */
 
-static const char *const sync_modes[] = {"off", "warn", "error", NULL};
+const char *const bind_sync_modes[] = {"off", "warn", "error", NULL};
 
 /* The device layer's sync warning: shown once per message (message names the
  * script line and the call), through Lua's warning system so an embedder's
@@ -271,12 +258,12 @@ int bind_sync_debug(lua_State *L) {
   gpu_state *st = bind_state(L);
   int old = effective_mode(L, st);
   if (!lua_isnoneornil(L, 1)) {
-    int m = luaL_checkoption(L, 1, NULL, sync_modes);
+    int m = luaL_checkoption(L, 1, NULL, bind_sync_modes);
     st->sync_base = m;
     if (m == 1) lua_warning(L, "@on", 0);
   }
   bind_sync_apply(L);
-  lua_pushstring(L, sync_modes[old]);
+  lua_pushstring(L, bind_sync_modes[old]);
   return 1;
 }
 
@@ -321,8 +308,7 @@ static int gpu_sleep(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   double ms = luaL_checknumber(L, 1);
   luaL_argcheck(L, ms >= 0 && ms <= 1e7, 1, "milliseconds must be in [0, 1e7]");
-  bind_check_opts(L, 2, "stream");
-  dev_stream *s = bind_opt_stream(L, 2);
+  dev_stream *s = bind_stream(L, bind_read_stream_opt(L, 2));
   dev_kop op = {.kind = DEV_OP_SLEEP, .ms = ms};
   bind_site(L, ctx);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), "sleep");
@@ -393,8 +379,8 @@ int bind_open_gpu(lua_State *L) {
     const char *env = getenv("GPULUA_SYNC_DEBUG");
     if (env && *env) {
       st->sync_base = -1;
-      for (int i = 0; sync_modes[i]; i++)
-        if (strcmp(env, sync_modes[i]) == 0) st->sync_base = i;
+      for (int i = 0; bind_sync_modes[i]; i++)
+        if (strcmp(env, bind_sync_modes[i]) == 0) st->sync_base = i;
       if (st->sync_base < 0) {
         lua_pop(L, 2);
         return luaL_error(L, "gpu: GPULUA_SYNC_DEBUG='%s' (expected off, warn or error)", env);

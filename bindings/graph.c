@@ -35,13 +35,14 @@ static void swap_current(lua_State *L, int idx) {
 static int graph_new(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   luaL_checktype(L, 1, LUA_TFUNCTION);
-  bind_check_opts(L, 2, "name");
+  static const char *const names[] = {"name", NULL};
+  int o = bind_read_opts(L, 2, names);
   char name[DEV_TRACE_NAME] = "";
-  if (bind_opt_field(L, 2, "name") != LUA_TNIL) {
-    if (lua_type(L, -1) != LUA_TSTRING)
-      luaL_error(L, "bad option 'name' (string expected, got %s)", luaL_typename(L, -1));
+  if (!lua_isnil(L, o)) {
+    if (lua_type(L, o) != LUA_TSTRING)
+      luaL_error(L, "bad option 'name' (string expected, got %s)", luaL_typename(L, o));
     size_t n;
-    const char *s = lua_tolstring(L, -1, &n);
+    const char *s = lua_tolstring(L, o, &n);
     if (n >= sizeof name) n = sizeof name - 1;
     memcpy(name, s, n);
     name[n] = 0;
@@ -88,7 +89,7 @@ static int graph_new(lua_State *L) {
 static int graph_launch(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   check_graph(L, 1);
-  dev_stream *s = lua_isnoneornil(L, 2) ? bind_current_stream(L) : bind_check_stream(L, 2);
+  dev_stream *s = lua_isnoneornil(L, 2) ? bind_stream(L, 0) : bind_check_stream(L, 2);
   bind_site(L, ctx);
   BIND_CHECK(L, ctx, dev_graph_launch(to_graph(L, 1)->g, s), "launch");
   return 0;

@@ -75,8 +75,10 @@ static void push_signature(lua_State *L, const dev_kernel *k) {
 
 /* ---- launch configuration -------------------------------------------- */
 
-static void check_dim3(lua_State *L, int opts, const char *field, unsigned out[3], int required) {
-  int t = bind_opt_field(L, opts, field);
+/* The option field's value at idx: a number or {x, y, z}. */
+static void check_dim3(lua_State *L, int idx, const char *field, unsigned out[3], int required) {
+  int t = lua_type(L, idx);
+  lua_pushvalue(L, idx);
   out[0] = out[1] = out[2] = 1;
   if (t == LUA_TNIL) {
     if (required) luaL_error(L, "launch configuration: '%s' is missing (a number or {x, y, z})", field);
@@ -107,26 +109,26 @@ static int kernel_call(lua_State *L) {
   if (lua_type(L, 2) != LUA_TTABLE)
     return luaL_error(L, "kernel '%s': call it with a launch configuration first: "
                       "k{grid = ..., block = ...}(args...)", g->k->sig.name);
-  bind_check_opts(L, 2, "grid block shared stream");
+  static const char *const names[] = {"grid", "block", "shared", "stream", NULL};
+  int o = bind_read_opts(L, 2, names);
   gpu_launcher *ln = bind_new_udata(L, &bind_launcher_type, sizeof *ln, 1);
-  check_dim3(L, 2, "grid", ln->grid, 1);
-  check_dim3(L, 2, "block", ln->block, 1);
-  if (bind_opt_field(L, 2, "shared") != LUA_TNIL) {
+  check_dim3(L, o, "grid", ln->grid, 1);
+  check_dim3(L, o + 1, "block", ln->block, 1);
+  if (!lua_isnil(L, o + 2)) {
     int isint;
-    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    lua_Integer v = lua_tointegerx(L, o + 2, &isint);
     if (!isint || v < 0)
       luaL_error(L, "launch configuration: 'shared' must be a number of bytes >= 0");
     ln->shared = (size_t)v;
   }
-  lua_pop(L, 1);
-  if (bind_opt_field(L, 2, "stream") != LUA_TNIL) {
-    gpu_stream *p = bind_test_stream(L, -1);
-    if (!p) luaL_error(L, "launch configuration: 'stream' must be a gpu.Stream, got %s", bind_typename(L, -1));
+  /* the launcher holds its stream (user value 1), found at each launch */
+  if (!lua_isnil(L, o + 3)) {
+    gpu_stream *p = bind_test_stream(L, o + 3);
+    if (!p) luaL_error(L, "launch configuration: 'stream' must be a gpu.Stream, got %s", bind_typename(L, o + 3));
     if (!p->s) luaL_error(L, "launch configuration: 'stream' is closed");
+    lua_pushvalue(L, o + 3);
     lua_setiuservalue(L, -2, 1);
     ln->has_stream = 1;
-  } else {
-    lua_pop(L, 1);
   }
   g = check_kernel(L, 1);
   char msg[300];
@@ -246,7 +248,7 @@ static int launcher_call(lua_State *L) {
     if (!p || !p->s) return luaL_error(L, "kernel '%s': the launch configuration's stream is closed", k->sig.name);
     s = p->s;
   } else {
-    s = bind_current_stream(L);
+    s = bind_stream(L, 0);
   }
   dev_ctx *ctx = dev_stream_ctx(s);
   bind_site(L, ctx);
@@ -439,22 +441,22 @@ static int gpu_compile(lua_State *L) {
   if (lua_type(L, 1) != LUA_TSTRING) luaL_typeerror(L, 1, "string (CUDA C source)");
   const char *src = lua_tolstring(L, 1, &len);
   if (strlen(src) != len) return luaL_argerror(L, 1, "source contains a zero byte");
-  bind_check_opts(L, 2, "options name cache");
+  static const char *const names[] = {"options", "name", "cache", NULL};
   lua_settop(L, 2);
-  dev_compile_opts o = {.cache = 1};
-  if (bind_opt_field(L, 2, "name") != LUA_TNIL) {   /* slot 3 keeps it alive */
-    if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "bad option 'name' (string expected, got %s)", luaL_typename(L, -1));
-    o.name = lua_tostring(L, -1);
+  /* slots 3 options, 4 name, 5 cache: they keep the strings alive */
+  bind_read_opts(L, 2, names);
+  dev_compile_opts o = {.cache = lua_isnil(L, 5) || lua_toboolean(L, 5)};
+  if (!lua_isnil(L, 4)) {
+    if (lua_type(L, 4) != LUA_TSTRING) luaL_error(L, "bad option 'name' (string expected, got %s)", luaL_typename(L, 4));
+    o.name = lua_tostring(L, 4);
   }
-  if (bind_opt_field(L, 2, "cache") != LUA_TNIL) o.cache = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  int t = bind_opt_field(L, 2, "options");   /* slot 4 */
+  int t = lua_type(L, 3);
   if (t != LUA_TNIL && t != LUA_TTABLE)
-    luaL_error(L, "bad option 'options' (a table of strings expected, got %s)", luaL_typename(L, -1));
-  int n = t == LUA_TTABLE ? (int)lua_rawlen(L, 4) : 0;
+    luaL_error(L, "bad option 'options' (a table of strings expected, got %s)", luaL_typename(L, 3));
+  int n = t == LUA_TTABLE ? (int)lua_rawlen(L, 3) : 0;
   const char **opts = n ? lua_newuserdatauv(L, (size_t)n * sizeof *opts, 0) : NULL;
   for (int i = 0; i < n; i++) {
-    if (lua_rawgeti(L, 4, i + 1) != LUA_TSTRING)
+    if (lua_rawgeti(L, 3, i + 1) != LUA_TSTRING)
       luaL_error(L, "bad option 'options' (item %d: string expected, got %s)", i + 1, luaL_typename(L, -1));
     opts[i] = lua_tostring(L, -1);   /* anchored in the options table */
     lua_pop(L, 1);
@@ -555,13 +557,13 @@ static int gpu_load_module(lua_State *L) {
   size_t len;
   if (lua_type(L, 1) != LUA_TSTRING) luaL_typeerror(L, 1, "string (PTX, cubin or a path)");
   const char *data = lua_tolstring(L, 1, &len);
-  bind_check_opts(L, 2, "declare");
+  static const char *const names[] = {"declare", NULL};
   lua_settop(L, 2);
   const char *declare = NULL;
-  if (bind_opt_field(L, 2, "declare") != LUA_TNIL) {   /* slot 3 keeps it alive */
-    if (lua_type(L, -1) != LUA_TSTRING)
-      luaL_error(L, "bad option 'declare' (CUDA C prototypes as a string expected, got %s)", luaL_typename(L, -1));
-    declare = lua_tostring(L, -1);
+  if (!lua_isnil(L, bind_read_opts(L, 2, names))) {   /* slot 3 keeps it alive */
+    if (lua_type(L, 3) != LUA_TSTRING)
+      luaL_error(L, "bad option 'declare' (CUDA C prototypes as a string expected, got %s)", luaL_typename(L, 3));
+    declare = lua_tostring(L, 3);
   }
   int is_path = dev_image_kind_of(data, len) == DEV_IMAGE_NONE;
   if (is_path && strlen(data) != len)

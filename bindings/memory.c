@@ -90,13 +90,7 @@ static void collect(lua_State *L, gpu_state *st, dev_memkind kind, size_t bytes)
   collect_full(L, st, kind, bytes);
 }
 
-/* The stream the new tensor is made for: opts.stream, else the current one;
- * looked up after any collection (a finalizer may close streams). */
-static dev_stream *alloc_stream(lua_State *L, int opts) {
-  return opts ? bind_opt_stream(L, opts) : bind_current_stream(L);
-}
-
-dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int opts, const char *fname) {
+dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int stream, const char *fname) {
   gpu_state *st = bind_state(L);
   dev_ctx *ctx = st->ctx;
   if (dev_mem_live(ctx, kind) + bytes > st->gc_limit[kind]) {
@@ -120,10 +114,11 @@ dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int opts, cons
     if (lua_gc(L, LUA_GCISRUNNING)) lua_gc(L, LUA_GCSTEP, 0);
   }
   st->gc_since_full += bytes;
+  /* the stream looked up after any collection (a finalizer may close streams) */
   dev_buf *b;
-  int rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
+  int rc = dev_buf_alloc_on(ctx, kind, bytes, bind_stream(L, stream), &b);
   if (rc == DEV_ERR_NOMEM && bind_reclaim(L, kind, bytes) == DEV_OK)
-    rc = dev_buf_alloc_on(ctx, kind, bytes, alloc_stream(L, opts), &b);
+    rc = dev_buf_alloc_on(ctx, kind, bytes, bind_stream(L, stream), &b);
   BIND_CHECK(L, ctx, rc, fname);
   return b;
 }

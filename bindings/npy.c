@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "tensor.h"
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -405,42 +405,15 @@ static void fix_elements(const npy_header *h, void *p) {
   }
 }
 
-static const char *const load_devices[] = {"device", "pinned", "host", NULL};
-
 /* gpu.load(path [, {device = "device"|"pinned"|"host", stream = s}]) */
 static int gpu_load(lua_State *L) {
   size_t plen;
   const char *path = luaL_checklstring(L, 1, &plen);
   if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
-  bind_check_opts(L, 2, "device stream");
-  dev_memkind kind = DEV_MEM_DEVICE;
-  if (bind_opt_field(L, 2, "device") != LUA_TNIL) {
-    size_t len = 0;
-    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
-    /* "host\0x" is not host */
-    if (name && strlen(name) != len)
-      return luaL_error(L, "bad option 'device' (expected \"device\", \"pinned\" or \"host\", got '%s\\0...')",
-                        name);
-    int i = 0;
-    while (name && load_devices[i] && strcmp(name, load_devices[i]) != 0) i++;
-    /* the synonyms gpu.zeros takes */
-    if (name && strcmp(name, "cpu") == 0) i = 2;
-    if (name && strcmp(name, "cuda") == 0) i = 0;
-    if (name && strncmp(name, "cuda:", 5) == 0 && name[5]) {
-      /* digits only: strtol would also take "-0", "+0" and " 0" */
-      long d = 0;
-      const char *p = name + 5;
-      for (; *p >= '0' && *p <= '9'; p++)
-        if (d < 1000000) d = d * 10 + (*p - '0');
-      if (*p == 0 && d < dev_device_count(bind_ctx(L))) i = 0;
-    }
-    if (!name || !load_devices[i])
-      return luaL_error(L, "bad option 'device' (expected \"device\", \"pinned\" or \"host\", got %s)",
-                        name ? name : luaL_typename(L, -1));
-    kind = i == 0 ? DEV_MEM_DEVICE : i == 1 ? DEV_MEM_PINNED : DEV_MEM_HOST;
-  }
-  lua_pop(L, 1);
-  bind_opt_stream(L, 2);   /* a bad stream raises before the file is read */
+  static const char *const names[] = {"device", "stream", NULL};
+  int o = bind_read_opts(L, 2, names), stream = o + 1;
+  dev_memkind kind = bind_check_device(L, o, DEV_MEM_DEVICE);
+  bind_stream(L, stream);   /* a bad stream raises before the file is read */
 
   npy_file *f = bind_new_udata(L, &bind_npy_file_type, sizeof *f, 0);
   f->fd = -1;
@@ -477,7 +450,7 @@ static int gpu_load(lua_State *L) {
   if (!dst) return 1;
 
   dev_ctx *ctx = bind_ctx(L);
-  dev_stream *s = bind_opt_stream(L, 2);
+  dev_stream *s = bind_stream(L, stream);
   gpu_tensor *t = bind_check_tensor(L, dst);
   stage = bind_check_tensor(L, sidx);
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
@@ -575,7 +548,7 @@ int bind_tensor_save(lua_State *L) {
   size_t plen;
   const char *path = luaL_checklstring(L, 2, &plen);
   if (strlen(path) != plen) return luaL_argerror(L, 2, "the path contains a zero byte");
-  bind_check_opts(L, 3, "stream");
+  int stream = bind_read_stream_opt(L, 3);
   dev_ctx *ctx = bind_ctx(L);
   size_t nbytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
   const void *data;
@@ -587,7 +560,7 @@ int bind_tensor_save(lua_State *L) {
   } else {
     /* C order on the host: a counted sync, as t:totable */
     void *p = lua_newuserdatauv(L, nbytes, 0);
-    dev_stream *s = bind_opt_stream(L, 3);
+    dev_stream *s = bind_stream(L, stream);
     t = bind_check_tensor(L, 1);
     bind_call_site(L, ctx, "save");
     BIND_CHECK(L, ctx, dev_read(ctx, s, &t->v, p), "save");

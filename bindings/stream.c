@@ -39,7 +39,8 @@ static int push_current(lua_State *L) {
   return t;
 }
 
-dev_stream *bind_current_stream(lua_State *L) {
+/* gpu.using's stream for the running coroutine, else the default stream */
+static dev_stream *current_stream(lua_State *L) {
   gpu_state *st = bind_state(L);
   gpu_stream *p;
   if (L == st->mainL && st->main_cur_ok) {
@@ -63,25 +64,18 @@ void bind_push_current_table(lua_State *L) {
   st->main_cur_ok = 0;
 }
 
-dev_stream *bind_stream_at(lua_State *L, int idx) {
-  if (lua_isnil(L, idx)) return bind_current_stream(L);
+dev_stream *bind_stream(lua_State *L, int idx) {
+  if (idx == 0 || lua_isnoneornil(L, idx)) return current_stream(L);
   gpu_stream *p = bind_test_stream(L, idx);
   if (!p) luaL_error(L, "bad option 'stream' (gpu.Stream expected, got %s)", bind_typename(L, idx));
   if (!p->s) luaL_error(L, "bad option 'stream' (stream is closed)");
   return p->s;
 }
 
-dev_stream *bind_opt_stream(lua_State *L, int idx) {
-  if (lua_type(L, idx) == LUA_TTABLE) {
-    bind_opt_field(L, idx, "stream");
-    dev_stream *s = bind_stream_at(L, -1);
-    lua_pop(L, 1);
-    return s;
-  }
-  return bind_current_stream(L);
-}
+static const char *const priorities[] = {"low", "normal", "high", NULL};
 
-static int parse_priority(lua_State *L, int idx) {
+/* The priority option's value at idx: a name, or -1, 0, 1 as CUDA's. */
+static int check_priority(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TNUMBER) {
     int isint;
     lua_Integer p = lua_tointegerx(L, idx, &isint);
@@ -89,25 +83,14 @@ static int parse_priority(lua_State *L, int idx) {
       luaL_error(L, "bad option 'priority' (expected \"low\", \"normal\", \"high\" or -1, 0, 1)");
     return (int)p;
   }
-  static const char *const names[] = {"low", "normal", "high", NULL};
-  const char *name = lua_tostring(L, idx);
-  for (int i = 0; names[i] && name; i++)
-    if (strcmp(name, names[i]) == 0) return i - 1;
-  return luaL_error(L, "bad option 'priority' (expected \"low\", \"normal\" or \"high\", got %s)",
-                    name ? name : luaL_typename(L, idx));
+  return DEV_PRIO_LOW + bind_check_option(L, idx, "priority", DEV_PRIO_NORMAL - DEV_PRIO_LOW, priorities);
 }
 
 static int stream_new(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
-  int prio = DEV_PRIO_NORMAL, nonblocking = 0;
-  if (!lua_isnoneornil(L, 1)) {
-    bind_check_opts(L, 1, "priority nonblocking");
-    if (bind_opt_field(L, 1, "priority") != LUA_TNIL) prio = parse_priority(L, -1);
-    lua_pop(L, 1);
-    bind_opt_field(L, 1, "nonblocking");
-    nonblocking = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-  }
+  static const char *const names[] = {"priority", "nonblocking", NULL};
+  int o = bind_read_opts(L, 1, names);
+  int prio = check_priority(L, o), nonblocking = lua_toboolean(L, o + 1);
   gpu_stream *p = bind_new_udata(L, &bind_stream_type, sizeof *p, 0);
   BIND_CHECK(L, ctx, dev_stream_create(ctx, prio, nonblocking, &p->s), "stream");
   return 1;
@@ -165,12 +148,9 @@ static int stream_query(lua_State *L) {
 static int stream_record(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   bind_check_stream(L, 1);
-  int timing = 1;
-  if (!lua_isnoneornil(L, 2)) {
-    bind_check_opts(L, 2, "timing");
-    if (bind_opt_field(L, 2, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-  }
+  static const char *const names[] = {"timing", NULL};
+  int o = bind_read_opts(L, 2, names);
+  int timing = lua_isnil(L, o) || lua_toboolean(L, o);
   bind_push_event(L, NULL);  /* push, then acquire */
   gpu_event *p = lua_touserdata(L, -1);
   BIND_CHECK(L, ctx, dev_event_create(ctx, timing, &p->e), "record");
@@ -188,8 +168,7 @@ static int stream_fields(lua_State *L) {
     return luaL_error(L, "stream is closed");
   }
   if (strcmp(k, "priority") == 0) {
-    static const char *const names[] = {"low", "normal", "high"};
-    lua_pushstring(L, names[dev_stream_priority(p->s) + 1]);
+    lua_pushstring(L, priorities[dev_stream_priority(p->s) - DEV_PRIO_LOW]);
   } else if (strcmp(k, "nonblocking") == 0) {
     lua_pushboolean(L, dev_stream_nonblocking(p->s));
   } else if (strcmp(k, "id") == 0) {

@@ -110,7 +110,6 @@ static void drop_watch(gpu_task *t) {
  * ends when it is collected.  Nothing is written back into whatever task
  * happens to run at the time. */
 
-static const char *const sync_modes[] = {"off", "warn", "error", NULL};
 static const char main_owner = 0;   /* the key of the main program's scopes */
 
 /* user values: 1 the owner (a gpu.Task, or false: the main program), 2 the
@@ -193,7 +192,7 @@ int *bind_sync_slot(lua_State *L) {
 /* local _ <close> = gpu.nosync([mode]): syncs raise ("error", the default)
  * or warn until the scope ends, also when it ends by an error. */
 static int gpu_nosync(lua_State *L) {
-  int mode = luaL_checkoption(L, 1, "error", sync_modes);
+  int mode = luaL_checkoption(L, 1, "error", bind_sync_modes);
   gpu_state *st = bind_state(L);
   lua_settop(L, 0);
   nosync_scope *s = bind_new_udata(L, &bind_nosync_type, sizeof *s, 2);   /* 1 */

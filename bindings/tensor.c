@@ -46,10 +46,10 @@ gpu_tensor *bind_push_tensor_handle(lua_State *L) {
 }
 
 gpu_tensor *bind_new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int ndim,
-                            const int64_t *shape, int opts, const char *fname) {
+                            const int64_t *shape, int stream, const char *fname) {
   gpu_tensor *t = bind_push_tensor_handle(L);
   size_t bytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
-  dev_buf *b = bind_alloc(L, kind, bytes, opts, fname);
+  dev_buf *b = bind_alloc(L, kind, bytes, stream, fname);
   t->v.dtype = dt;
   dev_view_set_contiguous(&t->v, ndim, shape);
   t->v.buf = b;
@@ -57,9 +57,9 @@ gpu_tensor *bind_new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int nd
 }
 
 static gpu_tensor *new_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, int ndim,
-                            const int64_t *shape, int opts, const char *fname) {
+                            const int64_t *shape, int stream, const char *fname) {
   if (!like->v.buf) luaL_error(L, "%s: tensor is closed", fname);
-  return bind_new_tensor(L, like->v.buf->kind, dt, ndim, shape, opts, fname);
+  return bind_new_tensor(L, like->v.buf->kind, dt, ndim, shape, stream, fname);
 }
 
 /* A new handle on the same storage (views); base at stack index idx. */
@@ -73,8 +73,8 @@ static gpu_tensor *new_view(lua_State *L, int idx) {
 
 /* Enqueue op.  The buffers of its views are taken from the tensors at stack
  * indices out and in[0..nin) (0: keep the view's buffer), here, after the
- * binding's last Lua allocation (see common.h); submit also takes the stream
- * from opts. */
+ * binding's last Lua allocation (see common.h); submit also finds the
+ * stream, from the stream option's value at index stream (0: current). */
 static void submit_views(lua_State *L, dev_stream *s, dev_kop *op, int out, const int *in, int nin,
                          const char *fname) {
   dev_ctx *ctx = dev_stream_ctx(s);
@@ -91,9 +91,9 @@ static void submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, int in0
   submit_views(L, s, op, out, in, 2, fname);
 }
 
-static void submit(lua_State *L, int opts, dev_kop *op, int out, int in0, int in1,
+static void submit(lua_State *L, int stream, dev_kop *op, int out, int in0, int in1,
                    const char *fname) {
-  submit_on(L, opts_stream(L, opts), op, out, in0, in1, fname);
+  submit_on(L, bind_stream(L, stream), op, out, in0, in1, fname);
 }
 
 /* shape: a table of non-negative integers or one integer (0: a zero-sized dim) */
@@ -148,25 +148,25 @@ static const char *shown_name(lua_State *L, int idx) {
   return name_at(L, idx) ? s : lua_pushfstring(L, "%s\\0...", s);
 }
 
-dev_dtype bind_opt_dtype(lua_State *L, int opts, dev_dtype dflt) {
+dev_dtype bind_check_dtype(lua_State *L, int idx, dev_dtype dflt) {
   dev_dtype dt = dflt;
-  if (bind_opt_field(L, opts, "dtype") != LUA_TNIL) {
-    if (lua_type(L, -1) != LUA_TSTRING)
-      luaL_error(L, "bad option 'dtype' (string expected, got %s)", luaL_typename(L, -1));
-    const char *name = name_at(L, -1);
+  if (!lua_isnil(L, idx)) {
+    if (lua_type(L, idx) != LUA_TSTRING)
+      luaL_error(L, "bad option 'dtype' (string expected, got %s)", luaL_typename(L, idx));
+    const char *name = name_at(L, idx);
     if (!name || dev_dtype_parse(name, &dt))
-      luaL_error(L, "bad option 'dtype' (unknown dtype '%s'; expected f32 f64 f16 bf16 i8 u8 i32 i64 bool)",
-                 shown_name(L, -1));
+      luaL_error(L, "bad option 'dtype' (unknown dtype '%s'; expected %s)", shown_name(L, idx),
+                 bind_push_names(L, dev_dtype_names, 0));
   }
-  lua_pop(L, 1);
   return dt;
 }
 
 /* 0; -1 for an unknown name; -2 for "cuda:N" with N not a device index. */
 static int parse_device(lua_State *L, const char *name, dev_memkind *out) {
-  if (strcmp(name, "pinned") == 0) { *out = DEV_MEM_PINNED; return 0; }
-  if (strcmp(name, "host") == 0 || strcmp(name, "cpu") == 0) { *out = DEV_MEM_HOST; return 0; }
-  if (strcmp(name, "device") == 0 || strcmp(name, "cuda") == 0) { *out = DEV_MEM_DEVICE; return 0; }
+  static const char *const names[] = {"device", "cuda", "pinned", "host", "cpu", NULL};
+  static const dev_memkind kinds[] = {DEV_MEM_DEVICE, DEV_MEM_DEVICE, DEV_MEM_PINNED, DEV_MEM_HOST, DEV_MEM_HOST};
+  for (int i = 0; names[i]; i++)
+    if (strcmp(name, names[i]) == 0) { *out = kinds[i]; return 0; }
   if (strncmp(name, "cuda:", 5) == 0 && name[5]) {
     /* digits only: strtol would also take "-0", "+0" and " 0" */
     long i = 0;
@@ -181,19 +181,18 @@ static int parse_device(lua_State *L, const char *name, dev_memkind *out) {
   return -1;
 }
 
-dev_memkind bind_opt_device(lua_State *L, int opts, dev_memkind dflt) {
+dev_memkind bind_check_device(lua_State *L, int idx, dev_memkind dflt) {
   dev_memkind k = dflt;
-  if (bind_opt_field(L, opts, "device") != LUA_TNIL) {
-    int isstr = lua_type(L, -1) == LUA_TSTRING;
-    const char *name = isstr ? name_at(L, -1) : NULL;
+  if (!lua_isnil(L, idx)) {
+    int isstr = lua_type(L, idx) == LUA_TSTRING;
+    const char *name = isstr ? name_at(L, idx) : NULL;
     if (name && parse_device(L, name, &k) == -2)
       luaL_error(L, "bad option 'device' ('%s': device index out of range, %d device%s)", name,
                  dev_device_count(bind_ctx(L)), dev_device_count(bind_ctx(L)) == 1 ? "" : "s");
     if (!name || parse_device(L, name, &k))
       luaL_error(L, "bad option 'device' (unknown device '%s'; expected \"device\", \"cuda\", "
-                 "\"cuda:N\", \"pinned\" or \"host\")", isstr ? shown_name(L, -1) : luaL_typename(L, -1));
+                 "\"cuda:N\", \"pinned\" or \"host\")", isstr ? shown_name(L, idx) : luaL_typename(L, idx));
   }
-  lua_pop(L, 1);
   return k;
 }
 
@@ -265,8 +264,9 @@ void bind_push_elem(lua_State *L, dev_dtype t, const void *p) {
 
 /* Write packed f64/i64 values into dst: cast on the host first, so the device
  * side only ever sees a plain copy. */
-/* dst views the tensor at stack index tidx; the stream comes from opts. */
-void bind_tensor_upload(lua_State *L, dev_view dst_, int tidx, int isint, const void *vals, int opts,
+/* dst views the tensor at stack index tidx; the stream option's value is at
+ * index stream. */
+void bind_tensor_upload(lua_State *L, dev_view dst_, int tidx, int isint, const void *vals, int stream,
                         const char *fname) {
   dev_ctx *ctx = bind_ctx(L);
   int64_t n = dev_view_numel(&dst_);
@@ -274,12 +274,12 @@ void bind_tensor_upload(lua_State *L, dev_view dst_, int tidx, int isint, const 
   dev_buf *tmp = NULL, *cast = NULL;
   /* staged in pinned memory: an upload from pageable memory would block;
    * out of it, collect, reclaim and try once more */
-  dev_stream *s = opts_stream(L, opts);
+  dev_stream *s = bind_stream(L, stream);
   dst_.buf = bind_check_tensor(L, tidx)->v.buf;
   int rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
   if (rc == DEV_ERR_NOMEM && bind_reclaim(L, DEV_MEM_PINNED, (size_t)n * 8) == DEV_OK) {
     /* nothing held yet: finalizers the collection ran may have closed them */
-    s = opts_stream(L, opts);
+    s = bind_stream(L, stream);
     dst_.buf = bind_check_tensor(L, tidx)->v.buf;
     rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, (size_t)n * 8, &tmp);
   }
@@ -314,27 +314,30 @@ void bind_tensor_upload(lua_State *L, dev_view dst_, int tidx, int isint, const 
 
 /* ---- constructors ---------------------------------------------------- */
 
+/* the options of the constructors: their slots o, o + 1, o + 2 */
+const char *const bind_new_opts[] = {"dtype", "device", "stream", NULL};
+
 static int fill_new(lua_State *L, const char *fname, int value_kind) {
   int64_t shape[DEV_MAXDIM];
   int ndim = check_shape(L, 1, shape, "shape");
-  int opts = value_kind == 2 ? 3 : 2;
-  bind_check_opts(L, opts, "dtype device stream");
-  dev_dtype dt = bind_opt_dtype(L, opts, DEV_F32);
-  dev_memkind kind = bind_opt_device(L, opts, DEV_MEM_DEVICE);
-  opts_stream(L, opts);  /* a bad stream option raises before allocating */
+  if (value_kind == 2 && lua_isnone(L, 2)) luaL_typeerror(L, 2, "number");
+  int o = bind_read_opts(L, value_kind == 2 ? 3 : 2, bind_new_opts), stream = o + 2;
+  dev_dtype dt = bind_check_dtype(L, o, DEV_F32);
+  dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  bind_stream(L, stream);  /* a bad stream option raises before allocating */
   dev_scalar v = {1, 0, 0};
   if (value_kind == 1) { v.i = 1; v.f = 1; }
   if (value_kind == 2) v = bind_check_scalar(L, 2, dt, 2, NULL);
-  gpu_tensor *t = bind_new_tensor(L, kind, dt, ndim, shape, opts, fname);
+  gpu_tensor *t = bind_new_tensor(L, kind, dt, ndim, shape, stream, fname);
   if (value_kind == 0) {
     dev_ctx *ctx = bind_ctx(L);
-    dev_stream *s = opts_stream(L, opts);
+    dev_stream *s = bind_stream(L, stream);
     bind_call_site(L, ctx, fname);
     size_t nbytes = (size_t)numel_of(ndim, shape) * dev_dtype_size(dt);
     BIND_CHECK(L, ctx, dev_memset(ctx, s, t->v.buf, 0, 0, nbytes), fname);
   } else if (value_kind > 0) {
     dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
-    submit(L, opts, &op, 0, 0, 0, fname);
+    submit(L, stream, &op, 0, 0, 0, fname);
   }
   return 1;
 }
@@ -347,8 +350,8 @@ static int tensor_full(lua_State *L) { return fill_new(L, "full", 2); }
 static int tensor_pinned(lua_State *L) {
   int64_t shape[DEV_MAXDIM];
   int ndim = check_shape(L, 1, shape, "shape");
-  bind_check_opts(L, 2, "dtype");
-  dev_dtype dt = bind_opt_dtype(L, 2, DEV_F32);
+  static const char *const names[] = {"dtype", NULL};
+  dev_dtype dt = bind_check_dtype(L, bind_read_opts(L, 2, names), DEV_F32);
   bind_new_tensor(L, DEV_MEM_PINNED, dt, ndim, shape, 0, "pinned");
   return 1;
 }
@@ -357,13 +360,12 @@ static int tensor_arange(lua_State *L) {
   int nargs = 0;
   while (lua_type(L, nargs + 1) == LUA_TNUMBER) nargs++;
   if (nargs < 1 || nargs > 3) return luaL_argerror(L, nargs + 1, "number expected");
-  int opts = nargs + 1;
-  bind_check_opts(L, opts, "dtype device stream");
+  int o = bind_read_opts(L, nargs + 1, bind_new_opts), stream = o + 2;
   int allint = 1;
   for (int i = 1; i <= nargs; i++) allint &= lua_isinteger(L, i);
-  dev_dtype dt = bind_opt_dtype(L, opts, allint ? DEV_I64 : DEV_F32);
-  dev_memkind kind = bind_opt_device(L, opts, DEV_MEM_DEVICE);
-  opts_stream(L, opts);
+  dev_dtype dt = bind_check_dtype(L, o, allint ? DEV_I64 : DEV_F32);
+  dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  bind_stream(L, stream);
   int64_t n;
   dev_scalar start = {0, 0, 0}, step = {1, 1, 1};
   if (allint) {
@@ -394,9 +396,9 @@ static int tensor_arange(lua_State *L) {
   }
   if (!dev_dtype_is_float(dt) && !allint)
     return luaL_error(L, "bad option 'dtype' (arange with non-integer bounds needs a float dtype)");
-  gpu_tensor *t = bind_new_tensor(L, kind, dt, 1, &n, opts, "arange");
+  gpu_tensor *t = bind_new_tensor(L, kind, dt, 1, &n, stream, "arange");
   dev_kop op = {.kind = DEV_OP_ARANGE, .out = t->v, .s0 = start, .s1 = step};
-  submit(L, opts, &op, 0, 0, 0, "arange");
+  submit(L, stream, &op, 0, 0, 0, "arange");
   return 1;
 }
 
@@ -404,22 +406,22 @@ static int random_new(lua_State *L, int normal) {
   const char *fname = normal ? "randn" : "rand";
   int64_t shape[DEV_MAXDIM];
   int ndim = check_shape(L, 1, shape, "shape");
-  bind_check_opts(L, 2, normal ? "dtype device stream mean std seed" : "dtype device stream low high seed");
-  dev_dtype dt = bind_opt_dtype(L, 2, DEV_F32);
-  dev_memkind kind = bind_opt_device(L, 2, DEV_MEM_DEVICE);
-  opts_stream(L, 2);
+  static const char *const normal_opts[] = {"dtype", "device", "stream", "mean", "std", "seed", NULL};
+  static const char *const uniform_opts[] = {"dtype", "device", "stream", "low", "high", "seed", NULL};
+  /* slots: o dtype, o + 1 device, o + 2 stream, o + 3 and o + 4 the bounds, o + 5 seed */
+  int o = bind_read_opts(L, 2, normal ? normal_opts : uniform_opts), stream = o + 2;
+  dev_dtype dt = bind_check_dtype(L, o, DEV_F32);
+  dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  bind_stream(L, stream);
   gpu_state *st = bind_state(L);
   if (normal && !dev_dtype_is_float(dt))
     return luaL_error(L, "bad option 'dtype' (randn needs a float dtype, got %s)", dev_dtype_name(dt));
   dev_scalar a, b;
-  const char *ka = normal ? "mean" : "low", *kb = normal ? "std" : "high";
   if (dev_dtype_is_float(dt)) {
     a = (dev_scalar){0, 0, 0};
     b = (dev_scalar){0, 0, 1};
-    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = bind_check_scalar(L, -1, DEV_F64, 0, normal ? "option 'mean'" : "option 'low'");
-    lua_pop(L, 1);
-    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = bind_check_scalar(L, -1, DEV_F64, 0, normal ? "option 'std'" : "option 'high'");
-    lua_pop(L, 1);
+    if (!lua_isnil(L, o + 3)) a = bind_check_scalar(L, o + 3, DEV_F64, 0, normal ? "option 'mean'" : "option 'low'");
+    if (!lua_isnil(L, o + 4)) b = bind_check_scalar(L, o + 4, DEV_F64, 0, normal ? "option 'std'" : "option 'high'");
     if (!normal && !(b.f > a.f)) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
     if (normal && !(b.f >= 0)) return luaL_error(L, "bad option 'std' (must be >= 0)");
   } else {
@@ -429,10 +431,8 @@ static int random_new(lua_State *L, int normal) {
     if (dt == DEV_I8) { a.i = -128; b.i = 128; }
     /* [low, high) must lie in the dtype: low fits, high - 1 fits */
     int64_t maxv = b.i - 1;
-    if (bind_opt_field(L, 2, ka) != LUA_TNIL) a = bind_check_scalar(L, -1, dt == DEV_BOOL ? DEV_U8 : dt, 0, "option 'low'");
-    lua_pop(L, 1);
-    if (bind_opt_field(L, 2, kb) != LUA_TNIL) b = bind_check_scalar(L, -1, DEV_I64, 0, "option 'high'");
-    lua_pop(L, 1);
+    if (!lua_isnil(L, o + 3)) a = bind_check_scalar(L, o + 3, dt == DEV_BOOL ? DEV_U8 : dt, 0, "option 'low'");
+    if (!lua_isnil(L, o + 4)) b = bind_check_scalar(L, o + 4, DEV_I64, 0, "option 'high'");
     if (b.i <= a.i) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
     if (dt == DEV_BOOL) maxv = 1;
     else if (dt == DEV_I32) maxv = INT32_MAX;
@@ -442,18 +442,17 @@ static int random_new(lua_State *L, int normal) {
   }
   uint64_t seed = st->seed, offset;
   int64_t n = numel_of(ndim, shape);
-  if (bind_opt_field(L, 2, "seed") != LUA_TNIL) {
-    seed = (uint64_t)bind_check_scalar(L, -1, DEV_I64, 0, "option 'seed'").i;
+  if (!lua_isnil(L, o + 5)) {
+    seed = (uint64_t)bind_check_scalar(L, o + 5, DEV_I64, 0, "option 'seed'").i;
     offset = 0;
   } else {
     offset = st->offset;
     st->offset += (uint64_t)n;
   }
-  lua_pop(L, 1);
-  gpu_tensor *t = bind_new_tensor(L, kind, dt, ndim, shape, 2, fname);
+  gpu_tensor *t = bind_new_tensor(L, kind, dt, ndim, shape, stream, fname);
   dev_kop op = {.kind = DEV_OP_RAND, .code = normal ? DEV_RAND_NORMAL : DEV_RAND_UNIFORM,
                 .out = t->v, .s0 = a, .s1 = b, .seed = seed, .offset = offset};
-  submit(L, 2, &op, 0, 0, 0, fname);
+  submit(L, stream, &op, 0, 0, 0, fname);
   return 1;
 }
 
@@ -525,18 +524,18 @@ static int t_fields(lua_State *L) {
 }
 
 /* Read all values (C order) into a userdata on the stack top; a counted sync. */
-void *bind_tensor_download(lua_State *L, int tidx, int opts, const char *fname) {
+void *bind_tensor_download(lua_State *L, int tidx, int stream, const char *fname) {
   dev_ctx *ctx = bind_ctx(L);
   gpu_tensor *t = bind_check_tensor(L, tidx);
   size_t bytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
   void *p = lua_newuserdatauv(L, bytes, 0);
-  dev_stream *s = opts_stream(L, opts);
+  dev_stream *s = bind_stream(L, stream);
   t = bind_check_tensor(L, tidx);
   bind_call_site(L, ctx, fname);
   int rc = dev_read(ctx, s, &t->v, p);
   /* its pinned staging buffer: collect, reclaim and try once more */
   if (rc == DEV_ERR_NOMEM && bind_reclaim(L, DEV_MEM_PINNED, bytes) == DEV_OK) {
-    s = opts_stream(L, opts);
+    s = bind_stream(L, stream);
     t = bind_check_tensor(L, tidx);
     rc = dev_read(ctx, s, &t->v, p);
   }
@@ -552,8 +551,7 @@ static int t_item(lua_State *L) {
     return luaL_error(L, "item: tensor has %I elements (shape %s), expected 1",
                       (lua_Integer)dev_view_numel(&t->v), sh);
   }
-  bind_check_opts(L, 2, "stream");
-  void *p = bind_tensor_download(L, 1, lua_istable(L, 2) ? 2 : 0, "item");
+  void *p = bind_tensor_download(L, 1, bind_read_stream_opt(L, 2), "item");
   bind_push_elem(L, t->v.dtype, p);
   return 1;
 }
@@ -584,7 +582,7 @@ static int t_get(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   unsigned char buf[8];
   bind_call_site(L, ctx, "get");
-  BIND_CHECK(L, ctx, dev_read(ctx, bind_current_stream(L), &v, buf), "get");
+  BIND_CHECK(L, ctx, dev_read(ctx, bind_stream(L, 0), &v, buf), "get");
   bind_push_elem(L, t->v.dtype, buf);
   return 1;
 }
@@ -646,7 +644,7 @@ static int t_narrow(lua_State *L) {
 static int t_view(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int64_t shape[DEV_MAXDIM];
-  int ndim, infer = -1;
+  int ndim;
   if (lua_type(L, 2) == LUA_TTABLE) {
     size_t len = lua_rawlen(L, 2);
     if (len < 1 || len > DEV_MAXDIM) luaL_argerror(L, 2, "shape must have 1 to 8 dims");
@@ -655,37 +653,16 @@ static int t_view(lua_State *L) {
     ndim = lua_gettop(L) - 1;
     if (ndim < 1 || ndim > DEV_MAXDIM) luaL_argerror(L, 2, "shape expected");
   }
-  int64_t known = 1;
   for (int d = 0; d < ndim; d++) {
     int isint;
     if (lua_type(L, 2) == LUA_TTABLE) lua_rawgeti(L, 2, d + 1);
     else lua_pushvalue(L, d + 2);
     lua_Integer v = lua_tointegerx(L, -1, &isint);
     lua_pop(L, 1);
-    if (!isint || v < -1)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1", d + 1));
-    if (v == -1) {
-      if (infer >= 0) luaL_argerror(L, 2, "only one dim may be -1");
-      infer = d;
-      continue;
-    }
-    if (__builtin_mul_overflow(known, (int64_t)v, &known)) luaL_argerror(L, 2, "shape is too large");
+    if (!isint) luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1", d + 1));
     shape[d] = v;
   }
-  int64_t n = dev_view_numel(&t->v);
-  if (infer >= 0) {
-    if (known == 0) luaL_argerror(L, 2, "cannot infer -1 beside a zero-sized dim");
-    if (n % known) luaL_argerror(L, 2, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I", (lua_Integer)n, (lua_Integer)known));
-    shape[infer] = n / known;
-    known = n;
-  }
-  if (known != n) {
-    char a[MAXSHAPESTR], b[MAXSHAPESTR];
-    bind_shape_str(a, sizeof a, ndim, shape);
-    bind_shape_str(b, sizeof b, t->v.ndim, t->v.shape);
-    luaL_argerror(L, 2, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)",
-                                        a, (lua_Integer)known, b, (lua_Integer)n));
-  }
+  bind_infer_shape(L, 2, ndim, shape, &t->v);
   if (!dev_view_contiguous(&t->v))
     luaL_error(L, "view: tensor is not contiguous (use t:contiguous():view(...))");
   gpu_tensor *r = new_view(L, 1);
@@ -705,31 +682,31 @@ static void check_same_numel(lua_State *L, int arg, const gpu_tensor *dst, const
 }
 
 /* tensors at stack indices dst and src */
-static void copy_into(lua_State *L, int dst, int src, int opts) {
+static void copy_into(lua_State *L, int dst, int src, int stream) {
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1};
   op.out = bind_check_tensor(L, dst)->v;
   op.in[0] = bind_check_tensor(L, src)->v;
-  submit(L, opts, &op, dst, src, 0, "copy");
+  submit(L, stream, &op, dst, src, 0, "copy");
 }
 
 static int t_copy(lua_State *L) {
   gpu_tensor *dst = bind_check_tensor(L, 1), *src = bind_check_tensor(L, 2);
-  bind_check_opts(L, 3, "stream");
+  int stream = bind_read_stream_opt(L, 3);
   check_same_numel(L, 2, dst, src);
   if (dst->v.dtype != src->v.dtype)
     luaL_argerror(L, 2, lua_pushfstring(L, "dtype %s does not match %s (cast with src:to(\"%s\"))",
                                         dev_dtype_name(src->v.dtype), dev_dtype_name(dst->v.dtype),
                                         dev_dtype_name(dst->v.dtype)));
-  copy_into(L, 1, 2, lua_istable(L, 3) ? 3 : 0);
+  copy_into(L, 1, 2, stream);
   lua_settop(L, 1);
   return 1;
 }
 
 static int t_clone(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  bind_check_opts(L, 2, "stream");
-  new_like(L, t, t->v.dtype, t->v.ndim, t->v.shape, 2, "clone");
-  copy_into(L, lua_gettop(L), 1, lua_istable(L, 2) ? 2 : 0);
+  int stream = bind_read_stream_opt(L, 2);
+  new_like(L, t, t->v.dtype, t->v.ndim, t->v.shape, stream, "clone");
+  copy_into(L, lua_gettop(L), 1, stream);
   return 1;
 }
 
@@ -747,40 +724,40 @@ static int t_to(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   dev_memkind kind = t->v.buf->kind;
   dev_dtype dt = t->v.dtype;
-  int opts = 3;
+  static const char *const names[] = {"device", "dtype", "stream", NULL};
+  int stream = 0;
   if (lua_type(L, 2) == LUA_TSTRING) {
     const char *x = name_at(L, 2);
     if (!x || (dev_dtype_parse(x, &dt) != 0 && parse_device(L, x, &kind) != 0))
       luaL_argerror(L, 2, lua_pushfstring(L, "unknown device or dtype '%s'", shown_name(L, 2)));
+    stream = bind_read_stream_opt(L, 3);
   } else if (lua_type(L, 2) == LUA_TTABLE) {
-    bind_check_opts(L, 2, "device dtype stream");
-    dt = bind_opt_dtype(L, 2, dt);
-    kind = bind_opt_device(L, 2, kind);
-    opts = 2;
+    int o = bind_read_opts(L, 2, names);
+    dt = bind_check_dtype(L, o + 1, dt);
+    kind = bind_check_device(L, o, kind);
+    stream = o + 2;
   } else {
     luaL_typeerror(L, 2, "device or dtype name, or table");
   }
-  if (opts == 3) bind_check_opts(L, opts, "stream");
-  if (!lua_istable(L, opts)) opts = 0;
   dev_view tv = t->v;
   dev_memkind tkind = t->v.buf->kind;
   if (kind == tkind && dt == tv.dtype) {
-    bind_new_tensor(L, kind, dt, tv.ndim, tv.shape, opts, "to");
-    copy_into(L, lua_gettop(L), 1, opts);
+    bind_new_tensor(L, kind, dt, tv.ndim, tv.shape, stream, "to");
+    copy_into(L, lua_gettop(L), 1, stream);
     return 1;
   }
   /* Cast where the data is, then move it. */
   int src = 1;
   if (dt != tv.dtype) {
-    gpu_tensor *c = bind_new_tensor(L, tkind, dt, tv.ndim, tv.shape, opts, "to");
+    gpu_tensor *c = bind_new_tensor(L, tkind, dt, tv.ndim, tv.shape, stream, "to");
     dev_kop op = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1, .out = c->v};
     op.in[0] = tv;
     src = lua_gettop(L);
-    submit(L, opts, &op, 0, 1, 0, "to");
+    submit(L, stream, &op, 0, 1, 0, "to");
   }
   if (kind != tkind) {
-    bind_new_tensor(L, kind, dt, tv.ndim, tv.shape, opts, "to");
-    copy_into(L, lua_gettop(L), src, opts);
+    bind_new_tensor(L, kind, dt, tv.ndim, tv.shape, stream, "to");
+    copy_into(L, lua_gettop(L), src, stream);
   }
   return 1;
 }
@@ -789,7 +766,7 @@ static int t_fill(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   dev_scalar v = bind_check_scalar(L, 2, t->v.dtype, 2, NULL);
   dev_kop op = {.kind = DEV_OP_FILL, .out = t->v, .s0 = v};
-  submit_on(L, bind_stream_opts(L, 3), &op, 1, 0, 0, "fill");
+  submit_on(L, bind_stream(L, bind_read_stream_opt(L, 3)), &op, 1, 0, 0, "fill");
   lua_settop(L, 1);
   return 1;
 }
@@ -797,7 +774,7 @@ static int t_fill(lua_State *L) {
 /* all bits zero is 0 in every dtype */
 static int t_zero_(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  dev_stream *s = bind_stream_opts(L, 2);
+  dev_stream *s = bind_stream(L, bind_read_stream_opt(L, 2));
   dev_ctx *ctx = dev_stream_ctx(s);
   t = bind_check_tensor(L, 1);
   bind_call_site(L, ctx, "zero_");
@@ -828,13 +805,13 @@ static void same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu_tens
                                           kind_name(b), kind_name(a), kind_name(a)));
 }
 
-/* opts.out, checked against the result's dtype and shape */
-static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_dtype dt, int ndim,
+/* The out option's value at index out, checked against the result's dtype
+ * and shape, else a new tensor for the stream option's value at stream:
+ * pushed. */
+static gpu_tensor *opt_out(lua_State *L, int out, int stream, const gpu_tensor *like, dev_dtype dt, int ndim,
                            const int64_t *shape, const char *fname) {
-  if (bind_opt_field(L, opts, "out") == LUA_TNIL) {
-    lua_pop(L, 1);
-    return new_like(L, like, dt, ndim, shape, opts, fname);
-  }
+  if (lua_isnil(L, out)) return new_like(L, like, dt, ndim, shape, stream, fname);
+  lua_pushvalue(L, out);
   gpu_tensor *o = bind_test_tensor_handle(L, -1);
   if (!o) luaL_error(L, "bad option 'out' to '%s' (gpu.Tensor expected, got %s)", fname, luaL_typename(L, -1));
   if (!o->v.buf) luaL_error(L, "bad option 'out' to '%s' (tensor is closed)", fname);
@@ -853,6 +830,9 @@ static gpu_tensor *opt_out(lua_State *L, int opts, const gpu_tensor *like, dev_d
   return o;
 }
 
+/* the options of the ops that make a tensor: slots o (out) and o + 1 (stream) */
+const char *const bind_out_opts[] = {"out", "stream", NULL};
+
 /* An op's dtype rule (ops.h), checked before anything is allocated. */
 static int takes(const dev_opinfo *o, dev_dtype t) { return (dev_dtype_class(t) & o->classes) != 0; }
 
@@ -864,13 +844,12 @@ static int unary(lua_State *L, dev_unop code, int inplace) {
   if (!takes(info, dt))
     luaL_error(L, "%s: not supported for %s (needs a %s dtype)", fname, dev_dtype_name(dt),
                info->classes == DEV_CLS_F ? "float" : "numeric");
-  int opts = 2;
-  bind_check_opts(L, opts, "out stream");
+  int o = bind_read_opts(L, 2, bind_out_opts);
   dev_view tv = t->v;
-  gpu_tensor *o = inplace ? t : opt_out(L, opts, t, rdt, tv.ndim, tv.shape, fname);
-  dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = o->v};
+  gpu_tensor *r = inplace ? t : opt_out(L, o, o + 1, t, rdt, tv.ndim, tv.shape, fname);
+  dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = r->v};
   op.in[0] = tv;
-  submit(L, lua_istable(L, opts) ? opts : 0, &op, inplace ? 1 : lua_gettop(L), 1, 0, fname);
+  submit(L, o + 1, &op, inplace ? 1 : lua_gettop(L), 1, 0, fname);
   if (inplace) lua_settop(L, 1);
   return 1;
 }
@@ -934,7 +913,7 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
   gpu_tensor *t = bind_check_tensor(L, ia);
   dev_dtype dt = t->v.dtype, rdt = info->to_bool ? DEV_BOOL : dt;
   if (!takes(info, dt)) luaL_error(L, "%s: not supported for %s", fname, dev_dtype_name(dt));
-  bind_check_opts(L, opts, "out stream");
+  int out = bind_read_opts(L, opts, bind_out_opts), stream = out + 1;
   dev_kop op = {.kind = DEV_OP_BINARY, .code = code};
   gpu_tensor *x = bind_test_tensor(L, ib);
   int ndim = 0;
@@ -979,10 +958,10 @@ static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int
     }
     o = t;
   } else {
-    o = opt_out(L, opts, t, rdt, ndim, shape, fname);
+    o = opt_out(L, out, stream, t, rdt, ndim, shape, fname);
   }
   op.out = o->v;
-  submit(L, lua_istable(L, opts) ? opts : 0, &op, inplace ? ia : lua_gettop(L), ia, x ? ib : 0, fname);
+  submit(L, stream, &op, inplace ? ia : lua_gettop(L), ia, x ? ib : 0, fname);
   if (inplace) lua_settop(L, ia);
   return 1;
 }
@@ -1054,12 +1033,16 @@ static void ternary_operand(lua_State *L, int arg, dev_dtype dt, dev_kop *op, in
 static int tensor_where(lua_State *L) {
   gpu_tensor *c = bind_check_tensor(L, 1);
   check_cond(L, 1, c, "condition");
-  bind_check_opts(L, 4, "out stream dtype");
+  /* the operands before the options' slots, which may take their places */
+  for (int arg = 2; arg <= 3; arg++)
+    if (lua_isnone(L, arg)) luaL_typeerror(L, arg, "gpu.Tensor or number");
+  static const char *const names[] = {"out", "stream", "dtype", NULL};
+  int o = bind_read_opts(L, 4, names);
   gpu_tensor *a = bind_test_tensor(L, 2), *b = bind_test_tensor(L, 3), *first = a ? a : b;
   if (a && b && a->v.dtype != b->v.dtype)
     luaL_argerror(L, 3, lua_pushfstring(L, "dtype %s does not match %s (cast with :to(\"%s\"))",
                                         dev_dtype_name(b->v.dtype), dev_dtype_name(a->v.dtype), dev_dtype_name(a->v.dtype)));
-  dev_dtype dt = bind_opt_dtype(L, 4, first ? first->v.dtype : DEV_F32);
+  dev_dtype dt = bind_check_dtype(L, o + 2, first ? first->v.dtype : DEV_F32);
   if (first && dt != first->v.dtype)
     luaL_error(L, "bad option 'dtype' to 'where' (%s; the result takes the dtype of the tensors, %s)",
                dev_dtype_name(dt), dev_dtype_name(first->v.dtype));
@@ -1080,9 +1063,8 @@ static int tensor_where(lua_State *L) {
     luaL_error(L, "where: shapes %s, %s and %s cannot be broadcast together", sc, sa, sb);
   }
   op.nin = n;
-  gpu_tensor *o = opt_out(L, 4, c, dt, ndim, shape, "where");
-  op.out = o->v;
-  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, lua_gettop(L), idx, n, "where");
+  op.out = opt_out(L, o, o + 1, c, dt, ndim, shape, "where")->v;
+  submit_views(L, bind_stream(L, o + 1), &op, lua_gettop(L), idx, n, "where");
   return 1;
 }
 
@@ -1093,12 +1075,14 @@ static int masked_fill(lua_State *L, int inplace) {
   gpu_tensor *t = bind_check_tensor(L, 1), *m = bind_check_tensor(L, 2);
   check_cond(L, 2, m, "mask");
   dev_dtype dt = t->v.dtype;
-  bind_check_opts(L, 4, inplace ? "stream" : "out stream");
   same_kind(L, 2, t, m);
   dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_WHERE, .nin = 2};
   if (lua_type(L, 3) != LUA_TNUMBER && !(dt == DEV_BOOL && lua_isboolean(L, 3)))
     luaL_typeerror(L, 3, "number");
   op.s0 = bind_check_scalar(L, 3, dt, 3, NULL);
+  /* in place, no out: slots out 0 and stream o; else o and o + 1 */
+  int o = inplace ? bind_read_stream_opt(L, 4) : bind_read_opts(L, 4, bind_out_opts);
+  int out = inplace ? 0 : o, stream = inplace ? o : o + 1;
   op.flags = DEV_F_SCALAR2;
   const dev_view *in[2] = {&m->v, &t->v};
   int ndim, same;
@@ -1112,10 +1096,9 @@ static int masked_fill(lua_State *L, int inplace) {
     luaL_argerror(L, 2, lua_pushfstring(L, "mask shape %s cannot be broadcast to the tensor's %s", a, b));
   }
   dev_view tv = t->v;
-  gpu_tensor *o = inplace ? t : opt_out(L, 4, t, dt, tv.ndim, tv.shape, fname);
-  op.out = o->v;
+  op.out = inplace ? t->v : opt_out(L, out, stream, t, dt, tv.ndim, tv.shape, fname)->v;
   int idx[2] = {2, 1};
-  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, inplace ? 1 : lua_gettop(L), idx, 2, fname);
+  submit_views(L, bind_stream(L, stream), &op, inplace ? 1 : lua_gettop(L), idx, 2, fname);
   if (inplace) lua_settop(L, 1);
   return 1;
 }
@@ -1132,7 +1115,9 @@ static int clamp(lua_State *L, int inplace) {
   dev_dtype dt = t->v.dtype;
   if (!takes(info, dt))
     luaL_error(L, "%s: not supported for %s (needs a numeric dtype)", fname, dev_dtype_name(dt));
-  bind_check_opts(L, 4, inplace ? "stream" : "out stream");
+  /* in place, no out: slots out 0 and stream o; else o and o + 1 */
+  int o = inplace ? bind_read_stream_opt(L, 4) : bind_read_opts(L, 4, bind_out_opts);
+  int out = inplace ? 0 : o, stream = inplace ? o : o + 1;
   if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3)) luaL_error(L, "%s: give lo, hi or both", fname);
   dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_CLAMP};
   /* a missing bound is the one that changes nothing */
@@ -1172,9 +1157,8 @@ static int clamp(lua_State *L, int inplace) {
     luaL_error(L, "%s: result shape %s does not fit the tensor written in place", fname, a);
   }
   op.nin = n;
-  gpu_tensor *o = inplace ? t : opt_out(L, 4, t, dt, ndim, shape, fname);
-  op.out = o->v;
-  submit_views(L, opts_stream(L, lua_istable(L, 4) ? 4 : 0), &op, inplace ? 1 : lua_gettop(L), idx, n, fname);
+  op.out = inplace ? t->v : opt_out(L, out, stream, t, dt, ndim, shape, fname)->v;
+  submit_views(L, bind_stream(L, stream), &op, inplace ? 1 : lua_gettop(L), idx, n, fname);
   if (inplace) lua_settop(L, 1);
   return 1;
 }
@@ -1206,7 +1190,7 @@ static dev_view as_batch(const dev_view *v, int64_t nb) {
  * as they are (cuBLAS transpose flags, strided batches; no copy). */
 static int t_matmul(lua_State *L) {
   gpu_tensor *a = bind_check_tensor(L, 1), *b = bind_check_tensor(L, 2);
-  bind_check_opts(L, 3, "out stream");
+  int o = bind_read_opts(L, 3, bind_out_opts);
   if (a->v.ndim != 2 && a->v.ndim != 3)
     luaL_argerror(L, 1, lua_pushfstring(L, "matmul needs a 2-D or 3-D tensor, got %d-D", a->v.ndim));
   if (b->v.ndim != 2 && b->v.ndim != 3)
@@ -1232,11 +1216,11 @@ static int t_matmul(lua_State *L) {
   int64_t nb = na == 1 ? nbt : na;   /* the other batch broadcasts; 0 stays 0 */
   int64_t shape[3] = {nb, a->v.shape[ra], b->v.shape[rb + 1]};
   dev_view av = a->v, bv = b->v;
-  gpu_tensor *o = opt_out(L, 3, a, a->v.dtype, batched ? 3 : 2, batched ? shape : shape + 1, "matmul");
-  dev_kop op = {.kind = DEV_OP_MATMUL, .nin = 2, .out = o->v};
+  gpu_tensor *r = opt_out(L, o, o + 1, a, a->v.dtype, batched ? 3 : 2, batched ? shape : shape + 1, "matmul");
+  dev_kop op = {.kind = DEV_OP_MATMUL, .nin = 2, .out = r->v};
   op.in[0] = batched ? as_batch(&av, nb) : av;
   op.in[1] = batched ? as_batch(&bv, nb) : bv;
-  submit(L, lua_istable(L, 3) ? 3 : 0, &op, lua_gettop(L), 1, 2, "matmul");
+  submit(L, o + 1, &op, lua_gettop(L), 1, 2, "matmul");
   return 1;
 }
 
@@ -1244,17 +1228,17 @@ static int t_matmul(lua_State *L) {
 
 int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim) { return check_dim(L, idx, arg, ndim); }
 
-gpu_tensor *bind_tensor_out(lua_State *L, int opts, const gpu_tensor *like, dev_dtype dt, int ndim,
+gpu_tensor *bind_tensor_out(lua_State *L, int out, int stream, const gpu_tensor *like, dev_dtype dt, int ndim,
                             const int64_t *shape, const char *fname) {
-  return opt_out(L, opts, like, dt, ndim, shape, fname);
+  return opt_out(L, out, stream, like, dt, ndim, shape, fname);
 }
 
 void bind_tensor_same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu_tensor *b) {
   same_kind(L, arg, a, b);
 }
 
-void bind_tensor_submit(lua_State *L, int opts, dev_kop *op, int out, const int *in, int nin, const char *fname) {
-  submit_views(L, opts_stream(L, opts), op, out, in, nin, fname);
+void bind_tensor_submit(lua_State *L, int stream, dev_kop *op, int out, const int *in, int nin, const char *fname) {
+  submit_views(L, bind_stream(L, stream), op, out, in, nin, fname);
 }
 
 /* ---- registration ---------------------------------------------------- */

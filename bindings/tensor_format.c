@@ -83,7 +83,7 @@ static void read_shown(lua_State *L, int tidx, show *sh) {
   unsigned char *blk = lua_newuserdatauv(L, (size_t)total * esz, 0);
   char *vals = lua_newuserdatauv(L, (size_t)total * ELEM_W, 0);
   dev_ctx *ctx = bind_ctx(L);
-  dev_stream *s = bind_current_stream(L);
+  dev_stream *s = bind_stream(L, 0);
   v.buf = bind_check_tensor(L, tidx)->v.buf;   /* Lua code may have run: fetch it again */
   bind_call_site(L, ctx, "tostring");
   for (int64_t k = 0; k < nblocks; k++) {

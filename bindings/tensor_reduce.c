@@ -7,15 +7,12 @@
 
 #include "tensor.h"
 
-/* The dim of a reduction or a row op: opts.dim (nil: -1, every dim). */
-static int opt_dim(lua_State *L, int opts, const gpu_tensor *t, const char *fname) {
-  int dim = -1;
-  if (bind_opt_field(L, opts, "dim") != LUA_TNIL) {
-    if (t->v.ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
-    dim = bind_tensor_dim(L, lua_gettop(L), 0, t->v.ndim);
-  }
-  lua_pop(L, 1);
-  return dim;
+/* The dim of a reduction or a row op: the dim option's value at idx (nil:
+ * -1, every dim). */
+static int opt_dim(lua_State *L, int idx, const gpu_tensor *t, const char *fname) {
+  if (lua_isnil(L, idx)) return -1;
+  if (t->v.ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
+  return bind_tensor_dim(L, idx, 0, t->v.ndim);
 }
 
 /* ---- reductions ------------------------------------------------------ */
@@ -25,34 +22,32 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
   const char *fname = info->name;
   gpu_tensor *t = bind_check_tensor(L, 1);
   dev_kop op = {.kind = DEV_OP_REDUCE, .code = code, .nin = 1};
-  switch (code) {
-  case DEV_RED_VAR: case DEV_RED_STD: bind_check_opts(L, 2, "dim keepdim unbiased out stream"); break;
-  case DEV_RED_NORM: bind_check_opts(L, 2, "dim keepdim p out stream"); break;
-  default: bind_check_opts(L, 2, "dim keepdim out stream"); break;
-  }
+  static const char *const plain[] = {"dim", "keepdim", "out", "stream", NULL};
+  static const char *const var[] = {"dim", "keepdim", "unbiased", "out", "stream", NULL};
+  static const char *const norm[] = {"dim", "keepdim", "p", "out", "stream", NULL};
+  int extra = code == DEV_RED_VAR || code == DEV_RED_STD || code == DEV_RED_NORM;
+  /* slots: o dim, o + 1 keepdim, o + 2 unbiased or p (extra), then out, stream */
+  int o = bind_read_opts(L, 2, code == DEV_RED_NORM ? norm : extra ? var : plain);
+  int out = o + 2 + extra, stream = out + 1;
   dev_dtype in = t->v.dtype;
   if (!(dev_dtype_class(in) & info->classes))
     luaL_error(L, "%s: not supported for %s (needs a float dtype)", fname, dev_dtype_name(in));
-  int dim = opt_dim(L, 2, t, fname);
-  bind_opt_field(L, 2, "keepdim");
-  int keepdim = lua_toboolean(L, -1);
-  lua_pop(L, 1);
+  int dim = opt_dim(L, o, t, fname);
+  int keepdim = lua_toboolean(L, o + 1);
   if (code == DEV_RED_VAR || code == DEV_RED_STD) {
     /* Bessel's correction unless {unbiased = false}, as PyTorch */
     op.s0.is_int = 1;
-    op.s0.i = bind_opt_field(L, 2, "unbiased") == LUA_TNIL || lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    op.s0.i = lua_isnil(L, o + 2) || lua_toboolean(L, o + 2);
   }
   if (code == DEV_RED_NORM) {
     op.s0.f = 2;
-    if (bind_opt_field(L, 2, "p") != LUA_TNIL) {
-      if (lua_type(L, -1) != LUA_TNUMBER)
-        luaL_error(L, "bad option 'p' to 'norm' (number expected, got %s)", luaL_typename(L, -1));
-      op.s0.f = lua_tonumber(L, -1);
+    if (!lua_isnil(L, o + 2)) {
+      if (lua_type(L, o + 2) != LUA_TNUMBER)
+        luaL_error(L, "bad option 'p' to 'norm' (number expected, got %s)", luaL_typename(L, o + 2));
+      op.s0.f = lua_tonumber(L, o + 2);
       if (!(op.s0.f > 0))
-        luaL_error(L, "bad option 'p' to 'norm' (must be > 0 or math.huge, got %s)", lua_tostring(L, -1));
+        luaL_error(L, "bad option 'p' to 'norm' (must be > 0 or math.huge, got %s)", lua_tostring(L, o + 2));
     }
-    lua_pop(L, 1);
   }
   int ndim = 0;
   int64_t shape[DEV_MAXDIM], len = 1;
@@ -69,12 +64,11 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
     luaL_error(L, "%s: the reduction of an empty tensor has no identity (%s)", fname,
                dim < 0 ? "numel 0" : lua_pushfstring(L, "dim %d has size 0", dim + 1));
   dev_view tv = t->v;
-  gpu_tensor *o = bind_tensor_out(L, 2, t, dev_redop_dtype(code, in), ndim, shape, fname);
+  op.out = bind_tensor_out(L, out, stream, t, dev_redop_dtype(code, in), ndim, shape, fname)->v;
   op.dim = dim;
-  op.out = o->v;
   op.in[0] = tv;
   int idx[1] = {1};
-  bind_tensor_submit(L, lua_istable(L, 2) ? 2 : 0, &op, 0, idx, 1, fname);
+  bind_tensor_submit(L, stream, &op, 0, idx, 1, fname);
   return 1;
 }
 
@@ -95,28 +89,31 @@ static int t_red_logsumexp(lua_State *L) { return bind_tensor_reduce(L, DEV_RED_
 /* t:cumsum(dim [, opts]); t:softmax(dim [, opts]) or t:softmax{dim =, ...} */
 static int along(lua_State *L, dev_opkind kind, int code, const char *fname) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  int opts = 3, dim;
+  static const char *const dim_out[] = {"dim", "out", "stream", NULL};
+  /* t:softmax{dim =, ...}: slots o dim, then out; else out from opts at 3 */
+  int o = 0, out, dim;
   if (kind == DEV_OP_SOFTMAX && lua_istable(L, 2)) {
-    opts = 2;
-    bind_check_opts(L, opts, "dim out stream");
-    if (bind_opt_field(L, opts, "dim") == LUA_TNIL) luaL_error(L, "%s: option 'dim' is required", fname);
-    lua_pop(L, 1);
-  } else {
-    bind_check_opts(L, opts, "out stream");
+    o = bind_read_opts(L, 2, dim_out);
+    if (lua_isnil(L, o)) luaL_error(L, "%s: option 'dim' is required", fname);
   }
   dev_dtype dt = t->v.dtype;
   if (kind == DEV_OP_SOFTMAX && !dev_dtype_is_float(dt))
     luaL_error(L, "%s: not supported for %s (needs a float dtype)", fname, dev_dtype_name(dt));
   if (t->v.ndim == 0) luaL_error(L, "%s: needs a tensor of at least one dim", fname);
-  if (opts == 2) dim = opt_dim(L, 2, t, fname);
-  else dim = bind_tensor_dim(L, 2, 2, t->v.ndim);
+  if (o) {
+    dim = opt_dim(L, o, t, fname);
+    out = o + 1;
+  } else {   /* the dim argument before the options' slots, which may take its place */
+    dim = bind_tensor_dim(L, 2, 2, t->v.ndim);
+    out = bind_read_opts(L, 3, bind_out_opts);
+  }
   dev_dtype rdt = kind == DEV_OP_CUMSUM ? dev_redop_dtype(DEV_RED_SUM, dt) : dt;
   dev_view tv = t->v;
-  gpu_tensor *o = bind_tensor_out(L, opts, t, rdt, tv.ndim, tv.shape, fname);
-  dev_kop op = {.kind = kind, .code = code, .nin = 1, .dim = dim, .out = o->v};
+  gpu_tensor *r = bind_tensor_out(L, out, out + 1, t, rdt, tv.ndim, tv.shape, fname);
+  dev_kop op = {.kind = kind, .code = code, .nin = 1, .dim = dim, .out = r->v};
   op.in[0] = tv;
   int idx[1] = {1};
-  bind_tensor_submit(L, lua_istable(L, opts) ? opts : 0, &op, lua_gettop(L), idx, 1, fname);
+  bind_tensor_submit(L, out + 1, &op, lua_gettop(L), idx, 1, fname);
   return 1;
 }
 
@@ -149,14 +146,14 @@ static int t_index_select(lua_State *L) {
   if (t->v.ndim == 0) luaL_argerror(L, 1, "index_select needs a tensor of at least one dim");
   int dim = bind_tensor_dim(L, 2, 2, t->v.ndim);
   gpu_tensor *x = check_index(L, 3, t);
-  bind_check_opts(L, 4, "out stream");
+  int out = bind_read_opts(L, 4, bind_out_opts);
   if (x->v.ndim != 1)
     luaL_argerror(L, 3, lua_pushfstring(L, "the index must be 1-D, got %d-D", x->v.ndim));
   int64_t shape[DEV_MAXDIM];
   int ndim = t->v.ndim;
   for (int d = 0; d < ndim; d++) shape[d] = d == dim ? x->v.shape[0] : t->v.shape[d];
   dev_view tv = t->v, xv = x->v;
-  gpu_tensor *o = bind_tensor_out(L, 4, t, tv.dtype, ndim, shape, "index_select");
+  gpu_tensor *o = bind_tensor_out(L, out, out + 1, t, tv.dtype, ndim, shape, "index_select");
   dev_kop op = {.kind = DEV_OP_INDEX, .code = DEV_IDX_SELECT, .nin = 2, .dim = dim, .out = o->v};
   op.in[0] = tv;
   /* the index seen over the result's shape: its stride along dim, 0 elsewhere */
@@ -167,7 +164,7 @@ static int t_index_select(lua_State *L) {
     op.in[1].stride[d] = d == dim ? xv.stride[0] : 0;
   }
   int idx[2] = {1, 3};
-  bind_tensor_submit(L, lua_istable(L, 4) ? 4 : 0, &op, lua_gettop(L), idx, 2, "index_select");
+  bind_tensor_submit(L, out + 1, &op, lua_gettop(L), idx, 2, "index_select");
   return 1;
 }
 
@@ -178,19 +175,19 @@ static int t_gather(lua_State *L) {
   if (t->v.ndim == 0) luaL_argerror(L, 1, "gather needs a tensor of at least one dim");
   int dim = bind_tensor_dim(L, 2, 2, t->v.ndim);
   gpu_tensor *x = check_index(L, 3, t);
-  bind_check_opts(L, 4, "out stream");
+  int out = bind_read_opts(L, 4, bind_out_opts);
   if (x->v.ndim != t->v.ndim)
     luaL_argerror(L, 3, lua_pushfstring(L, "the index has %d dims, the tensor %d", x->v.ndim, t->v.ndim));
   for (int d = 0; d < t->v.ndim; d++)
     if (d != dim && x->v.shape[d] > t->v.shape[d])
       shape_error(L, 3, "index shape", &x->v, "is larger than the tensor's outside dim", &t->v);
   dev_view tv = t->v, xv = x->v;
-  gpu_tensor *o = bind_tensor_out(L, 4, t, tv.dtype, xv.ndim, xv.shape, "gather");
+  gpu_tensor *o = bind_tensor_out(L, out, out + 1, t, tv.dtype, xv.ndim, xv.shape, "gather");
   dev_kop op = {.kind = DEV_OP_INDEX, .code = DEV_IDX_GATHER, .nin = 2, .dim = dim, .out = o->v};
   op.in[0] = tv;
   op.in[1] = xv;
   int idx[2] = {1, 3};
-  bind_tensor_submit(L, lua_istable(L, 4) ? 4 : 0, &op, lua_gettop(L), idx, 2, "gather");
+  bind_tensor_submit(L, out + 1, &op, lua_gettop(L), idx, 2, "gather");
   return 1;
 }
 
@@ -201,7 +198,7 @@ static int t_scatter_add_(lua_State *L) {
   if (t->v.ndim == 0) luaL_argerror(L, 1, "scatter_add_ needs a tensor of at least one dim");
   int dim = bind_tensor_dim(L, 2, 2, t->v.ndim);
   gpu_tensor *x = check_index(L, 3, t), *src = bind_check_tensor(L, 4);
-  bind_check_opts(L, 5, "stream");
+  int stream = bind_read_stream_opt(L, 5);
   if (!(dev_dtype_class(t->v.dtype) & DEV_CLASSES_FI))
     luaL_argerror(L, 1, lua_pushfstring(L, "scatter_add_ is not supported for %s", dev_dtype_name(t->v.dtype)));
   if (src->v.dtype != t->v.dtype)
@@ -221,7 +218,7 @@ static int t_scatter_add_(lua_State *L) {
   op.in[0] = x->v;
   op.in[1] = src->v;
   int idx[2] = {3, 4};
-  bind_tensor_submit(L, lua_istable(L, 5) ? 5 : 0, &op, 1, idx, 2, "scatter_add_");
+  bind_tensor_submit(L, stream, &op, 1, idx, 2, "scatter_add_");
   lua_settop(L, 1);
   return 1;
 }

@@ -49,10 +49,10 @@ int bind_tensor_from(lua_State *L) {
   int ty = lua_type(L, 1);
   if (ty != LUA_TTABLE && ty != LUA_TNUMBER && ty != LUA_TBOOLEAN)
     return luaL_typeerror(L, 1, "table or number");
-  bind_check_opts(L, 2, "dtype device stream");
-  dev_dtype dt = bind_opt_dtype(L, 2, DEV_F32);
-  dev_memkind kind = bind_opt_device(L, 2, DEV_MEM_DEVICE);
-  opts_stream(L, 2);
+  int o = bind_read_opts(L, 2, bind_new_opts), stream = o + 2;
+  dev_dtype dt = bind_check_dtype(L, o, DEV_F32);
+  dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  bind_stream(L, stream);
   infer_shape(L, 1, &ndim, shape);
   int64_t n = 1;
   for (int d = 0; d < ndim; d++)
@@ -63,8 +63,8 @@ int bind_tensor_from(lua_State *L) {
   void *stage = lua_newuserdatauv(L, (size_t)n * 8, 0);
   fl.p.f = stage;
   flatten(L, 1, 0, ndim, shape, &fl);
-  gpu_tensor *t = bind_new_tensor(L, kind, dt, ndim, shape, 2, "tensor");
-  bind_tensor_upload(L, t->v, lua_gettop(L), fl.isint, stage, 2, "tensor");
+  gpu_tensor *t = bind_new_tensor(L, kind, dt, ndim, shape, stream, "tensor");
+  bind_tensor_upload(L, t->v, lua_gettop(L), fl.isint, stage, stream, "tensor");
   return 1;
 }
 
@@ -86,8 +86,7 @@ static void build_table(lua_State *L, dev_dtype dt, const unsigned char **p, int
 /* t:totable([{stream =}]): nested tables of the values; a counted sync */
 int bind_tensor_totable(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  bind_check_opts(L, 2, "stream");
-  const unsigned char *p = bind_tensor_download(L, 1, lua_istable(L, 2) ? 2 : 0, "totable");
+  const unsigned char *p = bind_tensor_download(L, 1, bind_read_stream_opt(L, 2), "totable");
   build_table(L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
   return 1;
 }

@@ -388,6 +388,38 @@ static int view_strides(const dev_view *v, int ndim, const int64_t *shape, int64
   return view_d == -1 ? 0 : -1;
 }
 
+/* -1 in a shape, for t:view and t:reshape (tensor.h) */
+void bind_infer_shape(lua_State *L, int arg, int ndim, int64_t *shape, const dev_view *from) {
+  int infer = -1;
+  int64_t known = 1, n = dev_view_numel(from);
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] == -1) {
+      if (infer >= 0) luaL_argerror(L, arg, "only one size may be -1");
+      infer = d;
+      continue;
+    }
+    if (shape[d] < 0)
+      luaL_argerror(L, arg, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1, got %I", d + 1,
+                                            (lua_Integer)shape[d]));
+    if (__builtin_mul_overflow(known, shape[d], &known)) luaL_argerror(L, arg, "shape is too large");
+  }
+  if (infer >= 0) {
+    if (known == 0) luaL_argerror(L, arg, "cannot infer -1 beside a zero-sized dim");
+    if (n % known)
+      luaL_argerror(L, arg, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I",
+                                            (lua_Integer)n, (lua_Integer)known));
+    shape[infer] = n / known;
+    known = n;
+  }
+  if (known != n) {
+    char a[MAXSHAPESTR], b[MAXSHAPESTR];
+    bind_shape_str(a, sizeof a, ndim, shape);
+    bind_shape_str(b, sizeof b, from->ndim, from->shape);
+    luaL_argerror(L, arg, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)", a,
+                                          (lua_Integer)known, b, (lua_Integer)n));
+  }
+}
+
 /* t:reshape(shape) or t:reshape(n1, n2, ...): the elements in C order with a
  * new shape (one size may be -1: inferred); a view when t's strides allow
  * it, else a contiguous copy (on the current stream) */
@@ -395,34 +427,7 @@ static int t_reshape(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int64_t shape[DEV_MAXDIM], stride[DEV_MAXDIM];
   int ndim = read_ints(L, 2, shape, "shape");
-  int infer = -1;
-  int64_t known = 1, n = dev_view_numel(&t->v);
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] == -1) {
-      if (infer >= 0) luaL_argerror(L, 2, "only one size may be -1");
-      infer = d;
-      continue;
-    }
-    if (shape[d] < 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1, got %I", d + 1,
-                                          (lua_Integer)shape[d]));
-    if (__builtin_mul_overflow(known, shape[d], &known)) luaL_argerror(L, 2, "shape is too large");
-  }
-  if (infer >= 0) {
-    if (known == 0) luaL_argerror(L, 2, "cannot infer -1 beside a zero-sized dim");
-    if (n % known)
-      luaL_argerror(L, 2, lua_pushfstring(L, "cannot infer -1: %I elements are not divisible by %I", (lua_Integer)n,
-                                          (lua_Integer)known));
-    shape[infer] = n / known;
-    known = n;
-  }
-  if (known != n) {
-    char a[MAXSHAPESTR], b[MAXSHAPESTR];
-    bind_shape_str(a, sizeof a, ndim, shape);
-    bind_shape_str(b, sizeof b, t->v.ndim, t->v.shape);
-    luaL_argerror(L, 2, lua_pushfstring(L, "shape %s (%I elements) does not match %s (%I elements)", a,
-                                        (lua_Integer)known, b, (lua_Integer)n));
-  }
+  bind_infer_shape(L, 2, ndim, shape, &t->v);
   if (view_strides(&t->v, ndim, shape, stride) == 0) {
     gpu_tensor *r = view_of(L, 1);
     r->v.ndim = ndim;
@@ -435,7 +440,7 @@ static int t_reshape(lua_State *L) {
   gpu_tensor *r = bind_new_tensor(L, t->v.buf->kind, src.dtype, src.ndim, src.shape, 0, "reshape");
   dev_view dst = r->v;
   int ridx = lua_gettop(L);
-  copy_view(L, bind_current_stream(L), ridx, dst, 1, src, "reshape");
+  copy_view(L, bind_stream(L, 0), ridx, dst, 1, src, "reshape");
   r = bind_check_tensor(L, ridx);
   dev_view_set_contiguous(&r->v, ndim, shape);
   return 1;
@@ -489,7 +494,8 @@ static int join(lua_State *L, int stack) {
     opts = 2;
     hasdim = 0;
   }
-  bind_check_opts(L, opts, "out stream");
+  static const char *const names[] = {"out", "stream", NULL};
+  int out = bind_read_opts(L, opts, names), stream = out + 1;
   lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
   if (n < 1) luaL_argerror(L, 1, "the list is empty (give at least one tensor)");
   if (n > INT32_MAX) luaL_argerror(L, 1, "the list is too long");
@@ -531,7 +537,8 @@ static int join(lua_State *L, int stack) {
   }
   /* the result: opts.out (checked) or a new tensor */
   gpu_tensor *o;
-  if (bind_opt_field(L, opts, "out") != LUA_TNIL) {
+  if (!lua_isnil(L, out)) {
+    lua_pushvalue(L, out);
     o = bind_test_tensor_handle(L, -1);
     if (!o) luaL_error(L, "bad option 'out' to '%s' (gpu.Tensor expected, got %s)", fname, bind_typename(L, -1));
     if (!o->v.buf) luaL_error(L, "bad option 'out' to '%s' (tensor is closed)", fname);
@@ -554,11 +561,10 @@ static int join(lua_State *L, int stack) {
       lua_pop(L, 1);
     }
   } else {
-    lua_pop(L, 1);
-    bind_new_tensor(L, f.buf->kind, f.dtype, ndim, shape, lua_istable(L, opts) ? opts : 0, fname);
+    bind_new_tensor(L, f.buf->kind, f.dtype, ndim, shape, stream, fname);
   }
   int ridx = lua_gettop(L);
-  dev_stream *s = opts_stream(L, lua_istable(L, opts) ? opts : 0);
+  dev_stream *s = bind_stream(L, stream);
   int64_t at = 0;
   for (lua_Integer k = 1; k <= n; k++) {
     gpu_tensor *t = list_item(L, (int)k);
@@ -587,10 +593,10 @@ static int tensor_stack(lua_State *L) { return join(L, 1); }
 
 /* ---- creation: linspace, eye, randint, *_like ---------------------------- */
 
-/* Enqueue op on the stream of opts: its output a view of the tensor at
- * stack index out, its input (if any) one of the tensor at in. */
-static void submit_op(lua_State *L, int opts, dev_kop *op, int out, int in, const char *fname) {
-  dev_stream *s = opts_stream(L, opts);
+/* Enqueue op on the stream of slot stream: its output a view of the tensor
+ * at stack index out, its input (if any) one of the tensor at in. */
+static void submit_op(lua_State *L, int stream, dev_kop *op, int out, int in, const char *fname) {
+  dev_stream *s = bind_stream(L, stream);
   dev_ctx *ctx = dev_stream_ctx(s);
   op->out.buf = bind_check_tensor(L, out)->v.buf;
   if (op->nin) op->in[0].buf = bind_check_tensor(L, in)->v.buf;
@@ -598,49 +604,45 @@ static void submit_op(lua_State *L, int opts, dev_kop *op, int out, int in, cons
   BIND_CHECK(L, ctx, dev_submit(ctx, s, op), fname);
 }
 
-/* The opts table at idx, or 0 for none. */
-static int opts_at(lua_State *L, int idx) { return lua_istable(L, idx) ? idx : 0; }
-
 /* gpu.linspace(a, b, n [, opts]): n values from a to b evenly spaced, the
  * last exactly b (NumPy's: a + i*step in f64, rounded once to the dtype;
  * integer dtypes take the floor, as NumPy) */
 static int tensor_linspace(lua_State *L) {
   double a = luaL_checknumber(L, 1), b = luaL_checknumber(L, 2);
   lua_Integer n = check_int(L, 3, "count");
-  bind_check_opts(L, 4, "dtype device stream");
+  int o = bind_read_opts(L, 4, bind_new_opts), stream = o + 2;
   if (n < 0) luaL_argerror(L, 3, lua_pushfstring(L, "count must be non-negative, got %I", n));
   if (n > ((int64_t)1 << 48)) luaL_argerror(L, 3, "count is too large");
-  dev_dtype dt = bind_opt_dtype(L, 4, DEV_F32);
-  dev_memkind kind = bind_opt_device(L, 4, DEV_MEM_DEVICE);
-  int opts = opts_at(L, 4);
-  opts_stream(L, opts);
+  dev_dtype dt = bind_check_dtype(L, o, DEV_F32);
+  dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  bind_stream(L, stream);
   int64_t shape[1] = {n};
   int floor = !dev_dtype_is_float(dt) && dt != DEV_BOOL;
-  bind_new_tensor(L, kind, dt, 1, shape, opts, "linspace");
+  bind_new_tensor(L, kind, dt, 1, shape, stream, "linspace");
   int ridx = lua_gettop(L), idx = ridx;
   if (floor) {   /* in f64, floored, then cast */
-    bind_new_tensor(L, kind, DEV_F64, 1, shape, opts, "linspace");
+    bind_new_tensor(L, kind, DEV_F64, 1, shape, stream, "linspace");
     idx = lua_gettop(L);
   }
   double step = n > 1 ? (b - a) / (double)(n - 1) : 0;
   dev_kop op = {.kind = DEV_OP_ARANGE, .s0 = {0, 0, a}, .s1 = {0, 0, step}};
   op.out = bind_check_tensor(L, idx)->v;
-  submit_op(L, opts, &op, idx, 0, "linspace");
+  submit_op(L, stream, &op, idx, 0, "linspace");
   if (n > 1) {
     dev_kop last = {.kind = DEV_OP_FILL, .s0 = {0, 0, b}};
     last.out = bind_check_tensor(L, idx)->v;
     last.out.offset += (size_t)(n - 1) * dev_dtype_size(last.out.dtype);
     last.out.shape[0] = 1;
-    submit_op(L, opts, &last, idx, 0, "linspace");
+    submit_op(L, stream, &last, idx, 0, "linspace");
   }
   if (floor) {
     dev_kop fl = {.kind = DEV_OP_UNARY, .code = DEV_UN_FLOOR, .nin = 1};
     fl.out = fl.in[0] = bind_check_tensor(L, idx)->v;
-    submit_op(L, opts, &fl, idx, idx, "linspace");
+    submit_op(L, stream, &fl, idx, idx, "linspace");
     dev_kop cast = {.kind = DEV_OP_UNARY, .code = DEV_UN_COPY, .nin = 1};
     cast.in[0] = bind_check_tensor(L, idx)->v;
     cast.out = bind_check_tensor(L, ridx)->v;
-    submit_op(L, opts, &cast, ridx, idx, "linspace");
+    submit_op(L, stream, &cast, ridx, idx, "linspace");
     lua_settop(L, ridx);
   }
   return 1;
@@ -654,18 +656,17 @@ static int tensor_eye(lua_State *L) {
   else if (!lua_isnoneornil(L, 2)) m = check_int(L, 2, "column count");
   if (n < 0) luaL_argerror(L, 1, lua_pushfstring(L, "row count must be non-negative, got %I", n));
   if (m < 0) luaL_argerror(L, 2, lua_pushfstring(L, "column count must be non-negative, got %I", m));
-  bind_check_opts(L, opts, "dtype device stream");
+  int o = bind_read_opts(L, opts, bind_new_opts), stream = o + 2;
   int64_t shape[2] = {n, m}, total = 0;
   if (n > ((int64_t)1 << 56) || m > ((int64_t)1 << 56) || __builtin_mul_overflow(shape[0], shape[1], &total) ||
       total > ((int64_t)1 << 56))
     luaL_argerror(L, 1, "shape is too large");
-  dev_dtype dt = bind_opt_dtype(L, opts, DEV_F32);
-  dev_memkind kind = bind_opt_device(L, opts, DEV_MEM_DEVICE);
-  opts = opts_at(L, opts);
-  opts_stream(L, opts);
-  bind_new_tensor(L, kind, dt, 2, shape, opts, "eye");
+  dev_dtype dt = bind_check_dtype(L, o, DEV_F32);
+  dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  bind_stream(L, stream);
+  bind_new_tensor(L, kind, dt, 2, shape, stream, "eye");
   int ridx = lua_gettop(L);
-  dev_stream *s = opts_stream(L, opts);
+  dev_stream *s = bind_stream(L, stream);
   dev_ctx *ctx = dev_stream_ctx(s);
   gpu_tensor *r = bind_check_tensor(L, ridx);
   bind_call_site(L, ctx, "eye");
@@ -676,7 +677,7 @@ static int tensor_eye(lua_State *L) {
   op.out.ndim = 1;
   op.out.shape[0] = n < m ? n : m;
   op.out.stride[0] = m + 1;
-  submit_op(L, opts, &op, ridx, 0, "eye");
+  submit_op(L, stream, &op, ridx, 0, "eye");
   return 1;
 }
 
@@ -716,10 +717,11 @@ static int tensor_randint(lua_State *L) {
     if (shape[d] && (__builtin_mul_overflow(total, shape[d], &total) || total > ((int64_t)1 << 56)))
       luaL_argerror(L, 3, "shape is too large");
   }
-  bind_check_opts(L, 4, "dtype device stream seed");
+  static const char *const names[] = {"dtype", "device", "stream", "seed", NULL};
+  int o = bind_read_opts(L, 4, names), stream = o + 2;
   if (hi <= lo) luaL_argerror(L, 2, lua_pushfstring(L, "high (%I) must be greater than low (%I)", hi, lo));
-  dev_dtype dt = bind_opt_dtype(L, 4, DEV_I64);
-  dev_memkind kind = bind_opt_device(L, 4, DEV_MEM_DEVICE);
+  dev_dtype dt = bind_check_dtype(L, o, DEV_I64);
+  dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
   if (!dev_dtype_is_float(dt)) {
     int64_t min, max;
     int_range(dt, &min, &max);
@@ -727,24 +729,22 @@ static int tensor_randint(lua_State *L) {
       return luaL_error(L, "randint: [%I, %I) is beyond %s's range [%I, %I]", lo, hi, dev_dtype_name(dt),
                         (lua_Integer)min, (lua_Integer)max);
   }
-  int opts = opts_at(L, 4);
-  opts_stream(L, opts);
+  bind_stream(L, stream);
   gpu_state *st = bind_state(L);
   uint64_t seed = st->seed, offset;
-  if (bind_opt_field(L, 4, "seed") != LUA_TNIL) {
-    seed = (uint64_t)bind_check_scalar(L, -1, DEV_I64, 0, "option 'seed'").i;
+  if (!lua_isnil(L, o + 3)) {
+    seed = (uint64_t)bind_check_scalar(L, o + 3, DEV_I64, 0, "option 'seed'").i;
     offset = 0;
   } else {
     offset = st->offset;
     for (int d = 0; d < ndim; d++) total *= shape[d] != 0;   /* numel */
     st->offset += (uint64_t)total;
   }
-  lua_pop(L, 1);
-  bind_new_tensor(L, kind, dt, ndim, shape, opts, "randint");
+  bind_new_tensor(L, kind, dt, ndim, shape, stream, "randint");
   dev_kop op = {.kind = DEV_OP_RAND, .code = DEV_RAND_INT, .s0 = {1, lo, (double)lo}, .s1 = {1, hi, (double)hi},
                 .seed = seed, .offset = offset};
   op.out = bind_check_tensor(L, lua_gettop(L))->v;
-  submit_op(L, opts, &op, lua_gettop(L), 0, "randint");
+  submit_op(L, stream, &op, lua_gettop(L), 0, "randint");
   return 1;
 }
 
@@ -753,20 +753,19 @@ static int tensor_randint(lua_State *L) {
  * opts.device override them) */
 static int make_like(lua_State *L, int what, const char *fname) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  int opts = what == 3 ? 3 : 2;
-  bind_check_opts(L, opts, "dtype device stream");
+  if (what == 3 && lua_isnone(L, 2)) luaL_typeerror(L, 2, "number");
+  int o = bind_read_opts(L, what == 3 ? 3 : 2, bind_new_opts), stream = o + 2;
   dev_view v = t->v;
-  dev_dtype dt = bind_opt_dtype(L, opts, v.dtype);
-  dev_memkind kind = bind_opt_device(L, opts, v.buf->kind);
-  opts = opts_at(L, opts);
+  dev_dtype dt = bind_check_dtype(L, o, v.dtype);
+  dev_memkind kind = bind_check_device(L, o + 1, v.buf->kind);
   dev_scalar val = {1, what == 2, what == 2};
   if (what == 3) val = bind_check_scalar(L, 2, dt, 2, NULL);
-  opts_stream(L, opts);
-  gpu_tensor *r = bind_new_tensor(L, kind, dt, v.ndim, v.shape, opts, fname);
+  bind_stream(L, stream);
+  gpu_tensor *r = bind_new_tensor(L, kind, dt, v.ndim, v.shape, stream, fname);
   int ridx = lua_gettop(L);
   size_t bytes = (size_t)dev_view_numel(&r->v) * dev_dtype_size(dt);
   if (what == 1) {
-    dev_stream *s = opts_stream(L, opts);
+    dev_stream *s = bind_stream(L, stream);
     dev_ctx *ctx = dev_stream_ctx(s);
     r = bind_check_tensor(L, ridx);
     bind_call_site(L, ctx, fname);
@@ -774,7 +773,7 @@ static int make_like(lua_State *L, int what, const char *fname) {
   } else if (what >= 2) {
     dev_kop op = {.kind = DEV_OP_FILL, .s0 = val};
     op.out = r->v;
-    submit_op(L, opts, &op, ridx, 0, fname);
+    submit_op(L, stream, &op, ridx, 0, fname);
   }
   return 1;
 }

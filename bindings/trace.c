@@ -12,13 +12,13 @@ typedef struct gpu_range { const bind_type *tag; dev_ctx *ctx; uint64_t id; int 
 static int trace_start(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   lua_Integer max = 0;
-  bind_check_opts(L, 1, "max_events");
-  if (bind_opt_field(L, 1, "max_events") != LUA_TNIL) {
+  static const char *const names[] = {"max_events", NULL};
+  int o = bind_read_opts(L, 1, names);
+  if (!lua_isnil(L, o)) {
     int isint;
-    max = lua_tointegerx(L, -1, &isint);
+    max = lua_tointegerx(L, o, &isint);
     if (!isint || max < 1) return luaL_error(L, "bad option 'max_events' (a positive integer expected)");
   }
-  lua_pop(L, 1);
   BIND_CHECK(L, ctx, dev_trace_start(ctx, (size_t)max), "trace.start");
   return 0;
 }

@@ -48,6 +48,8 @@ typedef struct dev_graph dev_graph;
 
 /* ---- dtypes ---------------------------------------------------------- */
 const char *dev_dtype_name(dev_dtype t);
+/* Every dtype's name, in enum order, NULL-ended: the one list ("f32", ...). */
+extern const char *const dev_dtype_names[DEV_NDTYPE + 1];
 int dev_dtype_parse(const char *name, dev_dtype *out);   /* 0 ok, -1 unknown */
 size_t dev_dtype_size(dev_dtype t);
 int dev_dtype_is_float(dev_dtype t);                     /* f32 f64 f16 bf16 */

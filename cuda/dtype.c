@@ -8,12 +8,16 @@
 #include "scalar.h"
 #include "util.h"
 
-static const struct { const char *name; size_t size; int is_float; } dtypes[DEV_NDTYPE] = {
-  [DEV_F32] = {"f32", 4, 1}, [DEV_F64] = {"f64", 8, 1},
-  [DEV_F16] = {"f16", 2, 1}, [DEV_BF16] = {"bf16", 2, 1},
-  [DEV_I8] = {"i8", 1, 0},   [DEV_U8] = {"u8", 1, 0},
-  [DEV_I32] = {"i32", 4, 0}, [DEV_I64] = {"i64", 8, 0},
-  [DEV_BOOL] = {"bool", 1, 0},
+const char *const dev_dtype_names[DEV_NDTYPE + 1] = {
+  [DEV_F32] = "f32", [DEV_F64] = "f64", [DEV_F16] = "f16", [DEV_BF16] = "bf16",
+  [DEV_I8] = "i8",   [DEV_U8] = "u8",   [DEV_I32] = "i32", [DEV_I64] = "i64",
+  [DEV_BOOL] = "bool", [DEV_NDTYPE] = NULL,
+};
+
+static const struct { size_t size; int is_float; } dtypes[DEV_NDTYPE] = {
+  [DEV_F32] = {4, 1}, [DEV_F64] = {8, 1}, [DEV_F16] = {2, 1}, [DEV_BF16] = {2, 1},
+  [DEV_I8] = {1, 0},  [DEV_U8] = {1, 0},  [DEV_I32] = {4, 0}, [DEV_I64] = {8, 0},
+  [DEV_BOOL] = {1, 0},
 };
 
 static const struct { const char *name; dev_dtype t; } aliases[] = {
@@ -30,14 +34,14 @@ static int valid_dtype(dev_dtype t) { return (unsigned)t < DEV_NDTYPE; }
 
 const char *dev_dtype_name(dev_dtype t)
 {
-  return valid_dtype(t) ? dtypes[t].name : "?";
+  return valid_dtype(t) ? dev_dtype_names[t] : "?";
 }
 
 int dev_dtype_parse(const char *name, dev_dtype *out)
 {
   if (name == NULL) return -1;
   for (int t = 0; t < DEV_NDTYPE; t++)
-    if (strcmp(name, dtypes[t].name) == 0) { *out = (dev_dtype)t; return 0; }
+    if (strcmp(name, dev_dtype_names[t]) == 0) { *out = (dev_dtype)t; return 0; }
   for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
     if (strcmp(name, aliases[i].name) == 0) { *out = aliases[i].t; return 0; }
   return -1;
