@@ -801,7 +801,9 @@ T.test("dtype names: gpu.dtype lists every name a tensor accepts", function()
   local src = readfile(ROOT .. "/cuda/dtype.c")
   if not src then return T.skip("dtype names", "cuda/dtype.c not found") end
   local names = {}
-  for name in src:gmatch('%[DEV_[%w_]+%] = {"([%w_]+)"') do names[name] = true end
+  -- the one list of names (dev_dtype_names), then the synonyms
+  local list = src:match("dev_dtype_names%[[^%]]*%] = {(.-)};") or ""
+  for name in list:gmatch('%[DEV_[%w_]+%] = "([%w_]+)"') do names[name] = true end
   local aliases = src:match("aliases%[%] = {(.-)};")
   for name in (aliases or ""):gmatch('{"([%w_]+)", DEV_') do names[name] = true end
   local ann = {}
