@@ -837,6 +837,155 @@ static char *clean_log(const char *text, const char *dir)
   return o.p;
 }
 
+/* The flags of every compilation; with GPULUA_KERNEL_CHECK, the address
+ * checks of each compiler. */
+static const char *const cc_base[] = {
+  "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden",
+  "-fno-semantic-interposition", "-fno-exceptions", "-fno-math-errno", "-fno-strict-aliasing", "-w",
+  "-Wl,-z,defs", NULL};
+static const char *const cc_gcc_check[] = {
+  "-DGPULUA_KCHECK=1", "-g", "-fno-omit-frame-pointer", "-fsanitize=kernel-address",
+  "--param", "asan-instrumentation-with-call-threshold=0", "--param", "asan-stack=0", "--param",
+  "asan-globals=0", "-fno-sanitize-address-use-after-scope", "-Wl,-Bsymbolic", NULL};
+static const char *const cc_clang_check[] = {
+  "-DGPULUA_KCHECK=1", "-g", "-fno-omit-frame-pointer", "-fsanitize=kernel-address", "-mllvm",
+  "-asan-instrumentation-with-call-threshold=0", "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0",
+  "-Wl,-Bsymbolic", NULL};
+
+/* A compilation's command line, but for its paths: ours, then the user's
+ * options from argv[*user_at] (their strings kept in *ostore). */
+#define CC_ARGV_MAX 300
+static int build_cmdline(const compiler *cx, int check, const char *const *opts, int nopts,
+                         const char **argv, int *argc, int *user_at, sbuf *ostore, char *err, size_t errlen)
+{
+  size_t offs[256];
+  *argc = 0;
+  argv[(*argc)++] = cx->path;
+  for (int i = 0; cc_base[i]; i++) argv[(*argc)++] = cc_base[i];
+  if (!cx->clang) argv[(*argc)++] = "-fno-gnu-unique";
+  if (check)
+    for (const char *const *c = cx->clang ? cc_clang_check : cc_gcc_check; *c; c++) argv[(*argc)++] = *c;
+  *user_at = *argc;
+  if (nopts > 200) return fail_msg(err, errlen, "too many compiler options (%d)", nopts);
+  return translate_opts(opts, nopts, argv, argc, 256, ostore, offs, err, errlen) ? -1 : 0;
+}
+
+/* The source as compiled into *text: a #line naming the kernel, the source
+ * rewritten, then an entry per name expression, whose fiber needs are
+ * scanned from the source (all of them when an option pre-includes a
+ * header, which is not read). */
+static int build_source(const char *src, const char *name, const char *const *exprs, int nexprs,
+                        const char *const *argv, int user_at, int argc, sbuf *text, char *err, size_t errlen)
+{
+  sb_str(text, "#line 1 \"");
+  for (const char *q = name; *q; q++) {
+    if (*q == '"' || *q == '\\') sb_add(text, "\\", 1);
+    sb_add(text, (unsigned char)*q < 0x20 || *q == 0x7f ? "?" : q, 1);
+  }
+  sb_str(text, "\"\n");
+  if (rewrite(src, text, err, errlen)) return -1;
+  int *need = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *need);
+  if (!need) return fail_msg(err, errlen, "out of memory");
+  fiber_scan(src, exprs, nexprs, need);
+  for (int i = user_at; i < argc; i++)
+    if (strcmp(argv[i], "-include") == 0)
+      for (int k = 0; k < nexprs; k++) need[k] = 1;
+  sb_str(text, "\n#line 1 \"<gpulua kernel entries>\"\n");
+  for (int i = 0; i < nexprs; i++) {
+    const char *e = exprs[i][0] == '&' ? exprs[i] + 1 : exprs[i];
+    sb_printf(text, "GPULUA_HK_KERNEL(%d, %s, \"%s\", %d)\n", i, e, e, need[i]);
+  }
+  free(need);
+  sb_printf(text, "GPULUA_HK_MODULE(%d", nexprs);
+  if (nexprs == 0) sb_str(text, ", nullptr");
+  for (int i = 0; i < nexprs; i++) sb_printf(text, ", &gpulua_hk_k%d", i);
+  sb_str(text, ")\n");
+  return text->oom ? fail_msg(err, errlen, "out of memory") : 0;
+}
+
+/* Everything that decides the output, as the cache key. */
+static int build_key(const compiler *cx, const char *const *argv, int argc, const sbuf *text, sbuf *key,
+                     char *err, size_t errlen)
+{
+  char hv[64];
+  snprintf(hv, sizeof hv, "gpulua-hk %d %016llx", GPULUA_HK_ABI,
+           (unsigned long long)dev_kcache_hash(hk_rt_header, strlen(hk_rt_header)));
+  sb_key(key, hv);
+  sb_key(key, cx->ident);
+  for (int i = 1; i < argc; i++) sb_key(key, argv[i]);
+  sb_key(key, "--");
+  sb_key(key, text->p ? text->p : "");
+  return key->oom ? fail_msg(err, errlen, "out of memory") : 0;
+}
+
+/* Runs the compiler on text in a temporary directory of its own, which it
+ * removes: the object in img, or the compiler's messages in *log. */
+static int run_compiler(const compiler *cx, const char *const *argv, int user_at, int argc, const sbuf *text,
+                        dev_kimage *img, char **log, char *err, size_t errlen)
+{
+  char p_src[1200], p_so[1200], p_log[1200], p_rt[1200], inc[1200];
+  tmpdir td;
+  if (tmp_dir("gpulua-cc", td.path, sizeof td.path))
+    return fail_msg(err, errlen, "cannot create a temporary directory: %s", strerror(errno));
+  int rc = 0;
+  tmp_path(&td, "kernel.cu", p_src, sizeof p_src);
+  tmp_path(&td, "kernel.so", p_so, sizeof p_so);
+  tmp_path(&td, "log", p_log, sizeof p_log);
+  tmp_path(&td, "gpulua_cuda_rt.h", p_rt, sizeof p_rt);
+  snprintf(inc, sizeof inc, "-I%s/include", td.path);
+  if (write_runtime(&td) || write_file(p_src, text->p, text->n)) {
+    rc = fail_msg(err, errlen, "cannot write to %s: %s", td.path, strerror(errno));
+    goto out;
+  }
+  /* ours first, then the user's (later -std and -O win), the file last */
+  const char *full[CC_ARGV_MAX + 20];
+  int n = 0;
+  for (int i = 0; i < user_at; i++) full[n++] = argv[i];
+  full[n++] = inc;
+  full[n++] = "-include";
+  full[n++] = p_rt;
+  for (int i = user_at; i < argc; i++) full[n++] = argv[i];
+  full[n++] = p_src;
+  full[n++] = "-o";
+  full[n++] = p_so;
+  full[n] = NULL;
+  int lfd = open(p_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (lfd < 0) { rc = fail_msg(err, errlen, "cannot write to %s: %s", td.path, strerror(errno)); goto out; }
+  int st = hk_run((char *const *)full, lfd);
+  int e = errno;
+  close(lfd);
+  if (st < 0) { rc = fail_msg(err, errlen, "cannot run the C++ compiler %s: %s", cx->path, strerror(e)); goto out; }
+  if (st != 0) {
+    size_t ln;
+    char *raw = read_file(p_log, &ln);
+    if (log && raw) *log = clean_log(raw, td.path);
+    free(raw);
+    rc = fail_msg(err, errlen, "compilation failed (%s exited with status %d)", cx->path, st);
+    goto out;
+  }
+  size_t size;
+  img->data = read_file(p_so, &size);
+  if (!img->data) { rc = fail_msg(err, errlen, "cannot read the compiled object: %s", strerror(errno)); goto out; }
+  img->size = size;
+out:
+  tmp_remove(&td);
+  return rc;
+}
+
+/* The lowered name of each entry: gpulua_hk_k<i>. */
+static int name_entries(dev_kimage *img, int nexprs, char *err, size_t errlen)
+{
+  img->lowered = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *img->lowered);
+  if (!img->lowered) return fail_msg(err, errlen, "out of memory");
+  for (int i = 0; i < nexprs; i++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "gpulua_hk_k%d", i);
+    if (!(img->lowered[i] = strdup(nm))) return fail_msg(err, errlen, "out of memory");
+    img->n = i + 1;
+  }
+  return 0;
+}
+
 int hk_compile(const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
                const char *const *exprs, int nexprs, int use_cache, dev_kimage *img, char **log,
                char *err, size_t errlen)
@@ -850,147 +999,26 @@ int hk_compile(const char *src, const char *name, const char *arch, const char *
   int check = 0;
   if (env_flag("GPULUA_KERNEL_CHECK", &check, err, errlen)) return -1;
 
-  /* the command line, but for the paths of this compilation */
-  const char *argv[300];
-  int argc = 0;
-  static const char *const base[] = {
-    "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden",
-    "-fno-semantic-interposition", "-fno-exceptions", "-fno-math-errno", "-fno-strict-aliasing", "-w",
-    "-Wl,-z,defs", NULL};
-  static const char *const gcc_check[] = {
-    "-DGPULUA_KCHECK=1", "-g", "-fno-omit-frame-pointer", "-fsanitize=kernel-address",
-    "--param", "asan-instrumentation-with-call-threshold=0", "--param", "asan-stack=0", "--param",
-    "asan-globals=0", "-fno-sanitize-address-use-after-scope", "-Wl,-Bsymbolic", NULL};
-  static const char *const clang_check[] = {
-    "-DGPULUA_KCHECK=1", "-g", "-fno-omit-frame-pointer", "-fsanitize=kernel-address", "-mllvm",
-    "-asan-instrumentation-with-call-threshold=0", "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0",
-    "-Wl,-Bsymbolic", NULL};
-  argv[argc++] = cx.path;
-  for (int i = 0; base[i]; i++) argv[argc++] = base[i];
-  if (!cx.clang) argv[argc++] = "-fno-gnu-unique";
-  if (check)
-    for (const char *const *c = cx.clang ? clang_check : gcc_check; *c; c++) argv[argc++] = *c;
-  int user_at = argc;
-  sbuf ostore = {0};
-  size_t offs[256];
-  if (nopts > 200) return fail_msg(err, errlen, "too many compiler options (%d)", nopts);
-  if (translate_opts(opts, nopts, argv, &argc, 256, &ostore, offs, err, errlen)) {
-    free(ostore.p);
-    return -1;
-  }
-
-  /* the source as compiled */
-  sbuf text = {0};
-  sb_str(&text, "#line 1 \"");
-  for (const char *q = name; *q; q++) {
-    if (*q == '"' || *q == '\\') sb_add(&text, "\\", 1);
-    sb_add(&text, (unsigned char)*q < 0x20 || *q == 0x7f ? "?" : q, 1);
-  }
-  sb_str(&text, "\"\n");
-  int rc = rewrite(src, &text, err, errlen);
-  int *need = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *need);
-  if (!need && rc == 0) rc = fail_msg(err, errlen, "out of memory");
+  const char *argv[CC_ARGV_MAX];
+  int argc, user_at;
+  sbuf ostore = {0}, text = {0}, key = {0};
+  int rc = build_cmdline(&cx, check, opts, nopts, argv, &argc, &user_at, &ostore, err, errlen);
+  if (rc == 0) rc = build_source(src, name, exprs, nexprs, argv, user_at, argc, &text, err, errlen);
+  if (rc == 0) rc = build_key(&cx, argv, argc, &text, &key, err, errlen);
   if (rc == 0) {
-    fiber_scan(src, exprs, nexprs, need);
-    /* a header pre-included by an option is not read either */
-    for (int i = user_at; i < argc; i++)
-      if (strcmp(argv[i], "-include") == 0)
-        for (int k = 0; k < nexprs; k++) need[k] = 1;
-    sb_str(&text, "\n#line 1 \"<gpulua kernel entries>\"\n");
-    for (int i = 0; i < nexprs; i++)
-      sb_printf(&text, "GPULUA_HK_KERNEL(%d, %s, \"%s\", %d)\n", i, exprs[i][0] == '&' ? exprs[i] + 1 : exprs[i],
-                exprs[i][0] == '&' ? exprs[i] + 1 : exprs[i], need[i]);
-    sb_printf(&text, "GPULUA_HK_MODULE(%d", nexprs);
-    if (nexprs == 0) sb_str(&text, ", nullptr");
-    for (int i = 0; i < nexprs; i++) sb_printf(&text, ", &gpulua_hk_k%d", i);
-    sb_str(&text, ")\n");
-    if (text.oom) rc = fail_msg(err, errlen, "out of memory");
-  }
-  /* everything that decides the output is in the key */
-  sbuf key = {0};
-  char hv[64];
-  snprintf(hv, sizeof hv, "gpulua-hk %d %016llx", GPULUA_HK_ABI,
-           (unsigned long long)dev_kcache_hash(hk_rt_header, strlen(hk_rt_header)));
-  sb_key(&key, hv);
-  sb_key(&key, cx.ident);
-  for (int i = 1; i < argc; i++) sb_key(&key, argv[i]);
-  sb_key(&key, "--");
-  sb_key(&key, text.p ? text.p : "");
-  if (key.oom && rc == 0) rc = fail_msg(err, errlen, "out of memory");
-
-  char dirbuf[1024], cpath[1200];
-  const char *dir = rc == 0 && use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
-  int hit = 0;
-  if (dir) {
-    snprintf(cpath, sizeof cpath, "%s/%016llx.hk", dir, (unsigned long long)dev_kcache_hash(key.p, key.n));
-    hit = cache_read(cpath, &key, img) == 0;
-  }
-  tmpdir td;
-  int have_td = 0;
-  if (rc == 0 && !hit) {
-    char p_src[1200], p_so[1200], p_log[1200], p_rt[1200], inc[1200];
-    if (tmp_dir("gpulua-cc", td.path, sizeof td.path)) {
-      rc = fail_msg(err, errlen, "cannot create a temporary directory: %s", strerror(errno));
-      goto out;
+    char dirbuf[1024], cpath[1200];
+    const char *dir = use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
+    if (dir) {
+      snprintf(cpath, sizeof cpath, "%s/%016llx.hk", dir, (unsigned long long)dev_kcache_hash(key.p, key.n));
+      img->from_cache = cache_read(cpath, &key, img) == 0;
     }
-    have_td = 1;
-    tmp_path(&td, "kernel.cu", p_src, sizeof p_src);
-    tmp_path(&td, "kernel.so", p_so, sizeof p_so);
-    tmp_path(&td, "log", p_log, sizeof p_log);
-    tmp_path(&td, "gpulua_cuda_rt.h", p_rt, sizeof p_rt);
-    snprintf(inc, sizeof inc, "-I%s/include", td.path);
-    if (write_runtime(&td) || write_file(p_src, text.p, text.n)) {
-      rc = fail_msg(err, errlen, "cannot write to %s: %s", td.path, strerror(errno));
-      goto out;
-    }
-    /* ours first, then the user's (later -std and -O win), the file last */
-    const char *full[320];
-    int n = 0;
-    for (int i = 0; i < user_at; i++) full[n++] = argv[i];
-    full[n++] = inc;
-    full[n++] = "-include";
-    full[n++] = p_rt;
-    for (int i = user_at; i < argc; i++) full[n++] = argv[i];
-    full[n++] = p_src;
-    full[n++] = "-o";
-    full[n++] = p_so;
-    full[n] = NULL;
-    int lfd = open(p_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (lfd < 0) { rc = fail_msg(err, errlen, "cannot write to %s: %s", td.path, strerror(errno)); goto out; }
-    int st = hk_run((char *const *)full, lfd);
-    int e = errno;
-    close(lfd);
-    if (st < 0) { rc = fail_msg(err, errlen, "cannot run the C++ compiler %s: %s", cx.path, strerror(e)); goto out; }
-    if (st != 0) {
-      size_t ln;
-      char *raw = read_file(p_log, &ln);
-      if (log && raw) *log = clean_log(raw, td.path);
-      free(raw);
-      rc = fail_msg(err, errlen, "compilation failed (%s exited with status %d)", cx.path, st);
-      goto out;
-    }
-    size_t size;
-    img->data = read_file(p_so, &size);
-    if (!img->data) { rc = fail_msg(err, errlen, "cannot read the compiled object: %s", strerror(errno)); goto out; }
-    img->size = size;
-    if (dir) cache_write(dir, cpath, &key, img);
-  } else if (hit) {
-    img->from_cache = 1;
-  }
-  if (rc == 0) {
-    img->lowered = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *img->lowered);
-    if (!img->lowered) { rc = fail_msg(err, errlen, "out of memory"); goto out; }
-    for (int i = 0; i < nexprs; i++) {
-      char nm[32];
-      snprintf(nm, sizeof nm, "gpulua_hk_k%d", i);
-      if (!(img->lowered[i] = strdup(nm))) { rc = fail_msg(err, errlen, "out of memory"); goto out; }
-      img->n = i + 1;
+    if (!img->from_cache) {
+      rc = run_compiler(&cx, argv, user_at, argc, &text, img, log, err, errlen);
+      if (rc == 0 && dir) cache_write(dir, cpath, &key, img);
     }
   }
-out:
-  if (have_td) tmp_remove(&td);
+  if (rc == 0) rc = name_entries(img, nexprs, err, errlen);
   if (rc) dev_kimage_free(img);
-  free(need);
   free(ostore.p);
   free(text.p);
   free(key.p);

@@ -113,19 +113,18 @@ static int parse_master(const char *s, struct launch *l) {
 
 enum { OPT_N, OPT_NNODES, OPT_NODE_RANK, OPT_MASTER, NOPTS };
 
-int launch_parse(char **argv, struct launch *l, char *err, size_t errlen) {
-  static const char *const names[NOPTS] = {"-n", "--nnodes", "--node-rank", "--master"};
-  const char *val[NOPTS] = {NULL};
-  int given[NOPTS] = {0};
-  const char *first = NULL;  /* the first launcher option seen */
-  int argc = 0, k = 0, i;
-  long v;
+/* The launcher options as given, before their values are checked. */
+struct given {
+  const char *val[NOPTS];
+  int set[NOPTS];
+  const char *first;  /* the first launcher option seen */
+};
 
-  memset(l, 0, sizeof *l);
-  l->nnodes = 1;
-  l->prefix = -1;
-  if (argv[0] == NULL)
-    return 0;
+/* Splits argv: the launcher options into g, the rest (gpulua's own options,
+ * the script and its arguments) into l->argv.  0, or -1 with the message. */
+static int split_args(char **argv, struct launch *l, struct given *g, char *err, size_t errlen) {
+  static const char *const names[NOPTS] = {"-n", "--nnodes", "--node-rank", "--master"};
+  int argc = 0, k = 0, i;
   while (argv[argc] != NULL)
     argc++;
   l->argv = malloc(((size_t)argc + 1) * sizeof *l->argv);
@@ -142,16 +141,14 @@ int launch_parse(char **argv, struct launch *l, char *err, size_t errlen) {
       if (take_opt(argv, &i, names[j], &value))
         break;
     if (j < NOPTS) {
-      if (given[j]) {
-        launch_free(l);
+      if (g->set[j])
         return bad(err, errlen, "%s given twice", names[j]);
-      }
-      given[j] = 1;
-      val[j] = value;
-      first = first ? first : names[j];
+      g->set[j] = 1;
+      g->val[j] = value;
+      g->first = g->first ? g->first : names[j];
     } else if (strcmp(a, "--prefix") == 0 || strcmp(a, "--no-prefix") == 0) {
       l->prefix = a[2] == 'p';
-      first = first ? first : a;
+      g->first = g->first ? g->first : a;
     } else {
       l->argv[k++] = argv[i];
       /* the values of -e, -l, --device, --sync-debug, --trace and --check are not options */
@@ -165,18 +162,17 @@ int launch_parse(char **argv, struct launch *l, char *err, size_t errlen) {
     l->argv[k++] = argv[i++];
   l->argv[k] = NULL;
   l->argc = k;
+  return 0;
+}
 
-  if (first == NULL) {
-    launch_free(l);
-    return 0;
-  }
-  if (!given[OPT_N]) {
-    launch_free(l);
-    return bad(err, errlen, "%s needs -n N", first);
-  }
-  if (!parse_int(val[OPT_N], 1, MAX_RANKS, &v)) {
-    const char *s = val[OPT_N];
-    launch_free(l);
+/* The values of -n, --nnodes, --node-rank and --master into l.  0, or -1
+ * with the message. */
+static int check_values(const struct given *g, struct launch *l, char *err, size_t errlen) {
+  long v;
+  const char *s;
+  if (!g->set[OPT_N])
+    return bad(err, errlen, "%s needs -n N", g->first);
+  if (!parse_int(s = g->val[OPT_N], 1, MAX_RANKS, &v)) {
     if (s == NULL)
       return bad(err, errlen, "-n needs a positive integer");
     if (parse_int(s, 1, 1L << 30, &v))
@@ -184,21 +180,17 @@ int launch_parse(char **argv, struct launch *l, char *err, size_t errlen) {
     return bad(err, errlen, "-n needs a positive integer, got '%s'", s);
   }
   l->nproc = (int)v;
-  if (given[OPT_NNODES]) {
-    if (!parse_int(val[OPT_NNODES], 1, 65536, &v)) {
-      const char *s = val[OPT_NNODES];
-      launch_free(l);
+  if (g->set[OPT_NNODES]) {
+    if (!parse_int(s = g->val[OPT_NNODES], 1, 65536, &v)) {
       if (s == NULL)
         return bad(err, errlen, "--nnodes needs a positive integer");
       return bad(err, errlen, "--nnodes needs a positive integer, got '%s'", s);
     }
     l->nnodes = (int)v;
   }
-  if (given[OPT_NODE_RANK]) {
-    if (!parse_int(val[OPT_NODE_RANK], 0, l->nnodes - 1, &v)) {
-      const char *s = val[OPT_NODE_RANK];
-      int top = l->nnodes - 1;
-      launch_free(l);
+  if (g->set[OPT_NODE_RANK]) {
+    int top = l->nnodes - 1;
+    if (!parse_int(s = g->val[OPT_NODE_RANK], 0, top, &v)) {
       if (s == NULL)
         return bad(err, errlen, "--node-rank needs an integer from 0 to %d", top);
       return bad(err, errlen, "--node-rank needs an integer from 0 to %d (--nnodes %d), got '%s'",
@@ -206,17 +198,31 @@ int launch_parse(char **argv, struct launch *l, char *err, size_t errlen) {
     }
     l->node_rank = (int)v;
   }
-  if (given[OPT_MASTER] && !parse_master(val[OPT_MASTER] ? val[OPT_MASTER] : "", l)) {
-    const char *s = val[OPT_MASTER];
-    launch_free(l);
+  if (g->set[OPT_MASTER] && !parse_master((s = g->val[OPT_MASTER]) ? s : "", l)) {
     if (s == NULL)
       return bad(err, errlen, "--master needs host:port");
     return bad(err, errlen, "--master needs host:port, got '%s'", s);
   }
-  if (l->nnodes > 1 && l->master_addr == NULL) {
-    int nn = l->nnodes;
+  if (l->nnodes > 1 && l->master_addr == NULL)
+    return bad(err, errlen, "--nnodes %d needs --master host:port", l->nnodes);
+  return 0;
+}
+
+int launch_parse(char **argv, struct launch *l, char *err, size_t errlen) {
+  struct given g = {{NULL}, {0}, NULL};
+  memset(l, 0, sizeof *l);
+  l->nnodes = 1;
+  l->prefix = -1;
+  if (argv[0] == NULL)
+    return 0;
+  /* the messages name argv's strings, which outlive l's copy */
+  if (split_args(argv, l, &g, err, errlen) != 0 || (g.first != NULL && check_values(&g, l, err, errlen) != 0)) {
     launch_free(l);
-    return bad(err, errlen, "--nnodes %d needs --master host:port", nn);
+    return -1;
+  }
+  if (g.first == NULL) {
+    launch_free(l);
+    return 0;
   }
   return 1;
 }
@@ -853,30 +859,21 @@ static int free_port(int *port) {
   return e;
 }
 
-int launch_run(const struct launch *o) {
-  struct sigaction sa, old[NCAUGHT], oldpipe;
-  int sp[2] = {-1, -1}, np[2] = {-1, -1}, status = 1, e;
-
-  /* Closed standard descriptors would be reused for pipes, and dup2 onto
-   * them in the child would go wrong. */
-  for (int fd = 0; fd <= 2; fd++)
-    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) < 0)
-      return 1;
-
+/* A job of o->nproc ranks, none started; NULL when out of memory. */
+static struct job *job_new(const struct launch *o) {
   struct job *j = calloc(1, sizeof *j);
-  if (j != NULL) {
-    j->r = calloc((size_t)o->nproc, sizeof *j->r);
-    j->pfd = calloc(2 * (size_t)o->nproc + 2, sizeof *j->pfd);
-    j->pst = calloc(2 * (size_t)o->nproc + 2, sizeof *j->pst);
-    j->order = calloc((size_t)o->nproc, sizeof *j->order);
-  }
-  if (j == NULL || j->r == NULL || j->pfd == NULL || j->pst == NULL || j->order == NULL) {
-    fprintf(stderr, "%s: not enough memory for %d ranks\n", o->progname, o->nproc);
-    goto out;
-  }
-  j->opt = o;
+  if (j == NULL)
+    return NULL;
   j->n = o->nproc;
+  j->r = calloc((size_t)o->nproc, sizeof *j->r);
+  j->pfd = calloc(2 * (size_t)o->nproc + 2, sizeof *j->pfd);
+  j->pst = calloc(2 * (size_t)o->nproc + 2, sizeof *j->pst);
+  j->order = calloc((size_t)o->nproc, sizeof *j->order);
+  if (j->r == NULL || j->pfd == NULL || j->pst == NULL || j->order == NULL)
+    return j;   /* job_free takes it; the caller sees the NULL fields */
+  j->opt = o;
   j->spawn_rank = -1;
+  j->noter = j->notew = j->sigr = -1;
   for (int i = 0; i < j->n; i++) {
     j->r[i].rank = o->node_rank * o->nproc + i;
     for (int k = 0; k < 2; k++) {
@@ -887,11 +884,86 @@ int launch_run(const struct launch *o) {
   }
   j->prefix = o->prefix >= 0 ? o->prefix : (isatty(1) || isatty(2));
   j->port = o->master_port;
+  return j;
+}
+
+static void job_free(struct job *j) {
+  if (j == NULL)
+    return;
+  if (j->r != NULL)
+    for (int i = 0; i < j->n; i++)
+      for (int k = 0; k < 2; k++)
+        close_stream(&j->r[i].s[k]);
+  free(j->r);
+  free(j->pfd);
+  free(j->pst);
+  free(j->order);
+  free(j);
+}
+
+/* The launcher's signals go to its signal pipe (sig_wfd); SIGPIPE is
+ * ignored.  The old actions are kept for signals_restore. */
+static void signals_catch(struct sigaction *old, struct sigaction *oldpipe) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < NCAUGHT; i++) {
+    sa.sa_flags = SA_RESTART | (caught[i] == SIGCHLD ? SA_NOCLDSTOP : 0);
+    sigaction(caught[i], &sa, &old[i]);
+  }
+  sa.sa_handler = SIG_IGN;
+  sa.sa_flags = 0;
+  sigaction(SIGPIPE, &sa, oldpipe);
+}
+
+static void signals_restore(const struct sigaction *old, const struct sigaction *oldpipe) {
+  for (int i = 0; i < NCAUGHT; i++)
+    sigaction(caught[i], &old[i], NULL);
+  sigaction(SIGPIPE, oldpipe, NULL);
+  sig_wfd = -1;
+}
+
+/* Starts the ranks one by one (no more once the job stops), then runs the
+ * job to its end; the exit status. */
+static int job_run(struct job *j) {
+  int e;
+  for (int i = 0; i < j->n && !j->stopping; i++) {
+    if ((e = spawn(j, i)) != 0) {
+      j->spawn_rank = j->r[i].rank;
+      j->spawn_err = e;
+      stop(j, SIGTERM);
+    }
+    read_signals(j);  /* Ctrl-C while starting many ranks: start no more */
+  }
+  j->reap = 1;
+  loop(j);
+  int status = summary(j);
+  /* a rank stopped while the ranks were meeting leaves the job's shared
+   * memory behind */
+  gpulua_job_cleanup(j->port, j->opt->nnodes * j->opt->nproc);
+  return status;
+}
+
+int launch_run(const struct launch *o) {
+  struct sigaction old[NCAUGHT], oldpipe;
+  int sp[2] = {-1, -1}, np[2] = {-1, -1}, status = 1, e;
+
+  /* Closed standard descriptors would be reused for pipes, and dup2 onto
+   * them in the child would go wrong. */
+  for (int fd = 0; fd <= 2; fd++)
+    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) < 0)
+      return 1;
+
+  struct job *j = job_new(o);
+  if (j == NULL || j->r == NULL || j->pfd == NULL || j->pst == NULL || j->order == NULL) {
+    fprintf(stderr, "%s: not enough memory for %d ranks\n", o->progname, o->nproc);
+    goto out;
+  }
   if (j->port == 0 && (e = free_port(&j->port)) != 0) {
     fprintf(stderr, "%s: cannot find a free port on 127.0.0.1: %s\n", o->progname, strerror(e));
     goto out;
   }
-
   /* the notes' read end does not block; the ranks' write end does (a note
    * is written whole) */
   if (pipe2(sp, O_CLOEXEC | O_NONBLOCK) != 0 || pipe2(np, O_CLOEXEC) != 0 ||
@@ -903,51 +975,14 @@ int launch_run(const struct launch *o) {
   j->notew = np[1];
   j->sigr = sp[0];
   sig_wfd = sp[1];
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < NCAUGHT; i++) {
-    sa.sa_flags = SA_RESTART | (caught[i] == SIGCHLD ? SA_NOCLDSTOP : 0);
-    sigaction(caught[i], &sa, &old[i]);
-  }
-  sa.sa_handler = SIG_IGN;
-  sa.sa_flags = 0;
-  sigaction(SIGPIPE, &sa, &oldpipe);
-
-  for (int i = 0; i < j->n && !j->stopping; i++) {
-    if ((e = spawn(j, i)) != 0) {
-      j->spawn_rank = j->r[i].rank;
-      j->spawn_err = e;
-      stop(j, SIGTERM);
-    }
-    read_signals(j);  /* Ctrl-C while starting many ranks: start no more */
-  }
-  j->reap = 1;
-  loop(j);
-  status = summary(j);
-  /* a rank stopped while the ranks were meeting leaves the job's shared
-   * memory behind */
-  gpulua_job_cleanup(j->port, o->nnodes * o->nproc);
-
-  for (int i = 0; i < NCAUGHT; i++)
-    sigaction(caught[i], &old[i], NULL);
-  sigaction(SIGPIPE, &oldpipe, NULL);
-  sig_wfd = -1;
+  signals_catch(old, &oldpipe);
+  status = job_run(j);
+  signals_restore(old, &oldpipe);
 out:
   close_fd(&sp[0]);
   close_fd(&sp[1]);
   close_fd(&np[0]);
   close_fd(&np[1]);
-  if (j != NULL) {
-    if (j->r != NULL)
-      for (int i = 0; i < j->n; i++)
-        for (int k = 0; k < 2; k++)
-          close_stream(&j->r[i].s[k]);
-    free(j->r);
-    free(j->pfd);
-    free(j->pst);
-    free(j->order);
-    free(j);
-  }
+  job_free(j);
   return status;
 }
