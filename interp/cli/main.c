@@ -629,6 +629,62 @@ static int launch(struct launch *l) {
   return status;
 }
 
+/* Opens the interpreter of c with the options given, and turns on what
+ * they ask for before any code runs (--check races, --trace).  0, or -1
+ * with the message printed and c->g closed. */
+static int open_interpreter(struct cli *c, const char *device, const char *trace, const char *check) {
+  gpulua_options o = GPULUA_OPTIONS_INIT;
+  o.device = device;
+  o.ignore_env = (c->args & has_E) != 0;
+  o.interruptible = 1;   /* Ctrl-C interrupts waits for the device too (cli_docall) */
+  c->g = gpulua_open(&o);
+  if (gpulua_state(c->g) == NULL) {
+    cli_message(cli_progname, gpulua_error(c->g));
+    goto fail;
+  }
+  note_host_fallback(c->g, device);
+  const char *trace_env = getenv("GPULUA_TRACE");
+  if ((check != NULL && check_races(c->g) != LUA_OK) ||
+      ((trace || (trace_env && *trace_env)) &&
+       cli_trace_start(c->g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0))
+    goto fail;
+  return 0;
+fail:
+  launcher_note_failure();
+  gpulua_close(c->g);
+  c->g = NULL;
+  return -1;
+}
+
+/* After the run (ok: it succeeded): the main chunk's queued work is part of
+ * it, so finish it and fail on an asynchronous error (after a failed run,
+ * only wait for it); write the trace; close.  The exit status.  Ctrl-C stops
+ * the wait: the program says so and exits 1 without the rest of the work
+ * (closing would wait for it). */
+static int finish_run(struct cli *c, int ok) {
+  if (!ok)
+    launcher_note_failure();
+  int fin = finish_queued(c->g, c->repl_tty && ok);
+  if (fin == FINISH_INTERRUPTED) {
+    cli_message(cli_progname, "interrupted while finishing queued work");
+    launcher_note_failure();
+    cli_trace_drop(c->g, "interrupted");
+    fflush(NULL);
+    _exit(EXIT_FAILURE);
+  }
+  if (ok && fin != LUA_OK) {
+    cli_message(cli_progname, gpulua_error(c->g));
+    launcher_note_failure();
+    ok = 0;
+  }
+  if (cli_trace_finish(c->g) != 0)
+    ok = 0;
+  if (!ok)
+    launcher_note_failure();
+  gpulua_close(c->g);
+  return ok ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 int main(int argc, char **argv) {
   struct cli c = {argc, argv, 0, 0, NULL, NULL, 0};
   const char *device = NULL, *trace = NULL, *check = NULL;
@@ -667,55 +723,13 @@ int main(int argc, char **argv) {
   if ((c.args & has_v) && !(c.args & (has_i | has_e | has_l)) && c.script < 1)
     return EXIT_SUCCESS;
 
-  gpulua_options o = GPULUA_OPTIONS_INIT;
-  o.device = device;
-  o.ignore_env = (c.args & has_E) != 0;
-  o.interruptible = 1;   /* Ctrl-C interrupts waits for the device too (cli_docall) */
-  c.g = gpulua_open(&o);
+  if (open_interpreter(&c, device, trace, check) != 0)
+    return EXIT_FAILURE;
   lua_State *L = gpulua_state(c.g);
-  if (L == NULL) {
-    cli_message(cli_progname, gpulua_error(c.g));
-    launcher_note_failure();
-    gpulua_close(c.g);
-    return EXIT_FAILURE;
-  }
-  note_host_fallback(c.g, device);
-  const char *trace_env = getenv("GPULUA_TRACE");
-  if ((check != NULL && check_races(c.g) != LUA_OK) ||
-      ((trace || (trace_env && *trace_env)) &&
-       cli_trace_start(c.g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0)) {
-    launcher_note_failure();
-    gpulua_close(c.g);
-    return EXIT_FAILURE;
-  }
   lua_pushcfunction(L, pmain);
   lua_pushlightuserdata(L, &c);
   int status = lua_pcall(L, 1, 1, 0);
   int result = lua_toboolean(L, -1);
   cli_report(L, status, cli_progname);
-  if (status != LUA_OK || !result)
-    launcher_note_failure();
-  /* The main chunk's queued work is part of the run: finish it and fail on
-   * an asynchronous error (after a failed run, only wait for it).  Ctrl-C
-   * stops the wait: the program says so and exits 1 without the rest of
-   * the work (closing would wait for it). */
-  int fin = finish_queued(c.g, c.repl_tty && status == LUA_OK && result);
-  if (fin == FINISH_INTERRUPTED) {
-    cli_message(cli_progname, "interrupted while finishing queued work");
-    launcher_note_failure();
-    cli_trace_drop(c.g, "interrupted");
-    fflush(NULL);
-    _exit(EXIT_FAILURE);
-  }
-  if (status == LUA_OK && result && fin != LUA_OK) {
-    cli_message(cli_progname, gpulua_error(c.g));
-    launcher_note_failure();
-    result = 0;
-  }
-  if (cli_trace_finish(c.g) != 0)
-    result = 0;
-  if (status != LUA_OK || !result)
-    launcher_note_failure();
-  gpulua_close(c.g);
-  return (result && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
+  return finish_run(&c, status == LUA_OK && result);
 }
