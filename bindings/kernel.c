@@ -229,6 +229,107 @@ static size_t tensor_bytes(lua_State *L, int idx) {
 }
 
 /* launcher(args...) */
+/* A launch's arguments as the kernel takes them: a value per parameter
+ * (args[i] points at vals[i]), and the tensors' buffers with whether the
+ * kernel may write them and each pointer's extent in bytes. */
+typedef struct kargs {
+  uint64_t vals[MAXPARAMS];
+  void *args[MAXPARAMS];
+  dev_buf *bufs[MAXPARAMS];
+  unsigned char writes[MAXPARAMS];
+  size_t ext[MAXPARAMS];
+  int nb;
+} kargs;
+
+/* A tensor (or nil: NULL) for pointer parameter i, from the value at idx. */
+static void pack_pointer(lua_State *L, dev_kernel *k, int i, int idx, int writes, kargs *a) {
+  void *ptr = NULL;
+  if (lua_type(L, idx) != LUA_TNIL) {
+    ptr = tensor_arg(L, k, i, idx, &a->bufs[a->nb]);
+    a->writes[a->nb++] = (unsigned char)writes;
+    a->ext[i] = tensor_bytes(L, idx);
+  }
+  store(&a->vals[i], &ptr, 8);
+}
+
+/* A parameter of a type known only by its size: the Lua value says what it is. */
+static void pack_raw(lua_State *L, dev_kernel *k, int i, int idx, kargs *a) {
+  const dev_kparam *p = &k->sig.params[i];
+  int t = lua_type(L, idx);
+  if ((bind_test_tensor_handle(L, idx) || t == LUA_TNIL) && p->size == 8) {
+    pack_pointer(L, k, i, idx, 1, a);
+  } else if (t == LUA_TNUMBER && lua_isinteger(L, idx)) {
+    lua_Integer v = lua_tointeger(L, idx);
+    int bits = p->size * 8;
+    if (bits < 64 && (v < -((lua_Integer)1 << (bits - 1)) || v >= ((lua_Integer)1 << bits)))
+      arg_error(L, k, i, "%s does not fit in %s", lua_tostring(L, idx), p->type);
+    store(&a->vals[i], &v, p->size);
+  } else if (t == LUA_TNUMBER && (p->size == 4 || p->size == 8 || p->size == 2)) {
+    double d = lua_tonumber(L, idx);
+    if (p->size == 8) store(&a->vals[i], &d, 8);
+    else if (p->size == 4) { float f = (float)d; store(&a->vals[i], &f, 4); }
+    else { uint16_t h = dev_float_to_half((float)d); store(&a->vals[i], &h, 2); }
+  } else if (t == LUA_TBOOLEAN && p->size == 1) {
+    unsigned char b = (unsigned char)lua_toboolean(L, idx);
+    store(&a->vals[i], &b, 1);
+  } else {
+    arg_error(L, k, i, "cannot pass a %s as %s", luaL_typename(L, idx), p->type);
+  }
+}
+
+/* Parameter i from the Lua value at idx, checked against its type. */
+static void pack_arg(lua_State *L, dev_kernel *k, int i, int idx, kargs *a) {
+  const dev_kparam *p = &k->sig.params[i];
+  a->args[i] = &a->vals[i];
+  a->ext[i] = 0;
+  switch (p->kind) {
+  case DEV_KP_POINTER:
+    pack_pointer(L, k, i, idx, !p->is_const, a);
+    break;
+  case DEV_KP_INT: case DEV_KP_UINT: {
+    lua_Integer v = int_arg(L, k, i, idx, p->size, p->kind == DEV_KP_INT);
+    store(&a->vals[i], &v, p->size);   /* little-endian: the low bytes */
+    break;
+  }
+  case DEV_KP_FLOAT: {
+    double d = num_arg(L, k, i, idx);
+    if (p->size == 4) { float f = (float)d; store(&a->vals[i], &f, 4); }
+    else store(&a->vals[i], &d, 8);
+    break;
+  }
+  case DEV_KP_HALF: case DEV_KP_BF16: {
+    float f = (float)num_arg(L, k, i, idx);
+    uint16_t h = p->kind == DEV_KP_HALF ? dev_float_to_half(f) : dev_float_to_bf16(f);
+    store(&a->vals[i], &h, 2);
+    break;
+  }
+  case DEV_KP_BOOL: {
+    if (lua_type(L, idx) != LUA_TBOOLEAN)
+      arg_error(L, k, i, "expected a boolean, got %s%s", luaL_typename(L, idx), "");
+    unsigned char b = (unsigned char)lua_toboolean(L, idx);
+    store(&a->vals[i], &b, 1);
+    break;
+  }
+  case DEV_KP_RAW:
+    pack_raw(L, k, i, idx, a);
+    break;
+  case DEV_KP_OTHER:
+    arg_error(L, k, i, "gpulua cannot pass this type from Lua (use pointers, integers, "
+              "float, double, __half, __nv_bfloat16 or bool)%s%s", "", "");
+    break;
+  }
+}
+
+/* The launch's stream: the launch configuration's, else the current one. */
+static dev_stream *launch_stream(lua_State *L, const gpu_launcher *ln, const dev_kernel *k) {
+  if (!ln->has_stream) return bind_stream(L, 0);
+  lua_getiuservalue(L, 1, 1);
+  gpu_stream *p = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!p || !p->s) luaL_error(L, "kernel '%s': the launch configuration's stream is closed", k->sig.name);
+  return p->s;
+}
+
 static int launcher_call(lua_State *L) {
   gpu_launcher *ln = bind_check_type(L, 1, &bind_launcher_type, sizeof *ln);
   if (!ln->m) return luaL_argerror(L, 1, "launcher is closed");
@@ -240,99 +341,14 @@ static int launcher_call(lua_State *L) {
                       np == 1 ? "" : "s", nargs, lua_tostring(L, -1));
   }
   if (np > MAXPARAMS) return luaL_error(L, "kernel '%s': more than %d parameters", k->sig.name, MAXPARAMS);
-  dev_stream *s;
-  if (ln->has_stream) {
-    lua_getiuservalue(L, 1, 1);
-    gpu_stream *p = lua_touserdata(L, -1);
-    lua_pop(L, 1);
-    if (!p || !p->s) return luaL_error(L, "kernel '%s': the launch configuration's stream is closed", k->sig.name);
-    s = p->s;
-  } else {
-    s = bind_stream(L, 0);
-  }
+  dev_stream *s = launch_stream(L, ln, k);
   dev_ctx *ctx = dev_stream_ctx(s);
   bind_site(L, ctx);
-  uint64_t vals[MAXPARAMS];
-  void *args[MAXPARAMS];
-  dev_buf *bufs[MAXPARAMS];
-  unsigned char writes[MAXPARAMS];
-  size_t ext[MAXPARAMS];
-  int nb = 0;
-  for (int i = 0; i < np; i++) {
-    const dev_kparam *p = &k->sig.params[i];
-    int idx = i + 2, t = lua_type(L, idx);
-    args[i] = &vals[i];
-    ext[i] = 0;
-    switch (p->kind) {
-    case DEV_KP_POINTER: {
-      void *ptr = NULL;
-      if (t != LUA_TNIL) {
-        ptr = tensor_arg(L, k, i, idx, &bufs[nb]);
-        writes[nb++] = !p->is_const;
-        ext[i] = tensor_bytes(L, idx);
-      }
-      store(&vals[i], &ptr, 8);
-      break;
-    }
-    case DEV_KP_INT: case DEV_KP_UINT: {
-      lua_Integer v = int_arg(L, k, i, idx, p->size, p->kind == DEV_KP_INT);
-      store(&vals[i], &v, p->size);   /* little-endian: the low bytes */
-      break;
-    }
-    case DEV_KP_FLOAT: {
-      double d = num_arg(L, k, i, idx);
-      if (p->size == 4) { float f = (float)d; store(&vals[i], &f, 4); }
-      else store(&vals[i], &d, 8);
-      break;
-    }
-    case DEV_KP_HALF: case DEV_KP_BF16: {
-      float f = (float)num_arg(L, k, i, idx);
-      uint16_t h = p->kind == DEV_KP_HALF ? dev_float_to_half(f) : dev_float_to_bf16(f);
-      store(&vals[i], &h, 2);
-      break;
-    }
-    case DEV_KP_BOOL: {
-      if (t != LUA_TBOOLEAN) arg_error(L, k, i, "expected a boolean, got %s%s", luaL_typename(L, idx), "");
-      unsigned char b = (unsigned char)lua_toboolean(L, idx);
-      store(&vals[i], &b, 1);
-      break;
-    }
-    case DEV_KP_RAW: {
-      /* only the size is known: the Lua value says what it is */
-      if (bind_test_tensor_handle(L, idx) && p->size == 8) {
-        void *ptr = tensor_arg(L, k, i, idx, &bufs[nb]);
-        writes[nb++] = 1;
-        ext[i] = tensor_bytes(L, idx);
-        store(&vals[i], &ptr, 8);
-      } else if (t == LUA_TNIL && p->size == 8) {
-        vals[i] = 0;
-      } else if (t == LUA_TNUMBER && lua_isinteger(L, idx)) {
-        lua_Integer v = lua_tointeger(L, idx);
-        int bits = p->size * 8;
-        if (bits < 64 && (v < -((lua_Integer)1 << (bits - 1)) || v >= ((lua_Integer)1 << bits)))
-          arg_error(L, k, i, "%s does not fit in %s", lua_tostring(L, idx), p->type);
-        store(&vals[i], &v, p->size);
-      } else if (t == LUA_TNUMBER && (p->size == 4 || p->size == 8 || p->size == 2)) {
-        double d = lua_tonumber(L, idx);
-        if (p->size == 8) store(&vals[i], &d, 8);
-        else if (p->size == 4) { float f = (float)d; store(&vals[i], &f, 4); }
-        else { uint16_t h = dev_float_to_half((float)d); store(&vals[i], &h, 2); }
-      } else if (t == LUA_TBOOLEAN && p->size == 1) {
-        unsigned char b = (unsigned char)lua_toboolean(L, idx);
-        store(&vals[i], &b, 1);
-      } else {
-        arg_error(L, k, i, "cannot pass a %s as %s", luaL_typename(L, idx), p->type);
-      }
-      break;
-    }
-    case DEV_KP_OTHER:
-      arg_error(L, k, i, "gpulua cannot pass this type from Lua (use pointers, integers, "
-                "float, double, __half, __nv_bfloat16 or bool)%s%s", "", "");
-      break;
-    }
-  }
-  dev_launch l = {.k = k, .shared = ln->shared, .args = args, .bufs = bufs, .writes = writes, .nbufs = nb,
-                  .extents = ext};
+  kargs a;
+  a.nb = 0;
+  for (int i = 0; i < np; i++) pack_arg(L, k, i, i + 2, &a);
+  dev_launch l = {.k = k, .shared = ln->shared, .args = a.args, .bufs = a.bufs, .writes = a.writes,
+                  .nbufs = a.nb, .extents = a.ext};
   memcpy(l.grid, ln->grid, sizeof l.grid);
   memcpy(l.block, ln->block, sizeof l.block);
   dev_kop op = {.kind = DEV_OP_LAUNCH, .launch = &l};
