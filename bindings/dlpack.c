@@ -173,20 +173,82 @@ static void release_versioned(void *ud, void *ptr) {
 /* Push a tensor viewing p's memory (a DLManagedTensor, or a
  * DLManagedTensorVersioned if versioned), owning p on success only: every
  * check, and the one Lua allocation, come before the wrap. */
+/* Each import check raises through import_fail (a Lua error naming the
+ * argument or the call); these helpers return only when it passes. */
+
+/* The DLTensor of a managed tensor (versioned: a version this gpulua reads,
+ * and writable). */
+static const DLTensor *import_header(lua_State *L, void *p, int versioned, int arg, const char *fname) {
+  if (!versioned) return &((const DLManagedTensor *)p)->dl_tensor;
+  const DLManagedTensorVersioned *mv = p;
+  if (mv->version.major != DLPACK_MAJOR_VERSION)
+    import_fail(L, arg, fname, "DLPack version %u.%u (this gpulua reads %d.x)",
+                (unsigned)mv->version.major, (unsigned)mv->version.minor, DLPACK_MAJOR_VERSION);
+  if (mv->flags & DLPACK_FLAG_BITMASK_READ_ONLY)
+    import_fail(L, arg, fname, "the tensor is read-only (gpulua tensors are always writable)");
+  return &mv->dl_tensor;
+}
+
+/* The kind of memory the tensor's device names, if this interpreter can use it. */
+static dev_memkind import_kind(lua_State *L, const DLTensor *dl, dev_ctx *ctx, int arg, const char *fname) {
+  switch ((int)dl->device.device_type) {
+  case kDLCPU: return DEV_MEM_HOST;
+  case kDLCUDAHost: return DEV_MEM_PINNED;
+  case kDLCUDA:
+    if (host_backend(ctx))
+      import_fail(L, arg, fname, "kDLCUDA memory cannot be used on the host backend (no GPU)");
+    if (dl->device.device_id != dev_current_device(ctx))
+      import_fail(L, arg, fname, "kDLCUDA memory of device %d; this interpreter drives device %d",
+                  (int)dl->device.device_id, dev_current_device(ctx));
+    return DEV_MEM_DEVICE;
+  default:
+    import_fail(L, arg, fname, "device type %d (%s) is not supported (kDLCPU, kDLCUDAHost or kDLCUDA)",
+                (int)dl->device.device_type, dl_device_name((int)dl->device.device_type));
+    return DEV_MEM_HOST;
+  }
+}
+
+/* The view of the tensor's shape and strides (in elements, forwards only)
+ * into *v; how many elements after the first the last one lies. */
+static int64_t import_view(lua_State *L, const DLTensor *dl, dev_view *v, int arg, const char *fname) {
+  int64_t expect = 1, hi = 0;
+  v->ndim = dl->ndim;
+  for (int d = dl->ndim - 1; d >= 0; d--) {
+    if (dl->shape[d] <= 0)
+      import_fail(L, arg, fname, "size %lld in dim %d (gpulua has no empty tensors)", (long long)dl->shape[d], d + 1);
+    v->shape[d] = dl->shape[d];
+    v->stride[d] = dl->strides ? dl->strides[d] : expect;
+    /* the kernels walk views forwards only */
+    if (v->stride[d] < 0)
+      import_fail(L, arg, fname, "negative stride %lld in dim %d is not supported", (long long)v->stride[d], d + 1);
+    if (__builtin_mul_overflow(expect, dl->shape[d], &expect) || expect > ((int64_t)1 << 56))
+      import_fail(L, arg, fname, "too many elements");
+    uint64_t ext;
+    if (__builtin_mul_overflow((uint64_t)(v->shape[d] - 1), (uint64_t)v->stride[d], &ext) ||
+        ext > (uint64_t)(INT64_MAX / 16))
+      import_fail(L, arg, fname, "stride %lld in dim %d is too large", (long long)v->stride[d], d + 1);
+    hi += (int64_t)ext;
+  }
+  return hi;
+}
+
+/* The first element's address (aligned) and the bytes up to the last one's
+ * end, within the address space. */
+static uintptr_t import_span(lua_State *L, const DLTensor *dl, size_t esz, int64_t hi, size_t *bytes, int arg,
+                             const char *fname) {
+  uintptr_t first = (uintptr_t)dl->data, end;
+  if (__builtin_add_overflow(first, (uintptr_t)dl->byte_offset, &first))
+    import_fail(L, arg, fname, "byte_offset %llu runs past the address space", (unsigned long long)dl->byte_offset);
+  if (first & (esz - 1))
+    import_fail(L, arg, fname, "the first element (data + byte_offset) is not aligned to %zu bytes", esz);
+  if (__builtin_mul_overflow((size_t)hi + 1, esz, bytes) || __builtin_add_overflow(first, (uintptr_t)*bytes, &end))
+    import_fail(L, arg, fname, "the elements span more than the address space");
+  return first;
+}
+
 static int push_import(lua_State *L, void *p, int versioned, int arg, const char *fname) {
   if (!p) return import_fail(L, arg, fname, "the managed tensor is NULL");
-  const DLTensor *dl;
-  if (versioned) {
-    const DLManagedTensorVersioned *mv = p;
-    if (mv->version.major != DLPACK_MAJOR_VERSION)
-      return import_fail(L, arg, fname, "DLPack version %u.%u (this gpulua reads %d.x)",
-                         (unsigned)mv->version.major, (unsigned)mv->version.minor, DLPACK_MAJOR_VERSION);
-    if (mv->flags & DLPACK_FLAG_BITMASK_READ_ONLY)
-      return import_fail(L, arg, fname, "the tensor is read-only (gpulua tensors are always writable)");
-    dl = &mv->dl_tensor;
-  } else {
-    dl = &((const DLManagedTensor *)p)->dl_tensor;
-  }
+  const DLTensor *dl = import_header(L, p, versioned, arg, fname);
   dev_ctx *ctx = bind_ctx(L);
   if (dl->ndim < 0 || dl->ndim > DEV_MAXDIM)
     return import_fail(L, arg, fname, "ndim %d (gpulua tensors have 0 to %d dims)", (int)dl->ndim, DEV_MAXDIM);
@@ -197,57 +259,15 @@ static int push_import(lua_State *L, void *p, int versioned, int arg, const char
     return import_fail(L, arg, fname, "unsupported dtype (code %u '%s', %u bits); gpulua has %s",
                        (unsigned)dl->dtype.code, dl_code_name(dl->dtype.code), (unsigned)dl->dtype.bits,
                        bind_push_names(L, dev_dtype_names, 0));
-  dev_memkind kind;
-  switch ((int)dl->device.device_type) {
-  case kDLCPU: kind = DEV_MEM_HOST; break;
-  case kDLCUDAHost: kind = DEV_MEM_PINNED; break;
-  case kDLCUDA:
-    if (host_backend(ctx))
-      return import_fail(L, arg, fname, "kDLCUDA memory cannot be used on the host backend (no GPU)");
-    if (dl->device.device_id != dev_current_device(ctx))
-      return import_fail(L, arg, fname, "kDLCUDA memory of device %d; this interpreter drives device %d",
-                         (int)dl->device.device_id, dev_current_device(ctx));
-    kind = DEV_MEM_DEVICE;
-    break;
-  default:
-    return import_fail(L, arg, fname, "device type %d (%s) is not supported (kDLCPU, kDLCUDAHost or kDLCUDA)",
-                       (int)dl->device.device_type, dl_device_name((int)dl->device.device_type));
-  }
+  dev_memkind kind = import_kind(L, dl, ctx, arg, fname);
   if (!dl->data) return import_fail(L, arg, fname, "data is NULL");
   if (dl->ndim > 0 && !dl->shape) return import_fail(L, arg, fname, "shape is NULL");
   dev_view v;
   memset(&v, 0, sizeof v);
   v.dtype = dt;
-  v.ndim = dl->ndim;
-  int64_t expect = 1, hi = 0;
-  for (int d = dl->ndim - 1; d >= 0; d--) {
-    if (dl->shape[d] <= 0)
-      return import_fail(L, arg, fname, "size %lld in dim %d (gpulua has no empty tensors)",
-                         (long long)dl->shape[d], d + 1);
-    v.shape[d] = dl->shape[d];
-    v.stride[d] = dl->strides ? dl->strides[d] : expect;
-    /* the kernels walk views forwards only */
-    if (v.stride[d] < 0)
-      return import_fail(L, arg, fname, "negative stride %lld in dim %d is not supported",
-                         (long long)v.stride[d], d + 1);
-    if (__builtin_mul_overflow(expect, dl->shape[d], &expect) || expect > ((int64_t)1 << 56))
-      return import_fail(L, arg, fname, "too many elements");
-    /* the last element lies hi elements after the first */
-    uint64_t ext;
-    if (__builtin_mul_overflow((uint64_t)(v.shape[d] - 1), (uint64_t)v.stride[d], &ext) ||
-        ext > (uint64_t)(INT64_MAX / 16))
-      return import_fail(L, arg, fname, "stride %lld in dim %d is too large", (long long)v.stride[d], d + 1);
-    hi += (int64_t)ext;
-  }
-  size_t esz = dev_dtype_size(dt), bytes;
-  uintptr_t first = (uintptr_t)dl->data, end;
-  if (__builtin_add_overflow(first, (uintptr_t)dl->byte_offset, &first))
-    return import_fail(L, arg, fname, "byte_offset %llu runs past the address space",
-                       (unsigned long long)dl->byte_offset);
-  if (first & (esz - 1))
-    return import_fail(L, arg, fname, "the first element (data + byte_offset) is not aligned to %zu bytes", esz);
-  if (__builtin_mul_overflow((size_t)hi + 1, esz, &bytes) || __builtin_add_overflow(first, (uintptr_t)bytes, &end))
-    return import_fail(L, arg, fname, "the elements span more than the address space");
+  int64_t hi = import_view(L, dl, &v, arg, fname);
+  size_t bytes;
+  uintptr_t first = import_span(L, dl, dev_dtype_size(dt), hi, &bytes, arg, fname);
 
   /* a second import of a managed tensor whose memory gpulua still holds */
   void (*release)(void *, void *) = versioned ? release_versioned : release_legacy;
