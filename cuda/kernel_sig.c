@@ -284,74 +284,154 @@ void dev_kernels_free(dev_ksig *k, int n)
 /* Scope kinds on the brace stack. */
 enum { SC_BLOCK, SC_NAMESPACE, SC_EXTERN_C };
 
+/* The braces seen so far: what each opened, and the names of the open
+ * namespaces (an anonymous one as ""). */
+typedef struct scopes {
+  char ns[8][64];
+  int scope[256], depth, nns;
+} scopes;
+
+/* Token i when it is a brace: the scope it opens or closes.  1 if it was. */
+static int scope_token(scopes *sc, const toks *ts, int i)
+{
+  const tok *t = &ts->t[i];
+  if (t->kind == 'p' && t->s[0] == '{') {
+    int kind = SC_BLOCK;
+    if (i >= 2 && ts->t[i - 2].kind == 'i' && is(&ts->t[i - 2], "namespace") && ts->t[i - 1].kind == 'i') {
+      kind = SC_NAMESPACE;
+      if (sc->nns < 8) snprintf(sc->ns[sc->nns], sizeof sc->ns[0], "%.*s", ts->t[i - 1].len, ts->t[i - 1].s);
+      sc->nns++;
+    } else if (i >= 1 && is(&ts->t[i - 1], "namespace")) {
+      kind = SC_NAMESPACE;   /* anonymous: no qualifier needed */
+      if (sc->nns < 8) sc->ns[sc->nns][0] = 0;
+      sc->nns++;
+    } else if (i >= 2 && is(&ts->t[i - 2], "extern") && is(&ts->t[i - 1], "\"C\"")) {
+      kind = SC_EXTERN_C;
+    }
+    if (sc->depth < 256) sc->scope[sc->depth] = kind;
+    sc->depth++;
+    return 1;
+  }
+  if (t->kind == 'p' && t->s[0] == '}') {
+    if (sc->depth > 0) {
+      sc->depth--;
+      if (sc->depth < 256 && sc->scope[sc->depth] == SC_NAMESPACE) sc->nns--;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* From the __global__ at token i, forward to "name (" past attributes such
+ * as __launch_bounds__(...): the name's token, or -1. */
+static int kernel_name(const toks *ts, int i)
+{
+  for (int j = i + 1; j < ts->n; j++) {
+    const tok *f = &ts->t[j];
+    if (f->kind == 'p' && (f->s[0] == ';' || f->s[0] == '{')) return -1;
+    if (f->kind == 'i' && j + 1 < ts->n && is(&ts->t[j + 1], "(")) {
+      if (is(f, "__launch_bounds__") || is(f, "__attribute__") || is(f, "__declspec") ||
+          is(f, "alignas") || is(f, "__cluster_dims__") || is(f, "__maxnreg__")) {
+        int e = match(ts, j + 1);
+        if (e < 0) return -1;
+        j = e;
+        continue;
+      }
+      return j;
+    }
+  }
+  return -1;
+}
+
+/* The kernel's parameters, tokens open+1 .. close-1 split at top-level
+ * commas, into k->params. */
+static int parse_params(const toks *ts, int open, int close, dev_ksig *k, char *err, size_t errlen)
+{
+  int a = open + 1;
+  int empty = (a == close) || (a + 1 == close && is(&ts->t[a], "void"));
+  int cap = 0;
+  for (int e = a, lvl = 0; !empty && e <= close; e++) {
+    const tok *c = &ts->t[e];
+    if (e < close && c->kind == 'p' && (c->s[0] == '(' || c->s[0] == '<' || c->s[0] == '[')) lvl++;
+    else if (e < close && c->kind == 'p' && (c->s[0] == ')' || c->s[0] == '>' || c->s[0] == ']')) lvl--;
+    if (e == close || (lvl == 0 && c->kind == 'p' && c->s[0] == ',')) {
+      if (k->nparams == cap) {
+        cap = cap ? 2 * cap : 8;
+        dev_kparam *np = realloc(k->params, (size_t)cap * sizeof *np);
+        if (!np) return fail_msg(err, errlen, "out of memory");
+        k->params = np;
+      }
+      char perr[160];
+      if (parse_param(ts, a, e, &k->params[k->nparams], perr, sizeof perr))
+        return fail_msg(err, errlen, "kernel '%s', parameter %d: %s", k->name, k->nparams + 1, perr);
+      k->nparams++;
+      a = e + 1;
+    }
+  }
+  return 0;
+}
+
+/* The kernel named by token name, whose parameters are in (open, close),
+ * in the namespaces open: its signature into *k (params to be freed). */
+static int parse_kernel(const toks *ts, const scopes *sc, int name, int open, int close, dev_ksig *k,
+                        char *err, size_t errlen)
+{
+  snprintf(k->name, sizeof k->name, "%.*s", ts->t[name].len, ts->t[name].s);
+  k->qualified[0] = 0;
+  for (int q = 0; q < sc->nns && q < 8; q++) {
+    if (!sc->ns[q][0]) continue;
+    size_t n = strlen(k->qualified);
+    snprintf(k->qualified + n, sizeof k->qualified - n, "%s::", sc->ns[q]);
+  }
+  size_t qn = strlen(k->qualified);
+  snprintf(k->qualified + qn, sizeof k->qualified - qn, "%s", k->name);
+  return parse_params(ts, open, close, k, err, errlen);
+}
+
+/* A declaration and its definition: one is kept.  1 if ks already has k
+ * (marked overloaded when the two differ). */
+static int seen_sig(dev_ksig *ks, int nks, const dev_ksig *k)
+{
+  int dup = 0;
+  for (int m = 0; m < nks; m++) {
+    if (strcmp(ks[m].qualified, k->qualified) != 0) continue;
+    int same = ks[m].nparams == k->nparams;
+    for (int q = 0; same && q < k->nparams; q++)
+      same = ks[m].params[q].kind == k->params[q].kind && ks[m].params[q].size == k->params[q].size;
+    if (!same) ks[m].overloaded = 1;
+    dup = 1;
+  }
+  return dup;
+}
+
 int dev_kernels_parse(const char *src, dev_ksig **out, int *nout, char *err, size_t errlen)
 {
   toks ts = {0};
   dev_ksig *ks = NULL;
   int nks = 0, capks = 0;
-  char ns[8][64];
-  int scope[256], depth = 0, nns = 0;
+  scopes sc;
+  sc.depth = sc.nns = 0;
   *out = NULL;
   *nout = 0;
   if (lex(src, &ts)) { fail_msg(err, errlen, "out of memory"); goto fail; }
   for (int i = 0; i < ts.n; i++) {
-    tok *t = &ts.t[i];
-    if (t->kind == 'p' && t->s[0] == '{') {
-      int kind = SC_BLOCK;
-      if (i >= 2 && ts.t[i - 2].kind == 'i' && is(&ts.t[i - 2], "namespace") && ts.t[i - 1].kind == 'i') {
-        kind = SC_NAMESPACE;
-        if (nns < 8) snprintf(ns[nns], sizeof ns[0], "%.*s", ts.t[i - 1].len, ts.t[i - 1].s);
-        nns++;
-      } else if (i >= 1 && is(&ts.t[i - 1], "namespace")) {
-        kind = SC_NAMESPACE;   /* anonymous: no qualifier needed */
-        if (nns < 8) ns[nns][0] = 0;
-        nns++;
-      } else if (i >= 2 && is(&ts.t[i - 2], "extern") && is(&ts.t[i - 1], "\"C\"")) {
-        kind = SC_EXTERN_C;
-      }
-      if (depth < 256) scope[depth] = kind;
-      depth++;
-      continue;
-    }
-    if (t->kind == 'p' && t->s[0] == '}') {
-      if (depth > 0) {
-        depth--;
-        if (depth < 256 && scope[depth] == SC_NAMESPACE) nns--;
-      }
-      continue;
-    }
-    if (!(t->kind == 'i' && is(t, "__global__"))) continue;
+    if (scope_token(&sc, &ts, i)) continue;
+    if (!(ts.t[i].kind == 'i' && is(&ts.t[i], "__global__"))) continue;
     int in_block = 0, extern_c = 0;
-    for (int d = 0; d < depth && d < 256; d++) {
-      if (scope[d] == SC_BLOCK) in_block = 1;
-      if (scope[d] == SC_EXTERN_C) extern_c = 1;
+    for (int d = 0; d < sc.depth && d < 256; d++) {
+      if (sc.scope[d] == SC_BLOCK) in_block = 1;
+      if (sc.scope[d] == SC_EXTERN_C) extern_c = 1;
     }
     if (in_block) continue;
     /* back to the start of the declaration: template? extern "C"? */
     int templ = 0;
     for (int j = i - 1; j >= 0; j--) {
-      tok *b = &ts.t[j];
+      const tok *b = &ts.t[j];
       if (b->kind == 'p' && (b->s[0] == ';' || b->s[0] == '}' || b->s[0] == '{')) break;
       if (is(b, "template")) templ = 1;
       if (is(b, "\"C\"") && j > 0 && is(&ts.t[j - 1], "extern")) extern_c = 1;
     }
-    /* forward to "name (" */
-    int j = i + 1, name = -1;
-    for (; j < ts.n; j++) {
-      tok *f = &ts.t[j];
-      if (f->kind == 'p' && (f->s[0] == ';' || f->s[0] == '{')) break;
-      if (f->kind == 'i' && j + 1 < ts.n && is(&ts.t[j + 1], "(")) {
-        if (is(f, "__launch_bounds__") || is(f, "__attribute__") || is(f, "__declspec") ||
-            is(f, "alignas") || is(f, "__cluster_dims__") || is(f, "__maxnreg__")) {
-          int e = match(&ts, j + 1);
-          if (e < 0) break;
-          j = e;
-          continue;
-        }
-        name = j;
-        break;
-      }
-    }
+    int name = kernel_name(&ts, i);
     if (name < 0) continue;
     int open = name + 1, close = match(&ts, open);
     if (close < 0) {
@@ -363,51 +443,8 @@ int dev_kernels_parse(const char *src, dev_ksig **out, int *nout, char *err, siz
     memset(&k, 0, sizeof k);
     k.extern_c = extern_c;
     k.is_template = templ;
-    snprintf(k.name, sizeof k.name, "%.*s", ts.t[name].len, ts.t[name].s);
-    k.qualified[0] = 0;
-    for (int q = 0; q < nns && q < 8; q++) {
-      if (!ns[q][0]) continue;
-      size_t n = strlen(k.qualified);
-      snprintf(k.qualified + n, sizeof k.qualified - n, "%s::", ns[q]);
-    }
-    size_t qn = strlen(k.qualified);
-    snprintf(k.qualified + qn, sizeof k.qualified - qn, "%s", k.name);
-    /* parameters: split at top-level commas */
-    int a = open + 1;
-    int empty = (a == close) || (a + 1 == close && is(&ts.t[a], "void"));
-    int cap = 0;
-    for (int e = a, lvl = 0; !empty && e <= close; e++) {
-      tok *c = &ts.t[e];
-      if (e < close && c->kind == 'p' && (c->s[0] == '(' || c->s[0] == '<' || c->s[0] == '[')) lvl++;
-      else if (e < close && c->kind == 'p' && (c->s[0] == ')' || c->s[0] == '>' || c->s[0] == ']')) lvl--;
-      if (e == close || (lvl == 0 && c->kind == 'p' && c->s[0] == ',')) {
-        if (k.nparams == cap) {
-          cap = cap ? 2 * cap : 8;
-          dev_kparam *np = realloc(k.params, (size_t)cap * sizeof *np);
-          if (!np) { free(k.params); fail_msg(err, errlen, "out of memory"); goto fail; }
-          k.params = np;
-        }
-        char perr[160];
-        if (parse_param(&ts, a, e, &k.params[k.nparams], perr, sizeof perr)) {
-          fail_msg(err, errlen, "kernel '%s', parameter %d: %s", k.name, k.nparams + 1, perr);
-          free(k.params);
-          goto fail;
-        }
-        k.nparams++;
-        a = e + 1;
-      }
-    }
-    /* a declaration and its definition: keep one */
-    int dup = 0;
-    for (int m = 0; m < nks; m++) {
-      if (strcmp(ks[m].qualified, k.qualified) != 0) continue;
-      int same = ks[m].nparams == k.nparams;
-      for (int q = 0; same && q < k.nparams; q++)
-        same = ks[m].params[q].kind == k.params[q].kind && ks[m].params[q].size == k.params[q].size;
-      if (!same) ks[m].overloaded = 1;
-      dup = 1;
-    }
-    if (dup) { free(k.params); continue; }
+    if (parse_kernel(&ts, &sc, name, open, close, &k, err, errlen)) { free(k.params); goto fail; }
+    if (seen_sig(ks, nks, &k)) { free(k.params); continue; }
     if (add_sig(&ks, &nks, &capks, &k)) { free(k.params); fail_msg(err, errlen, "out of memory"); goto fail; }
     i = close;
   }
