@@ -66,7 +66,7 @@ gpu_tensor *bind_new_tensor(lua_State *L, dev_memkind kind, dev_dtype dt, int nd
 }
 
 gpu_tensor *bind_tensor_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, int ndim,
-                            const int64_t *shape, int stream, const char *fname) {
+                             const int64_t *shape, int stream, const char *fname) {
   if (!like->v.buf) luaL_error(L, "%s: tensor is closed", fname);
   return bind_new_tensor(L, like->v.buf->kind, dt, ndim, shape, stream, fname);
 }
@@ -82,10 +82,9 @@ gpu_tensor *bind_tensor_view_of(lua_State *L, int idx) {
 
 /* Enqueue op.  The buffers of its views are taken from the tensors at stack
  * indices out and in[0..nin) (0: keep the view's buffer), here, after the
- * binding's last Lua allocation (see common.h); submit also finds the
- * stream, from the stream option's value at index stream (0: current). */
+ * binding's last Lua allocation (see common.h), on stream s. */
 void bind_tensor_submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, const int *in, int nin,
-                         const char *fname) {
+                           const char *fname) {
   dev_ctx *ctx = dev_stream_ctx(s);
   if (out) op->out.buf = bind_check_tensor(L, out)->v.buf;
   for (int i = 0; i < nin; i++)
@@ -327,7 +326,7 @@ void bind_tensor_same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu
  * and shape, else a new tensor for the stream option's value at stream:
  * pushed. */
 gpu_tensor *bind_tensor_out(lua_State *L, int out, int stream, const gpu_tensor *like, dev_dtype dt, int ndim,
-                           const int64_t *shape, const char *fname) {
+                            const int64_t *shape, const char *fname) {
   if (lua_isnil(L, out)) return bind_tensor_like(L, like, dt, ndim, shape, stream, fname);
   lua_pushvalue(L, out);
   gpu_tensor *o = bind_test_tensor_handle(L, -1);
@@ -396,7 +395,7 @@ int bind_tensor_ints(lua_State *L, int arg, int64_t *out, const char *what) {
  * dst (of the tensor at didx) on stream s; the buffers are taken from the
  * tensors here, after the caller's last Lua allocation. */
 void bind_tensor_copy_view(lua_State *L, dev_stream *s, int didx, dev_view dst, int sidx, dev_view src,
-                      const char *fname) {
+                           const char *fname) {
   dev_ctx *ctx = dev_stream_ctx(s);
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = dst};
   op.out.buf = bind_check_tensor(L, didx)->v.buf;
