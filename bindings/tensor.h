@@ -1,7 +1,7 @@
-/* What the gpu.Tensor files share: tensor.c (the type and its ops),
- * tensor_format.c (tostring), tensor_table.c (gpu.tensor from nested
- * tables, t:totable), tensor_view.c (views, cat/stack, creation) and
- * tensor_reduce.c (reductions, softmax, indexing). */
+/* What the gpu.Tensor files share.  One file per concern (tensor.c's head
+ * comment lists them); each ends with its method table
+ * (bind_tensor_<concern>_methods) and, for the module's functions,
+ * bind_tensor_<concern>_funcs, which tensor.c assembles. */
 #ifndef GPULUA_BIND_TENSOR_H
 #define GPULUA_BIND_TENSOR_H
 
@@ -45,33 +45,77 @@ void bind_tensor_upload(lua_State *L, dev_view dst, int tidx, int isint, const v
  * the stack, on the stream of slot stream; a counted sync. */
 void *bind_tensor_download(lua_State *L, int tidx, int stream, const char *fname);
 
-/* tensor.c's helpers for the ops of the other files: a 1-based (or negative)
- * dim at idx as 0-based (errors name argument arg, or option 'dim' when arg
- * is 0); the out option's value (slot out) checked against the result and
- * pushed, else a new tensor like `like` made for slot stream's stream; an
- * argument error unless a and b are in memory an op can mix; enqueue op on
- * slot stream's stream, its views' buffers taken from the tensors at stack
- * indices out and in[] (0: keep the view's). */
+/* tensor.c's helpers for the ops of the other files. */
+static inline int64_t bind_numel_of(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  return n;
+}
+/* A 1-based (or negative) dim at idx as 0-based: errors name argument arg,
+ * or option 'dim' when arg is 0. */
 int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim);
+/* The integer at idx, else an argument error ("integer <what> expected"). */
+lua_Integer bind_tensor_int(lua_State *L, int idx, const char *what);
+/* Integers from a table at arg, or the arguments arg..top (a shape, a list
+ * of dims): how many, at most DEV_MAXDIM. */
+int bind_tensor_ints(lua_State *L, int arg, int64_t *out, const char *what);
+/* The string at idx as a name: NULL when it holds a zero byte; how a bad
+ * name is shown ("f32\0..."); a device name's memory: 0, -1 unknown, -2 for
+ * "cuda:N" with N no device's index. */
+const char *bind_name_at(lua_State *L, int idx);
+const char *bind_shown_name(lua_State *L, int idx);
+int bind_parse_device(lua_State *L, const char *name, dev_memkind *out);
+/* A new tensor in like's memory, made for slot stream's stream, pushed. */
+gpu_tensor *bind_tensor_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, int ndim, const int64_t *shape,
+                             int stream, const char *fname);
+/* A new handle on the storage of the tensor at idx (a view), pushed. */
+gpu_tensor *bind_tensor_view_of(lua_State *L, int idx);
+/* The out option's value (slot out) checked against the result and pushed,
+ * else a new tensor like `like` made for slot stream's stream. */
 gpu_tensor *bind_tensor_out(lua_State *L, int out, int stream, const gpu_tensor *like, dev_dtype dt, int ndim,
                             const int64_t *shape, const char *fname);
+/* An argument error unless a and b are in memory an op can mix. */
 void bind_tensor_same_kind(lua_State *L, int arg, const gpu_tensor *a, const gpu_tensor *b);
+/* Enqueue op on s (bind_tensor_submit: on slot stream's stream), its views'
+ * buffers taken from the tensors at stack indices out and in[] (0: keep the
+ * view's), after the binding's last Lua allocation (see common.h). */
+void bind_tensor_submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, const int *in, int nin,
+                           const char *fname);
 void bind_tensor_submit(lua_State *L, int stream, dev_kop *op, int out, const int *in, int nin, const char *fname);
+static inline void bind_tensor_submit2(lua_State *L, int stream, dev_kop *op, int out, int in0, int in1,
+                                       const char *fname) {
+  int in[2] = {in0, in1};
+  bind_tensor_submit(L, stream, op, out, in, 2, fname);
+}
+/* Enqueue a copy of the view src (of the tensor at stack sidx) into the view
+ * dst (of the tensor at didx) on s. */
+void bind_tensor_copy_view(lua_State *L, dev_stream *s, int didx, dev_view dst, int sidx, dev_view src,
+                           const char *fname);
 
-/* tensor_reduce.c: reductions, cumsum, softmax, indexing.  The reduction
- * `code` of the tensor at 1 with the options at 2 ({dim =, keepdim =, ...}). */
+/* tensor_view.c: the views' dim reader (its messages give the range), and
+ * the sizes of shape, one of which may be -1 (inferred), checked against the
+ * elements of from: -1 resolved, else an error naming argument arg. */
+int bind_view_dim(lua_State *L, int idx, int ndim);
+void bind_infer_shape(lua_State *L, int arg, int ndim, int64_t *shape, const dev_view *from);
+
+/* tensor_elementwise.c: NumPy broadcasting of n views (the result's shape,
+ * each view expanded to it; -1 when they do not broadcast), and the check
+ * of a condition or mask (a bool tensor). */
+int bind_tensor_broadcast(int n, const dev_view *const *in, dev_view *ex, int *ndim, int64_t *shape);
+void bind_tensor_check_cond(lua_State *L, int arg, const gpu_tensor *c, const char *what);
+
+/* tensor_reduce.c: the reduction `code` of the tensor at 1 with the options
+ * at 2 ({dim =, keepdim =, ...}). */
 int bind_tensor_reduce(lua_State *L, dev_redop code);
-extern const luaL_Reg bind_tensor_reduce_methods[];   /* added to gpu.Tensor's methods */
 
 int bind_tensor_tostring(lua_State *L);   /* __tostring (tensor_format.c) */
-int bind_tensor_from(lua_State *L);       /* gpu.tensor(values, opts) (tensor_table.c) */
-int bind_tensor_totable(lua_State *L);    /* t:totable([opts]) (tensor_table.c) */
-/* Views, joins and the *_like constructors (tensor_view.c): adds its methods
- * to gpu.Tensor and its functions to the module table on top. */
-void bind_open_tensor_view(lua_State *L);
-/* The sizes of shape, one of which may be -1 (inferred), checked against
- * the elements of from: -1 resolved, else an error naming argument arg
- * (t:view, t:reshape). */
-void bind_infer_shape(lua_State *L, int arg, int ndim, int64_t *shape, const dev_view *from);
+
+/* Each concern's methods and module functions, assembled by tensor.c. */
+extern const luaL_Reg bind_tensor_copy_methods[], bind_tensor_view_methods[], bind_tensor_elementwise_methods[],
+    bind_tensor_reduce_methods[], bind_tensor_index_methods[], bind_tensor_matmul_methods[],
+    bind_tensor_table_methods[];
+extern const luaL_Reg bind_tensor_new_funcs[], bind_tensor_table_funcs[], bind_tensor_elementwise_funcs[],
+    bind_tensor_matmul_funcs[];
+extern const luaL_Reg bind_tensor_elementwise_meta[];   /* __add ... __unm */
 
 #endif

@@ -43,7 +43,7 @@ static void flatten(lua_State *L, int idx, int d, int ndim, const int64_t *shape
 }
 
 /* gpu.tensor(values, opts): nested tables (or one number) of Lua values */
-int bind_tensor_from(lua_State *L) {
+static int bind_tensor_from(lua_State *L) {
   int64_t shape[DEV_MAXDIM];
   int ndim;
   int ty = lua_type(L, 1);
@@ -84,9 +84,21 @@ static void build_table(lua_State *L, dev_dtype dt, const unsigned char **p, int
 }
 
 /* t:totable([{stream =}]): nested tables of the values; a counted sync */
-int bind_tensor_totable(lua_State *L) {
+static int bind_tensor_totable(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   const unsigned char *p = bind_tensor_download(L, 1, bind_read_stream_opt(L, 2), "totable");
   build_table(L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
   return 1;
 }
+
+/* ---- methods ---------------------------------------------------------- */
+
+const luaL_Reg bind_tensor_table_methods[] = {
+  {"totable", bind_tensor_totable},
+  {NULL, NULL}
+};
+
+const luaL_Reg bind_tensor_table_funcs[] = {
+  {"tensor", bind_tensor_from},
+  {NULL, NULL}
+};

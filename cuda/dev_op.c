@@ -50,7 +50,10 @@ static int same_shape(const dev_view *a, const dev_view *b) {
   return 1;
 }
 
-static int validate_launch(dev_ctx *ctx, const dev_launch *l) {
+/* ---- checks, one per op kind (ops.h: DEV_OP_KINDS) ---------------------- */
+
+static int check_launch(dev_ctx *ctx, const dev_kop *op) {
+  const dev_launch *l = op->launch;
   if (!l || !l->k || (l->k->sig.nparams > 0 && !l->args))
     return dev_fail(ctx, DEV_ERR_INVALID, "launch: no kernel or arguments");
   if (dev_module_ctx(l->k->mod) != ctx)
@@ -68,24 +71,197 @@ static int validate_launch(dev_ctx *ctx, const dev_launch *l) {
   return DEV_OK;
 }
 
-static int validate(dev_ctx *ctx, const dev_kop *op) {
-  static const char *const kinds[] = {"fill", "arange", "rand", "unary", "binary", "ternary", "reduce", "matmul",
-                                      "copy", "sleep", "launch", "cumsum", "softmax", "index"};
-  _Static_assert(DEV_OP_FILL == 0 && DEV_OP_RAND == 2 && DEV_OP_TERNARY == 5 && DEV_OP_COPY == 8 &&
-                 DEV_OP_CUMSUM == 11 && DEV_OP_INDEX == 13, "kinds[] follows dev_opkind");
-  int rc;
-  if (op->kind == DEV_OP_LAUNCH) return validate_launch(ctx, op->launch);
-  if (op->kind == DEV_OP_SLEEP) {
-    if (!(op->ms >= 0 && op->ms <= 1e7))
-      return dev_fail(ctx, DEV_ERR_INVALID, "sleep: bad duration");
-    return DEV_OK;
+static int check_sleep(dev_ctx *ctx, const dev_kop *op) {
+  if (!(op->ms >= 0 && op->ms <= 1e7))
+    return dev_fail(ctx, DEV_ERR_INVALID, "sleep: bad duration");
+  return DEV_OK;
+}
+
+/* fill and arange: any dtype, any output */
+static int check_fill(dev_ctx *ctx, const dev_kop *op) {
+  (void)ctx;
+  (void)op;
+  return DEV_OK;
+}
+#define check_arange check_fill
+
+static int check_rand(dev_ctx *ctx, const dev_kop *op) {
+  dev_dtype t = op->out.dtype;
+  int isf = dev_dtype_is_float(t);
+  if (op->code == DEV_RAND_NORMAL && !isf)
+    return dev_fail(ctx, DEV_ERR_INVALID, "randn needs a floating dtype, got %s",
+                    dev_dtype_name(t));
+  if (op->code == DEV_RAND_UNIFORM && !isf && t != DEV_BOOL && op->s1.i <= op->s0.i)
+    return dev_fail(ctx, DEV_ERR_INVALID, "rand: empty range");
+  if (op->code == DEV_RAND_INT && (!op->s0.is_int || !op->s1.is_int || op->s1.i <= op->s0.i))
+    return dev_fail(ctx, DEV_ERR_INVALID, "randint: empty range");
+  if ((unsigned)op->code > DEV_RAND_INT) return dev_fail(ctx, DEV_ERR_INVALID, "rand: bad kind %d", op->code);
+  return DEV_OK;
+}
+
+static int check_unary(dev_ctx *ctx, const dev_kop *op) {
+  dev_dtype t = op->out.dtype;
+  if (op->nin != 1 || (unsigned)op->code >= DEV_NUNOP)
+    return dev_fail(ctx, DEV_ERR_INVALID, "unary: bad op");
+  if (dev_view_numel(&op->in[0]) != dev_view_numel(&op->out))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: numel mismatch", dev_unop_name(op->code));
+  if (op->code == DEV_UN_COPY) return DEV_OK;
+  const dev_opinfo *o = dev_unop_info(op->code);
+  dev_dtype it = op->in[0].dtype;
+  if ((o->to_bool ? t != DEV_BOOL : it != t) || !same_shape(&op->in[0], &op->out))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+  if (!(dev_dtype_class(it) & o->classes))
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
+  return DEV_OK;
+}
+
+static int check_binary(dev_ctx *ctx, const dev_kop *op) {
+  dev_dtype t = op->out.dtype;
+  int nt = (op->flags & (DEV_F_SCALAR | DEV_F_SCALAR_LEFT)) ? 1 : 2;
+  const dev_opinfo *o = dev_binop_info(op->code);
+  if (op->nin != nt || !o || ((op->flags & DEV_F_SCALAR_LEFT) && !(o->flags & DEV_OPF_LEFT)))
+    return dev_fail(ctx, DEV_ERR_INVALID, "binary: bad operands");
+  dev_dtype it = op->in[0].dtype;
+  if (o->to_bool && t != DEV_BOOL) return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+  for (int i = 0; i < nt; i++)
+    if (op->in[i].dtype != (o->to_bool ? it : t) || !same_shape(&op->in[i], &op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+  if (!(dev_dtype_class(it) & o->classes))
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
+  return DEV_OK;
+}
+
+static int check_ternary(dev_ctx *ctx, const dev_kop *op) {
+  dev_dtype t = op->out.dtype;
+  const dev_opinfo *o = dev_terop_info(op->code);
+  int nt = 1 + !(op->flags & DEV_F_SCALAR2) + !(op->flags & DEV_F_SCALAR3);
+  if (!o || op->nin != nt || (op->flags & ~(DEV_F_SCALAR2 | DEV_F_SCALAR3)))
+    return dev_fail(ctx, DEV_ERR_INVALID, "ternary: bad operands");
+  for (int i = 0; i < nt; i++)
+    if (op->in[i].dtype != (i == 0 && (o->flags & DEV_OPF_COND) ? DEV_BOOL : t) ||
+        !same_shape(&op->in[i], &op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
+  if (!(dev_dtype_class(t) & o->classes))
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(t));
+  return DEV_OK;
+}
+
+static int check_reduce(dev_ctx *ctx, const dev_kop *op) {
+  const dev_view *src = &op->in[0];
+  const dev_redinfo *r = dev_redop_info(op->code);
+  if (op->nin != 1 || !r || op->dim < -1 || op->dim >= src->ndim)
+    return dev_fail(ctx, DEV_ERR_INVALID, "reduce: bad op or dim");
+  int64_t n = 1, len = dev_view_numel(src);
+  if (op->dim >= 0) {
+    len = src->shape[op->dim];
+    for (int d = 0; d < src->ndim; d++)
+      if (d != op->dim) n *= src->shape[d];
   }
+  if (dev_view_numel(&op->out) != n)
+    return dev_fail(ctx, DEV_ERR_INVALID, "reduce: output numel mismatch");
+  if (!(dev_dtype_class(src->dtype) & r->classes))
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", r->name, dev_dtype_name(src->dtype));
+  if (op->code == DEV_RED_NORM && !(op->s0.f > 0))
+    return dev_fail(ctx, DEV_ERR_INVALID, "norm: p must be > 0");
+  if ((op->code == DEV_RED_VAR || op->code == DEV_RED_STD) && (op->s0.i < 0 || op->s0.i > 1))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad correction", r->name);
+  dev_scalar e;
+  if (len == 0 && n > 0 && dev_redop_empty(op->code, &e))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s of an empty tensor (no identity)", r->name);
+  return DEV_OK;
+}
+
+/* cumsum and softmax: along one dim, the shape kept */
+static int check_along(dev_ctx *ctx, const dev_kop *op) {
+  dev_dtype t = op->out.dtype;
+  const dev_view *src = &op->in[0];
+  dev_dtype it = src->dtype;
+  const char *name = dev_op_name(op);
+  if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || !same_shape(src, &op->out) ||
+      (op->kind == DEV_OP_SOFTMAX && (unsigned)op->code > DEV_LOG_SOFTMAX))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dim, shape or op", name);
+  if (op->kind == DEV_OP_SOFTMAX && !dev_dtype_is_float(it))
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(it));
+  if (t != (op->kind == DEV_OP_CUMSUM ? dev_redop_dtype(DEV_RED_SUM, it) : it))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
+  return DEV_OK;
+}
+#define check_cumsum check_along
+#define check_softmax check_along
+
+static int check_index(dev_ctx *ctx, const dev_kop *op) {
+  dev_dtype t = op->out.dtype;
+  const char *name = dev_op_name(op);
+  int scatter = op->code == DEV_IDX_SCATTER_ADD;
+  const dev_view *idx = &op->in[scatter ? 0 : 1], *val = &op->in[scatter ? 1 : 0];
+  /* the view iterated over: out (gather), idx (scatter); the other
+   * tensor indexed along dim */
+  const dev_view *it = scatter ? idx : &op->out, *other = scatter ? &op->out : val;
+  if ((unsigned)op->code >= DEV_NIDX || op->nin != 2 || op->dim < 0 || op->dim >= op->out.ndim ||
+      idx->ndim != op->out.ndim || val->ndim != op->out.ndim)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operands", name);
+  if (dev_dtype_class(idx->dtype) != DEV_CLS_I)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: the index must be an integer tensor, not %s", name,
+                    dev_dtype_name(idx->dtype));
+  if (val->dtype != t) return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
+  if (scatter && !(dev_dtype_class(t) & DEV_CLASSES_FI))
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(t));
+  if (!scatter && !same_shape(idx, &op->out))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: shape mismatch", name);
+  for (int d = 0; d < op->out.ndim; d++)
+    if ((scatter && val->shape[d] < idx->shape[d]) || (d != op->dim && other->shape[d] < it->shape[d]))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: shape mismatch", name);
+  return DEV_OK;
+}
+
+static int check_matmul(dev_ctx *ctx, const dev_kop *op) {
+  dev_dtype t = op->out.dtype;
+  /* 2-D, or 3-D with one batch size: an operand's batch stride may be 0
+   * (broadcast), the output's only for a batch of one */
+  const dev_view *a = &op->in[0], *b = &op->in[1], *c = &op->out;
+  int nd = c->ndim, r = nd - 2;
+  if (op->nin != 2 || (nd != 2 && nd != 3) || a->ndim != nd || b->ndim != nd ||
+      a->shape[r + 1] != b->shape[r] || c->shape[r] != a->shape[r] || c->shape[r + 1] != b->shape[r + 1] ||
+      (nd == 3 && (a->shape[0] != c->shape[0] || b->shape[0] != c->shape[0] ||
+                   (c->shape[0] > 1 && c->stride[0] == 0))))
+    return dev_fail(ctx, DEV_ERR_INVALID, "matmul: shape mismatch");
+  if (a->dtype != t || b->dtype != t)
+    return dev_fail(ctx, DEV_ERR_INVALID, "matmul: dtype mismatch");
+  if (t == DEV_BOOL)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul is not supported for bool");
+  return DEV_OK;
+}
+
+static int check_copy(dev_ctx *ctx, const dev_kop *op) {
+  dev_dtype t = op->out.dtype;
+  if (op->nin != 1 || op->in[0].dtype != t ||
+      dev_view_numel(&op->in[0]) != dev_view_numel(&op->out))
+    return dev_fail(ctx, DEV_ERR_INVALID, "copy: dtype or numel mismatch");
+  return DEV_OK;
+}
+
+/* The op kinds (ops.h), each with its checks: a row of DEV_OP_KINDS and a
+ * check_<name> above. */
+#define KIND_ROW(E, name, fl) {#name, fl, check_##name},
+static const struct {
+  const char *name;
+  unsigned flags;
+  int (*check)(dev_ctx *ctx, const dev_kop *op);
+} kinds[] = {DEV_OP_KINDS(KIND_ROW)};
+#undef KIND_ROW
+
+/* The checks every kind with views shares: the operand count, the output
+ * and input views; then the kind's own. */
+static int validate(dev_ctx *ctx, const dev_kop *op) {
+  int rc;
   if ((unsigned)op->kind >= sizeof kinds / sizeof kinds[0])
     return dev_fail(ctx, DEV_ERR_INVALID, "bad op kind %d", (int)op->kind);
-  /* before anything reads in[]: fill, arange and rand take no input */
-  int maxin = op->kind <= DEV_OP_RAND ? 0 : (int)(sizeof op->in / sizeof op->in[0]);
+  unsigned fl = kinds[op->kind].flags;
+  if (fl & DEV_OPK_NOVIEWS) return kinds[op->kind].check(ctx, op);
+  /* before anything reads in[] */
+  int maxin = (fl & DEV_OPK_NOIN) ? 0 : (int)(sizeof op->in / sizeof op->in[0]);
   if (op->nin < 0 || op->nin > maxin)
-    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operand count %d", kinds[op->kind], op->nin);
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operand count %d", kinds[op->kind].name, op->nin);
   if ((rc = dev_check_view(ctx, &op->out, "output"))) return rc;
   /* an expanded view (t:expand) repeats elements: writing it is refused, as PyTorch */
   for (int d = 0; d < op->out.ndim && dev_view_numel(&op->out) > 0; d++)
@@ -94,167 +270,24 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
                       "its elements are one memory location; write into t:clone() instead", d + 1);
   for (int i = 0; i < op->nin; i++)
     if ((rc = dev_check_view(ctx, &op->in[i], "input"))) return rc;
-  dev_dtype t = op->out.dtype;
-  int isf = dev_dtype_is_float(t);
-  switch (op->kind) {
-  case DEV_OP_FILL: case DEV_OP_ARANGE:
-    return DEV_OK;
-  case DEV_OP_RAND:
-    if (op->code == DEV_RAND_NORMAL && !isf)
-      return dev_fail(ctx, DEV_ERR_INVALID, "randn needs a floating dtype, got %s",
-                      dev_dtype_name(t));
-    if (op->code == DEV_RAND_UNIFORM && !isf && t != DEV_BOOL && op->s1.i <= op->s0.i)
-      return dev_fail(ctx, DEV_ERR_INVALID, "rand: empty range");
-    if (op->code == DEV_RAND_INT && (!op->s0.is_int || !op->s1.is_int || op->s1.i <= op->s0.i))
-      return dev_fail(ctx, DEV_ERR_INVALID, "randint: empty range");
-    if ((unsigned)op->code > DEV_RAND_INT) return dev_fail(ctx, DEV_ERR_INVALID, "rand: bad kind %d", op->code);
-    return DEV_OK;
-  case DEV_OP_UNARY: {
-    if (op->nin != 1 || (unsigned)op->code >= DEV_NUNOP)
-      return dev_fail(ctx, DEV_ERR_INVALID, "unary: bad op");
-    if (dev_view_numel(&op->in[0]) != dev_view_numel(&op->out))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: numel mismatch", dev_unop_name(op->code));
-    if (op->code == DEV_UN_COPY) return DEV_OK;
-    const dev_opinfo *o = dev_unop_info(op->code);
-    dev_dtype it = op->in[0].dtype;
-    if ((o->to_bool ? t != DEV_BOOL : it != t) || !same_shape(&op->in[0], &op->out))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
-    if (!(dev_dtype_class(it) & o->classes))
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
-    return DEV_OK;
-  }
-  case DEV_OP_BINARY: {
-    int nt = (op->flags & (DEV_F_SCALAR | DEV_F_SCALAR_LEFT)) ? 1 : 2;
-    const dev_opinfo *o = dev_binop_info(op->code);
-    if (op->nin != nt || !o || ((op->flags & DEV_F_SCALAR_LEFT) && !(o->flags & DEV_OPF_LEFT)))
-      return dev_fail(ctx, DEV_ERR_INVALID, "binary: bad operands");
-    dev_dtype it = op->in[0].dtype;
-    if (o->to_bool && t != DEV_BOOL) return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
-    for (int i = 0; i < nt; i++)
-      if (op->in[i].dtype != (o->to_bool ? it : t) || !same_shape(&op->in[i], &op->out))
-        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
-    if (!(dev_dtype_class(it) & o->classes))
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(it));
-    return DEV_OK;
-  }
-  case DEV_OP_TERNARY: {
-    const dev_opinfo *o = dev_terop_info(op->code);
-    int nt = 1 + !(op->flags & DEV_F_SCALAR2) + !(op->flags & DEV_F_SCALAR3);
-    if (!o || op->nin != nt || (op->flags & ~(DEV_F_SCALAR2 | DEV_F_SCALAR3)))
-      return dev_fail(ctx, DEV_ERR_INVALID, "ternary: bad operands");
-    for (int i = 0; i < nt; i++)
-      if (op->in[i].dtype != (i == 0 && (o->flags & DEV_OPF_COND) ? DEV_BOOL : t) ||
-          !same_shape(&op->in[i], &op->out))
-        return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype or shape mismatch", o->name);
-    if (!(dev_dtype_class(t) & o->classes))
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", o->name, dev_dtype_name(t));
-    return DEV_OK;
-  }
-  case DEV_OP_REDUCE: {
-    const dev_view *src = &op->in[0];
-    const dev_redinfo *r = dev_redop_info(op->code);
-    if (op->nin != 1 || !r || op->dim < -1 || op->dim >= src->ndim)
-      return dev_fail(ctx, DEV_ERR_INVALID, "reduce: bad op or dim");
-    int64_t n = 1, len = dev_view_numel(src);
-    if (op->dim >= 0) {
-      len = src->shape[op->dim];
-      for (int d = 0; d < src->ndim; d++)
-        if (d != op->dim) n *= src->shape[d];
-    }
-    if (dev_view_numel(&op->out) != n)
-      return dev_fail(ctx, DEV_ERR_INVALID, "reduce: output numel mismatch");
-    if (!(dev_dtype_class(src->dtype) & r->classes))
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", r->name, dev_dtype_name(src->dtype));
-    if (op->code == DEV_RED_NORM && !(op->s0.f > 0))
-      return dev_fail(ctx, DEV_ERR_INVALID, "norm: p must be > 0");
-    if ((op->code == DEV_RED_VAR || op->code == DEV_RED_STD) && (op->s0.i < 0 || op->s0.i > 1))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad correction", r->name);
-    dev_scalar e;
-    if (len == 0 && n > 0 && dev_redop_empty(op->code, &e))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s of an empty tensor (no identity)", r->name);
-    return DEV_OK;
-  }
-  case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: {
-    const dev_view *src = &op->in[0];
-    dev_dtype it = src->dtype;
-    const char *name = dev_op_name(op);
-    if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || !same_shape(src, &op->out) ||
-        (op->kind == DEV_OP_SOFTMAX && (unsigned)op->code > DEV_LOG_SOFTMAX))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dim, shape or op", name);
-    if (op->kind == DEV_OP_SOFTMAX && !dev_dtype_is_float(it))
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(it));
-    if (t != (op->kind == DEV_OP_CUMSUM ? dev_redop_dtype(DEV_RED_SUM, it) : it))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
-    return DEV_OK;
-  }
-  case DEV_OP_INDEX: {
-    const char *name = dev_op_name(op);
-    int scatter = op->code == DEV_IDX_SCATTER_ADD;
-    const dev_view *idx = &op->in[scatter ? 0 : 1], *val = &op->in[scatter ? 1 : 0];
-    /* the view iterated over: out (gather), idx (scatter); the other
-     * tensor indexed along dim */
-    const dev_view *it = scatter ? idx : &op->out, *other = scatter ? &op->out : val;
-    if ((unsigned)op->code >= DEV_NIDX || op->nin != 2 || op->dim < 0 || op->dim >= op->out.ndim ||
-        idx->ndim != op->out.ndim || val->ndim != op->out.ndim)
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operands", name);
-    if (dev_dtype_class(idx->dtype) != DEV_CLS_I)
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: the index must be an integer tensor, not %s", name,
-                      dev_dtype_name(idx->dtype));
-    if (val->dtype != t) return dev_fail(ctx, DEV_ERR_INVALID, "%s: dtype mismatch", name);
-    if (scatter && !(dev_dtype_class(t) & DEV_CLASSES_FI))
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(t));
-    if (!scatter && !same_shape(idx, &op->out))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: shape mismatch", name);
-    for (int d = 0; d < op->out.ndim; d++)
-      if ((scatter && val->shape[d] < idx->shape[d]) || (d != op->dim && other->shape[d] < it->shape[d]))
-        return dev_fail(ctx, DEV_ERR_INVALID, "%s: shape mismatch", name);
-    return DEV_OK;
-  }
-  case DEV_OP_MATMUL: {
-    /* 2-D, or 3-D with one batch size: an operand's batch stride may be 0
-     * (broadcast), the output's only for a batch of one */
-    const dev_view *a = &op->in[0], *b = &op->in[1], *c = &op->out;
-    int nd = c->ndim, r = nd - 2;
-    if (op->nin != 2 || (nd != 2 && nd != 3) || a->ndim != nd || b->ndim != nd ||
-        a->shape[r + 1] != b->shape[r] || c->shape[r] != a->shape[r] || c->shape[r + 1] != b->shape[r + 1] ||
-        (nd == 3 && (a->shape[0] != c->shape[0] || b->shape[0] != c->shape[0] ||
-                     (c->shape[0] > 1 && c->stride[0] == 0))))
-      return dev_fail(ctx, DEV_ERR_INVALID, "matmul: shape mismatch");
-    if (a->dtype != t || b->dtype != t)
-      return dev_fail(ctx, DEV_ERR_INVALID, "matmul: dtype mismatch");
-    if (t == DEV_BOOL)
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul is not supported for bool");
-    return DEV_OK;
-  }
-  case DEV_OP_COPY:
-    if (op->nin != 1 || op->in[0].dtype != t ||
-        dev_view_numel(&op->in[0]) != dev_view_numel(&op->out))
-      return dev_fail(ctx, DEV_ERR_INVALID, "copy: dtype or numel mismatch");
-    return DEV_OK;
-  default:
-    return dev_fail(ctx, DEV_ERR_INVALID, "unknown op %d", (int)op->kind);
-  }
+  return kinds[op->kind].check(ctx, op);
 }
 
+/* The op's name in messages: its kind's, or, for a kind of several ops, the
+ * op's (its row in ops.h, its kernel's name). */
 static const char *op_name(const dev_kop *op) {
   switch (op->kind) {
-  case DEV_OP_FILL: return "fill";
-  case DEV_OP_ARANGE: return "arange";
   case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : op->code == DEV_RAND_INT ? "randint" : "rand";
   case DEV_OP_UNARY: return dev_unop_name(op->code);
   case DEV_OP_BINARY: return dev_binop_name(op->code);
   case DEV_OP_TERNARY: return dev_terop_name(op->code);
   case DEV_OP_REDUCE: return dev_redop_name(op->code);
-  case DEV_OP_MATMUL: return "matmul";
-  case DEV_OP_COPY: return "copy";
-  case DEV_OP_CUMSUM: return "cumsum";
   case DEV_OP_SOFTMAX: return op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
   case DEV_OP_INDEX:
     return op->code == DEV_IDX_SELECT ? "index_select" : op->code == DEV_IDX_GATHER ? "gather" : "scatter_add_";
-  case DEV_OP_SLEEP: return "sleep";
   case DEV_OP_LAUNCH: return op->launch && op->launch->k ? op->launch->k->sig.name : "kernel";
+  default: return (unsigned)op->kind < sizeof kinds / sizeof kinds[0] ? kinds[op->kind].name : "op";
   }
-  return "op";
 }
 
 const char *dev_op_name(const dev_kop *op) { return op_name(op); }
@@ -354,6 +387,22 @@ out:
   return rc;
 }
 
+/* A launch, validated, on an open stream: always on the device, even when
+ * every tensor is pinned. */
+static int submit_launch(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
+  int rc;
+  const dev_launch *l = op->launch;
+  if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
+  if ((rc = fence_op_bufs(s, l->bufs, l->nbufs))) return rc;
+  if ((rc = ctx->bk->submit(s, op))) return rc;
+  if (ctx->race) race_op(ctx, s, op, 1);
+  if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
+  for (int i = 0; i < l->nbufs; i++) note_use(BX(l->bufs[i]), s, l->writes[i]);
+  note_use(BX(dev_module_life(l->k->mod)), s, 0);
+  ctx->st.launches++;
+  return DEV_OK;
+}
+
 int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   int rc = dev_check_async(ctx);
   if (rc) return rc;
@@ -370,19 +419,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     }
   }
   if (ctx->capture && graph_records(op)) return graph_submit(s, op);   /* recorded, not run */
-  if (op->kind == DEV_OP_LAUNCH) {
-    /* Always on the device, even when every tensor is pinned. */
-    const dev_launch *l = op->launch;
-    if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
-    if ((rc = fence_op_bufs(s, l->bufs, l->nbufs))) return rc;
-    if ((rc = ctx->bk->submit(s, op))) return rc;
-    if (ctx->race) race_op(ctx, s, op, 1);
-    if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
-    for (int i = 0; i < l->nbufs; i++) note_use(BX(l->bufs[i]), s, l->writes[i]);
-    note_use(BX(dev_module_life(l->k->mod)), s, 0);
-    ctx->st.launches++;
-    return DEV_OK;
-  }
+  if (op->kind == DEV_OP_LAUNCH) return submit_launch(ctx, s, op);
   /* the output, then the tensor operands (validated: nin of them) */
   int nb = op->kind == DEV_OP_SLEEP ? 0 : 1 + op->nin;
   const dev_view *views[1 + DEV_MAXIN] = {&op->out};

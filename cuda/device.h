@@ -370,36 +370,11 @@ dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t);
 
 /* One unit of queued work, as a backend receives it.  The host backend runs it
  * with dev_cpu_run(); the CUDA backend launches the matching kernel. */
-typedef enum {
-  DEV_OP_FILL,      /* out = s0 */
-  DEV_OP_ARANGE,    /* out[i] = s0 + i*s1 (flat C order) */
-  DEV_OP_RAND,      /* code = dev_randkind; uniform [s0,s1) / normal(mean s0, std s1) /
-                       integers [s0,s1) */
-  DEV_OP_UNARY,     /* code = dev_unop; out = op(in[0]) */
-  DEV_OP_BINARY,    /* code = dev_binop; out = in[0] op in[1] (or scalar, see flags) */
-  DEV_OP_TERNARY,   /* code = dev_terop; out = op(in[0], x, y): x, y the next tensor
-                       operands in[1], in[2], or s0, s1 (see flags) */
-  DEV_OP_REDUCE,    /* code = dev_redop; dim = -1 (all) or 0-based dim of in[0];
-                       s0 the option of var/std/norm (ops.h) */
-  DEV_OP_MATMUL,    /* out = in[0] @ in[1], 2-D */
-  DEV_OP_COPY,      /* out = in[0], same dtype, same numel; flat element order */
-  DEV_OP_SLEEP,     /* hold the stream for ms milliseconds */
-  DEV_OP_LAUNCH,    /* a run-time kernel: see dev_launch */
-  DEV_OP_CUMSUM,    /* out = running sum of in[0] along dim (same shape; i64 for integer
-                       and bool sources, floats keep their dtype) */
-  DEV_OP_SOFTMAX,   /* code = dev_softkind; out = softmax or log_softmax of in[0] along
-                       dim, float dtypes, same shape */
-  DEV_OP_INDEX      /* code = dev_idxkind; dim the 0-based dim; indices 1-based, one
-                       outside 1..size fails the op ("index out of range").
-                       SELECT, GATHER: out[p] = in[0][p with p[dim] = in[1][p]], in[1]
-                         an integer tensor of out's shape (select: a 1-D index seen with
-                         stride 0 along the other dims), in[0] of out's dtype and ndim,
-                         no smaller than out along the other dims;
-                       SCATTER_ADD: out[p with p[dim] = in[0][p]] += in[1][p] for p over
-                         in[0]'s shape, in place; in[1] of out's dtype, no smaller than
-                         in[0]; out no smaller than in[0] along the other dims.
-                       s0 is free for a backend (cuda: the op's tag in its error flag) */
-} dev_opkind;
+/* The kinds, one row each in DEV_OP_KINDS (ops.h), which says what each
+ * one's fields mean: DEV_OP_FILL, DEV_OP_ARANGE, ... */
+#define DEV_OPKIND_ENUM(E, name, fl) DEV_OP_##E,
+typedef enum { DEV_OP_KINDS(DEV_OPKIND_ENUM) } dev_opkind;
+#undef DEV_OPKIND_ENUM
 
 enum {
   DEV_F_SCALAR = 1,        /* binary: second operand is s0 */

@@ -1,9 +1,9 @@
-/* Every elementwise op and reduction, declared once.
+/* Every elementwise op, reduction and op kind, declared once.
  *
  * Each list is an X-macro: X(ENUM, name, classes, result, flags), one row per
  * op.  Every layer reads it: the enums and names (device.h, dtype.c), the
  * device layer's validation (dev_op.c), the Lua methods and their checks
- * (bindings/tensor.c), the host loops (cpu_ops.c) and the CUDA dispatch
+ * (bindings/tensor_elementwise.c, tensor_reduce.c), the host loops (cpu_ops.c) and the CUDA dispatch
  * (cuda/k_*.cu).  An op's arithmetic is one scalar function per compute type
  * in scalar.h: sc_<name>_f (float and double) for F, sc_<name>_i for I and B.
  *
@@ -19,7 +19,7 @@
  *
  * Unary ops have a `_` (in place) method when the result is SAME; binary ops
  * take a tensor or a number; ternary ops a tensor or a number as operands 2
- * and 3 (their methods are written out in tensor.c: the table gives their
+ * and 3 (their methods are written out in tensor_elementwise.c: the table gives their
  * names, dtype rules and kernels).  DEV_UN_COPY (the cast) is not in the
  * table.
  */
@@ -95,6 +95,64 @@
   X(NORM, norm, F, SAME)                                \
   X(ARGMIN, argmin, FIB, INDEX)                         \
   X(LOGSUMEXP, logsumexp, F, SAME)
+
+/* Op kinds: X(ENUM, name, flags), one row per kind of dev_kop, the code
+ * DEV_OP_<ENUM> (device.h).  The device layer checks an op of kind name
+ * with check_<name> (dev_op.c), after the checks every kind shares (the
+ * operand count, the output and input views); a backend runs it (the host
+ * loops in cpu_ops.c, the CUDA kernels in cuda/k_*.cu).
+ *
+ *   flags  DEV_OPK_NOIN: takes no tensor operand (nin 0);
+ *          DEV_OPK_NOVIEWS: has no output view either (its check_<name>
+ *          does all the checking)
+ *
+ *   FILL     out = s0
+ *   ARANGE   out[i] = s0 + i*s1 (flat C order)
+ *   RAND     code = dev_randkind; uniform [s0,s1) / normal(mean s0, std s1) /
+ *            integers [s0,s1)
+ *   UNARY    code = dev_unop; out = op(in[0])
+ *   BINARY   code = dev_binop; out = in[0] op in[1] (or scalar, see flags)
+ *   TERNARY  code = dev_terop; out = op(in[0], x, y): x, y the next tensor
+ *            operands in[1], in[2], or s0, s1 (see flags)
+ *   REDUCE   code = dev_redop; dim = -1 (all) or 0-based dim of in[0]; s0 the
+ *            option of var/std/norm (above)
+ *   MATMUL   out = in[0] @ in[1], 2-D, or 3-D with one batch size
+ *   COPY     out = in[0], same dtype, same numel; flat element order
+ *   SLEEP    hold the stream for ms milliseconds
+ *   LAUNCH   a run-time kernel: see dev_launch
+ *   CUMSUM   out = running sum of in[0] along dim (same shape; i64 for integer
+ *            and bool sources, floats keep their dtype)
+ *   SOFTMAX  code = dev_softkind; out = softmax or log_softmax of in[0] along
+ *            dim, float dtypes, same shape
+ *   INDEX    code = dev_idxkind; dim the 0-based dim; indices 1-based, one
+ *            outside 1..size fails the op ("index out of range").
+ *            SELECT, GATHER: out[p] = in[0][p with p[dim] = in[1][p]], in[1]
+ *              an integer tensor of out's shape (select: a 1-D index seen with
+ *              stride 0 along the other dims), in[0] of out's dtype and ndim,
+ *              no smaller than out along the other dims;
+ *            SCATTER_ADD: out[p with p[dim] = in[0][p]] += in[1][p] for p over
+ *              in[0]'s shape, in place; in[1] of out's dtype, no smaller than
+ *              in[0]; out no smaller than in[0] along the other dims.
+ *            s0 is free for a backend (cuda: the op's tag in its error flag)
+ */
+#define DEV_OPK_NOIN 1u
+#define DEV_OPK_NOVIEWS 2u
+
+#define DEV_OP_KINDS(X)                                 \
+  X(FILL, fill, DEV_OPK_NOIN)                           \
+  X(ARANGE, arange, DEV_OPK_NOIN)                       \
+  X(RAND, rand, DEV_OPK_NOIN)                           \
+  X(UNARY, unary, 0)                                    \
+  X(BINARY, binary, 0)                                  \
+  X(TERNARY, ternary, 0)                                \
+  X(REDUCE, reduce, 0)                                  \
+  X(MATMUL, matmul, 0)                                  \
+  X(COPY, copy, 0)                                      \
+  X(SLEEP, sleep, DEV_OPK_NOIN | DEV_OPK_NOVIEWS)       \
+  X(LAUNCH, launch, DEV_OPK_NOIN | DEV_OPK_NOVIEWS)     \
+  X(CUMSUM, cumsum, 0)                                  \
+  X(SOFTMAX, softmax, 0)                                \
+  X(INDEX, index, 0)
 
 /* ---- reading the columns ------------------------------------------------- */
 

@@ -382,7 +382,7 @@ gen[#gen + 1] = { 6, function()
   if r < 0.8 then return slot() .. " = " .. tensor() .. ":to(" .. pick({ dtype(), device(), "{dtype = " .. dtype() .. ", device = " .. device() .. "}", any() }) .. ", " .. opts("stream") .. ")" end
   return slot() .. " = " .. tensor() .. ":" .. pick({ "contiguous", "clone" }) .. "()"
 end }
--- views, joins and the creation ops of tensor_view.c
+-- views (tensor_view.c), joins and the creation ops (tensor_new.c)
 local VIEWS = { "transpose", "t", "permute", "unsqueeze", "squeeze", "expand", "select", "slice", "split", "chunk",
                 "reshape" }
 gen[#gen + 1] = { 5, function()
