@@ -38,7 +38,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "devpriv.h"
+#include "cu.h"
 
 /* ---- NCCL's interface, as documented ------------------------------------- */
 

@@ -20,7 +20,7 @@
 #include <library_types.h>
 
 #include "kernels.h"
-#include "devpriv.h"
+#include "cu.h"
 #include "util.h"
 
 #define MAXMARK 64
