@@ -3,7 +3,7 @@
  * rest of the layer: dev_buf.c (buffers, the block cache, the ends of
  * streams), dev_stream.c (streams, events, watches, completions), dev_op.c
  * (ops), dev_coll.c (ranks and collectives), dev_sync.c (sync policy,
- * interrupts); their shared parts are in devpriv.h.
+ * interrupts); their shared parts are in devpriv.h and the headers it names.
  *
  * What holds here:
  * - ctx->refs counts the owner (until dev_close), live buffers, dead wrapped
@@ -25,6 +25,8 @@
 #include <time.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "race.h"
 #include "util.h"
 
 int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...) {

@@ -14,6 +14,9 @@
 #include <string.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "capture.h"
+#include "race.h"
 
 /* ---- ranks and collectives ------------------------------------------- */
 

@@ -26,6 +26,10 @@
 #include <string.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "capture.h"
+#include "race.h"
+#include "stage.h"
 
 /* ---- ops -------------------------------------------------------------- */
 

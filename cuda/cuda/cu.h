@@ -1,7 +1,7 @@
 /* The CUDA backend's private API: what its files in cuda/cuda/ call in
  * each other, as cuda/host/hk.h is the host backend's.  The device layer's
  * neutral files never include it: they reach the backend through
- * dev_backend (devpriv.h) alone. */
+ * dev_backend (cuda/backend.h) alone. */
 #ifndef GPULUA_CUDA_CU_H
 #define GPULUA_CUDA_CU_H
 

@@ -39,6 +39,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cu.h"
+#include "shm_comm.h"
 
 /* ---- NCCL's interface, as documented ------------------------------------- */
 

@@ -21,6 +21,7 @@
 
 #include "kernels.h"
 #include "cu.h"
+#include "stage.h"
 #include "util.h"
 
 #define MAXMARK 64

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "shm_comm.h"
+#include "stage.h"
 #include "hk.h"
 
 typedef struct hrec {           /* one event record: its timestamp */
