@@ -28,6 +28,7 @@
 #include "devpriv.h"
 #include "bufx.h"
 #include "capture.h"
+#include "cpu_ops.h"
 #include "race.h"
 #include "stage.h"
 

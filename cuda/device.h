@@ -367,7 +367,7 @@ unsigned dev_dtype_class(dev_dtype t);
 dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t);
 
 /* One unit of queued work, as a backend receives it.  The host backend runs it
- * with dev_cpu_run(); the CUDA backend launches the matching kernel. */
+ * with dev_cpu_run() (cpu_ops.h); the CUDA backend launches the matching kernel. */
 typedef enum {
   DEV_OP_FILL,      /* out = s0 */
   DEV_OP_ARANGE,    /* out[i] = s0 + i*s1 (flat C order) */
@@ -430,10 +430,6 @@ typedef struct dev_kop {
  * one of wrapped memory not guarded (dev_buf_guard), which waits.  Buffers
  * stay alive until the op finishes. */
 int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op);
-
-/* Run an op on the calling CPU thread (host kernels).  Returns 0, or -1 with a
- * message in err (e.g. integer division by zero). */
-int dev_cpu_run(const dev_kop *op, char *err, size_t errlen);
 
 /* Counter-based generator (Philox-4x32-10): the same numbers on every backend. */
 void dev_philox(uint64_t seed, uint64_t counter, uint32_t out[4]);

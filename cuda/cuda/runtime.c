@@ -21,6 +21,7 @@
 
 #include "kernels.h"
 #include "cu.h"
+#include "cpu_ops.h"   /* strided pageable copies: gathered and scattered on the CPU */
 #include "stage.h"
 #include "util.h"
 

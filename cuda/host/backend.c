@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "cpu_ops.h"
 #include "shm_comm.h"
 #include "stage.h"
 #include "hk.h"
