@@ -95,6 +95,9 @@ typedef struct dev_backend {
   int (*comm_connect)(dev_ctx *ctx, const dev_rank_info *ri);
   void (*comm_close)(dev_ctx *ctx);
   int (*coll)(dev_stream *s, const dev_coll *c, int n, uint64_t seq);
+  /* Set where collectives are compared across ranks unless the job says
+   * otherwise (dev_rank_info.check -1). */
+  int check_colls;
 
   /* Tracing, optional (cuda/trace.c): the clock reference of a new session,
    * finished op timings into records, the timing resources freed; ranges

@@ -241,29 +241,6 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
   }
 }
 
-static const char *op_name(const dev_kop *op) {
-  switch (op->kind) {
-  case DEV_OP_FILL: return "fill";
-  case DEV_OP_ARANGE: return "arange";
-  case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : op->code == DEV_RAND_INT ? "randint" : "rand";
-  case DEV_OP_UNARY: return dev_unop_name(op->code);
-  case DEV_OP_BINARY: return dev_binop_name(op->code);
-  case DEV_OP_TERNARY: return dev_terop_name(op->code);
-  case DEV_OP_REDUCE: return dev_redop_name(op->code);
-  case DEV_OP_MATMUL: return "matmul";
-  case DEV_OP_COPY: return "copy";
-  case DEV_OP_CUMSUM: return "cumsum";
-  case DEV_OP_SOFTMAX: return op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
-  case DEV_OP_INDEX:
-    return op->code == DEV_IDX_SELECT ? "index_select" : op->code == DEV_IDX_GATHER ? "gather" : "scatter_add_";
-  case DEV_OP_SLEEP: return "sleep";
-  case DEV_OP_LAUNCH: return op->launch && op->launch->k ? op->launch->k->sig.name : "kernel";
-  }
-  return "op";
-}
-
-const char *dev_op_name(const dev_kop *op) { return op_name(op); }
-
 static void count_op(dev_ctx *ctx, const dev_kop *op) {
   if (op->kind != DEV_OP_COPY) { ctx->st.launches++; return; }
   ctx->st.copies++;
@@ -402,7 +379,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     char msg[256];
     uint64_t t0 = ctx->trace_gen ? dev_trace_now() : 0;
     if (dev_cpu_run(op, msg, sizeof msg))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s", op_name(op), msg);
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s", dev_op_name(op), msg);
     if (ctx->trace_gen) dev_trace_host_op(ctx, op, t0);
     count_op(ctx, op);
     return DEV_OK;

@@ -164,16 +164,12 @@ int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, voi
                           void *ud, dev_buf **out);
 dev_buf *dev_module_life(dev_module *m);
 dev_ctx *dev_module_ctx(const dev_module *m);
-const char *dev_op_name(const dev_kop *op);
 /* C function kernels (module.c): run the launch's function with stream (the
  * cudaStream_t, NULL on host); 0, or -1 with its message in err.  A copy of
  * a launch that owns its argument values (one free() releases it), for a
  * backend that runs it later. */
 int dev_cfunc_run(const dev_launch *l, void *stream, char *err, size_t errlen);
 dev_launch *dev_launch_dup(const dev_launch *l);
-/* "all_reduce #3", or "a group of 2 sends/receives (#4)": the collectives
- * numbered seq in messages */
-void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq);
 
 /* ---- the device layer's own files (cuda/dev*.c) ------------------------ */
 

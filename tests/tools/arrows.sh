@@ -20,15 +20,14 @@ for o in $(find "$obj/cuda" -name '*.o' | sort); do
 done | awk -v verbose=$verbose '
 BEGIN {
   # the neutral files, lowest first (docs/internals.md, "Layout")
-  n = split("util dtype kernel_sig cpu_ops shm_comm trace race module " \
-            "dev_sync dev_buf dev_stream dev_stage dev_op dev_coll dev_graph dev", order, " ")
-  rank["cuda/util"] = 0; rank["cuda/dtype"] = 0; rank["cuda/kernel_sig"] = 0
-  rank["cuda/cpu_ops"] = 1; rank["cuda/shm_comm"] = 1
-  rank["cuda/trace"] = 2; rank["cuda/race"] = 2; rank["cuda/module"] = 2
-  rank["cuda/dev_sync"] = 3
-  rank["cuda/dev_buf"] = 4; rank["cuda/dev_stream"] = 4; rank["cuda/dev_stage"] = 4
-  rank["cuda/dev_op"] = 5; rank["cuda/dev_coll"] = 5; rank["cuda/dev_graph"] = 5
-  rank["cuda/dev"] = 6
+  rank["cuda/util"] = 0; rank["cuda/dtype"] = 0; rank["cuda/kernel_sig"] = 0; rank["cuda/dev_err"] = 0
+  rank["cuda/names"] = 1
+  rank["cuda/cpu_ops"] = 2; rank["cuda/shm_comm"] = 2
+  rank["cuda/trace"] = 3; rank["cuda/race"] = 3; rank["cuda/module"] = 3
+  rank["cuda/dev_sync"] = 4
+  rank["cuda/dev_buf"] = 5; rank["cuda/dev_stream"] = 5; rank["cuda/dev_stage"] = 5
+  rank["cuda/dev_op"] = 6; rank["cuda/dev_coll"] = 6; rank["cuda/dev_graph"] = 6
+  rank["cuda/dev"] = 7
 }
 $1 == "D" { def[$3] = $2; next }
 { und[++nu] = $2 " " $3 }
@@ -57,14 +56,25 @@ END {
   }
   # the circles: files that reach each other (transitive closure)
   for (k in node) for (i in node) if ((i, k) in reach) for (j in node) if ((k, j) in reach) reach[i, j] = 1
+  printf "arrows %d; back up %d (into a backend by name %d); sideways %d\n", total, up, intoBk, side
+  circle("largest circle", 0)
+  # the same among the neutral files alone (no arrow of a backend)
+  for (i = 1; i <= ne; i++) if (!backend(from[i]) && !backend(to[i])) nreach[from[i], to[i]] = 1
+  for (k in node) if (!backend(k)) for (i in node) if ((i, k) in nreach) for (j in node) if ((k, j) in nreach) nreach[i, j] = 1
+  circle("largest circle of neutral files", 1)
+}
+function circle(what, neutral,   i, j, c, m, best, members, nb) {
   best = 0
   for (i in node) {
+    if (neutral && backend(i)) continue
     c = 0; m = ""
-    for (j in node) if (i == j || (((i, j) in reach) && ((j, i) in reach))) { c++; m = m " " j }
+    for (j in node) {
+      if (i == j) { c++; m = m " " j; continue }
+      if (neutral ? (((i, j) in nreach) && ((j, i) in nreach)) : (((i, j) in reach) && ((j, i) in reach))) { c++; m = m " " j }
+    }
     if (c > best) { best = c; members = m }
   }
   nb = 0
   for (i = 1; i <= ne; i++) if (index(members " ", " " from[i] " ") && index(members " ", " " to[i] " ")) nb++
-  printf "arrows %d; back up %d (into a backend by name %d); sideways %d\n", total, up, intoBk, side
-  printf "largest circle: %d files, %d arrows:%s\n", best, nb, members
+  printf "%s: %d files, %d arrows:%s\n", what, best, nb, members
 }'
