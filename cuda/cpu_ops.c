@@ -28,7 +28,9 @@
 #include <pthread.h>
 #endif
 
-#include "devpriv.h"
+/* A neutral module (cpu_ops.h), not the host backend's: dev_op.c and both backends run ops with it. */
+#include "cpu_ops.h"
+#include "devpriv.h"   /* dev_cfunc_run */
 #include "scalar.h"
 #include "util.h"
 

@@ -1,9 +1,9 @@
-/* The device layer's context: the backend's choice, open and close, the
- * error message and async failures, device queries and the counters.  The
+/* The device layer's context: the backend's choice, open and close, device
+ * queries and the counters (its error message: dev_err.c).  The
  * rest of the layer: dev_buf.c (buffers, the block cache, the ends of
  * streams), dev_stream.c (streams, events, watches, completions), dev_op.c
  * (ops), dev_coll.c (ranks and collectives), dev_sync.c (sync policy,
- * interrupts); their shared parts are in devpriv.h.
+ * interrupts); their shared parts are in devpriv.h and the headers it names.
  *
  * What holds here:
  * - ctx->refs counts the owner (until dev_close), live buffers, dead wrapped
@@ -14,53 +14,19 @@
  *   communicator and empties the cache; from then on (ctx->closing) releases
  *   wait for queued uses instead of caching, and once owner_gone any thread
  *   may release, under defer_mu.
- * - ctx->err is the message of the last failure (dev_fail).  The first
+ * - ctx->err is the message of the last failure (dev_fail, dev_err.c).  The first
  *   async failure (any thread) is kept until dev_check_async reports it;
  *   every call that enqueues work checks it first.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "race.h"
 #include "util.h"
-
-int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
-void dev_async_fail(dev_ctx *ctx, const char *fmt, ...) {
-  pthread_mutex_lock(&ctx->async_mu);
-  if (!atomic_load(&ctx->async_flag)) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ctx->async_err, sizeof ctx->async_err, fmt, ap);
-    va_end(ap);
-    atomic_store(&ctx->async_flag, 1);
-  }
-  pthread_mutex_unlock(&ctx->async_mu);
-}
-
-void dev_note_running(dev_ctx *ctx, int delta) {
-  int now = atomic_fetch_add(&ctx->running, delta) + delta;
-  long long m = atomic_load(&ctx->max_running);
-  while (now > m && !atomic_compare_exchange_weak(&ctx->max_running, &m, now)) {}
-}
-
-int dev_check_async(dev_ctx *ctx) {
-  if (!atomic_load(&ctx->async_flag)) return DEV_OK;
-  pthread_mutex_lock(&ctx->async_mu);
-  snprintf(ctx->err, sizeof ctx->err, "%s", ctx->async_err);
-  atomic_store(&ctx->async_flag, 0);
-  pthread_mutex_unlock(&ctx->async_mu);
-  return DEV_ERR_ASYNC;
-}
 
 /* ---- context ---------------------------------------------------------- */
 
@@ -259,7 +225,6 @@ void dev_close(dev_ctx *ctx) {
 
 const char *dev_backend_name(dev_ctx *ctx) { return ctx->bk->name; }
 size_t dev_warm_bytes(dev_ctx *ctx) { return ctx->bk->warm_bytes; }
-const char *dev_errmsg(dev_ctx *ctx) { return ctx->err; }
 int dev_device_count(dev_ctx *ctx) { return ctx->bk->device_count(ctx); }
 int dev_current_device(dev_ctx *ctx) { return ctx->device; }
 

@@ -51,6 +51,9 @@
 #include <string.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "capture.h"
+#include "race.h"
 
 struct race_buf **dev_buf_racep(dev_buf *b) { return &BX(b)->race; }
 
@@ -79,7 +82,7 @@ static int size_class(size_t n, size_t *block) {
   return (e - 8) * 8 + (int)k;
 }
 
-/* Onto ctx->fenced (fenced_remove, devpriv.h, takes it off). */
+/* Onto ctx->fenced (fenced_remove, bufx.h, takes it off). */
 static void fenced_add(dev_ctx *ctx, bufx *x) {
   if (x->in_fenced) return;
   x->fprev = NULL;

@@ -14,47 +14,16 @@
 #include <string.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "capture.h"
+#include "race.h"
 
 /* ---- ranks and collectives ------------------------------------------- */
-
-const char *dev_coll_name(dev_coll_kind k) {
-  static const char *const names[DEV_NCOLL] = {"all_reduce", "broadcast", "reduce", "all_gather",
-                                               "reduce_scatter", "send", "recv"};
-  return (unsigned)k < DEV_NCOLL ? names[k] : "?";
-}
-
-void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq) {
-  if (n > 1) {
-    snprintf(out, len, "a group of %d sends/receives (#%llu)", n, (unsigned long long)seq);
-    return;
-  }
-  /* "all_reduce #12", by hand: the host backend names every collective it
-   * runs, and snprintf was a fifth of the cost of one */
-  char digits[24];
-  int nd = 0;
-  do digits[nd++] = (char)('0' + seq % 10); while ((seq /= 10) != 0);
-  const char *name = dev_coll_name(kind);
-  size_t k = strlen(name);
-  if (len < k + 2 + (size_t)nd + 1) {
-    snprintf(out, len, "%s", name);
-    return;
-  }
-  memcpy(out, name, k);
-  out[k++] = ' ';
-  out[k++] = '#';
-  while (nd) out[k++] = digits[--nd];
-  out[k] = 0;
-}
-
-const char *dev_cred_name(dev_cred r) {
-  static const char *const names[DEV_NCRED] = {"sum", "prod", "max", "min", "avg"};
-  return (unsigned)r < DEV_NCRED ? names[r] : "?";
-}
 
 int dev_comm_init(dev_ctx *ctx, const dev_rank_info *want) {
   dev_rank_info r = *want;
   const dev_rank_info *ri = &r;
-  if (r.check < 0) r.check = ctx->bk == &dev_host_backend;
+  if (r.check < 0) r.check = ctx->bk->check_colls;
   if (ctx->comm) {
     if (ri->rank != ctx->ri.rank || ri->world != ctx->ri.world)
       return dev_fail(ctx, DEV_ERR_INVALID, "the communicator is already joined as rank %d of %d",

@@ -38,6 +38,9 @@
 #include <string.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "capture.h"
+#include "race.h"
 
 #define GMAXS 32   /* streams in one capture */
 

@@ -26,6 +26,11 @@
 #include <string.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "capture.h"
+#include "cpu_ops.h"
+#include "race.h"
+#include "stage.h"
 
 /* ---- ops -------------------------------------------------------------- */
 
@@ -273,25 +278,6 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
   return kinds[op->kind].check(ctx, op);
 }
 
-/* The op's name in messages: its kind's, or, for a kind of several ops, the
- * op's (its row in ops.h, its kernel's name). */
-static const char *op_name(const dev_kop *op) {
-  switch (op->kind) {
-  case DEV_OP_RAND: return op->code == DEV_RAND_NORMAL ? "randn" : op->code == DEV_RAND_INT ? "randint" : "rand";
-  case DEV_OP_UNARY: return dev_unop_name(op->code);
-  case DEV_OP_BINARY: return dev_binop_name(op->code);
-  case DEV_OP_TERNARY: return dev_terop_name(op->code);
-  case DEV_OP_REDUCE: return dev_redop_name(op->code);
-  case DEV_OP_SOFTMAX: return op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
-  case DEV_OP_INDEX:
-    return op->code == DEV_IDX_SELECT ? "index_select" : op->code == DEV_IDX_GATHER ? "gather" : "scatter_add_";
-  case DEV_OP_LAUNCH: return op->launch && op->launch->k ? op->launch->k->sig.name : "kernel";
-  default: return (unsigned)op->kind < sizeof kinds / sizeof kinds[0] ? kinds[op->kind].name : "op";
-  }
-}
-
-const char *dev_op_name(const dev_kop *op) { return op_name(op); }
-
 static void count_op(dev_ctx *ctx, const dev_kop *op) {
   if (op->kind != DEV_OP_COPY) { ctx->st.launches++; return; }
   ctx->st.copies++;
@@ -434,7 +420,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     char msg[256];
     uint64_t t0 = ctx->trace_gen ? dev_trace_now() : 0;
     if (dev_cpu_run(op, msg, sizeof msg))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s", op_name(op), msg);
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s", dev_op_name(op), msg);
     if (ctx->trace_gen) dev_trace_host_op(ctx, op, t0);
     count_op(ctx, op);
     return DEV_OK;

@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "stage.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>

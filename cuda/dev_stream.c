@@ -22,6 +22,9 @@
 #include <time.h>
 
 #include "devpriv.h"
+#include "bufx.h"
+#include "capture.h"
+#include "race.h"
 
 /* ---- streams and events --------------------------------------------- */
 

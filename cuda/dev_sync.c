@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "devpriv.h"
+#include "capture.h"
 
 /* ---- interrupts --------------------------------------------------------- */
 

@@ -369,7 +369,7 @@ unsigned dev_dtype_class(dev_dtype t);
 dev_scalar dev_scalar_as(dev_scalar s, dev_dtype t);
 
 /* One unit of queued work, as a backend receives it.  The host backend runs it
- * with dev_cpu_run(); the CUDA backend launches the matching kernel. */
+ * with dev_cpu_run() (cpu_ops.h); the CUDA backend launches the matching kernel. */
 /* The kinds, one row each in DEV_OP_KINDS (ops.h), which says what each
  * one's fields mean: DEV_OP_FILL, DEV_OP_ARANGE, ... */
 #define DEV_OPKIND_ENUM(E, name, fl) DEV_OP_##E,
@@ -407,10 +407,8 @@ typedef struct dev_kop {
  * one of wrapped memory not guarded (dev_buf_guard), which waits.  Buffers
  * stay alive until the op finishes. */
 int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op);
-
-/* Run an op on the calling CPU thread (host kernels).  Returns 0, or -1 with a
- * message in err (e.g. integer division by zero). */
-int dev_cpu_run(const dev_kop *op, char *err, size_t errlen);
+/* The op's name in messages and traces ("add", "copy", a kernel's name). */
+const char *dev_op_name(const dev_kop *op);
 
 /* Counter-based generator (Philox-4x32-10): the same numbers on every backend. */
 void dev_philox(uint64_t seed, uint64_t counter, uint32_t out[4]);
@@ -704,6 +702,9 @@ typedef struct dev_coll {
 
 const char *dev_coll_name(dev_coll_kind k);
 const char *dev_cred_name(dev_cred r);
+/* "all_reduce #3", or "a group of 2 sends/receives (#4)": the collectives
+ * numbered seq in messages */
+void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_t seq);
 /* Join the job's communicator (once per context).  Blocks until every rank
  * has joined or ri->timeout_s passes.  A second call with the same rank and
  * world creates a deferred communicator (unless ri->defer) and, on cuda,

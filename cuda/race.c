@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "devpriv.h"
+#include "race.h"
 
 #define OPLEN 40          /* op names in records (kernel names are cut) */
 #define LOG_MAX 8192      /* undo entries per stream before the oldest go */

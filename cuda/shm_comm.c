@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "shm_comm.h"
 #include "util.h"
 
 #define HC_MAGIC 0x67706c7561636f6dULL

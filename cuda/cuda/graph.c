@@ -26,7 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "devpriv.h"
+#include "cu.h"
 
 typedef struct cgraph {
   cuda_comm_graph link;     /* first: holding collectives, registered with the communicator */

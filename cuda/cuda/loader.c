@@ -36,7 +36,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels.h"
-#include "devpriv.h"
+#include "cu.h"
 
 typedef CUresult (*get_module_t)(CUmodule *, CUfunction);
 typedef CUresult (*count_t)(unsigned int *, CUmodule);

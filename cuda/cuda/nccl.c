@@ -38,7 +38,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "devpriv.h"
+#include "cu.h"
+#include "shm_comm.h"
 
 /* ---- NCCL's interface, as documented ------------------------------------- */
 

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "devpriv.h"
+#include "cu.h"
 #include "util.h"
 
 /* NVRTC's own run-time keeps a process-lifetime allocation (the C++

@@ -20,7 +20,9 @@
 #include <library_types.h>
 
 #include "kernels.h"
-#include "devpriv.h"
+#include "cu.h"
+#include "cpu_ops.h"   /* strided pageable copies: gathered and scattered on the CPU */
+#include "stage.h"
 #include "util.h"
 
 #define MAXMARK 64

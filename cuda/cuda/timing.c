@@ -12,7 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
 
-#include "devpriv.h"
+#include "cu.h"
 
 #define PAIRS_HARVEST 256
 

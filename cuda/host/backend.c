@@ -18,6 +18,9 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#include "cpu_ops.h"
+#include "shm_comm.h"
+#include "stage.h"
 #include "hk.h"
 
 typedef struct hrec {           /* one event record: its timestamp */
@@ -595,6 +598,7 @@ const dev_backend dev_host_backend = {
   .comm_connect = h_comm_connect,
   .comm_close = h_comm_close,
   .coll = h_coll,
+  .check_colls = 1,
   .compile = hk_compile,
   .module_load = hk_module_load,
   .module_unload = hk_module_unload,

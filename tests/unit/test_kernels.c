@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "devpriv.h"
+#ifdef GPULUA_HAVE_CUDA
+#include "cuda/cu.h"   /* dev_nvrtc_compile */
+#endif
 #include "tests/tap.h"
 
 /* Under ASan: LeakSanitizer scans each thread's dynamic TLS as roots, and

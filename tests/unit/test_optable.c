@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "cpu_ops.h"
 #include "tests/tap.h"
 
 #define N 4
