@@ -84,13 +84,7 @@ local function minus(a, b)
   return r
 end
 
-local function readfile(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local readfile = T.readfile
 
 -- ---- parsing the annotation files ---------------------------------------------
 

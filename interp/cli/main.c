@@ -366,6 +366,49 @@ static int is_sync_mode(const char *m) {
   return m != NULL && (strcmp(m, "off") == 0 || strcmp(m, "warn") == 0 || strcmp(m, "error") == 0);
 }
 
+/* gpulua's own long option at argv[*i] (its value taken, *i moved past
+ * it).  0, or -1 for a bad option or value. */
+static int long_option(char **argv, int *i, int *args, const char **device, const char **sync_debug,
+                       const char **trace, const char **check) {
+  if (strcmp(argv[*i], "--help") == 0) {
+    *args |= has_h;
+  } else if (strcmp(argv[*i], "--device") == 0) {
+    (*i)++;
+    if (argv[*i] == NULL || argv[*i][0] == '-' || argv[*i][0] == '\0')
+      return -1;
+    *device = argv[*i];
+  } else if (strncmp(argv[*i], "--device=", 9) == 0) {
+    if (argv[*i][9] == '\0')
+      return -1;
+    *device = argv[*i] + 9;
+  } else if (strcmp(argv[*i], "--sync-debug") == 0) {
+    if (argv[*i + 1] == NULL || !is_sync_mode(argv[*i + 1]))
+      return -1;
+    *sync_debug = argv[++*i];
+  } else if (strncmp(argv[*i], "--sync-debug=", 13) == 0) {
+    if (!is_sync_mode(argv[*i] + 13))
+      return -1;
+    *sync_debug = argv[*i] + 13;
+  } else if (strcmp(argv[*i], "--trace") == 0) {
+    (*i)++;
+    if (argv[*i] == NULL || argv[*i][0] == '-' || argv[*i][0] == '\0')
+      return -1;
+    *trace = argv[*i];
+  } else if (strncmp(argv[*i], "--trace=", 8) == 0) {
+    if (argv[*i][8] == '\0')
+      return -1;
+    *trace = argv[*i] + 8;
+  } else if (strcmp(argv[*i], "--check") == 0 || strncmp(argv[*i], "--check=", 8) == 0) {
+    const char *v = argv[*i][7] == '=' ? argv[*i] + 8 : argv[++*i];
+    if (v == NULL || v[0] == '-' || v[0] == '\0')
+      return -1;
+    *check = v;
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
 static int collectargs(char **argv, int *first, const char **device, const char **sync_debug,
                        const char **trace, const char **check) {
   int args = 0;
@@ -384,42 +427,8 @@ static int collectargs(char **argv, int *first, const char **device, const char 
           *first = argv[i + 1] != NULL ? i + 1 : 0;
           return args;
         }
-        if (strcmp(argv[i], "--help") == 0) {
-          args |= has_h;
-        } else if (strcmp(argv[i], "--device") == 0) {
-          i++;
-          if (argv[i] == NULL || argv[i][0] == '-' || argv[i][0] == '\0')
-            return has_error;
-          *device = argv[i];
-        } else if (strncmp(argv[i], "--device=", 9) == 0) {
-          if (argv[i][9] == '\0')
-            return has_error;
-          *device = argv[i] + 9;
-        } else if (strcmp(argv[i], "--sync-debug") == 0) {
-          if (argv[i + 1] == NULL || !is_sync_mode(argv[i + 1]))
-            return has_error;
-          *sync_debug = argv[++i];
-        } else if (strncmp(argv[i], "--sync-debug=", 13) == 0) {
-          if (!is_sync_mode(argv[i] + 13))
-            return has_error;
-          *sync_debug = argv[i] + 13;
-        } else if (strcmp(argv[i], "--trace") == 0) {
-          i++;
-          if (argv[i] == NULL || argv[i][0] == '-' || argv[i][0] == '\0')
-            return has_error;
-          *trace = argv[i];
-        } else if (strncmp(argv[i], "--trace=", 8) == 0) {
-          if (argv[i][8] == '\0')
-            return has_error;
-          *trace = argv[i] + 8;
-        } else if (strcmp(argv[i], "--check") == 0 || strncmp(argv[i], "--check=", 8) == 0) {
-          const char *v = argv[i][7] == '=' ? argv[i] + 8 : argv[++i];
-          if (v == NULL || v[0] == '-' || v[0] == '\0')
-            return has_error;
-          *check = v;
-        } else {
+        if (long_option(argv, &i, &args, device, sync_debug, trace, check) != 0)
           return has_error;
-        }
         break;
       case '\0':  /* '-': the script "name" is stdin */
         return args;
