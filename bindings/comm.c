@@ -71,7 +71,7 @@ static void read_job(job *j) {
   ri->master_port = (int)port;
   const char *addr = getenv("MASTER_ADDR");
   snprintf(ri->master_addr, sizeof ri->master_addr, "%s", addr && *addr ? addr : "127.0.0.1");
-  const char *t = getenv("GPULUA_COMM_TIMEOUT");
+  const char *t = env_setting("GPULUA_COMM_TIMEOUT");
   ri->timeout_s = 300;
   if (t && *t && env_seconds(t, &ri->timeout_s) && !j->bad[0])
     snprintf(j->bad, sizeof j->bad, "GPULUA_COMM_TIMEOUT='%s' is not a number of seconds > 0", t);

@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "common.h"
+#include "../cuda/util.h"
 
 /* The state's registry key is this address: no string lookup per call. */
 static const char state_key = 0;
@@ -366,6 +367,10 @@ int bind_open_gpu(lua_State *L) {
   lua_pop(L, 1);
   if (!have) {
     const char *spec = NULL;
+    /* lua -E, gpulua -E, an embedder's ignore_env: gpulua's settings too */
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "LUA_NOENV") != LUA_TNIL && lua_toboolean(L, -1))
+      env_settings_off();
+    lua_pop(L, 1);
     if (lua_getfield(L, LUA_REGISTRYINDEX, GPULUA_REG_DEVICE) == LUA_TSTRING)
       spec = lua_tostring(L, -1);
     /* Push, then acquire: the state exists (released) before the context. */
@@ -376,7 +381,7 @@ int bind_open_gpu(lua_State *L) {
     st->sync_main = -1;
     /* GPULUA_SYNC_DEBUG: the initial mode, for scripts and embedders alike;
      * checked before anything is set up */
-    const char *env = getenv("GPULUA_SYNC_DEBUG");
+    const char *env = env_setting("GPULUA_SYNC_DEBUG");
     if (env && *env) {
       st->sync_base = -1;
       for (int i = 0; bind_sync_modes[i]; i++)

@@ -54,7 +54,7 @@ static int parse_spec(const char *spec, int *cuda, int *index) {
 
 /* GPULUA_CHECK: a list of checks to turn on (only "races" so far). */
 static int check_env(dev_ctx *ctx) {
-  const char *v = getenv("GPULUA_CHECK");
+  const char *v = env_setting("GPULUA_CHECK");
   for (const char *p = v; p && *p;) {
     size_t n = strcspn(p, ", ");
     if (n == 5 && strncmp(p, "races", 5) == 0) {
@@ -92,13 +92,15 @@ int dev_job_env(dev_job_var what, long *out, const char **var) {
 }
 
 dev_ctx *dev_open(const char *spec, char *err, size_t errlen) {
-  const char *env = getenv("GPULUA_DEVICE");
-  if (!spec || !*spec) spec = (env && *env) ? env : NULL;
+  const char *env = env_setting("GPULUA_DEVICE");
+  int from_env = (!spec || !*spec) && env && *env;
+  if (!spec || !*spec) spec = from_env ? env : NULL;
   /* "auto": the automatic choice, asked for by name */
   if (spec && strcmp(spec, "auto") == 0) spec = NULL;
   int cuda = 0, index = 0;
   if (spec && parse_spec(spec, &cuda, &index)) {
-    snprintf(err, errlen, "unknown device '%s' (expected auto, host, cuda or cuda:N)", spec);
+    snprintf(err, errlen, "unknown device %s'%s' (expected auto, host, cuda or cuda:N)",
+             from_env ? "GPULUA_DEVICE=" : "", spec);
     return NULL;
   }
   const dev_backend *bk = &dev_host_backend;

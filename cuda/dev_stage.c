@@ -67,6 +67,7 @@
 
 #include "devpriv.h"
 #include "stage.h"
+#include "util.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -201,7 +202,7 @@ int dev_stage_config(dev_ctx *ctx, int dma) {
    * 256 MiB at 27-29 GB/s against 23 for 4; more did worse */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   ctx->stage_threads = ncpu >= 16 ? DEV_STAGE_THREADS : ncpu >= 4 ? (int)(ncpu / 2) : 2;
-  const char *c = getenv("GPULUA_STAGE_CHUNK");
+  const char *c = env_setting("GPULUA_STAGE_CHUNK");
   if (c && *c) {
     size_t v;
     if (dev_parse_size(c, &v) || v < 8 || v > ((size_t)1 << 30))
@@ -210,7 +211,7 @@ int dev_stage_config(dev_ctx *ctx, int dma) {
                       "K, M or G, powers of 1024: 8M, 512K)", c);
     ctx->stage_chunk = v;
   }
-  const char *t = getenv("GPULUA_STAGE_THREADS");
+  const char *t = env_setting("GPULUA_STAGE_THREADS");
   if (t && *t) {
     long v = 0;
     const char *p = t;

@@ -79,7 +79,7 @@ uint64_t dev_kcache_hash(const void *p, size_t n)
 const char *dev_kcache_dir(char *buf, size_t n)
 {
   /* a directory; off (or set empty): no cache; on: the default directory */
-  const char *env = getenv("GPULUA_KERNEL_CACHE");
+  const char *env = env_setting("GPULUA_KERNEL_CACHE");
   int flag = env && *env ? flag_value(env) : -1;
   if (env && (!*env || flag == 0)) return NULL;
   if (env && *env && flag < 0) {

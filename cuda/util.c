@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -73,9 +74,21 @@ int flag_value(const char *v)
   return -1;
 }
 
+/* set once, never cleared; read by any thread */
+static atomic_int settings_off;
+
+void env_settings_off(void) { atomic_store(&settings_off, 1); }
+
+int env_settings_ignored(void) { return atomic_load(&settings_off); }
+
+const char *env_setting(const char *name)
+{
+  return atomic_load(&settings_off) ? NULL : getenv(name);
+}
+
 int env_flag(const char *name, int *on, char *err, size_t errlen)
 {
-  const char *v = getenv(name);
+  const char *v = env_setting(name);
   if (!v || !*v) return 0;
   int f = flag_value(v);
   if (f < 0)

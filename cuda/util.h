@@ -44,7 +44,19 @@ void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* An on/off setting: 1 for 1, on, yes or true; 0 for 0, off, no or false
  * (in any case); -1 for any other text. */
 int flag_value(const char *v);
-/* The on/off environment variable name: 0 with its flag_value in *on, or
+/* gpulua's own setting name (a GPULUA_* variable): its value, or NULL when
+ * it is unset or the process ignores gpulua's settings.  env_settings_off
+ * makes the process ignore them from then on (gpulua -E, lua5.4 -E with the
+ * module, an embedder's ignore_env): process-wide, as the environment is,
+ * since several settings shape what the process shares (the host threads,
+ * NCCL, the C++ compiler, the kernel cache).  The launcher's own variables
+ * (GPULUA_LAUNCHER, GPULUA_LAUNCHER_FD) are not settings: read them with
+ * getenv. */
+const char *env_setting(const char *name);
+void env_settings_off(void);
+int env_settings_ignored(void);
+
+/* The on/off setting name (through env_setting): 0 with its flag_value in *on, or
  * *on untouched (the caller's default) when it is unset or empty; -1 for any
  * other value, with a message in err that names the variable and the values
  * it takes. */

@@ -77,4 +77,91 @@ T.test("GPULUA_KERNEL_CACHE: off in words; on means the default directory", func
   T.sh("rm -rf '" .. dir .. "'")
 end)
 
+-- -E: gpulua's own settings are ignored too, as lua.c's -E ignores LUA_*.
+-- Each setting, given a bad value, must fail the run without -E (so the
+-- value is read) and be ignored with it.  Every GPULUA_* the docs list is
+-- either here or named in NOT_SETTINGS, so a new variable cannot slip by.
+local KERNEL = "gpu.compile([[extern \"C\" __global__ void k(float *x) { x[0] = 1; }]], {cache = false})"
+local SETTINGS = {
+  {"GPULUA_CHECK", "bogus", "print(1)"},
+  {"GPULUA_DEVICE", "bogus", "print(1)"},
+  {"GPULUA_SYNC_DEBUG", "bogus", "print(1)"},
+  {"GPULUA_TRACE", "/nonexistent-dir/t.json", "print(1)"},
+  {"GPULUA_STAGE_CHUNK", "2G", "print(1)"},
+  {"GPULUA_STAGE_THREADS", "0", "print(1)"},
+  {"GPULUA_HOST_JITTER", "2", "print(1)", "host"},
+  {"GPULUA_HOST_MEMORY", "lots", "print(1)", "host"},
+  {"GPULUA_HOST_THREADS", "many", "local x = gpu.ones({4096}) " ..
+     "gpu.compile([[extern \"C\" __global__ void k(float *x) { x[blockIdx.x] = 2; }]], {cache = false})" ..
+     ".k{grid = 4096, block = 1}(x) print(x:sum():item())", "host"},
+  {"GPULUA_CXX", "/nonexistent/c++", KERNEL, "host"},
+  {"GPULUA_KERNEL_CHECK", "maybe", KERNEL, "host"},
+  {"GPULUA_HOST_BLAS", "none", "print(gpu.matmul(gpu.ones({2, 3}), gpu.ones({3, 2})):sum():item())", "blas"},
+  {"GPULUA_COMM_CHECK", "maybe", "gpu.all_reduce(gpu.ones({1}))"},
+  {"GPULUA_COMM_TIMEOUT", "soon", "gpu.all_reduce(gpu.ones({1}))"},
+  {"GPULUA_LAUNCH_BLOCKING", "maybe", "print(1)", "cuda"},
+  {"GPULUA_KERNEL_LOADER", "maybe", "print(1)", "cuda"},
+  {"GPULUA_NCCL", "/nonexistent/libnccl.so", "gpu.all_reduce(gpu.ones({1}))", "cuda"},
+}
+-- read by the launcher itself (its protocol, not settings), by the REPL
+-- (tested in tests/repl.lua), by the cache test below, by the test suite
+local NOT_SETTINGS = {GPULUA_LAUNCHER = true, GPULUA_LAUNCHER_FD = true, GPULUA_HISTORY = true,
+                      GPULUA_KERNEL_CACHE = true, GPULUA_PYTHON = true}
+
+local BACKEND = (T.run("", "-e 'io.write(gpu.backend)'"))
+
+T.test("-E: settings are read through env_setting or cli_setting, never getenv", function()
+  local out = T.sh("grep -rnoE 'getenv\\(\"GPULUA_[A-Z_]+\"' interp cuda bindings")
+  for line in out:gmatch("[^\n]+") do
+    local name = line:match('"(GPULUA_[%u_]+)"')
+    T.ok(name == "GPULUA_LAUNCHER" or name == "GPULUA_LAUNCHER_FD", "only the launcher's own: " .. line)
+  end
+  T.ok(out:find("GPULUA_LAUNCHER", 1, true), "the grep finds the launcher's variables")
+end)
+
+T.test("-E: every documented GPULUA_* setting is covered here", function()
+  local listed = {}
+  for _, s in ipairs(SETTINGS) do listed[s[1]] = true end
+  local docs = assert(T.readfile("docs/environment.md"))
+  for name in docs:gmatch("`(GPULUA_[A-Z_]+)") do
+    T.ok(listed[name] or NOT_SETTINGS[name], name .. " is tested with -E or named as not a setting")
+  end
+end)
+
+T.test("-E: each GPULUA_* setting is read without it and ignored with it", function()
+  for _, s in ipairs(SETTINGS) do
+    local name, value, code, only = s[1], s[2], s[3], s[4]
+    local env = string.format("%s='%s'", name, value)
+    local out, ok = T.run(env, "-e '" .. code .. "'")
+    if only == "blas" and not out:find("GPULUA_HOST_BLAS", 1, true) then only = "skip" end
+    if (only == "host" or only == "blas") and BACKEND ~= "host" or only == "cuda" and BACKEND ~= "cuda"
+       or only == "skip" then
+      T.skip(name, "not read by this backend or build")
+    else
+      T.ok(not ok and out:find(name, 1, true) ~= nil, env .. " without -E fails and names it: " .. out)
+      out, ok = T.run(env, "-E -e '" .. code .. "'")
+      T.ok(ok and not out:find(name, 1, true), env .. " with -E is ignored: " .. out)
+    end
+  end
+end)
+
+T.test("-E also reaches the ranks of gpulua -n", function()
+  local out, ok = T.run("GPULUA_COMM_TIMEOUT=soon", "-n 2 -E -e 'gpu.all_reduce(gpu.ones({1})) print(gpu.rank)'")
+  T.ok(ok and out:find("0") and out:find("1") and not out:find("GPULUA_COMM_TIMEOUT"), "-n 2 -E: " .. out)
+  out, ok = T.run("GPULUA_COMM_TIMEOUT=soon", "-n 2 -e 'gpu.all_reduce(gpu.ones({1}))'")
+  T.ok(not ok and out:find("GPULUA_COMM_TIMEOUT", 1, true), "-n 2 without -E names it: " .. out)
+end)
+
+T.test("-E: GPULUA_KERNEL_CACHE is ignored, the default directory is used", function()
+  local dir = os.tmpname()
+  os.remove(dir)
+  local compile = "gpu.compile([[extern \"C\" __global__ void k(float *x) { x[0] = 3; }]]) print(\"ok\")"
+  local env = "XDG_CACHE_HOME=" .. dir .. "/xdg GPULUA_KERNEL_CACHE=" .. dir .. "/kc"
+  local out, ok = T.run(env, "-E -e '" .. compile .. "'")
+  T.ok(ok and io.open(dir .. "/kc") == nil and io.open(dir .. "/xdg/gpulua") ~= nil, "with -E: " .. out)
+  out, ok = T.run(env, "-e '" .. compile .. "'")
+  T.ok(ok and io.open(dir .. "/kc") ~= nil, "without -E: the named directory: " .. out)
+  T.sh("rm -rf '" .. dir .. "'")
+end)
+
 T.done()

@@ -171,4 +171,15 @@ T.test("two lua_States of one process each require gpu.so", function()
   T.ok(not out:find("not ok", 1, true), "no step failed")
 end)
 
+test("lua5.4 -E: gpu.so ignores gpulua's GPULUA_* settings too", function()
+  local path = T.tmpfile('package.cpath = ' .. string.format("%q", BUILD .. "/?.so") ..
+                         ' local gpu = require "gpu" print("backend", gpu.backend)')
+  local out, code = sh("GPULUA_DEVICE=bogus lua5.4 " .. q(path))
+  T.ok(code ~= 0 and out:find("GPULUA_DEVICE='bogus'", 1, true), "without -E the setting is read: " .. out)
+  out, code = sh("GPULUA_DEVICE=bogus lua5.4 -E " .. q(path))
+  T.is(code, 0, "with -E it is ignored: " .. out)
+  T.ok(out:find("backend\t", 1, true), "... and the module opens")
+  os.remove(path)
+end)
+
 T.done()

@@ -157,8 +157,8 @@ end)
 local INTERNAL = { GPULUA_LAUNCHER = true, GPULUA_LAUNCHER_FD = true }
 
 T.test("every GPULUA_* variable the sources read is under ENVIRONMENT", function()
-  local out, code = sh("grep -rhoE 'getenv\\(\"GPULUA_[A-Z_]+\"\\)' interp cuda bindings")
-  T.is(code, 0, "grep getenv in interp/ cuda/ bindings/")
+  local out, code = sh("grep -rhoE '(getenv|env_setting|cli_setting|env_flag)\\(\"GPULUA_[A-Z_]+\"' interp cuda bindings")
+  T.is(code, 0, "grep the readers in interp/ cuda/ bindings/")
   local read = {}
   for name in out:gmatch('"(GPULUA_[%u_]+)"') do
     if not INTERNAL[name] then read[name] = true end

@@ -40,6 +40,7 @@
 
 #include "cu.h"
 #include "shm_comm.h"
+#include "util.h"
 
 /* ---- NCCL's interface, as documented ------------------------------------- */
 
@@ -89,7 +90,7 @@ static int nc_load(char *err, size_t errlen) {
   pthread_mutex_lock(&nc_mu);
   int ok = nc.lib != NULL;
   if (!ok) {
-    const char *env = getenv("GPULUA_NCCL");
+    const char *env = env_setting("GPULUA_NCCL");
     const char *names[] = {env && *env ? env : "libnccl.so.2", "libnccl.so", NULL};
     void *lib = NULL;
     char why[256] = "";

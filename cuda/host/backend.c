@@ -22,6 +22,7 @@
 #include "shm_comm.h"
 #include "stage.h"
 #include "hk.h"
+#include "util.h"
 
 typedef struct hrec {           /* one event record: its timestamp */
   atomic_int refs;
@@ -327,7 +328,7 @@ static int h_open(dev_ctx *ctx, int device) {
   if (!st) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   st->capacity = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : (size_t)8 << 30;
-  const char *env = getenv("GPULUA_HOST_MEMORY");
+  const char *env = env_setting("GPULUA_HOST_MEMORY");
   if (env && *env && dev_parse_size(env, &st->capacity)) {
     free(st);
     return dev_fail(ctx, DEV_ERR_INVALID,

@@ -129,7 +129,7 @@ int hk_run(char *const argv[], int out)
 
 static int find_compiler(compiler *c, char *err, size_t errlen)
 {
-  const char *env = getenv("GPULUA_CXX");
+  const char *env = env_setting("GPULUA_CXX");
   char path[1024];
   if (env && *env) {
     if (hk_find_program(env, path, sizeof path))

@@ -1186,7 +1186,7 @@ static int pool_grow(unsigned long long nblocks)
   if (pool.size == 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     pool.size = n > 0 ? (int)n : 1;
-    const char *env = getenv("GPULUA_HOST_THREADS");
+    const char *env = env_setting("GPULUA_HOST_THREADS");
     if (env && *env) {
       char *end;
       long v = strtol(env, &end, 10);

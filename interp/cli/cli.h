@@ -10,6 +10,10 @@
 /* The program's name for messages (from argv[0]; "gpulua" without one). */
 extern const char *cli_progname;
 
+/* A GPULUA_* setting: getenv, or NULL for all of them under -E (the
+ * launcher's own GPULUA_LAUNCHER* are read with getenv). */
+const char *cli_setting(const char *name);
+
 /* Print "pname: msg" (or just msg when pname is NULL) on stderr. */
 void cli_message(const char *pname, const char *msg);
 

@@ -28,6 +28,13 @@
  * found on PATH or given by its path, and under the launcher). */
 const char *cli_progname = "gpulua";
 
+/* -E: gpulua's own GPULUA_* settings are ignored too, as lua.c ignores LUA_* */
+static int cli_noenv;
+
+const char *cli_setting(const char *name) {
+  return cli_noenv ? NULL : getenv(name);
+}
+
 /* bits of `args` (as lua.c) */
 #define has_error 1   /* bad option */
 #define has_i 2       /* -i */
@@ -95,7 +102,7 @@ static void print_usage_lines(FILE *f) {
           "  -l g=mod       require library 'mod' into global 'g'\n"
           "  -v             show version information\n"
           "  -h, --help     show this help and exit\n"
-          "  -E             ignore environment variables (LUA_INIT, LUA_PATH, LUA_CPATH)\n"
+          "  -E             ignore environment variables (LUA_INIT, LUA_PATH, LUA_CPATH, GPULUA_*)\n"
           "  -W             turn warnings on\n"
           "  --device DEV   run on DEV: host, cuda, cuda:N or auto (cuda if a GPU answers,\n"
           "                 else host); default: env GPULUA_DEVICE, else auto\n"
@@ -553,7 +560,7 @@ static int pmain(lua_State *L) {
   if (run_tasks(c->g) != LUA_OK)
     return 0;
   /* the REPL warns of syncs unless told otherwise */
-  int repl_warn = c->sync_debug == NULL && getenv("GPULUA_SYNC_DEBUG") == NULL;
+  int repl_warn = c->sync_debug == NULL && cli_setting("GPULUA_SYNC_DEBUG") == NULL;
   if (args & has_i) {
     cli_repl(c->g, repl_warn);
     c->repl_tty = isatty(0);
@@ -592,7 +599,7 @@ static int check_races(gpulua *g) {
  * and it is the host: timings and overlap mean something else there.  Saying
  * where to run (--device, GPULUA_DEVICE; "auto" too) silences it. */
 static void note_host_fallback(gpulua *g, const char *device) {
-  const char *env = getenv("GPULUA_DEVICE");
+  const char *env = cli_setting("GPULUA_DEVICE");
   const char *rank = getenv("RANK");
   const char *backend = gpulua_backend(g, NULL);
   if (device != NULL || (env != NULL && *env != '\0') || backend == NULL || strcmp(backend, "host") != 0)
@@ -652,7 +659,7 @@ static int open_interpreter(struct cli *c, const char *device, const char *trace
     goto fail;
   }
   note_host_fallback(c->g, device);
-  const char *trace_env = getenv("GPULUA_TRACE");
+  const char *trace_env = cli_setting("GPULUA_TRACE");
   if ((check != NULL && check_races(c->g) != LUA_OK) ||
       ((trace || (trace_env && *trace_env)) &&
        cli_trace_start(c->g, trace ? trace : trace_env, trace ? "--trace" : "GPULUA_TRACE") != 0))
@@ -714,6 +721,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
   launcher_open();
   c.args = collectargs(argv, &c.script, &device, &c.sync_debug, &trace, &check);
+  cli_noenv = c.args != has_error && (c.args & has_E) != 0;
   if (c.args == has_error) {
     print_usage(argv[c.script]);
     return EXIT_FAILURE;

@@ -114,7 +114,7 @@ static const char *push_prompt(lua_State *L, int firstline) {
 #ifdef GPULUA_HAVE_LIBEDIT
 /* GPULUA_HISTORY names the file ("" or "0": none), else ~/.gpulua_history. */
 static void history_open(void) {
-  const char *env = getenv("GPULUA_HISTORY");
+  const char *env = cli_setting("GPULUA_HISTORY");
   const char *home = getenv("HOME");
   stifle_history(HISTORY_MAX);
   if (env != NULL) {

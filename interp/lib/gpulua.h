@@ -64,7 +64,8 @@ typedef struct gpulua_options {
                            the `gpu` global is still set, and the embedded modules
                            (gpu.test, ...) become require-able once the application
                            opens the package library itself. */
-  int ignore_env;       /* 1: the package library ignores LUA_PATH/LUA_CPATH (as `lua -E`).
+  int ignore_env;       /* 1: the package library ignores LUA_PATH/LUA_CPATH (as `lua -E`),
+                           and gpulua ignores its GPULUA_* settings, process-wide from then on.
                            Default 0. */
   /* -- version 2 -- */
   int interruptible;    /* 1: waits for the device give up on gpulua_interrupt (Ctrl-C).
