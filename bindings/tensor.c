@@ -293,16 +293,21 @@ void *bind_tensor_download(lua_State *L, int tidx, int stream, const char *fname
   return p;
 }
 
-/* A 1-based (or negative, from the end) dim at stack idx, as 0-based.  Errors
- * name argument `arg`, or option 'dim' when arg is 0. */
+/* A 1-based (or negative, from the end) dim at stack idx, as 0-based: the
+ * one dim reader.  Errors name argument `arg`, or option 'dim' when arg is
+ * 0, and give the range. */
 int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim) {
   int isint;
   lua_Integer d = lua_tointegerx(L, idx, &isint);
   const char *msg = NULL;
-  if (!isint)
+  if (!isint && lua_type(L, idx) == LUA_TNUMBER)
+    msg = lua_pushfstring(L, "integer dim expected, got %s", lua_tostring(L, idx));
+  else if (!isint)
     msg = lua_pushfstring(L, "integer dim expected, got %s", luaL_typename(L, idx));
+  else if (ndim == 0)
+    msg = lua_pushfstring(L, "dim %I out of range for a 0-dim tensor", d);
   else if (d < -ndim || d == 0 || d > ndim)
-    msg = lua_pushfstring(L, "dim %I out of range for a %d-dim tensor", d, ndim);
+    msg = lua_pushfstring(L, "dim %I out of range for a %d-dim tensor (1..%d, or -%d..-1)", d, ndim, ndim, ndim);
   if (msg) {
     if (arg > 0) luaL_argerror(L, arg, msg);
     luaL_error(L, "bad option 'dim' (%s)", msg);

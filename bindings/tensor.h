@@ -51,8 +51,8 @@ static inline int64_t bind_numel_of(int ndim, const int64_t *shape) {
   for (int d = 0; d < ndim; d++) n *= shape[d];
   return n;
 }
-/* A 1-based (or negative) dim at idx as 0-based: errors name argument arg,
- * or option 'dim' when arg is 0. */
+/* A 1-based (or negative) dim at idx as 0-based, the one dim reader: errors
+ * name argument arg, or option 'dim' when arg is 0, and give the range. */
 int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim);
 /* The integer at idx, else an argument error ("integer <what> expected"). */
 lua_Integer bind_tensor_int(lua_State *L, int idx, const char *what);
@@ -92,10 +92,9 @@ static inline void bind_tensor_submit2(lua_State *L, int stream, dev_kop *op, in
 void bind_tensor_copy_view(lua_State *L, dev_stream *s, int didx, dev_view dst, int sidx, dev_view src,
                            const char *fname);
 
-/* tensor_view.c: the views' dim reader (its messages give the range), and
- * the sizes of shape, one of which may be -1 (inferred), checked against the
- * elements of from: -1 resolved, else an error naming argument arg. */
-int bind_view_dim(lua_State *L, int idx, int ndim);
+/* tensor_view.c: the sizes of shape, one of which may be -1 (inferred),
+ * checked against the elements of from: -1 resolved, else an error naming
+ * argument arg. */
 void bind_infer_shape(lua_State *L, int arg, int ndim, int64_t *shape, const dev_view *from);
 
 /* tensor_elementwise.c: NumPy broadcasting of n views (the result's shape,

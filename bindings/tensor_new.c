@@ -540,7 +540,7 @@ static int join(lua_State *L, int stack) {
   if (stack && j.f.ndim >= DEV_MAXDIM)
     luaL_argerror(L, 1, lua_pushfstring(L, "list[1] has %d dims: stacking makes %d (at most %d)", j.f.ndim,
                                         j.f.ndim + 1, DEV_MAXDIM));
-  j.d = hasdim ? bind_view_dim(L, 2, j.f.ndim + stack) : 0;
+  j.d = hasdim ? bind_tensor_dim(L, 2, 2, j.f.ndim + stack) : 0;
   j.ndim = j.f.ndim + stack;
   for (int k = 0, i = 0; k < j.ndim; k++) j.shape[k] = stack && k == j.d ? j.n : j.f.shape[i++];
   join_check(L, &j);

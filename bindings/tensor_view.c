@@ -14,28 +14,9 @@
 
 #include "tensor.h"
 
-/* The dim at stack idx (argument idx), 1-based or negative from the end, of
- * a tensor of ndim dims, as 0-based. */
-int bind_view_dim(lua_State *L, int idx, int ndim) {
-  int isint;
-  lua_Integer d = lua_tointegerx(L, idx, &isint);
-  if (!isint) {
-    if (lua_type(L, idx) == LUA_TNUMBER)
-      luaL_argerror(L, idx, lua_pushfstring(L, "integer dim expected, got %s", lua_tostring(L, idx)));
-    luaL_argerror(L, idx, lua_pushfstring(L, "integer dim expected, got %s", luaL_typename(L, idx)));
-  }
-  if (d < -ndim || d == 0 || d > ndim) {
-    if (ndim == 0)
-      luaL_argerror(L, idx, lua_pushfstring(L, "dim %I out of range for a 0-dim tensor", d));
-    luaL_argerror(L, idx, lua_pushfstring(L, "dim %I out of range for a %d-dim tensor (1..%d, or -%d..-1)",
-                                          d, ndim, ndim, ndim));
-  }
-  return (int)(d < 0 ? d + ndim : d - 1);
-}
-
 /* An optional dim at idx (nil: dflt, 0-based). */
 static int opt_dim(lua_State *L, int idx, int ndim, int dflt) {
-  return lua_isnoneornil(L, idx) ? dflt : bind_view_dim(L, idx, ndim);
+  return lua_isnoneornil(L, idx) ? dflt : bind_tensor_dim(L, idx, idx, ndim);
 }
 
 /* Remove dim d of v (its size is 1, or v is being indexed along it). */
@@ -50,7 +31,7 @@ static void drop_dim(dev_view *v, int d) {
 /* t:transpose(d1, d2): dims d1 and d2 swapped */
 static int t_transpose(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  int a = bind_view_dim(L, 2, t->v.ndim), b = bind_view_dim(L, 3, t->v.ndim);
+  int a = bind_tensor_dim(L, 2, 2, t->v.ndim), b = bind_tensor_dim(L, 3, 3, t->v.ndim);
   gpu_tensor *r = bind_tensor_view_of(L, 1);
   int64_t sh = r->v.shape[a], st = r->v.stride[a];
   r->v.shape[a] = r->v.shape[b];
@@ -108,7 +89,7 @@ static int t_unsqueeze(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int nd = t->v.ndim;
   if (nd >= DEV_MAXDIM) return luaL_error(L, "unsqueeze: the tensor has %d dims already (at most %d)", nd, DEV_MAXDIM);
-  int d = bind_view_dim(L, 2, nd + 1);
+  int d = bind_tensor_dim(L, 2, 2, nd + 1);
   gpu_tensor *r = bind_tensor_view_of(L, 1);
   for (int k = nd; k > d; k--) {
     r->v.shape[k] = r->v.shape[k - 1];
@@ -124,7 +105,7 @@ static int t_unsqueeze(lua_State *L) {
  * if its size is 1 (else t's shape is kept, as PyTorch) */
 static int t_squeeze(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  int d = lua_isnoneornil(L, 2) ? -1 : bind_view_dim(L, 2, t->v.ndim);
+  int d = lua_isnoneornil(L, 2) ? -1 : bind_tensor_dim(L, 2, 2, t->v.ndim);
   gpu_tensor *r = bind_tensor_view_of(L, 1);
   if (d >= 0) {
     if (r->v.shape[d] == 1) drop_dim(&r->v, d);
@@ -180,7 +161,7 @@ static int t_expand(lua_State *L) {
  * along dim, which is dropped */
 static int t_select(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  int d = bind_view_dim(L, 2, t->v.ndim);
+  int d = bind_tensor_dim(L, 2, 2, t->v.ndim);
   lua_Integer i = bind_tensor_int(L, 3, "index"), n = t->v.shape[d];
   if (i < -n || i == 0 || i > n)
     luaL_argerror(L, 3, lua_pushfstring(L, "index %I out of range for dim %d of size %I", i, d + 1, n));
@@ -209,7 +190,7 @@ static int64_t sub_range(int64_t n, int64_t i, int64_t j, int64_t step, int64_t 
  * j defaults to -1) */
 static int t_slice(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  int d = bind_view_dim(L, 2, t->v.ndim);
+  int d = bind_tensor_dim(L, 2, 2, t->v.ndim);
   lua_Integer i = bind_tensor_int(L, 3, "start");
   lua_Integer j = lua_isnoneornil(L, 4) ? -1 : bind_tensor_int(L, 4, "end");
   lua_Integer step = lua_isnoneornil(L, 5) ? 1 : bind_tensor_int(L, 5, "step");

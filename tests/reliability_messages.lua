@@ -172,4 +172,25 @@ T.test("the docs name only gpu.try_ functions that exist", function()
   end
 end)
 
+T.test("one dim reader: every dim-taking method gives the same range message", function()
+  local t = gpu.zeros({2, 3})
+  local idx = gpu.tensor({1}, {dtype = "i64"})
+  local RANGE2 = "dim 3 out of range for a 2-dim tensor (1..2, or -2..-1)"
+  local RANGE3 = "dim 4 out of range for a 3-dim tensor (1..3, or -3..-1)"  -- unsqueeze: one more
+  for _, c in ipairs {
+    {"sum{dim = 3}", function() return t:sum{dim = 3} end, RANGE2},
+    {"narrow(3, 1, 1)", function() return t:narrow(3, 1, 1) end, RANGE2},
+    {"select(3, 1)", function() return t:select(3, 1) end, RANGE2},
+    {"index_select(3, idx)", function() return t:index_select(3, idx) end, RANGE2},
+    {"softmax(3)", function() return t:softmax(3) end, RANGE2},
+    {"transpose(1, 3)", function() return t:transpose(1, 3) end, RANGE2},
+    {"unsqueeze(4)", function() return t:unsqueeze(4) end, RANGE3},
+  } do
+    local ok, err = pcall(c[2])
+    T.ok(not ok and tostring(err):find(c[3], 1, true) ~= nil, c[1] .. ": " .. tostring(err))
+  end
+  local ok, err = pcall(function() return t:sum{dim = 1.5} end)
+  T.ok(not ok and tostring(err):find("integer dim expected, got 1.5", 1, true) ~= nil, "a fraction is shown: " .. tostring(err))
+end)
+
 T.done()
