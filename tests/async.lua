@@ -150,7 +150,7 @@ T.test("a tensor dropped while queued work uses it keeps its memory", function()
     -- no default-stream work from here on: it would wait for s's sleep
     local src = gpu.full({n}, 3, { dtype = "f32", stream = other })
     other:synchronize()
-    gpu.sleep(300, { stream = s })
+    gpu.sleep(300 * T.slowdown, { stream = s })
     dst:copy(src, { stream = s })
   end                                   -- src's last reference is gone
   collectgarbage(); collectgarbage()

@@ -106,7 +106,7 @@ local SETTINGS = {
 -- read by the launcher itself (its protocol, not settings), by the REPL
 -- (tested in tests/repl.lua), by the cache test below, by the test suite
 local NOT_SETTINGS = {GPULUA_LAUNCHER = true, GPULUA_LAUNCHER_FD = true, GPULUA_HISTORY = true,
-                      GPULUA_KERNEL_CACHE = true, GPULUA_PYTHON = true}
+                      GPULUA_KERNEL_CACHE = true, GPULUA_PYTHON = true, GPULUA_TEST_SLOWDOWN = true}
 
 local BACKEND = (T.run("", "-e 'io.write(gpu.backend)'"))
 

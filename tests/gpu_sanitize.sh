@@ -18,6 +18,8 @@
 #   SANITIZE_MEMCHECK  the files for memcheck (when unset: tests/*.lua tests/gpu/*.lua)
 #   SANITIZE_RACE      the files for racecheck and synccheck (when unset:
 #                      tests/gpu/compare.lua tests/gpu/kernels.lua)
+#   GPULUA_TEST_SLOWDOWN  how much longer the tests' time-based premises wait
+#                      (default 20: memcheck made a 300 ms window too short)
 set -u
 
 SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
@@ -31,7 +33,7 @@ read -r -a sanitizer <<< "$SANITIZER"
 st=0
 run() {
   local tool=$1 f=$2 out rc summary fails
-  out=$(GPULUA_DEVICE=cuda "${sanitizer[@]}" --tool "$tool" --target-processes application-only \
+  out=$(GPULUA_DEVICE=cuda GPULUA_TEST_SLOWDOWN=${GPULUA_TEST_SLOWDOWN:-20} "${sanitizer[@]}" --tool "$tool" --target-processes application-only \
         --error-exitcode 97 --print-limit 20 --report-api-errors no "$GPULUA" "$f" 2>&1)
   rc=$?
   summary=$(printf '%s\n' "$out" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' | tail -n 1)

@@ -26,7 +26,14 @@
  * The kernels are found through one kernel of each module (cuk_modules),
  * its module (cuFuncGetModule) and the module's kernels
  * (cuModuleEnumerateFunctions), loaded with cuFuncLoad: driver entry points
- * of CUDA 12.4, reached through the runtime (no link against libcuda). */
+ * of CUDA 12.4, reached through the runtime (no link against libcuda).
+ *
+ * A context that is never closed (os.exit, a context lost to an error whose
+ * buffers stay referenced, an application that exits without closing)
+ * leaves the thread loading while exit() tears the runtime down: on an H200
+ * 4 runs in 160 crashed in the driver (issue 35, item 7).  So the running
+ * loaders are listed, and an exit hook, registered after the runtime's own
+ * and so run before it, stops and joins them. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -52,7 +59,32 @@ struct cuda_loader {
   atomic_int stop;           /* the context is closing: leave the rest */
   atomic_int settled;        /* started and joined: wait has nothing to do */
   pthread_mutex_t mu;
+  cuda_loader *next;         /* in the list of live loaders (live_mu) */
 };
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static cuda_loader *live;
+static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
+
+/* Stop the thread (it leaves the kernels still to load) and join it. */
+static void halt(cuda_loader *l) {
+  atomic_store(&l->stop, 1);
+  pthread_mutex_lock(&l->mu);
+  if (l->running) {
+    pthread_join(l->th, NULL);
+    l->running = 0;
+  }
+  atomic_store(&l->settled, 1);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void halt_all(void) {
+  pthread_mutex_lock(&live_mu);
+  for (cuda_loader *l = live; l; l = l->next) halt(l);
+  pthread_mutex_unlock(&live_mu);
+}
+
+static void register_hook(void) { atexit(halt_all); }
 
 static void *entry(const char *name) {
   void *p = NULL;
@@ -103,6 +135,11 @@ cuda_loader *cuda_loader_new(int device) {
   if (!l) return NULL;
   l->device = device;
   pthread_mutex_init(&l->mu, NULL);
+  pthread_once(&hook_once, register_hook);
+  pthread_mutex_lock(&live_mu);
+  l->next = live;
+  live = l;
+  pthread_mutex_unlock(&live_mu);
   return l;
 }
 
@@ -131,10 +168,11 @@ void cuda_loader_wait(cuda_loader *l) {
 
 void cuda_loader_stop(cuda_loader *l) {
   if (!l) return;
-  atomic_store(&l->stop, 1);
-  pthread_mutex_lock(&l->mu);
-  if (l->running) pthread_join(l->th, NULL);
-  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_lock(&live_mu);
+  for (cuda_loader **p = &live; *p; p = &(*p)->next)
+    if (*p == l) { *p = l->next; break; }
+  pthread_mutex_unlock(&live_mu);
+  halt(l);
   pthread_mutex_destroy(&l->mu);
   free(l);
 }

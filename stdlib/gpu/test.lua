@@ -380,6 +380,12 @@ end
 
 function T.failures() return failures end
 
+-- How many times slower than usual this run may be: a test whose premise
+-- rests on time (the work of a window finishing within a sleep) scales its
+-- sleeps by it.  GPULUA_TEST_SLOWDOWN, set by tests/gpu_sanitize.sh, where
+-- compute-sanitizer slows every launch; 1 otherwise.
+T.slowdown = math.max(1, tonumber(os.getenv("GPULUA_TEST_SLOWDOWN")) or 1)
+
 -- child processes ----------------------------------------------------------
 
 -- The interpreter running this test: the lowest index of arg (its options,

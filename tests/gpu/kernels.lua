@@ -371,6 +371,26 @@ T.test("a device-side assert after built-in ops: the kernel is blamed, not the o
   if not out:find("'positive' enqueued", 1, true) then T.diag(out) end
 end)
 
+-- Issue 35, item 7: after a caught device-side assert the end must always
+-- report the lost context and exit 1.  The background kernel loader could
+-- still be loading at exit(), racing the runtime's teardown: 4 runs in 160
+-- crashed (SIGSEGV or an abort in malloc) on an H200.  Many runs, so a race
+-- that is left has a good chance to show.
+T.test("a caught device-side assert, then the end: exit 1 every time, never a crash", function()
+  if not CUDA then return T.skip("lost context at exit", "the cuda backend's context") end
+  local runs = 40
+  local bad = {}
+  for i = 1, runs do
+    local out = child(ASSERT_AFTER)
+    if not (out:find("exit=1\n", 1, true) and out:find("the CUDA context is unusable after an earlier error", 1, true)) then
+      bad[#bad + 1] = out
+    end
+    if #bad > 0 and i >= 10 then break end
+  end
+  T.is(#bad, 0, "every run exits 1 with the lost context's message")
+  if bad[1] then T.diag(bad[1]) end
+end)
+
 T.test("GPULUA_LAUNCH_BLOCKING=1: the error is raised by the launch itself", function()
   if not CUDA then return T.skip("GPULUA_LAUNCH_BLOCKING", "a cuda backend setting") end
   local out = child(ILLEGAL, "GPULUA_LAUNCH_BLOCKING=1")

@@ -10,7 +10,7 @@ local T = require "gpu.test"
 
 T.test("first uses of ops on one stream while another sleeps", function()
   local s1, s2 = gpu.stream(), gpu.stream()
-  gpu.sleep(2000, { stream = s1 })   -- far longer than the work below
+  gpu.sleep(2000 * T.slowdown, { stream = s1 })   -- far longer than the work below
   local _ <close> = gpu.using(s2)
   local sums = {}
   for _, dt in ipairs { "f64", "i32", "bf16" } do

@@ -22,6 +22,7 @@
 ---@class gpulua.test
 ---@field LEAK_TESTS integer results T.done's final leak check adds to the plan
 ---@field gpulua string the interpreter running this test (for child processes)
+---@field slowdown number how many times slower this run may be (GPULUA_TEST_SLOWDOWN, default 1): scale time-based premises by it
 ---@field dtypes string[] every dtype's short name
 ---@field float_dtypes string[] the float dtypes
 ---@field int_dtypes string[] the integer dtypes (not bool)
