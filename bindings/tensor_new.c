@@ -457,13 +457,14 @@ static void join_check(lua_State *L, joining *j) {
 }
 
 /* The result, pushed: the out option's value at out (checked: shape,
- * dtype, memory side, no memory shared with the list), or a new tensor. */
-static void join_out(lua_State *L, const joining *j, int out, int stream) {
+ * dtype, memory side), or a new tensor.  Returns 1 when out shares memory
+ * with a tensor of the list. */
+static int join_out(lua_State *L, const joining *j, int out, int stream) {
   const char *fname = j->fname;
   const dev_view f = j->f;
   if (lua_isnil(L, out)) {
     bind_new_tensor(L, f.buf->kind, f.dtype, j->ndim, j->shape, stream, fname);
-    return;
+    return 0;
   }
   lua_pushvalue(L, out);
   gpu_tensor *o = bind_test_tensor_handle(L, -1);
@@ -481,12 +482,12 @@ static void join_out(lua_State *L, const joining *j, int out, int stream) {
   if (!same_side(o->v.buf->kind, f.buf->kind))
     luaL_error(L, "bad option 'out' to '%s' (tensor is in %s memory, the list in %s)", fname, kind_name(o),
                dev_memkind_name(f.buf->kind));
-  for (lua_Integer k = 1; k <= j->n; k++) {
-    gpu_tensor *t = list_item(L, (int)k);
-    if (overlap(&o->v, &t->v))
-      luaL_error(L, "bad option 'out' to '%s' (it shares memory with list[%d])", fname, (int)k);
+  int shared = 0;
+  for (lua_Integer k = 1; k <= j->n && !shared; k++) {
+    shared = overlap(&o->v, &list_item(L, (int)k)->v);
     lua_pop(L, 1);
   }
+  return shared;
 }
 
 /* One copy per tensor of the list, into its view of the result at ridx. */
@@ -519,7 +520,9 @@ static void join_copy(lua_State *L, const joining *j, int ridx, int stream) {
  * tensors of list joined along dim (1 by default): cat along an existing dim
  * (the other sizes equal), stack along a new one (all shapes equal).  Same
  * dtype, same memory side; the result is in list[1]'s memory, or opts.out.
- * One copy per tensor, into a view of the result. */
+ * One copy per tensor, into a view of the result; an out that shares memory
+ * with the list is written last, from a temporary (every input is read
+ * before out is written, as for every op). */
 static int join(lua_State *L, int stack) {
   joining j = {.fname = stack ? "stack" : "cat", .stack = stack};
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -544,8 +547,17 @@ static int join(lua_State *L, int stack) {
   j.ndim = j.f.ndim + stack;
   for (int k = 0, i = 0; k < j.ndim; k++) j.shape[k] = stack && k == j.d ? j.n : j.f.shape[i++];
   join_check(L, &j);
-  join_out(L, &j, out, stream);
+  int shared = join_out(L, &j, out, stream), r = lua_gettop(L);
+  if (shared) bind_new_tensor(L, j.f.buf->kind, j.f.dtype, j.ndim, j.shape, stream, j.fname);
   join_copy(L, &j, lua_gettop(L), stream);
+  if (shared) {
+    gpu_tensor *tmp = bind_check_tensor(L, r + 1);
+    bind_tensor_copy_view(L, bind_stream(L, stream), r, bind_check_tensor(L, r)->v, r + 1, tmp->v, j.fname);
+    dev_buf *b = tmp->v.buf;   /* back to the pool at once, once the copy is done */
+    tmp->v.buf = NULL;
+    dev_buf_release(b);
+    lua_settop(L, r);
+  }
   return 1;
 }
 

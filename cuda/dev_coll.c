@@ -70,6 +70,21 @@ static int coll_view(dev_ctx *ctx, const dev_coll *c, const dev_view *v, int rec
   return DEV_OK;
 }
 
+/* 1 when c (checked) reads an input that overlaps its output other than in
+ * one of NCCL's in-place layouts (the same tensor; all_gather's input this
+ * rank's block of the output; reduce_scatter's output this rank's block of
+ * the input): NCCL would read what it already wrote. */
+static int coll_aliased(dev_ctx *ctx, const dev_coll *c) {
+  if (c->kind == DEV_COLL_SEND || c->kind == DEV_COLL_RECV) return 0;
+  size_t esz = dev_dtype_size(c->send.dtype);
+  uintptr_t so = (uintptr_t)dev_view_ptr(&c->send), ro = (uintptr_t)dev_view_ptr(&c->recv);
+  uintptr_t sb = (uintptr_t)dev_view_numel(&c->send) * esz, rb = (uintptr_t)dev_view_numel(&c->recv) * esz;
+  if (!(so < ro + rb && ro < so + sb)) return 0;
+  if (c->kind == DEV_COLL_ALL_GATHER) return so != ro + (uintptr_t)ctx->ri.rank * sb;
+  if (c->kind == DEV_COLL_REDUCE_SCATTER) return ro != so + (uintptr_t)ctx->ri.rank * rb;
+  return so != ro;
+}
+
 static int coll_check(dev_ctx *ctx, const dev_coll *g, int n) {
   int rc, world = ctx->ri.world, self_send = 0, self_recv = 0;
   for (int i = 0; i < n; i++) {
@@ -99,20 +114,6 @@ static int coll_check(dev_ctx *ctx, const dev_coll *g, int n) {
     default:
       break;
     }
-    if (has_send && has_recv && c->send.buf == c->recv.buf) {
-      /* overlapping input and output: only NCCL's in-place layouts */
-      size_t esz = dev_dtype_size(c->send.dtype), so = c->send.offset, ro = c->recv.offset;
-      size_t sb = (size_t)ns * esz, rb = (size_t)nr * esz, at = so;
-      int overlap = so < ro + rb && ro < so + sb;
-      if (c->kind == DEV_COLL_ALL_GATHER) at = ro + (size_t)ctx->ri.rank * sb;
-      else if (c->kind == DEV_COLL_REDUCE_SCATTER) at = so + (size_t)ctx->ri.rank * rb;
-      int ok = c->kind == DEV_COLL_ALL_GATHER ? so == at : c->kind == DEV_COLL_REDUCE_SCATTER ? ro == at : so == ro;
-      if (overlap && !ok)
-        return dev_fail(ctx, DEV_ERR_INVALID, "%s: the input and output overlap; in place, %s", name,
-                        c->kind == DEV_COLL_ALL_GATHER ? "the input is this rank's block of the output"
-                        : c->kind == DEV_COLL_REDUCE_SCATTER ? "the output is this rank's block of the input"
-                                                             : "they are the same tensor");
-    }
     if (c->kind == DEV_COLL_ALL_REDUCE || c->kind == DEV_COLL_REDUCE || c->kind == DEV_COLL_REDUCE_SCATTER) {
       dev_dtype t = c->recv.dtype;
       if ((unsigned)c->red >= DEV_NCRED) return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad reduction", name);
@@ -138,6 +139,29 @@ static int coll_check(dev_ctx *ctx, const dev_coll *g, int n) {
   return DEV_OK;
 }
 
+/* c (checked, alone: not in a group), whose input overlaps its output
+ * otherwise than in place: its input first goes to a device temporary, on
+ * s, so that it is read before the output is written (the rule of every op
+ * with an output, docs/lua-api.md).  Only this rank copies: the collective
+ * is the same on every rank. */
+static int coll_unaliased(dev_ctx *ctx, dev_stream *s, const dev_coll *c) {
+  dev_coll k = *c;
+  dev_buf *tmp;
+  int64_t n = dev_view_numel(&c->send);
+  int rc = dev_buf_alloc_on(ctx, DEV_MEM_DEVICE, (size_t)n * dev_dtype_size(c->send.dtype), s, &tmp);
+  if (rc) return rc;
+  memset(&k.send, 0, sizeof k.send);
+  k.send.buf = tmp;
+  k.send.dtype = c->send.dtype;
+  dev_view_set_contiguous(&k.send, 1, &n);
+  dev_kop cp = {.kind = DEV_OP_COPY, .nin = 1, .out = k.send};
+  cp.in[0] = c->send;
+  rc = dev_submit(ctx, s, &cp);
+  if (rc == DEV_OK) rc = dev_collective(ctx, s, &k, 1);
+  dev_buf_release(tmp);
+  return rc;
+}
+
 int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n) {
   int rc = dev_check_async(ctx);
   if (rc) return rc;
@@ -146,6 +170,7 @@ int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n) {
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
   if ((rc = coll_check(ctx, c, n))) return rc;
+  if (n == 1 && coll_aliased(ctx, c)) return coll_unaliased(ctx, s, c);
   if (ctx->capture) return graph_coll(s, c, n);
   if (ctx->race && (rc = race_coll(ctx, s, c, n, 0))) return rc;
   for (int i = 0; i < n; i++) {

@@ -389,6 +389,100 @@ static int submit_launch(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   return DEV_OK;
 }
 
+/* ---- an output that overlaps an input: NumPy's rule --------------------- */
+
+static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, const int64_t *shape) {
+  memset(v, 0, sizeof *v);
+  v->buf = b;
+  v->dtype = t;
+  dev_view_set_contiguous(v, ndim, shape);
+}
+
+/* The addresses [*lo, *hi) that v's elements span (strides >= 0: checked).
+ * Addresses, not buffers: two wrappings of one memory are seen too. */
+static void view_span(const dev_view *v, uintptr_t *lo, uintptr_t *hi) {
+  int64_t last = 0;
+  for (int d = 0; d < v->ndim; d++) last += (v->shape[d] - 1) * v->stride[d];
+  *lo = (uintptr_t)dev_view_ptr(v);
+  *hi = *lo + (uintptr_t)(last + 1) * dev_dtype_size(v->dtype);
+}
+
+/* 1 when a and b may share a byte (their spans overlap: conservative). */
+static int views_overlap(const dev_view *a, const dev_view *b) {
+  if (dev_view_numel(a) == 0 || dev_view_numel(b) == 0) return 0;
+  uintptr_t alo, ahi, blo, bhi;
+  view_span(a, &alo, &ahi);
+  view_span(b, &blo, &bhi);
+  return alo < bhi && blo < ahi;
+}
+
+/* 1 when a and b are one view: the same elements at the same positions. */
+static int same_view(const dev_view *a, const dev_view *b) {
+  if (dev_view_ptr(a) != dev_view_ptr(b) || a->dtype != b->dtype || !same_shape(a, b)) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->stride[d] != b->stride[d] && a->shape[d] > 1) return 0;
+  return 1;
+}
+
+enum { ALIAS_NONE, ALIAS_OUT, ALIAS_IN };
+
+/* How op reads every input before it writes out, whatever the overlap
+ * (NumPy's rule, docs/lua-api.md "Outputs that overlap inputs"): as it is,
+ * unless out overlaps an input other than by being exactly it for a kind
+ * that reads each element where it writes it (DEV_OPK_INPLACE: the plain
+ * in-place op, no copy); then into a temporary copied to out (ALIAS_OUT),
+ * or, for scatter_add, which reads out too, on copies of the inputs that
+ * overlap out (ALIAS_IN). */
+static int alias_plan(const dev_kop *op) {
+  unsigned fl = kinds[op->kind].flags;
+  if (fl & (DEV_OPK_NOIN | DEV_OPK_NOVIEWS | DEV_OPK_MEMMOVE)) return ALIAS_NONE;
+  for (int i = 0; i < op->nin; i++)
+    if (views_overlap(&op->out, &op->in[i]) && !((fl & DEV_OPK_INPLACE) && same_view(&op->out, &op->in[i])))
+      return op->kind == DEV_OP_INDEX && op->code == DEV_IDX_SCATTER_ADD ? ALIAS_IN : ALIAS_OUT;
+  return ALIAS_NONE;
+}
+
+/* *t: a contiguous view of v's dtype and shape, of a new buffer *b of the
+ * kind given, from the pool for stream s. */
+static int temp_view(dev_ctx *ctx, dev_stream *s, const dev_view *v, dev_memkind kind, dev_view *t, dev_buf **b) {
+  int rc = dev_buf_alloc_on(ctx, kind, (size_t)dev_view_numel(v) * dev_dtype_size(v->dtype), s, b);
+  if (rc == DEV_OK) contiguous_view(t, *b, v->dtype, v->ndim, v->shape);
+  return rc;
+}
+
+static int copy_view(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const dev_view *src) {
+  dev_kop c = {.kind = DEV_OP_COPY, .nin = 1, .out = *dst};
+  c.in[0] = *src;
+  return dev_submit(ctx, s, &c);
+}
+
+/* op, validated, of a plan other than ALIAS_NONE, on s: through temporaries
+ * of the device (of out's memory when all of op's memory is host-visible:
+ * then it runs here, as op would), with one copy more, queued on s after op
+ * (no sync).  In a capture both are recorded, and the graph holds the
+ * temporaries. */
+static int submit_unaliased(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int plan) {
+  dev_kop k = *op;
+  dev_buf *tmp[1 + DEV_MAXIN] = {NULL};
+  dev_memkind kind = host_visible(op->out.buf) ? op->out.buf->kind : DEV_MEM_DEVICE;
+  int rc = DEV_OK;
+  for (int i = 0; i < op->nin; i++)
+    if (!host_visible(op->in[i].buf)) kind = DEV_MEM_DEVICE;
+  if (plan == ALIAS_OUT) {
+    rc = temp_view(ctx, s, &op->out, kind, &k.out, &tmp[0]);
+    if (rc == DEV_OK) rc = dev_submit(ctx, s, &k);
+    if (rc == DEV_OK) rc = copy_view(ctx, s, &op->out, &k.out);
+  } else {
+    for (int i = 0; i < op->nin && rc == DEV_OK; i++)
+      if (views_overlap(&op->out, &op->in[i]) &&
+          (rc = temp_view(ctx, s, &op->in[i], kind, &k.in[i], &tmp[1 + i])) == DEV_OK)
+        rc = copy_view(ctx, s, &k.in[i], &op->in[i]);
+    if (rc == DEV_OK) rc = dev_submit(ctx, s, &k);
+  }
+  for (int i = 0; i <= DEV_MAXIN; i++) dev_buf_release(tmp[i]);
+  return rc;
+}
+
 int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   int rc = dev_check_async(ctx);
   if (rc) return rc;
@@ -403,6 +497,8 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
       dev_kop z = {.kind = DEV_OP_FILL, .out = op->out, .s0 = {1, 0, 0}};
       return dev_submit(ctx, s, &z);
     }
+    int plan = alias_plan(op);
+    if (plan != ALIAS_NONE) return submit_unaliased(ctx, s, op, plan);
   }
   if (ctx->capture && graph_records(op)) return graph_submit(s, op);   /* recorded, not run */
   if (op->kind == DEV_OP_LAUNCH) return submit_launch(ctx, s, op);
@@ -467,13 +563,6 @@ void dev_view_set_contiguous(dev_view *v, int ndim, const int64_t *shape) {
     v->stride[d] = st;
     st *= shape[d] ? shape[d] : 1;   /* as PyTorch: a zero-sized dim keeps the others' strides */
   }
-}
-
-static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, const int64_t *shape) {
-  memset(v, 0, sizeof *v);
-  v->buf = b;
-  v->dtype = t;
-  dev_view_set_contiguous(v, ndim, shape);
 }
 
 int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst) {

@@ -104,7 +104,16 @@
  *
  *   flags  DEV_OPK_NOIN: takes no tensor operand (nin 0);
  *          DEV_OPK_NOVIEWS: has no output view either (its check_<name>
- *          does all the checking)
+ *          does all the checking);
+ *          DEV_OPK_INPLACE: reads each input element only where it writes
+ *          the output (elementwise): out may be exactly an input, as it is;
+ *          DEV_OPK_MEMMOVE: the backends read every input element before
+ *          they write any, whatever the overlap (copy)
+ *
+ * An output that overlaps an input otherwise (shifted, transposed, or an
+ * op that reads other elements than it writes) is computed into a
+ * temporary and copied to out by dev_submit, so that every op reads its
+ * inputs before it writes (NumPy's rule); a new kind gets that for free.
  *
  *   FILL     out = s0
  *   ARANGE   out[i] = s0 + i*s1 (flat C order)
@@ -137,17 +146,19 @@
  */
 #define DEV_OPK_NOIN 1u
 #define DEV_OPK_NOVIEWS 2u
+#define DEV_OPK_INPLACE 4u
+#define DEV_OPK_MEMMOVE 8u
 
 #define DEV_OP_KINDS(X)                                 \
   X(FILL, fill, DEV_OPK_NOIN)                           \
   X(ARANGE, arange, DEV_OPK_NOIN)                       \
   X(RAND, rand, DEV_OPK_NOIN)                           \
-  X(UNARY, unary, 0)                                    \
-  X(BINARY, binary, 0)                                  \
-  X(TERNARY, ternary, 0)                                \
+  X(UNARY, unary, DEV_OPK_INPLACE)                      \
+  X(BINARY, binary, DEV_OPK_INPLACE)                    \
+  X(TERNARY, ternary, DEV_OPK_INPLACE)                  \
   X(REDUCE, reduce, 0)                                  \
   X(MATMUL, matmul, 0)                                  \
-  X(COPY, copy, 0)                                      \
+  X(COPY, copy, DEV_OPK_MEMMOVE)                        \
   X(SLEEP, sleep, DEV_OPK_NOIN | DEV_OPK_NOVIEWS)       \
   X(LAUNCH, launch, DEV_OPK_NOIN | DEV_OPK_NOVIEWS)     \
   X(CUMSUM, cumsum, 0)                                  \

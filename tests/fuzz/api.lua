@@ -420,6 +420,29 @@ end }
 gen[#gen + 1] = { 5, function()
   return slot() .. " = " .. tensor() .. ":" .. pick(REDUCE) .. "(" .. opts("dim", "keepdim", "stream") .. ")"
 end }
+-- outs that overlap the input (issue 35): computed through a temporary,
+-- which must be released; the tensor itself, its transpose, or the two
+-- views of it shifted by one along dim 1
+local ALIASED = { "%s:add(1, {out = %s})", "%s:mul(%s, {out = %s})", "%s:neg({out = %s})",
+                  "%s:cumsum(1, {out = %s})", "%s:softmax(1, {out = %s})", "%s:clamp(0, 1, {out = %s})",
+                  "%s:index_select(1, gpu.arange(%d, 0, -1), {out = %s})", "gpu.matmul(%s, %s, {out = %s})",
+                  "gpu.where(%s:gt(0), %s, 0, {out = %s})", "%s:sum({dim = 1, keepdim = true, out = %s})",
+                  "gpu.cat({%s}, {out = %s})", "%s:scatter_add_(1, gpu.arange(%d, 0, -1), %s)" }
+gen[#gen + 1] = { 3, function()
+  local t, dims = sized()
+  local n = dims and dims[1] or 2
+  local a, o = t, pick({ t, pre(t) .. ":t()" })
+  if chance(0.5) and n >= 2 then
+    a, o = pre(t) .. ":narrow(1, 1, " .. (n - 1) .. ")", pre(t) .. ":narrow(1, 2, " .. (n - 1) .. ")"
+    if chance(0.5) then a, o = o, a end
+    n = n - 1
+  end
+  local f = pick(ALIASED)
+  local v = {}
+  for k in f:gmatch("%%(%a)") do v[#v + 1] = k == "d" and n or a end
+  v[#v] = o
+  return slot() .. " = " .. string.format(f, table.unpack(v))
+end }
 gen[#gen + 1] = { 2, function()
   if chance(0.3) then
     local m, k, n, dt = R(1, 4), R(1, 4), R(1, 4), dtype()
