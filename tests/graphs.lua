@@ -378,6 +378,22 @@ T.test("the race checker orders a replay's record with its ops", function()
   gpu.check_races(was)
 end)
 
+T.test("the issue's script runs clean under --check races (a child)", function()
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write([[
+local x = gpu.ones({1000}); local ev
+local g, y = gpu.graph(function(s) gpu.sleep(200); local r = x:mul(2); ev = s:record(); return r end)
+local a, b = gpu.stream(), gpu.stream(); g:launch(a); b:wait(ev)
+print("sum", y:add(0, {stream = b}):sum({stream = b}):item({stream = b}))
+]])
+  f:close()
+  local out, ok = T.run("GPULUA_CHECK=", "--check races " .. path)
+  os.remove(path)
+  T.ok(ok and out:find("sum\t2000", 1, true), "b sees the replay's result and no race is reported")
+  if not ok then T.diag(out) end
+end)
+
 -- what cannot be replayed raises at its line and abandons the capture
 T.test("calls that cannot be captured raise at their line", function()
   local x = gpu.ones({ 8 })
