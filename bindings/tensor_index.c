@@ -53,6 +53,9 @@ static int t_set(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int n = lua_gettop(L) - 2;
   if (n < 0) return luaL_error(L, "set: expected indices and a value");
+  /* the element's own view is 0-dim: ask of the tensor, as every write does */
+  dev_ctx *ctx = bind_ctx(L);
+  BIND_CHECK(L, ctx, dev_check_writable(ctx, &t->v), "set");
   dev_view v = element_view(L, t, 2, n, "set");
   dev_scalar s = bind_check_scalar(L, n + 2, t->v.dtype, n + 2, NULL);
   int isint = !dev_dtype_is_float(t->v.dtype);

@@ -120,7 +120,11 @@ typedef struct dev_backend {
    * (gx->impl) once the capture ends; graph_launch enqueues one replay of
    * it on s, ordered there as one op, its collectives numbered from seq
    * on (gx->ncolls of them); graph_free frees gx->impl once no replay is
-   * queued (interpreter thread). */
+   * queued (interpreter thread).  A replay takes 1 + gx->nrec positions
+   * of s, the last ones enqueued: the k-th (from 1) is reached when the
+   * replay records the script's event of its k-th such record node (the
+   * device layer marks the event there; the backend records it: its
+   * timestamp, its CUDA event), the last when the replay is over. */
   int (*graph_build)(dev_ctx *ctx, struct dev_gexec *gx);
   int (*graph_launch)(dev_stream *s, const struct dev_gexec *gx, uint64_t seq);
   void (*graph_free)(dev_ctx *ctx, struct dev_gexec *gx);
@@ -145,6 +149,11 @@ typedef struct dev_gnode {
 typedef struct dev_gexec {
   dev_gnode *nodes;
   int n, nops, nstreams, nevents;
+  /* per record slot (nevents): the script's event each replay records
+   * there (held until the graph is freed), NULL for a stream's implicit
+   * record; nrec: the RECORD nodes of such slots */
+  dev_event **events;
+  int nrec;
   int ncolls;                /* COLL nodes: the collectives (groups count one) of a replay */
   char name[DEV_TRACE_NAME];
   char site[DEV_SITE_LEN];   /* of the capture */

@@ -11,8 +11,9 @@
  * host-visible: that one runs at once, as host work does in a capture,
  * after the host-access fences; record: e recorded on s;
  * wait: s waits for other's work or for e); refuse fails with `what`
- * cannot be captured; a host wait for b fails if the capture uses b; an
- * event that goes leaves the capture's records. */
+ * cannot be captured; a host wait for b fails if the capture uses b.  An
+ * event recorded in the capture is held by it, then by the graph, whose
+ * replays record it. */
 int graph_records(const dev_kop *op);   /* not an op that runs on the host at once */
 int graph_submit(dev_stream *s, const dev_kop *op);
 int graph_coll(dev_stream *s, const dev_coll *c, int n);   /* a checked collective, recorded */
@@ -23,6 +24,5 @@ int graph_refuse(dev_ctx *ctx, const char *what);
 int graph_fail(dev_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int graph_host_access(dev_ctx *ctx, dev_buf *b, const char *what);
 int graph_read(dev_ctx *ctx, dev_buf *b);   /* dev_read of b: a sync, or host access */
-void graph_event_gone(dev_event *e);
 
 #endif

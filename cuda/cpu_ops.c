@@ -1240,21 +1240,37 @@ static void gemm_d(int64_t m, int64_t n, int64_t k, const double *a, int64_t lda
   }
 }
 
+/* Integers: the exact sum modulo 2^64 (unsigned arithmetic wraps), stored
+ * wrapped to the dtype's width, as elementwise integer arithmetic does. */
+static void gemm_i(int64_t m, int64_t n, int64_t k, const mat *a, const mat *b, int64_t *c, int64_t ldc)
+{
+  const int64_t *ap = (const int64_t *)a->p, *bp = (const int64_t *)b->p;
+  for (int64_t i = 0; i < m; i++) {
+    uint64_t *ci = (uint64_t *)(c + i * ldc);
+    for (int64_t j = 0; j < n; j++) ci[j] = 0;
+    for (int64_t p = 0; p < k; p++) {
+      uint64_t aip = (uint64_t)(a->trans ? ap[p * a->ld + i] : ap[i * a->ld + p]);
+      for (int64_t j = 0; j < n; j++)
+        ci[j] += aip * (uint64_t)(b->trans ? bp[j * b->ld + p] : bp[p * b->ld + j]);
+    }
+  }
+}
+
 static int overlaps(const dev_buf *x, const dev_buf *y)
 {
   const char *a = x->ptr, *b = y->ptr;
   return x == y || (a < b + y->bytes && b < a + x->bytes);
 }
 
-/* f32 and f64 run in their own precision; f16/bf16 in f32; integers in f64,
- * exact while every product and sum stays below 2^53. */
+/* f32 and f64 run in their own precision; f16/bf16 in f32; integers in
+ * int64, wrapping (gemm_i). */
 /* One 2-D product out = a @ b; run_matmul calls it per batch. */
 static int matmul_2d(const dev_view *av, const dev_view *bv, const dev_view *ov, char *err, size_t errlen)
 {
   dev_dtype t = ov->dtype;
-  int sp = class_of(t) == C_FLOAT;
-  dev_dtype ct = sp ? DEV_F32 : DEV_F64;
-  cclass c = sp ? C_FLOAT : C_DOUBLE;
+  int sp = class_of(t) == C_FLOAT, in = class_of(t) == C_INT;
+  dev_dtype ct = sp ? DEV_F32 : in ? DEV_I64 : DEV_F64;
+  cclass c = sp ? C_FLOAT : in ? C_INT : C_DOUBLE;
   mat a = {0}, b = {0};
   char *cp;
   void *ctmp = NULL;
@@ -1289,19 +1305,18 @@ static int matmul_2d(const dev_view *av, const dev_view *bv, const dev_view *ov,
     cp = ctmp;
     ldc = n;
   }
+  if (in) gemm_i(m, n, k, &a, &b, (int64_t *)cp, ldc);
 #ifdef GPULUA_HAVE_OPENBLAS
-  int use_blas = have_blas();
-  if (use_blas && sp)
+  else if (have_blas() && sp)
     blas.sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, 1.0f, (const float *)a.p, (int)a.ld, (const float *)b.p, (int)b.ld,
                 0.0f, (float *)cp, (int)ldc);
-  else if (use_blas)
+  else if (have_blas())
     blas.dgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, 1.0, (const double *)a.p, (int)a.ld, (const double *)b.p, (int)b.ld,
                 0.0, (double *)cp, (int)ldc);
-  else
 #endif
-  if (sp) gemm_f(m, n, k, (const float *)a.p, a.ld, (const float *)b.p, b.ld, (float *)cp, ldc);
+  else if (sp) gemm_f(m, n, k, (const float *)a.p, a.ld, (const float *)b.p, b.ld, (float *)cp, ldc);
   else gemm_d(m, n, k, (const double *)a.p, a.ld, (const double *)b.p, b.ld, (double *)cp, ldc);
   if (ctmp != NULL) {
     walk_init(&w, ov);

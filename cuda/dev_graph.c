@@ -30,8 +30,16 @@
  * - A refused call abandons the capture even if the script catches it
  *   (graph_fail): dev_graph_end then fails naming it.  Ops whose memory is
  *   all host-visible are not recorded: they run at once, as host work does.
+ * - An event the script records in the capture (s:record(), ev:record(s))
+ *   is a record node, as CUDA's cudaEventRecordExternal makes one: the
+ *   capture does not touch the event (never recorded before a replay, as a
+ *   fresh one), and every replay records it where the capture did.  The
+ *   graph holds such events until it is freed.  A replay takes a position
+ *   of its stream per such record, then one for its end (backend.h), so an
+ *   event stands for the replay's work before its record, on both backends
+ *   and for the race checker.  The records also serve the fork/join.
  * - The race checker checks and records a replay as the ops it contains,
- *   all on the launch stream.
+ *   all on the launch stream, each at the position of its stretch.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,7 +56,7 @@ enum { G_CAPTURE, G_READY, G_FAILED };
 
 /* An event record in the capture: the clock of its stream then. */
 typedef struct gslot {
-  dev_event *e;            /* NULL: a stream's implicit record (s:wait(stream)), or the event went */
+  dev_event *e;            /* held; NULL: a stream's implicit record (s:wait(stream)) */
   uint32_t clk[GMAXS];
 } gslot;
 
@@ -101,6 +109,8 @@ static void gexec_free(void *ud, void *ptr) {
   dev_gexec *gx = ptr;
   if (gx->impl && ctx->bk->graph_free) ctx->bk->graph_free(ctx, gx);
   free_nodes(gx->nodes, gx->n);
+  for (int i = 0; gx->events && i < gx->nevents; i++) dev_event_release(gx->events[i]);
+  free(gx->events);
   free(gx);
 }
 
@@ -113,10 +123,11 @@ static void capture_close(dev_graph *g) {
     g->mem[m] = NULL;
     dev_stream_unref(s);
   }
+  if (g->ctx->capture == g) g->ctx->capture = NULL;
+  for (int i = 0; i < g->nslots; i++) dev_event_release(g->slots[i].e);
   free(g->slots);
   g->slots = NULL;
   g->nslots = g->capslots = 0;
-  if (g->ctx->capture == g) g->ctx->capture = NULL;
 }
 
 int dev_graph_capturing(dev_ctx *ctx) { return ctx->capture != NULL; }
@@ -324,6 +335,7 @@ static int new_slot(dev_graph *g, dev_event *e, int m) {
   dev_gnode *nd = add_node(g, DEV_GN_RECORD, m);
   if (!nd) return -1;
   nd->event = g->nslots;
+  if (e) dev_event_retain(e);   /* held: the replays record it (take_events) */
   return g->nslots++;
 }
 
@@ -377,12 +389,6 @@ int graph_wait(dev_stream *s, dev_stream *other, dev_event *e) {
   return DEV_OK;
 }
 
-void graph_event_gone(dev_event *e) {
-  dev_graph *g = e->ctx->capture;
-  for (int i = 0; i < g->nslots; i++)
-    if (g->slots[i].e == e) g->slots[i].e = NULL;
-}
-
 int graph_refuse(dev_ctx *ctx, const char *what) {
   return graph_fail(ctx, "%s waits for the device: a host-device sync cannot be captured "
                   "in a graph", what);
@@ -401,6 +407,31 @@ int graph_read(dev_ctx *ctx, dev_buf *b) {
 
 /* ---- the graph ---------------------------------------------------------- */
 
+/* The script's events of the capture's records move from its slots to the
+ * graph (the capture's close releases what stays); *nrec: their RECORD
+ * nodes, each a position of a replay.  An event only the slots hold (the
+ * script closed it, as a fork's event often is) stays: nothing can look
+ * at it, so its records are only the capture's fork/join. */
+static int take_events(dev_graph *g, dev_event ***out, int *nrec) {
+  *out = NULL;
+  *nrec = 0;
+  if (g->nslots == 0) return DEV_OK;
+  dev_event **ev = calloc((size_t)g->nslots, sizeof *ev);
+  if (!ev) return dev_fail(g->ctx, DEV_ERR_NOMEM, "out of memory (graph)");
+  for (int i = 0; i < g->nslots; i++) {
+    dev_event *e = g->slots[i].e;
+    int held = 0;
+    for (int j = 0; e && j < g->nslots; j++) held += g->slots[j].e == e;
+    ev[i] = e && e->refs > held ? e : NULL;
+  }
+  for (int i = 0; i < g->nslots; i++)
+    if (ev[i]) g->slots[i].e = NULL;
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i].kind == DEV_GN_RECORD && ev[g->nodes[i].event]) (*nrec)++;
+  *out = ev;
+  return DEV_OK;
+}
+
 int dev_graph_end(dev_graph *g) {
   dev_ctx *ctx = g->ctx;
   if (g->state != G_CAPTURE) return dev_fail(ctx, DEV_ERR_INVALID, "the graph's capture is not open");
@@ -413,11 +444,20 @@ int dev_graph_end(dev_graph *g) {
       rc = dev_fail(ctx, DEV_ERR_CAPTURE, "stream %llu joined the capture, but its last work was not joined "
                     "back into the capture stream (record an event on it after that work and make the "
                     "capture stream wait for it)", (unsigned long long)g->mem[m]->id);
+  dev_event **events = NULL;
+  int nrec = 0;
+  if (rc == DEV_OK) rc = take_events(g, &events, &nrec);
   capture_close(g);
   g->state = G_FAILED;
   if (rc) return rc;
   dev_gexec *gx = calloc(1, sizeof *gx);
-  if (!gx) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (graph)");
+  if (!gx) {
+    for (int i = 0; i < nevents; i++) dev_event_release(events[i]);
+    free(events);
+    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (graph)");
+  }
+  gx->events = events;
+  gx->nrec = nrec;
   gx->nodes = g->nodes;
   gx->n = g->n;
   gx->nops = g->nops;
@@ -436,6 +476,20 @@ int dev_graph_end(dev_graph *g) {
   if (ctx->bk->graph_build && (rc = ctx->bk->graph_build(ctx, gx))) return rc;
   g->state = G_READY;
   return DEV_OK;
+}
+
+/* After a replay went on s: each record of a script's event marks it, and
+ * the race checker notes each op at the position of its stretch of the
+ * replay (the replay's positions: backend.h, graph_launch). */
+static void replayed(dev_ctx *ctx, dev_stream *s, const dev_gexec *gx) {
+  uint64_t at = ctx->bk->stream_pos(s) - (uint64_t)gx->nrec;
+  for (int i = 0; i < gx->n; i++) {
+    const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind == DEV_GN_OP && ctx->race) race_op_at(ctx, s, &nd->op, at);
+    else if (nd->kind == DEV_GN_COLL && ctx->race) race_coll_at(ctx, s, nd->coll, nd->ncoll, at);
+    else if (nd->kind == DEV_GN_RECORD && gx->events && gx->events[nd->event])
+      event_mark(gx->events[nd->event], s, at++);
+  }
 }
 
 int dev_graph_launch(dev_graph *g, dev_stream *s) {
@@ -461,11 +515,7 @@ int dev_graph_launch(dev_graph *g, dev_stream *s) {
   if ((rc = fence_op_bufs(s, g->bufs, g->nbufs))) return rc;
   if ((rc = ctx->bk->graph_launch(s, gx, ctx->coll_seq + 1))) return rc;
   ctx->coll_seq += (uint64_t)gx->ncolls;
-  for (int i = 0; ctx->race && i < gx->n; i++) {
-    const dev_gnode *nd = &gx->nodes[i];
-    if (nd->kind == DEV_GN_OP) race_op(ctx, s, &nd->op, 1);
-    else if (nd->kind == DEV_GN_COLL) race_coll(ctx, s, nd->coll, nd->ncoll, 1);
-  }
+  replayed(ctx, s, gx);
   if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
   for (int i = 0; i < g->nbufs; i++) note_use(BX(g->bufs[i]), s, g->writes[i]);
   for (int i = 0; i < g->nmods; i++)

@@ -255,6 +255,15 @@ static const struct {
 } kinds[] = {DEV_OP_KINDS(KIND_ROW)};
 #undef KIND_ROW
 
+/* An expanded view (t:expand) repeats elements: writing it is refused, as PyTorch */
+int dev_check_writable(dev_ctx *ctx, const dev_view *v) {
+  for (int d = 0; d < v->ndim && dev_view_numel(v) > 0; d++)
+    if (v->stride[d] == 0 && v->shape[d] > 1)
+      return dev_fail(ctx, DEV_ERR_INVALID, "the output is an expanded view (stride 0 along dim %d): several of "
+                      "its elements are one memory location; write into t:clone() instead", d + 1);
+  return DEV_OK;
+}
+
 /* The checks every kind with views shares: the operand count, the output
  * and input views; then the kind's own. */
 static int validate(dev_ctx *ctx, const dev_kop *op) {
@@ -267,12 +276,7 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
   int maxin = (fl & DEV_OPK_NOIN) ? 0 : (int)(sizeof op->in / sizeof op->in[0]);
   if (op->nin < 0 || op->nin > maxin)
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operand count %d", kinds[op->kind].name, op->nin);
-  if ((rc = dev_check_view(ctx, &op->out, "output"))) return rc;
-  /* an expanded view (t:expand) repeats elements: writing it is refused, as PyTorch */
-  for (int d = 0; d < op->out.ndim && dev_view_numel(&op->out) > 0; d++)
-    if (op->out.stride[d] == 0 && op->out.shape[d] > 1)
-      return dev_fail(ctx, DEV_ERR_INVALID, "the output is an expanded view (stride 0 along dim %d): several of "
-                      "its elements are one memory location; write into t:clone() instead", d + 1);
+  if ((rc = dev_check_view(ctx, &op->out, "output")) || (rc = dev_check_writable(ctx, &op->out))) return rc;
   for (int i = 0; i < op->nin; i++)
     if ((rc = dev_check_view(ctx, &op->in[i], "input"))) return rc;
   return kinds[op->kind].check(ctx, op);

@@ -120,6 +120,7 @@ int dev_event_create(dev_ctx *ctx, int timing, dev_event **out) {
   dev_event *e = calloc(1, sizeof *e);
   if (!e) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory creating an event");
   e->ctx = ctx;
+  e->refs = 1;
   e->timing = timing;
   int rc = ctx->bk->event_init(e);
   if (rc) { free(e); return rc; }
@@ -129,11 +130,12 @@ int dev_event_create(dev_ctx *ctx, int timing, dev_event **out) {
   return DEV_OK;
 }
 
+void dev_event_retain(dev_event *e) { e->refs++; }
+
 void dev_event_release(dev_event *e) {
-  if (!e) return;
+  if (!e || --e->refs > 0) return;
   dev_ctx *ctx = e->ctx;
   ctx->bk->event_fini(e);
-  if (ctx->capture) graph_event_gone(e);
   if (e->race) race_event_gone(e);
   if (e->stream) dev_stream_unref(e->stream);
   ctx->st.events--;
@@ -148,15 +150,20 @@ int dev_event_record(dev_event *e, dev_stream *s) {
   if (!s) s = ctx->dflt;
   if ((rc = check_open(s))) return rc;
   if (ctx->capture) return graph_record(e, s);
-  dev_stream *old = e->stream;
   rc = ctx->bk->event_record(e, s);
   if (rc) return rc;
+  event_mark(e, s, e->pos);
+  return DEV_OK;
+}
+
+void event_mark(dev_event *e, dev_stream *s, uint64_t pos) {
+  dev_stream *old = e->stream;
   s->refs++;
   e->stream = s;
+  e->pos = pos;
   e->recorded = 1;
   if (old) dev_stream_unref(old);
-  if (ctx->race) race_record(e, s);
-  return DEV_OK;
+  if (s->ctx->race) race_record(e, s);
 }
 
 int dev_event_query(dev_event *e) {

@@ -407,6 +407,10 @@ typedef struct dev_kop {
  * one of wrapped memory not guarded (dev_buf_guard), which waits.  Buffers
  * stay alive until the op finishes. */
 int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op);
+/* DEV_ERR_INVALID when v repeats elements (an expanded view: stride 0 along
+ * a dim of size > 1): no op writes through it (dev_submit checks its
+ * output; a write of one element, t:set, asks before it makes its view). */
+int dev_check_writable(dev_ctx *ctx, const dev_view *v);
 /* The op's name in messages and traces ("add", "copy", a kernel's name). */
 const char *dev_op_name(const dev_kop *op);
 

@@ -40,6 +40,7 @@ struct dev_stream {
 
 struct dev_event {
   dev_ctx *ctx;
+  int refs;               /* the handle, and each graph that records it (dev_graph.c) */
   int timing;
   int recorded;
   dev_stream *stream;     /* of the last record (referenced) */
@@ -185,6 +186,13 @@ int dev_intr_check(dev_ctx *ctx, int rc);
 /* cuda/dev_stream.c: a stream of the context (the default one at open) */
 int dev_stream_new(dev_ctx *ctx, int priority, int nonblocking, int is_default,
                    void *wrap, dev_stream **out);
+
+/* cuda/dev_stream.c: events.  A graph holds the events its replays record
+ * (dev_event_retain; dev_event_release drops a reference); event_mark
+ * makes e stand for position pos of s (a record, or a replay's record of
+ * it), for the race checker too. */
+void dev_event_retain(dev_event *e);
+void event_mark(dev_event *e, dev_stream *s, uint64_t pos);
 
 /* Every call that enqueues work on s tests this first. */
 static inline int check_open(dev_stream *s) {

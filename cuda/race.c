@@ -320,7 +320,8 @@ static int check(dev_ctx *ctx, dev_stream *s, dev_buf *b, int write, const char 
   return DEV_OK;
 }
 
-static void note(dev_ctx *ctx, dev_stream *s, dev_buf *b, int write, const char *op) {
+/* The access of s's item at position pos. */
+static void note(dev_ctx *ctx, dev_stream *s, dev_buf *b, int write, const char *op, uint64_t pos) {
   struct race_buf *rb = buf_state(ctx, b, 1);
   if (!rb) return;   /* out of memory: this access goes unrecorded */
   struct race_stream *rs = s->race;
@@ -343,7 +344,7 @@ static void note(dev_ctx *ctx, dev_stream *s, dev_buf *b, int write, const char 
       a = &rb->r[rb->nr++];
     }
   }
-  a->clock = rs->base + ctx->bk->stream_pos(s);
+  a->clock = rs->base + pos;
   a->sid = s->id;
   a->slot = rs->slot;
   a->is_default = (unsigned char)s->is_default;
@@ -352,51 +353,67 @@ static void note(dev_ctx *ctx, dev_stream *s, dev_buf *b, int write, const char 
   memcpy(a->site, ctx->site, sizeof a->site);
 }
 
-/* One access of an op: checked (commit 0) or recorded (commit 1; reads in
- * pass 0, writes in pass 1, so that a write clears the op's own reads). */
-static int one(dev_ctx *ctx, dev_stream *s, dev_buf *b, int write, const char *op, int commit, int pass) {
+/* One access of an op: checked (commit 0) or recorded at position pos
+ * (commit 1; reads in pass 0, writes in pass 1, so that a write clears the
+ * op's own reads). */
+static int one(dev_ctx *ctx, dev_stream *s, dev_buf *b, int write, const char *op, int commit, int pass,
+               uint64_t pos) {
   if (!commit) return check(ctx, s, b, write, op);
-  if (pass == write) note(ctx, s, b, write, op);
+  if (pass == write) note(ctx, s, b, write, op, pos);
   return DEV_OK;
 }
 
-/* The op just enqueued (its position is the stream's now): the joins that
- * the checks assumed, made for it and later items.  Out of memory: false,
- * and its accesses go unrecorded. */
-static int enqueued(dev_ctx *ctx, dev_stream *s) {
-  return item_after(ctx, s, ctx->bk->stream_pos(s) - 1) != NULL;
+/* The item just enqueued at position pos (the stream's now, or one of a
+ * replay's): the joins that the checks assumed, made for it and later
+ * items.  Out of memory: false, and its accesses go unrecorded. */
+static int enqueued(dev_ctx *ctx, dev_stream *s, uint64_t pos) {
+  return item_after(ctx, s, pos - 1) != NULL;
 }
 
-int race_op(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit) {
-  if (commit && !enqueued(ctx, s)) return DEV_OK;
+static int op_at(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit, uint64_t pos) {
+  if (commit && !enqueued(ctx, s, pos)) return DEV_OK;
   const char *name = dev_op_name(op);
   int rc;
   for (int pass = 0; pass < 1 + commit; pass++) {
     if (op->kind == DEV_OP_LAUNCH) {
       const dev_launch *l = op->launch;
       for (int i = 0; i < l->nbufs; i++)
-        if ((rc = one(ctx, s, l->bufs[i], l->writes[i] != 0, name, commit, pass))) return rc;
+        if ((rc = one(ctx, s, l->bufs[i], l->writes[i] != 0, name, commit, pass, pos))) return rc;
     } else if (op->kind != DEV_OP_SLEEP) {
       for (int i = 0; i < op->nin; i++)
-        if ((rc = one(ctx, s, op->in[i].buf, 0, name, commit, pass))) return rc;
-      if ((rc = one(ctx, s, op->out.buf, 1, name, commit, pass))) return rc;
+        if ((rc = one(ctx, s, op->in[i].buf, 0, name, commit, pass, pos))) return rc;
+      if ((rc = one(ctx, s, op->out.buf, 1, name, commit, pass, pos))) return rc;
     }
   }
   return DEV_OK;
 }
 
-int race_coll(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, int commit) {
-  if (commit && !enqueued(ctx, s)) return DEV_OK;
+static int coll_at(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, int commit, uint64_t pos) {
+  if (commit && !enqueued(ctx, s, pos)) return DEV_OK;
   const char *name = n > 1 ? "group" : dev_coll_name(c->kind);
   int rc;
   for (int pass = 0; pass < 1 + commit; pass++)
     for (int i = 0; i < n; i++) {
-      if (c[i].kind != DEV_COLL_RECV && (rc = one(ctx, s, c[i].send.buf, 0, name, commit, pass)))
+      if (c[i].kind != DEV_COLL_RECV && (rc = one(ctx, s, c[i].send.buf, 0, name, commit, pass, pos)))
         return rc;
-      if (c[i].kind != DEV_COLL_SEND && (rc = one(ctx, s, c[i].recv.buf, 1, name, commit, pass)))
+      if (c[i].kind != DEV_COLL_SEND && (rc = one(ctx, s, c[i].recv.buf, 1, name, commit, pass, pos)))
         return rc;
     }
   return DEV_OK;
+}
+
+int race_op(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit) {
+  return op_at(ctx, s, op, commit, ctx->bk->stream_pos(s));
+}
+
+int race_coll(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, int commit) {
+  return coll_at(ctx, s, c, n, commit, ctx->bk->stream_pos(s));
+}
+
+void race_op_at(dev_ctx *ctx, dev_stream *s, const dev_kop *op, uint64_t pos) { op_at(ctx, s, op, 1, pos); }
+
+void race_coll_at(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, uint64_t pos) {
+  coll_at(ctx, s, c, n, 1, pos);
 }
 
 /* ---- order ------------------------------------------------------------ */

@@ -14,6 +14,10 @@ int race_set(dev_ctx *ctx, int on);
  * with unordered work of other streams; commit 1: after, record them */
 int race_op(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit);
 int race_coll(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, int commit);
+/* commit 1 for an op or collective of a replay, which takes several
+ * positions of s: the one of its stretch between the replay's records */
+void race_op_at(dev_ctx *ctx, dev_stream *s, const dev_kop *op, uint64_t pos);
+void race_coll_at(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n, uint64_t pos);
 /* s now waits for other's queued work, or for e's record */
 void race_wait(dev_stream *s, dev_stream *other, dev_event *e);
 void race_record(dev_event *e, dev_stream *s);

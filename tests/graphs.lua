@@ -2,7 +2,9 @@
 -- replays it.  Checked: replays equal the ops run directly (chains, inputs
 -- refilled between replays, several streams joined by events, run-time
 -- kernels), what the graph owns and keeps alive (tensors dropped after the
--- capture, a graph closed with replays queued), graphs inside tasks, errors
+-- capture, a graph closed with replays queued), events recorded in a
+-- capture (recorded by every replay where the capture did; never recorded
+-- before the first), graphs inside tasks, errors
 -- in a replay, and the calls that cannot be captured: each raises at its
 -- own line, abandons the capture and leaves the runtime usable.  The file
 -- runs itself again under GPULUA_HOST_JITTER=1 on the host backend.
@@ -264,6 +266,132 @@ T.test("a trace shows a replay as one span named by the graph", function()
   T.ok(found, "a span named 'bump'")
   T.is(found and found.stream, s.id, "on the launch stream")
   T.is(found and found.site, debug.getinfo(1, "S").short_src .. ":" .. (line + 1), "with the launch line")
+end)
+
+-- issue 35: an event recorded inside a capture is an event-record node (as
+-- CUDA's cudaEventRecordExternal): each replay records it where the
+-- capture did; before the first replay it was never recorded
+T.test("an event recorded in a capture is recorded by every replay", function()
+  local x = gpu.ones({ 1000 })
+  local ev
+  local g <close>, y = gpu.graph(function(s)
+    gpu.sleep(200)                              -- b would read zeros if not ordered
+    local r = x:mul(2)
+    ev = s:record()
+    return r
+  end)
+  local a <close> = gpu.stream()
+  local b <close> = gpu.stream{ nonblocking = true }
+  T.is(ev.recorded, false, "before any replay the event was never recorded")
+  T.is(ev:query(), true, "so it queries true, as a fresh gpu.event() (and CUDA)")
+  ev:synchronize()                              -- returns at once, as for a fresh event
+  b:wait(ev)                                    -- orders nothing
+  T.is(b:query(), true, "a wait for it holds nothing")
+  gpu.sleep(300, { stream = a })                -- holds the replay behind it
+  g:launch(a)
+  T.is(ev.recorded, true, "a replay records it")
+  T.is(ev:query(), false, "pending while the replay has not reached the record")
+  b:wait(ev)
+  local r = y:add(0, { stream = b })
+  T.is(r:sum({ stream = b }):item({ stream = b }), 2000, "a stream that waits for it sees the replay's result")
+  T.is(ev:query(), true, "done once the waiting stream's work is (ordered by the event)")
+  -- a second replay records it again
+  x:fill(3, { stream = a })
+  gpu.sleep(300, { stream = a })
+  g:launch(a)
+  T.is(ev:query(), false, "the next replay records it again: pending")
+  ev:synchronize()
+  T.is(ev:query(), true, "done after ev:synchronize()")
+  T.is(y:add(0, { stream = b }):sum({ stream = b }):item({ stream = b }), 6000, "and the replay's result is there")
+  a:synchronize()
+  ev:close()
+  g:launch(a)                                   -- a closed event: replays go on
+  a:synchronize()
+  T.is(y:sum():item(), 6000, "replays go on after the script closed the event")
+end)
+
+T.test("a replay records the event where the capture did, not at its end", function()
+  local x = gpu.ones({ 100 })
+  local mid, fresh = nil, gpu.event()
+  fresh:record()                                -- recorded outside, then inside
+  local g <close>, y1, y2 = gpu.graph(function(s)
+    local r1 = x:mul(2)
+    mid = s:record()
+    fresh:record(s)
+    gpu.sleep(500)                              -- the rest of the replay is held
+    return r1, x:mul(3)
+  end)
+  fresh:synchronize()
+  T.is(fresh:query(), true, "the capture left the earlier record as it was")
+  local a <close> = gpu.stream()
+  local b <close> = gpu.stream{ nonblocking = true }
+  g:launch(a)
+  b:wait(mid)
+  local r = y1:add(1, { stream = b })
+  T.is(r:totable({ stream = b })[100], 3.0, "the work before the record is seen")
+  T.is(mid:query(), true, "the record was reached")
+  T.is(a:query(), false, "while the replay's stream is still held after it")
+  T.is(fresh:query(), true, "an event recorded outside, then inside: recorded by the replay too")
+  a:synchronize()
+  T.is(y2:sum():item(), 300, "the replay ends as captured")
+  mid:close(); fresh:close()
+end)
+
+T.test("timing events recorded in a capture measure a replay", function()
+  local e1, e2
+  local g <close> = gpu.graph(function(s)
+    e1 = s:record()
+    gpu.sleep(20)
+    e2 = gpu.event{ timing = true }
+    e2:record(s)
+  end)
+  T.raises_at(function() return e2 - e1 end, "never recorded", "before a replay they were never recorded")
+  local a <close> = gpu.stream()
+  g:launch(a)
+  e2:synchronize()
+  local ms = e2 - e1
+  T.is(math.type(ms), "float", "after it, e2 - e1 is a number of milliseconds")
+  e1:close(); e2:close()
+end)
+
+T.test("the race checker orders a replay's record with its ops", function()
+  local was = gpu.check_races(true)
+  local x = gpu.ones({ 64 })
+  local mid
+  local g <close>, y1, y2 = gpu.graph(function(s)
+    local r1 = x:mul(2)
+    mid = s:record()
+    return r1, x:mul(3)
+  end)
+  local a <close> = gpu.stream()
+  local b <close> = gpu.stream()
+  gpu.synchronize()
+  g:launch(a)
+  b:wait(mid)
+  T.is(y1:add(1, { stream = b }):sum({ stream = b }):item({ stream = b }), 192,
+       "work before the record is ordered by the wait")
+  local msg = T.raises_at(function() y2:add(1, { stream = b }) end, "race",
+                          "work after the record is not ordered by it")
+  T.ok(msg and msg:find("'mul'"), "naming the op of the replay: " .. tostring(msg))
+  a:synchronize()
+  mid:close()
+  gpu.check_races(was)
+end)
+
+T.test("the issue's script runs clean under --check races (a child)", function()
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write([[
+local x = gpu.ones({1000}); local ev
+local g, y = gpu.graph(function(s) gpu.sleep(200); local r = x:mul(2); ev = s:record(); return r end)
+local a, b = gpu.stream(), gpu.stream(); g:launch(a); b:wait(ev)
+print("sum", y:add(0, {stream = b}):sum({stream = b}):item({stream = b}))
+]])
+  f:close()
+  local out, ok = T.run("GPULUA_CHECK=", "--check races " .. path)
+  os.remove(path)
+  T.ok(ok and out:find("sum\t2000", 1, true), "b sees the replay's result and no race is reported")
+  if not ok then T.diag(out) end
 end)
 
 -- what cannot be replayed raises at its line and abandons the capture

@@ -5,8 +5,11 @@
 -- in a python3 child).  Float dtypes accumulate in at least f32 (f16/bf16
 -- too, as cuBLAS does with CUBLAS_COMPUTE_32F), so the oracle computes in
 -- float64 and the result must be within a tolerance relative to
--- sum |a_ik b_kj| at each entry; integer products are exact.  Runs on the
--- backend of the suite (GPULUA_DEVICE=cuda: cuBLAS).  Skips without numpy.
+-- sum |a_ik b_kj| at each entry; integer products wrap as NumPy's integer
+-- matmul does (issue 35: they saturated), checked against np.matmul in the
+-- dtype itself, with operands over the whole range of each integer dtype
+-- too.  Runs on the backend of the suite (GPULUA_DEVICE=cuda: cuBLAS).
+-- Skips without numpy.
 local gpu = require "gpu"
 local T = require "gpu.test"
 
@@ -48,7 +51,7 @@ local function matrix(dt, shape, layout)
   return rand(dt, shape)
 end
 
-local DTYPES = { "f32", "f64", "f16", "bf16", "i32", "i64", "i8" }
+local DTYPES = { "f32", "f64", "f16", "bf16", "i32", "i64", "i8", "u8" }
 local LAYOUTS = { "c", "t", "slice" }
 
 for _, dt in ipairs(DTYPES) do
@@ -86,6 +89,32 @@ for _, dt in ipairs(DTYPES) do
   case(dt .. " 4 x 9 (transposed) @ 9 x 1", dt, m:t(), col, gpu.matmul(m:t(), col))
 end
 
+-- integer products past the dtype's range wrap (issue 35): ones of i8
+-- (100 @ 100 fits), twos past 127, and operands over each dtype's range
+T.test("i8 matmul wraps past 127 as elementwise arithmetic does", function()
+  local o = gpu.ones({ 100, 100 }, { dtype = "i8" })
+  T.is(o:matmul(o):get(1, 1), 100, "100 x (1 * 1) fits")
+  local a, b = gpu.full({ 2, 100 }, 2, { dtype = "i8" }), gpu.ones({ 100, 3 }, { dtype = "i8" })
+  T.is(a:matmul(b):get(2, 3), 200 - 256, "100 x (2 * 1) = 200 wraps to -56")
+  T.is(gpu.full({ 1 }, 100, { dtype = "i8" }):add(100):item(), 200 - 256, "as elementwise 100 + 100 does")
+end)
+
+local RANGE = { i8 = { -128, 128 }, u8 = { 0, 256 }, i32 = { -(1 << 31), 1 << 31 },
+                i64 = { -(1 << 62), 1 << 62 } }
+for _, dt in ipairs({ "i8", "u8", "i32", "i64" }) do
+  local lo, hi = RANGE[dt][1], RANGE[dt][2]
+  local function big(shape)
+    seed = seed + 1
+    return gpu.rand(shape, { dtype = dt, seed = seed, low = lo, high = hi })
+  end
+  local a, b = big({ 9, 33 }), big({ 33, 5 })
+  case(dt .. " over the dtype's range (wraps)", dt, a, b, gpu.matmul(a, b))
+  local a3, b3 = big({ 2, 4, 17 }), big({ 2, 17, 3 })
+  case(dt .. " batched, over the dtype's range (wraps)", dt, a3, b3, gpu.matmul(a3, b3))
+  local at = big({ 33, 9 }):t()
+  case(dt .. " transposed, over the dtype's range (wraps)", dt, at, b, gpu.matmul(at, b))
+end
+
 local ORACLE = [=[
 import sys
 import numpy as np
@@ -112,13 +141,16 @@ def C(name, dt, pa, pb, pc):
                 return results.append((name, "shape %s, numpy %s" % (g.shape, ref.shape)))
             bad = np.flatnonzero(~(np.abs(g - ref) <= TOL[dt] * np.maximum(mag, 1e-30)))
         else:
-            # exact in int64, then wrapped to the dtype as gpulua stores it
-            ref = np.matmul(a.astype(np.int64), b.astype(np.int64))
-            g = got.astype(np.int64)
+            # NumPy's integer matmul in the dtype itself: it wraps
+            with np.errstate(over="ignore"):
+                ref = np.matmul(a, b)
+                # the same, as the exact sum modulo 2^64 cut to the dtype
+                wide = np.matmul(a.astype(np.uint64), b.astype(np.uint64)).astype(got.dtype)
+            if not np.array_equal(ref, wide):
+                return results.append((name, "oracle: numpy's matmul does not wrap here"))
+            g = got
             if g.shape != ref.shape:
                 return results.append((name, "shape %s, numpy %s" % (g.shape, ref.shape)))
-            info = np.iinfo(got.dtype)
-            ref = np.clip(ref, info.min, info.max)
             bad = np.flatnonzero(g != ref)
         if len(bad):
             i = bad[0]

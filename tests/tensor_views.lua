@@ -76,6 +76,30 @@ T.test("expand", function()
   T.raises_at(function() e:copy(gpu.zeros { 3, 4 }) end, msg, "copy into an expanded view raises")
   T.raises_at(function() e:zero_() end, msg, "zero_ of an expanded view raises")
   T.raises_at(function() gpu.zeros({ 3, 4 }):add(1, { out = e }) end, msg, "an expanded view as out raises")
+  -- issue 35: set wrote through it (all the rows that share the element)
+  local full = "the output is an expanded view %(stride 0 along dim 2%): several of its elements are one "
+            .. "memory location; write into t:clone%(%) instead"
+  T.raises_at(function() e:fill(0) end, "fill: " .. full, "fill's message")
+  T.raises_at(function() e:set(1, 1, 5) end, "set: " .. full, "set of an expanded view raises, as fill does")
+  for _, kind in ipairs({ "pinned", "host" }) do
+    local h = gpu.tensor({ 1, 2, 3 }, { device = kind }):view { 3, 1 }:expand { 3, 4 }
+    T.raises_at(function() h:set(2, 3, 5) end, "set: " .. full, "set of an expanded " .. kind .. " view raises")
+    T.is(h:totable()[2], { 2, 2, 2, 2 }, "and leaves the " .. kind .. " tensor as it was")
+  end
+  T.raises_at(function() e:masked_fill_(gpu.ones({ 3, 4 }, { dtype = "bool" }), 2) end, msg, "masked_fill_ raises")
+  T.raises_at(function() e:scatter_add_(1, gpu.ones({ 1, 4 }, { dtype = "i64" }), gpu.ones { 1, 4 }) end, msg,
+              "scatter_add_ raises")
+  T.raises_at(function() e:copy(gpu.zeros({ 3, 4 }, { device = "host" })) end, msg,
+              "a copy from pageable memory into an expanded view raises")
+  T.raises_at(function() gpu.ones({ 3, 4 }):cumsum(1, { out = e }) end, msg, "cumsum into an expanded out raises")
+  T.raises_at(function() gpu.matmul(gpu.ones { 3, 2 }, gpu.ones { 2, 4 }, { out = e }) end, msg,
+              "matmul into an expanded out raises")
+  T.raises_at(function() gpu.ones({ 3, 4 }):gather(1, gpu.ones({ 3, 4 }, { dtype = "i64" }), { out = e }) end, msg,
+              "gather into an expanded out raises")
+  T.raises_at(function() gpu.ones({ 3, 4 }):sum({ dim = 1, out = gpu.zeros({ 1 }):expand { 4 } }) end, msg,
+              "a reduction into an expanded out raises")
+  T.raises(function() e[1] = 5 end, "read%-only", "t[i] = v is not a write (fields are read-only)")
+  T.is(e:select(1, 2):totable(), { 2, 2, 2, 2 }, "the view reads as before")
   T.is(c:totable(), { { 1 }, { 2 }, { 3 } }, "the base is untouched")
   T.is(c:expand { 3, 4 }:clone():fill(7):sum():item(), 84.0, "a clone of an expanded view is writable")
   T.is(e:select(2, 1):clone():add_(1):totable(), { 2, 3, 4 }, "a slice of size 1 along the expanded dim")

@@ -7,7 +7,10 @@
  *   the application's C kernels, which enqueue on the stream they are
  *   given), records and waits as cudaEventRecord and cudaStreamWaitEvent
  *   on private events, so that the capture's fork/join becomes the graph's
- *   edges; collectives as NCCL's own calls (cuda/cuda/nccl.c), which NCCL
+ *   edges; a record of the script's event also as cudaEventRecordWithFlags
+ *   (cudaEventRecordExternal): an event-record node, which records that
+ *   event on every replay (the device layer marks it: dev_graph.c);
+ *   collectives as NCCL's own calls (cuda/cuda/nccl.c), which NCCL
  *   turns into nodes.  Nothing else runs on this thread meanwhile, so the script never
  *   runs with CUDA in capture mode, and nothing in the runtime can break a
  *   capture.
@@ -68,6 +71,16 @@ static void cgraph_free(cgraph *cg) {
   free(cg);
 }
 
+/* A record or wait of the capture's fork/join, on s; a record of the
+ * script's event records that event too (an event-record node). */
+static cudaError_t build_sync(cudaStream_t s, const dev_gexec *gx, const dev_gnode *nd, cudaEvent_t *ev) {
+  if (nd->kind == DEV_GN_WAIT) return cudaStreamWaitEvent(s, ev[nd->event], 0);
+  cudaError_t e = cudaEventRecord(ev[nd->event], s);
+  dev_event *user = gx->events ? gx->events[nd->event] : NULL;
+  if (e == cudaSuccess && user) e = cudaEventRecordWithFlags((cudaEvent_t)user->impl, s, cudaEventRecordExternal);
+  return e;
+}
+
 int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx) {
   int rc = DEV_OK;
   cudaError_t e = cudaSuccess;
@@ -121,8 +134,8 @@ int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx) {
       }
       continue;
     }
-    e = nd->kind == DEV_GN_RECORD ? cudaEventRecord(ev[nd->event], s) : cudaStreamWaitEvent(s, ev[nd->event], 0);
-    if (e != cudaSuccess) rc = cuda_error(ctx, e, nd->kind == DEV_GN_RECORD ? "graph: record" : "graph: wait");
+    if ((e = build_sync(s, gx, nd, ev)) != cudaSuccess)
+      rc = cuda_error(ctx, e, nd->kind == DEV_GN_RECORD ? "graph: record" : "graph: wait");
   }
   /* always ended, failed or not: the streams leave capture mode */
   e = cudaStreamEndCapture(st[0], &cg->graph);
@@ -150,6 +163,15 @@ done:
   return DEV_OK;
 }
 
+/* A replay is on s: its positions, one per record of a script's event and
+ * then its end (backend.h); the events themselves are recorded by their
+ * nodes, and answer queries and waits exactly. */
+static int replay_enqueued(dev_stream *s, const dev_gexec *gx, const cgraph *cg) {
+  int rc = DEV_OK;
+  for (int k = 0; k < gx->nrec && rc == DEV_OK; k++) rc = cuda_enqueued(s, cg->label, 0);
+  return rc == DEV_OK ? cuda_enqueued(s, cg->label, cg->host) : rc;
+}
+
 /* One replay on s; while tracing, one span on s named by the graph. */
 int cuda_graph_launch(dev_stream *s, const dev_gexec *gx, uint64_t seq) {
   cgraph *cg = gx->impl;
@@ -163,10 +185,10 @@ int cuda_graph_launch(dev_stream *s, const dev_gexec *gx, uint64_t seq) {
   } else if (cg->comm) {
     /* checked and watched as its collectives, launched under the communicator's lock */
     rc = cuda_comm_replay(cg->comm, st, cg->exec, gx, seq, cg->label);
-    if (rc == DEV_OK) rc = cuda_enqueued(s, cg->label, cg->host);
+    if (rc == DEV_OK) rc = replay_enqueued(s, gx, cg);
   } else {
     cudaError_t e = cudaGraphLaunch(cg->exec, st);
-    rc = e != cudaSuccess ? cuda_error(ctx, e, cg->label) : cuda_enqueued(s, cg->label, cg->host);
+    rc = e != cudaSuccess ? cuda_error(ctx, e, cg->label) : replay_enqueued(s, gx, cg);
   }
   if (!tm.ev) return rc;
   dev_trace_rec r;

@@ -1,7 +1,8 @@
 /* DEV_OP_MATMUL for the integer dtypes (i8 u8 i32 i64): out = in[0] @ in[1],
- * accumulated in double in the host's order (p ascending, no FMA) and stored
- * with the saturating rule, so it is exact while every partial sum stays
- * below 2^53.  Float dtypes go through cuBLAS in the backend. */
+ * accumulated in 64-bit integers with wrapping (unsigned) arithmetic and
+ * stored wrapped to the dtype's width, as the host does and as elementwise
+ * integer arithmetic (and NumPy's and PyTorch's matmul) wrap: the result is
+ * the exact sum modulo 2^bits.  Float dtypes go through cuBLAS. */
 #include "k_common.cuh"
 
 K_MODULE(matmul_int)
@@ -20,23 +21,23 @@ template <int T>
 __global__ void __launch_bounds__(MT * MT) matmul_int_kernel(kmat a, kmat b, kmat c, int m, int n, int k)
 {
   typedef typename kt<T>::S S;
-  __shared__ double as[MT][MT + 1], bs[MT][MT + 1];
+  __shared__ unsigned long long as[MT][MT + 1], bs[MT][MT + 1];
   int tx = threadIdx.x, ty = threadIdx.y;
   int mt = (m + MT - 1) / MT, nt = (n + MT - 1) / MT;
   /* tile loops with block-uniform bounds: the barriers are reached by all */
   for (int rt = blockIdx.y; rt < mt; rt += gridDim.y) {
     for (int ct = blockIdx.x; ct < nt; ct += gridDim.x) {
       int row = rt * MT + ty, col = ct * MT + tx;
-      double acc = 0;
+      unsigned long long acc = 0;
       for (int p0 = 0; p0 < k; p0 += MT) {
-        as[ty][tx] = row < m && p0 + tx < k ? k_load_d<T>(((const S *)a.p)[row * a.s0 + (int64_t)(p0 + tx) * a.s1]) : 0.0;
-        bs[ty][tx] = p0 + ty < k && col < n ? k_load_d<T>(((const S *)b.p)[(int64_t)(p0 + ty) * b.s0 + col * b.s1]) : 0.0;
+        as[ty][tx] = row < m && p0 + tx < k ? (unsigned long long)k_load_i<T>(((const S *)a.p)[row * a.s0 + (int64_t)(p0 + tx) * a.s1]) : 0ull;
+        bs[ty][tx] = p0 + ty < k && col < n ? (unsigned long long)k_load_i<T>(((const S *)b.p)[(int64_t)(p0 + ty) * b.s0 + col * b.s1]) : 0ull;
         __syncthreads();
         int kk = min(MT, k - p0);
-        for (int q = 0; q < kk; q++) acc = k_dadd(acc, k_dmul(as[ty][q], bs[q][tx]));
+        for (int q = 0; q < kk; q++) acc += as[ty][q] * bs[q][tx];
         __syncthreads();
       }
-      if (row < m && col < n) ((S *)c.p)[row * c.s0 + col * c.s1] = k_store_d<T>(acc);
+      if (row < m && col < n) ((S *)c.p)[row * c.s0 + col * c.s1] = k_store_i<T>((int64_t)acc);
     }
   }
 }

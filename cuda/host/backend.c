@@ -45,6 +45,7 @@ typedef struct item {
   int ncoll;
   uint64_t seq_coll;            /* IT_GRAPH too: its first collective's number */
   const dev_gexec *gx;          /* IT_GRAPH: kept by the graph's life buffer until done */
+  hrec **recs;                  /* IT_GRAPH: per record of a script's event, its timestamp (NULL: none) */
   unsigned tgen;                /* the tracing session it was enqueued in, 0: none */
   char site[DEV_SITE_LEN];
 } item;
@@ -133,19 +134,38 @@ static int run_op(const dev_kop *op, int *hk, char *msg, size_t n) {
   return *hk ? hk_launch(op->launch, msg, n) : dev_cpu_run(op, msg, n < 256 ? n : 256);
 }
 
+/* The stream has done everything up to pos: waits and watches see it. */
+static void advance(hstream *hs, uint64_t pos) {
+  pthread_mutex_lock(&hs->mu);
+  atomic_store(&hs->done, pos);
+  pthread_cond_broadcast(&hs->donecv);
+  pthread_mutex_unlock(&hs->mu);
+  dev_progress_signal(hs->ctx);
+}
+
 /* A replay: the graph's ops in capture order (a topological order of its
  * nodes; the records and waits between its streams are met by it); the
- * first failure ends it, naming the graph, its capture and the op's line. */
+ * first failure ends it, naming the graph, its capture and the op's line.
+ * Its record of a script's event (the k-th) is its position k on the
+ * stream (backend.h): the stream is done up to there. */
 static void run_graph(hstream *hs, item *it, uint64_t t0) {
   dev_ctx *ctx = hs->ctx;
   const dev_gexec *gx = it->gx;
   char msg[1024];
-  int hk;
+  int hk, k = 0;
   uint64_t seq = it->seq_coll;
   int failed = 0;
   dev_note_running(ctx, 1);
   for (int i = 0; i < gx->n; i++) {
     const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind == DEV_GN_RECORD && gx->events && gx->events[nd->event]) {
+      if (it->recs[k]) {
+        it->recs[k]->t_ns = now_ns();
+        rec_release(it->recs[k]);
+      }
+      advance(hs, it->seq - (uint64_t)gx->nrec - 1 + (uint64_t)++k);
+      continue;
+    }
     if (nd->kind == DEV_GN_COLL) {
       /* after a failure the collectives are still taken in turn (failed),
        * so that later ones, on any stream, are not kept waiting */
@@ -167,6 +187,7 @@ static void run_graph(hstream *hs, item *it, uint64_t t0) {
     }
   }
   dev_note_running(ctx, -1);
+  free(it->recs);
   if (it->tgen) {
     dev_trace_rec r;
     memset(&r, 0, sizeof r);
@@ -244,37 +265,39 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&hs->mu);
 
     run_item(hs, it);
-
-    pthread_mutex_lock(&hs->mu);
-    atomic_store(&hs->done, it->seq);
-    pthread_cond_broadcast(&hs->donecv);
-    pthread_mutex_unlock(&hs->mu);
-    dev_progress_signal(hs->ctx);
+    advance(hs, it->seq);
     free(it);
   }
   return NULL;
 }
 
+/* The stream's worker, started on first use. */
+static int start(dev_stream *s) {
+  hstream *hs = s->impl;
+  if (hs->started) return DEV_OK;
+  /* the worker takes no signals: Ctrl-C reaches the interpreter thread */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int e = pthread_create(&hs->th, NULL, worker, hs);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (e) return dev_fail(s->ctx, DEV_ERR_DEVICE, "cannot start a stream worker thread: %s", strerror(e));
+  hs->started = 1;
+  return DEV_OK;
+}
+
 static int push(dev_stream *s, item *it) {
   hstream *hs = s->impl;
-  if (!hs->started) {
-    /* the worker takes no signals: Ctrl-C reaches the interpreter thread */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&hs->th, NULL, worker, hs);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e) {
-      free(it->launch);
-      free(it);
-      return dev_fail(s->ctx, DEV_ERR_DEVICE, "cannot start a stream worker thread: %s",
-                      strerror(e));
-    }
-    hs->started = 1;
+  int rc = start(s);
+  if (rc) {
+    free(it->launch);
+    free(it);
+    return rc;
   }
   memcpy(it->site, s->ctx->site, sizeof it->site);  /* both DEV_SITE_LEN, NUL-terminated */
   if (it->kind == IT_OP || it->kind == IT_COLL || it->kind == IT_GRAPH) it->tgen = s->ctx->trace_gen;
-  it->seq = ++hs->enq;
+  /* a replay takes a position per record of a script's event, then its own */
+  it->seq = hs->enq += 1 + (it->kind == IT_GRAPH ? (uint64_t)it->gx->nrec : 0);
   pthread_mutex_lock(&hs->mu);
   if (hs->tail) hs->tail->next = it; else hs->head = it;
   hs->tail = it;
@@ -557,11 +580,51 @@ static int h_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
   return rc;
 }
 
+/* The timestamps of a replay's records of the script's timing events
+ * (each held by the item and by its event), NULL for an event without
+ * timing; *out NULL when the graph records none. */
+static int graph_recs(dev_stream *s, const dev_gexec *gx, hrec ***out) {
+  *out = NULL;
+  if (gx->nrec == 0) return DEV_OK;
+  hrec **recs = calloc((size_t)gx->nrec, sizeof *recs);
+  int k = 0, ok = recs != NULL;
+  for (int i = 0; ok && i < gx->n; i++) {
+    const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind != DEV_GN_RECORD || !gx->events[nd->event]) continue;
+    if (gx->events[nd->event]->timing && (ok = (recs[k] = calloc(1, sizeof **recs)) != NULL))
+      atomic_init(&recs[k]->refs, 2);
+    k++;
+  }
+  if (!ok) {
+    for (int i = 0; recs && i < gx->nrec; i++) free(recs[i]);
+    free(recs);
+    return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a graph replay");
+  }
+  *out = recs;
+  return DEV_OK;
+}
+
 static int h_graph_launch(dev_stream *s, const dev_gexec *gx, uint64_t seq) {
+  /* started first: then push cannot fail once the events hold the new records */
   int rc = legacy_order(s);
+  if (rc == DEV_OK) rc = start(s);
   if (rc) return rc;
   item *it = calloc(1, sizeof *it);
   if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a graph replay");
+  if ((rc = graph_recs(s, gx, &it->recs))) {
+    free(it);
+    return rc;
+  }
+  for (int i = 0, k = 0; it->recs && i < gx->n; i++) {
+    const dev_gnode *nd = &gx->nodes[i];
+    if (nd->kind != DEV_GN_RECORD || !gx->events[nd->event]) continue;
+    dev_event *e = gx->events[nd->event];
+    if (it->recs[k]) {
+      rec_release(e->impl);
+      e->impl = it->recs[k];
+    }
+    k++;
+  }
   it->kind = IT_GRAPH;
   it->gx = gx;
   it->seq_coll = seq;
