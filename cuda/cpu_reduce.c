@@ -7,6 +7,110 @@
 #include "cpu_priv.h"
 #include "ops.h"
 
+/* A reduction's running state: the sums and products (float sources in
+ * double, integer and bool ones in wrapping int64), the best value so far
+ * and its position, any/all's truth; p is norm's order, shift the mean or
+ * the maximum of a first pass. */
+typedef struct racc {
+  int code, isint;
+  double sum, best, prod, p, shift;
+  uint64_t isum, iprod;
+  int64_t ibest, at, truth;
+} racc;
+
+/* The largest (max, argmax, logsumexp's first pass) or smallest element of
+ * a block, the first NaN winning for floats; at counts from done. */
+static void acc_best(racc *a, const block *b, int64_t done, int64_t k, int max)
+{
+  int64_t j;
+  if (!a->isint) {
+    for (j = 0; j < k && a->best == a->best; j++)
+      if ((max ? b->d[j] > a->best : b->d[j] < a->best) || b->d[j] != b->d[j]) {
+        a->best = b->d[j];
+        a->at = done + j;
+      }
+  } else {
+    for (j = 0; j < k; j++)
+      if (max ? b->i[j] > a->ibest : b->i[j] < a->ibest) { a->ibest = b->i[j]; a->at = done + j; }
+  }
+}
+
+/* norm of order p: inf the largest magnitude (NaN winning as for max), else
+ * the sum of |x|^p */
+static void acc_norm(racc *a, const block *b, int64_t done, int64_t k)
+{
+  int64_t j;
+  double p = a->p;
+  if (isinf(p)) {
+    if (done == 0) a->best = fabs(a->best);
+    for (j = 0; j < k && a->best == a->best; j++)
+      if (fabs(b->d[j]) > a->best || b->d[j] != b->d[j]) a->best = fabs(b->d[j]);
+  } else if (p == 1) {
+    for (j = 0; j < k; j++) a->sum += fabs(b->d[j]);
+  } else if (p == 2) {
+    for (j = 0; j < k; j++) a->sum += b->d[j] * b->d[j];
+  } else {
+    for (j = 0; j < k; j++) a->sum += pow(fabs(b->d[j]), p);
+  }
+}
+
+/* One block of k elements, the done-th to the (done+k-1)-th, of pass pass. */
+static void acc_block(racc *a, const block *b, int64_t done, int64_t k, int pass)
+{
+  int code = a->code, isint = a->isint;
+  int64_t j;
+  switch (code) {
+  case DEV_RED_SUM: case DEV_RED_MEAN:
+    if (!isint) for (j = 0; j < k; j++) a->sum += b->d[j];
+    else if (code == DEV_RED_SUM) for (j = 0; j < k; j++) a->isum += (uint64_t)b->i[j];
+    else for (j = 0; j < k; j++) a->sum += (double)b->i[j];
+    break;
+  case DEV_RED_PROD:
+    if (!isint) for (j = 0; j < k; j++) a->prod *= b->d[j];
+    else for (j = 0; j < k; j++) a->iprod *= (uint64_t)b->i[j];
+    break;
+  case DEV_RED_MAX: case DEV_RED_ARGMAX: case DEV_RED_LOGSUMEXP:
+    if (pass == 1) for (j = 0; j < k; j++) a->sum += exp(b->d[j] - a->shift);
+    else acc_best(a, b, done, k, 1);
+    break;
+  case DEV_RED_MIN: case DEV_RED_ARGMIN:
+    acc_best(a, b, done, k, 0);
+    break;
+  case DEV_RED_VAR: case DEV_RED_STD:
+    if (pass == 0) for (j = 0; j < k; j++) a->sum += b->d[j];
+    else for (j = 0; j < k; j++) a->sum += (b->d[j] - a->shift) * (b->d[j] - a->shift);
+    break;
+  case DEV_RED_NORM:
+    acc_norm(a, b, done, k);
+    break;
+  case DEV_RED_ANY: case DEV_RED_ALL:
+    /* any: a nonzero (NaN is one) decides; all: a zero */
+    for (j = 0; j < k && a->truth == (code == DEV_RED_ALL); j++)
+      if ((isint ? b->i[j] != 0 : b->d[j] != 0) != a->truth) a->truth = !a->truth;
+    break;
+  default: break;
+  }
+}
+
+/* The result of len elements, in *d or *i (see red_class). */
+static void acc_result(const racc *a, int64_t len, dev_scalar opt, double *d, int64_t *i)
+{
+  double sum = a->sum, best = a->best, p = a->p;
+  int isint = a->isint;
+  switch (a->code) {
+  case DEV_RED_SUM: if (isint) *i = sc_wrap64(a->isum); else *d = sum; break;
+  case DEV_RED_PROD: if (isint) *i = sc_wrap64(a->iprod); else *d = a->prod; break;
+  case DEV_RED_MEAN: *d = sum / (double)len; break;
+  case DEV_RED_ARGMAX: case DEV_RED_ARGMIN: *i = a->at + 1; break;
+  case DEV_RED_ANY: case DEV_RED_ALL: *i = a->truth; break;
+  case DEV_RED_VAR: *d = sum / (double)(len - opt.i); break;
+  case DEV_RED_STD: *d = sqrt(sum / (double)(len - opt.i)); break;
+  case DEV_RED_NORM: *d = isinf(p) ? best : p == 1 ? sum : p == 2 ? sqrt(sum) : pow(sum, 1 / p); break;
+  case DEV_RED_LOGSUMEXP: *d = best != best || isinf(best) ? best : best + log(sum); break;
+  default: if (isint) *i = a->ibest; else *d = best; break;
+  }
+}
+
 /* Reduces the len elements w yields.  Float sources are read as double,
  * integer and bool ones as int64.  The result goes to *d or *i (see
  * red_class); argmax/argmin give the 1-based position of the first maximum
@@ -14,97 +118,31 @@
  * copy of w): the mean, or the maximum, first. */
 static void reduce_walk(walk *w, dev_dtype t, int code, int64_t len, dev_scalar opt, double *d, int64_t *i)
 {
-  int isint = class_of(t) == C_INT;
-  double sum = 0, best = 0, prod = 1, p = opt.f, shift = 0;
-  uint64_t isum = 0, iprod = 1;
-  int64_t ibest = 0, at = 0, done, k, j, truth = code == DEV_RED_ALL;
+  racc a = {.code = code, .isint = class_of(t) == C_INT, .prod = 1, .p = opt.f, .iprod = 1,
+            .truth = code == DEV_RED_ALL};
+  int64_t done, k;
   int pass, npass = code == DEV_RED_VAR || code == DEV_RED_STD || code == DEV_RED_LOGSUMEXP ? 2 : 1;
   walk w0 = *w;
   block b;
   for (pass = 0; pass < npass; pass++) {
     if (pass == 1) {
       *w = w0;
-      shift = code == DEV_RED_LOGSUMEXP ? best : sum / (double)len;
-      if (code == DEV_RED_LOGSUMEXP && (best != best || isinf(best))) break;   /* NaN, or +-inf: the max */
-      sum = 0;
+      a.shift = code == DEV_RED_LOGSUMEXP ? a.best : a.sum / (double)len;
+      if (code == DEV_RED_LOGSUMEXP && (a.best != a.best || isinf(a.best))) break;   /* NaN, or +-inf: the max */
+      a.sum = 0;
     }
     for (done = 0; done < len; done += k) {
       k = min64(BLK, len - done);
-      walk_load(w, t, isint ? C_INT : C_DOUBLE, k, &b);
+      walk_load(w, t, a.isint ? C_INT : C_DOUBLE, k, &b);
       if (done == 0 && pass == 0) {
-        if (isint) ibest = b.i[0];
-        else best = b.d[0];
+        if (a.isint) a.ibest = b.i[0];
+        else a.best = b.d[0];
       }
-      switch (code) {
-      case DEV_RED_SUM: case DEV_RED_MEAN:
-        if (!isint) for (j = 0; j < k; j++) sum += b.d[j];
-        else if (code == DEV_RED_SUM) for (j = 0; j < k; j++) isum += (uint64_t)b.i[j];
-        else for (j = 0; j < k; j++) sum += (double)b.i[j];
-        break;
-      case DEV_RED_PROD:
-        if (!isint) for (j = 0; j < k; j++) prod *= b.d[j];
-        else for (j = 0; j < k; j++) iprod *= (uint64_t)b.i[j];
-        break;
-      case DEV_RED_MAX: case DEV_RED_ARGMAX: case DEV_RED_LOGSUMEXP:
-        if (pass == 1) {
-          for (j = 0; j < k; j++) sum += exp(b.d[j] - shift);
-        } else if (!isint) {
-          for (j = 0; j < k && best == best; j++)
-            if (b.d[j] > best || b.d[j] != b.d[j]) { best = b.d[j]; at = done + j; }
-        } else {
-          for (j = 0; j < k; j++)
-            if (b.i[j] > ibest) { ibest = b.i[j]; at = done + j; }
-        }
-        break;
-      case DEV_RED_MIN: case DEV_RED_ARGMIN:
-        if (!isint) {
-          for (j = 0; j < k && best == best; j++)
-            if (b.d[j] < best || b.d[j] != b.d[j]) { best = b.d[j]; at = done + j; }
-        } else {
-          for (j = 0; j < k; j++)
-            if (b.i[j] < ibest) { ibest = b.i[j]; at = done + j; }
-        }
-        break;
-      case DEV_RED_VAR: case DEV_RED_STD:
-        if (pass == 0) for (j = 0; j < k; j++) sum += b.d[j];
-        else for (j = 0; j < k; j++) sum += (b.d[j] - shift) * (b.d[j] - shift);
-        break;
-      case DEV_RED_NORM:
-        /* inf: the largest magnitude, NaN winning as for max */
-        if (isinf(p)) {
-          if (done == 0) best = fabs(best);
-          for (j = 0; j < k && best == best; j++)
-            if (fabs(b.d[j]) > best || b.d[j] != b.d[j]) best = fabs(b.d[j]);
-        } else if (p == 1) {
-          for (j = 0; j < k; j++) sum += fabs(b.d[j]);
-        } else if (p == 2) {
-          for (j = 0; j < k; j++) sum += b.d[j] * b.d[j];
-        } else {
-          for (j = 0; j < k; j++) sum += pow(fabs(b.d[j]), p);
-        }
-        break;
-      case DEV_RED_ANY: case DEV_RED_ALL:
-        /* any: a nonzero (NaN is one) decides; all: a zero */
-        for (j = 0; j < k && truth == (code == DEV_RED_ALL); j++)
-          if ((isint ? b.i[j] != 0 : b.d[j] != 0) != truth) truth = !truth;
-        break;
-      default: break;
-      }
-      if ((code == DEV_RED_ANY || code == DEV_RED_ALL) && truth != (code == DEV_RED_ALL)) break;
+      acc_block(&a, &b, done, k, pass);
+      if ((code == DEV_RED_ANY || code == DEV_RED_ALL) && a.truth != (code == DEV_RED_ALL)) break;
     }
   }
-  switch (code) {
-  case DEV_RED_SUM: if (isint) *i = sc_wrap64(isum); else *d = sum; break;
-  case DEV_RED_PROD: if (isint) *i = sc_wrap64(iprod); else *d = prod; break;
-  case DEV_RED_MEAN: *d = sum / (double)len; break;
-  case DEV_RED_ARGMAX: case DEV_RED_ARGMIN: *i = at + 1; break;
-  case DEV_RED_ANY: case DEV_RED_ALL: *i = truth; break;
-  case DEV_RED_VAR: *d = sum / (double)(len - opt.i); break;
-  case DEV_RED_STD: *d = sqrt(sum / (double)(len - opt.i)); break;
-  case DEV_RED_NORM: *d = isinf(p) ? best : p == 1 ? sum : p == 2 ? sqrt(sum) : pow(sum, 1 / p); break;
-  case DEV_RED_LOGSUMEXP: *d = best != best || isinf(best) ? best : best + log(sum); break;
-  default: if (isint) *i = ibest; else *d = best; break;
-  }
+  acc_result(&a, len, opt, d, i);
 }
 
 static cclass red_class(int code, dev_dtype src)
