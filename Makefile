@@ -136,7 +136,7 @@ BLAS_CFLAGS := $(shell $(PKGCONF) --cflags openblas)
 else ifneq ($(and $(wildcard /usr/include/$(MULTIARCH)/cblas.h),$(wildcard /usr/lib/$(MULTIARCH)/libopenblas.so)),)
 BLAS_FOUND := yes
 endif
-# OpenBLAS is not linked: cuda/cpu_ops.c loads libopenblas.so.0 with dlopen
+# OpenBLAS is not linked: cuda/cpu_matmul.c loads libopenblas.so.0 with dlopen
 # at the first host matmul (its header is all the build needs).
 
 # Print the findings once per invocation (sub-makes get GPULUA_QUIET=1).

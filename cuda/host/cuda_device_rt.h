@@ -3,7 +3,7 @@
  * and hands it to the system C++ compiler with -include, so the same CUDA C
  * source compiles for the CPU; cuda/host/kexec.c runs what it builds.
  *
- * Part 1 (C): the interface between libgpulua and a compiled module; kexec.c
+ * Part 1 (C): the interface between libgpulua and a compiled module; kexec.h
  * includes only this part (GPULUA_HK_ABI_ONLY).  Part 2 (C++): threadIdx and
  * friends, __shared__, barriers and warp primitives (through libgpulua's
  * fiber scheduler), atomics, the math API, __half and __nv_bfloat16 (those
