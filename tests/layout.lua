@@ -1,7 +1,7 @@
 -- Short functions, short files (issue 31, item 5): no function of our C and
 -- CUDA sources over 80 lines and no file over 1000, as tests/tools/lengths.sh
--- measures them (what counts -- interp/, bindings/, cuda/; the C tests only
--- with -t -- and the `long: <why>` exception are in its header).  The tool
+-- measures them (what counts -- interp/, bindings/, cuda/, the C tests of
+-- tests/ -- and the `long: <why>` exception are in its header).  The tool
 -- is first checked on made-up files, at the limits and past them, so this
 -- test can fail.
 local T = require "gpu.test"

@@ -1,22 +1,20 @@
 #!/bin/sh
 # Long functions and long files in our C and CUDA sources (issue 31, item 5):
-#   tests/tools/lengths.sh [-t] [-f MAXFUNC] [-l MAXFILE] [FILE...]
+#   tests/tools/lengths.sh [-f MAXFUNC] [-l MAXFILE] [FILE...]
 # Prints one line per offender and exits 1 if there is any, 0 otherwise:
 #   function FILE:LINE NAME N lines (limit MAXFUNC)
 #   file FILE N lines (limit MAXFILE)
 # Limits: 80 lines per function, 1000 per file (-f and -l change them; the
 # test tests/layout.lua lowers them to see that this can fail).
 #
-# What counts: every *.c, *.h, *.cu and *.cuh under interp/, bindings/ and
-# cuda/ (the library, the program and the backends), as git lists them
-# (find where there is no git: a build carried to a GPU machine), so
-# nothing generated counts (build*/: the embedded stdlib, the host kernels'
-# runtime string).  -t adds the C tests (tests/: embed/, unit/, fuzz/,
-# tools/; not the fuzzers' corpus, inputs rather than code), which do not
-# count by default: six test cases there are still longer (issue 31 left
-# them for later).  Not counted: Lua files, bench/ (raw CUDA C
-# references), docs.  FILE... checks those files instead (tests/layout.lua's
-# self-test).
+# What counts: every *.c, *.h, *.cu and *.cuh under interp/, bindings/,
+# cuda/ and tests/ (the library, the program, the backends, and the C
+# tests: embed/, unit/, fuzz/, tools/), as git lists them (find where there
+# is no git: a build carried to a GPU machine), so nothing generated counts
+# (build*/: the embedded stdlib, the host kernels' runtime string).  Not
+# counted: the fuzzers' corpus (tests/fuzz/corpus/: inputs, not code), Lua
+# files, bench/ (raw CUDA C references), docs.  FILE... checks those files
+# instead (tests/layout.lua's self-test).
 #
 # A function is a block at file level whose header ends with ')' before its
 # '{' (so no table or struct initializer, no extern "C" block): the
@@ -35,10 +33,8 @@
 # A marker without a reason does not count.  There is no exception for files.
 maxf=80
 maxl=1000
-tests=
 while [ $# -gt 0 ]; do
   case $1 in
-  -t) tests=1; shift ;;
   -f) maxf=$2; shift 2 ;;
   -l) maxl=$2; shift 2 ;;
   -*) echo "lengths.sh: unknown option $1" >&2; exit 2 ;;
@@ -50,9 +46,9 @@ cd "$root" || exit 2
 if [ $# -eq 0 ]; then
   if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     set -- $(git ls-files -- 'interp/*.[ch]' 'bindings/*.[ch]' 'cuda/*.[ch]' 'cuda/*.cu' 'cuda/*.cuh' \
-      ${tests:+'tests/*.[ch]' 'tests/*.cu'} | grep -v '^tests/fuzz/corpus/' | sort)
+      'tests/*.[ch]' 'tests/*.cu' | grep -v '^tests/fuzz/corpus/' | sort)
   else
-    set -- $(find interp bindings cuda ${tests:+tests} \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' \) \
+    set -- $(find interp bindings cuda tests \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' \) \
       ! -path 'tests/fuzz/corpus/*' | sort)
   fi
 fi
