@@ -136,7 +136,7 @@ BLAS_CFLAGS := $(shell $(PKGCONF) --cflags openblas)
 else ifneq ($(and $(wildcard /usr/include/$(MULTIARCH)/cblas.h),$(wildcard /usr/lib/$(MULTIARCH)/libopenblas.so)),)
 BLAS_FOUND := yes
 endif
-# OpenBLAS is not linked: cuda/cpu_ops.c loads libopenblas.so.0 with dlopen
+# OpenBLAS is not linked: cuda/cpu_matmul.c loads libopenblas.so.0 with dlopen
 # at the first host matmul (its header is all the build needs).
 
 # Print the findings once per invocation (sub-makes get GPULUA_QUIET=1).
@@ -274,15 +274,19 @@ $(BUILD)/gen/stdlib.c: $(EMBED) $(STDLIB_LUA) $(STDLIB_DIRS)
 	$(EMBED) $@ stdlib $(STDLIB_LUA)
 
 # The host backend's device vocabulary for compiled kernels, embedded as one
-# C string (cuda/host/kcompile.c writes it beside each source it compiles).
+# C string (cuda/host/kcompile.c writes it beside each source it compiles):
+# cuda_device_rt.h with each `#include "cuda_device_*.h"` line replaced by
+# that file (cuda_device_math.h), so the copy stands alone.
 $(BUILD)/obj/gen/hk_rt.o: $(BUILD)/gen/hk_rt.c $(BUILD)/cflags
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-$(BUILD)/gen/hk_rt.c: cuda/host/cuda_device_rt.h
+$(BUILD)/gen/hk_rt.c: cuda/host/cuda_device_rt.h $(filter-out cuda/host/cuda_device_rt.h,$(wildcard cuda/host/cuda_device_*.h))
 	@mkdir -p $(@D)
-	{ echo '/* generated from $< */'; echo 'const char hk_rt_header[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; echo ';'; } > $@.tmp && mv $@.tmp $@
+	{ echo '/* generated from $(filter %.h,$^) */'; echo 'const char hk_rt_header[] ='; \
+	  awk '/^#include "cuda_device_[a-z_]*\.h"$$/ { f = $$2; gsub(/"/, "", f); f = "cuda/host/" f; \
+	         while ((getline l < f) > 0) print l; close(f); next } { print }' $< | \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'; echo ';'; } > $@.tmp && mv $@.tmp $@
 
 $(EMBED): $(BUILD)/obj/interp/tools/embed_stdlib.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LUA_A) -lm -ldl

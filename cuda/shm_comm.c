@@ -189,70 +189,81 @@ void dev_comm_cleanup(int port, int world) {
   }
 }
 
+/* Rank 0: a new segment of bytes named name, mapped and attached, its
+ * header ready for the others. */
+static int create_shared(shm_comm *c, const char *name, size_t bytes, char *err, size_t errlen) {
+  shm_unlink(name);   /* a segment left by a job that died */
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return fail_msg(err, errlen, "cannot create shared memory %s: %s", name, strerror(errno));
+  if (ftruncate(fd, (off_t)bytes) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name);
+    return fail_msg(err, errlen, "cannot size shared memory %s to %zu bytes: %s (is /dev/shm big enough?)", name,
+                bytes, strerror(e));
+  }
+  void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (m == MAP_FAILED) {
+    shm_unlink(name);
+    return fail_msg(err, errlen, "cannot map shared memory %s: %s", name, strerror(e));
+  }
+  attach(c, m);
+  c->h->world = c->world;
+  atomic_store(&c->h->creator, (int32_t)getpid());
+  atomic_store(&c->ranks[0].pid, (int32_t)getpid());
+  atomic_store(&c->ranks[0].state, HC_JOINED);
+  atomic_store(&c->h->joined, 1);
+  atomic_store_explicit(&c->h->magic, HC_MAGIC, memory_order_release);
+  return 0;
+}
+
+/* The other ranks: rank 0's segment of this job, once it is ready (until
+ * the timeout, from t0), mapped and attached; then this rank joins. */
+static int join_shared(shm_comm *c, const char *name, size_t bytes, double t0, char *err, size_t errlen) {
+  void *m = MAP_FAILED;
+  for (;;) {
+    int fd = shm_open(name, O_RDWR, 0);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes) {
+      m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      close(fd);
+      if (m != MAP_FAILED) {
+        hc_hdr *h = m;
+        int creator = atomic_load(&h->creator);
+        /* rank 0's segment of this job: ready, and its maker alive */
+        if (atomic_load_explicit(&h->magic, memory_order_acquire) == HC_MAGIC && h->world == c->world &&
+            creator > 0 && (kill(creator, 0) == 0 || errno != ESRCH))
+          break;
+        munmap(m, bytes);
+        m = MAP_FAILED;
+      }
+    } else if (fd >= 0) {
+      close(fd);
+    }
+    if (now_s() - t0 > c->timeout)
+      return fail_msg(err, errlen, "timed out after %.0f s waiting for rank 0 to open the job's shared memory %s",
+                  c->timeout, name);
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  attach(c, m);
+  atomic_store(&c->ranks[c->rank].pid, (int32_t)getpid());
+  atomic_store(&c->ranks[c->rank].state, HC_JOINED);
+  atomic_fetch_add(&c->h->joined, 1);
+  bell_ring(c);
+  return 0;
+}
+
 static int open_shared(shm_comm *c, const dev_rank_info *ri, char *err, size_t errlen) {
   char name[128];
   seg_name(name, sizeof name, ri->master_port, ri->world, c->side);
   size_t ro, co, so, go;
   size_t bytes = layout(c->world, c->side, &ro, &co, &so, &go);
   double t0 = now_s();
-  void *m = MAP_FAILED;
-  if (c->rank == 0) {
-    shm_unlink(name);   /* a segment left by a job that died */
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return fail_msg(err, errlen, "cannot create shared memory %s: %s", name, strerror(errno));
-    if (ftruncate(fd, (off_t)bytes) != 0) {
-      int e = errno;
-      close(fd);
-      shm_unlink(name);
-      return fail_msg(err, errlen, "cannot size shared memory %s to %zu bytes: %s (is /dev/shm big enough?)", name,
-                  bytes, strerror(e));
-    }
-    m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int e = errno;
-    close(fd);
-    if (m == MAP_FAILED) {
-      shm_unlink(name);
-      return fail_msg(err, errlen, "cannot map shared memory %s: %s", name, strerror(e));
-    }
-    attach(c, m);
-    c->h->world = c->world;
-    atomic_store(&c->h->creator, (int32_t)getpid());
-    atomic_store(&c->ranks[0].pid, (int32_t)getpid());
-    atomic_store(&c->ranks[0].state, HC_JOINED);
-    atomic_store(&c->h->joined, 1);
-    atomic_store_explicit(&c->h->magic, HC_MAGIC, memory_order_release);
-  } else {
-    for (;;) {
-      int fd = shm_open(name, O_RDWR, 0);
-      struct stat st;
-      if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes) {
-        m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
-        if (m != MAP_FAILED) {
-          hc_hdr *h = m;
-          int creator = atomic_load(&h->creator);
-          /* rank 0's segment of this job: ready, and its maker alive */
-          if (atomic_load_explicit(&h->magic, memory_order_acquire) == HC_MAGIC && h->world == c->world &&
-              creator > 0 && (kill(creator, 0) == 0 || errno != ESRCH))
-            break;
-          munmap(m, bytes);
-          m = MAP_FAILED;
-        }
-      } else if (fd >= 0) {
-        close(fd);
-      }
-      if (now_s() - t0 > c->timeout)
-        return fail_msg(err, errlen, "timed out after %.0f s waiting for rank 0 to open the job's shared memory %s",
-                    c->timeout, name);
-      struct timespec ts = {0, 2000000};
-      nanosleep(&ts, NULL);
-    }
-    attach(c, m);
-    atomic_store(&c->ranks[c->rank].pid, (int32_t)getpid());
-    atomic_store(&c->ranks[c->rank].state, HC_JOINED);
-    atomic_fetch_add(&c->h->joined, 1);
-    bell_ring(c);
-  }
+  int rc = c->rank == 0 ? create_shared(c, name, bytes, err, errlen) : join_shared(c, name, bytes, t0, err, errlen);
+  if (rc) return rc;
   /* everyone in before the first collective; then the name can go */
   for (;;) {
     uint32_t seen = atomic_load(&c->h->bell);

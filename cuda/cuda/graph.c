@@ -81,6 +81,34 @@ static cudaError_t build_sync(cudaStream_t s, const dev_gexec *gx, const dev_gno
   return e;
 }
 
+/* One node of the capture on its private stream: an op, a group of
+ * collectives, or a record or wait as an event. */
+static int capture_node(dev_ctx *ctx, const dev_gexec *gx, const dev_gnode *nd, cudaStream_t *st, cudaEvent_t *ev) {
+  cudaStream_t s = st[nd->stream];
+  if (nd->kind == DEV_GN_OP) {
+    int rc = cuda_capture_op(ctx, s, &nd->op);
+    if (rc) {
+      /* the message is the op's: say where it was captured */
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", dev_errmsg(ctx));
+      rc = dev_fail(ctx, rc, "%s (enqueued at %s): %s", dev_op_name(&nd->op), nd->site, msg);
+    }
+    return rc;
+  }
+  if (nd->kind == DEV_GN_COLL) {
+    int rc = cuda_comm_capture(ctx->comm, s, nd);
+    if (rc) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", dev_errmsg(ctx));
+      rc = dev_fail(ctx, rc, "%s (enqueued at %s): %s", nd->ncoll > 1 ? "group" : dev_coll_name(nd->coll[0].kind),
+                    nd->site, msg);
+    }
+    return rc;
+  }
+  cudaError_t e = build_sync(s, gx, nd, ev);
+  return e == cudaSuccess ? DEV_OK : cuda_error(ctx, e, nd->kind == DEV_GN_RECORD ? "graph: record" : "graph: wait");
+}
+
 int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx) {
   int rc = DEV_OK;
   cudaError_t e = cudaSuccess;
@@ -111,32 +139,7 @@ int cuda_graph_build(dev_ctx *ctx, dev_gexec *gx) {
     rc = cuda_error(ctx, e, "graph: begin capture");
     goto done;
   }
-  for (int i = 0; i < gx->n && rc == DEV_OK; i++) {
-    const dev_gnode *nd = &gx->nodes[i];
-    cudaStream_t s = st[nd->stream];
-    if (nd->kind == DEV_GN_OP) {
-      rc = cuda_capture_op(ctx, s, &nd->op);
-      if (rc) {
-        /* the message is the op's: say where it was captured */
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", dev_errmsg(ctx));
-        rc = dev_fail(ctx, rc, "%s (enqueued at %s): %s", dev_op_name(&nd->op), nd->site, msg);
-      }
-      continue;
-    }
-    if (nd->kind == DEV_GN_COLL) {
-      rc = cuda_comm_capture(ctx->comm, s, nd);
-      if (rc) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", dev_errmsg(ctx));
-        rc = dev_fail(ctx, rc, "%s (enqueued at %s): %s", nd->ncoll > 1 ? "group" : dev_coll_name(nd->coll[0].kind),
-                      nd->site, msg);
-      }
-      continue;
-    }
-    if ((e = build_sync(s, gx, nd, ev)) != cudaSuccess)
-      rc = cuda_error(ctx, e, nd->kind == DEV_GN_RECORD ? "graph: record" : "graph: wait");
-  }
+  for (int i = 0; i < gx->n && rc == DEV_OK; i++) rc = capture_node(ctx, gx, &gx->nodes[i], st, ev);
   /* always ended, failed or not: the streams leave capture mode */
   e = cudaStreamEndCapture(st[0], &cg->graph);
   if (rc == DEV_OK && e != cudaSuccess) rc = cuda_error(ctx, e, "graph: end capture");

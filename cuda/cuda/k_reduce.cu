@@ -501,6 +501,44 @@ done:
   return rc;
 }
 
+/* The kernel of the reduction code for dtype t (one instance per dtype
+ * and code the op table allows), launched over pl. */
+static int dispatch_reduce(rplan &pl, dev_dtype t, int code, const cuk_env *env, char *err, size_t errlen)
+{
+  int rc = k_dispatch(t, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    switch (code) {
+    case DEV_RED_SUM: return launch_reduce<T, DEV_RED_SUM>(&pl, env, err, errlen);
+    case DEV_RED_MEAN: return launch_reduce<T, DEV_RED_MEAN>(&pl, env, err, errlen);
+    case DEV_RED_MAX: return launch_reduce<T, DEV_RED_MAX>(&pl, env, err, errlen);
+    case DEV_RED_MIN: return launch_reduce<T, DEV_RED_MIN>(&pl, env, err, errlen);
+    case DEV_RED_ANY: return launch_reduce<T, DEV_RED_ANY>(&pl, env, err, errlen);
+    case DEV_RED_ALL: return launch_reduce<T, DEV_RED_ALL>(&pl, env, err, errlen);
+    case DEV_RED_PROD: return launch_reduce<T, DEV_RED_PROD>(&pl, env, err, errlen);
+    case DEV_RED_ARGMIN: return launch_reduce<T, DEV_RED_ARGMIN>(&pl, env, err, errlen);
+    case DEV_RED_ARGMAX: return launch_reduce<T, DEV_RED_ARGMAX>(&pl, env, err, errlen);
+    default: break;
+    }
+    /* the float-only ones: no integer instances */
+    if constexpr (kt<T>::cls != KC_INT) {
+      switch (code) {
+      case DEV_RED_VAR: return launch_reduce<T, DEV_RED_VAR>(&pl, env, err, errlen);
+      case DEV_RED_STD: return launch_reduce<T, DEV_RED_STD>(&pl, env, err, errlen);
+      case DEV_RED_LOGSUMEXP: return launch_reduce<T, DEV_RED_LOGSUMEXP>(&pl, env, err, errlen);
+      case DEV_RED_NORM:
+        if (isinf(pl.prm.p)) return launch_reduce<T, KR_NORM_INF>(&pl, env, err, errlen);
+        if (pl.prm.p == 2) return launch_reduce<T, KR_NORM_2>(&pl, env, err, errlen);
+        return launch_reduce<T, KR_NORM_P>(&pl, env, err, errlen);
+      default: break;
+      }
+    }
+    return fail_msg(err, errlen, "%s is not supported for %s", dev_redop_name((dev_redop)code),
+                  dev_dtype_name((dev_dtype)T));
+  });
+  if (rc == -2) return fail_msg(err, errlen, "reduce: bad dtype %d", (int)t);
+  return rc;
+}
+
 int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
 {
   const dev_view *src = &op->in[0], *out = &op->out;
@@ -555,36 +593,5 @@ int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
     /* neighbouring outputs are neighbours in memory, or the runs are short */
     pl.cols = nout > 1 && (pl.len <= 32 || ((inner == 1 || inner == -1) && pl.rstride != 1 && pl.rstride != -1));
   }
-  int rc = k_dispatch(src->dtype, [&](auto tag) {
-    constexpr int T = decltype(tag)::value;
-    switch (code) {
-    case DEV_RED_SUM: return launch_reduce<T, DEV_RED_SUM>(&pl, env, err, errlen);
-    case DEV_RED_MEAN: return launch_reduce<T, DEV_RED_MEAN>(&pl, env, err, errlen);
-    case DEV_RED_MAX: return launch_reduce<T, DEV_RED_MAX>(&pl, env, err, errlen);
-    case DEV_RED_MIN: return launch_reduce<T, DEV_RED_MIN>(&pl, env, err, errlen);
-    case DEV_RED_ANY: return launch_reduce<T, DEV_RED_ANY>(&pl, env, err, errlen);
-    case DEV_RED_ALL: return launch_reduce<T, DEV_RED_ALL>(&pl, env, err, errlen);
-    case DEV_RED_PROD: return launch_reduce<T, DEV_RED_PROD>(&pl, env, err, errlen);
-    case DEV_RED_ARGMIN: return launch_reduce<T, DEV_RED_ARGMIN>(&pl, env, err, errlen);
-    case DEV_RED_ARGMAX: return launch_reduce<T, DEV_RED_ARGMAX>(&pl, env, err, errlen);
-    default: break;
-    }
-    /* the float-only ones: no integer instances */
-    if constexpr (kt<T>::cls != KC_INT) {
-      switch (code) {
-      case DEV_RED_VAR: return launch_reduce<T, DEV_RED_VAR>(&pl, env, err, errlen);
-      case DEV_RED_STD: return launch_reduce<T, DEV_RED_STD>(&pl, env, err, errlen);
-      case DEV_RED_LOGSUMEXP: return launch_reduce<T, DEV_RED_LOGSUMEXP>(&pl, env, err, errlen);
-      case DEV_RED_NORM:
-        if (isinf(pl.prm.p)) return launch_reduce<T, KR_NORM_INF>(&pl, env, err, errlen);
-        if (pl.prm.p == 2) return launch_reduce<T, KR_NORM_2>(&pl, env, err, errlen);
-        return launch_reduce<T, KR_NORM_P>(&pl, env, err, errlen);
-      default: break;
-      }
-    }
-    return fail_msg(err, errlen, "%s is not supported for %s", dev_redop_name((dev_redop)code),
-                  dev_dtype_name((dev_dtype)T));
-  });
-  if (rc == -2) return fail_msg(err, errlen, "reduce: bad dtype %d", (int)src->dtype);
-  return rc;
+  return dispatch_reduce(pl, src->dtype, code, env, err, errlen);
 }

@@ -249,7 +249,7 @@ static int peers_maybe_gone(cuda_comm *c) {
          (p2p && shm_comm_gone(c->side, mask, UINT64_MAX, "", msg, sizeof msg) >= 0);
 }
 
-static void watch_once(cuda_comm *c) {
+static void watch_mark(cuda_comm *c) {
   /* mark: an event after the unmarked collectives of each stream (a stream
    * is not destroyed under us: cuda_comm_forget_stream takes mu) */
   for (int i = 0; i < c->npend; i++) {
@@ -268,6 +268,9 @@ static void watch_once(cuda_comm *c) {
     for (int k = i + 1; k < c->npend; k++)
       if (!c->pend[k].ev && c->pend[k].st == p->st) c->pend[k].ev = ev;
   }
+}
+
+static void watch_reap(cuda_comm *c) {
   /* forget the collectives that finished (entries sharing an event finish
    * together; the owner comes first) */
   int k = 0;
@@ -285,18 +288,21 @@ static void watch_once(cuda_comm *c) {
     else cudaEventDestroy(p->ev);
   }
   c->npend = k;
-  if (!k || !c->comm) return;
+}
 
-  char why[900], msg[700], what[96];
+/* Why the communicator must be aborted (in why), or 0: NCCL reported an
+ * error, a peer is gone, or a collective timed out. */
+static int watch_why(cuda_comm *c, char *why, size_t n) {
+  char msg[700], what[96];
   ncclResult_t r = NC_SUCCESS;
   pending *p = &c->pend[0];
   nc.async_error(c->comm, &r);
   if (r != NC_SUCCESS && r != NC_IN_PROGRESS) {
     nc_why(c->comm, r, msg, sizeof msg);
     describe(p, what, sizeof what);
-    snprintf(why, sizeof why, "NCCL reported an error while rank %d waits in %s (enqueued at %s): %.500s", c->rank,
+    snprintf(why, n, "NCCL reported an error while rank %d waits in %s (enqueued at %s): %.500s", c->rank,
              what, p->site, msg);
-    goto abort;
+    return 1;
   }
   double t = now_s();
   int scan = c->side && peers_maybe_gone(c);
@@ -308,8 +314,8 @@ static void watch_once(cuda_comm *c) {
     /* a peer that left after its part of a send or receive: that may still finish */
     if (p2p && !p->gone_seen) p->gone_seen = t;
     if (p2p && t - p->gone_seen < GONE_GRACE_S) continue;
-    snprintf(why, sizeof why, "%s (enqueued at %s)", msg, p->site);
-    goto abort;
+    snprintf(why, n, "%s (enqueued at %s)", msg, p->site);
+    return 1;
   }
   for (int i = 0; i < c->npend; i++) {
     p = &c->pend[i];
@@ -326,13 +332,20 @@ static void watch_once(cuda_comm *c) {
       snprintf(alsofrom, sizeof alsofrom, ", or one before it on its stream back to %s (enqueued at %s),", first,
                p->site);
     }
-    snprintf(why, sizeof why, "timed out: %s (enqueued at %s)%s did not finish within %.0f s; a rank did not call it "
+    snprintf(why, n, "timed out: %s (enqueued at %s)%s did not finish within %.0f s; a rank did not call it "
              "or called another collective (GPULUA_COMM_CHECK=1 compares every collective across ranks; "
              "GPULUA_COMM_TIMEOUT waits longer)", what, last->site, alsofrom, c->timeout);
-    goto abort;
+    return 1;
   }
-  return;
-abort:
+  return 0;
+}
+
+static void watch_once(cuda_comm *c) {
+  watch_mark(c);
+  watch_reap(c);
+  if (!c->npend || !c->comm) return;
+  char why[900];
+  if (!watch_why(c, why, sizeof why)) return;
   strncat(why, "; the communicator is aborted", sizeof why - strlen(why) - 1);
   /* reported first: the abort ends NCCL's kernels, and a thread waiting on
    * the stream must find the error when its wait returns */
@@ -475,6 +488,61 @@ out:
   return NULL;
 }
 
+/* NCCL's bootstrap for a job of several ranks: the same address for every
+ * rank (NCCL_COMM_ID, else MASTER_ADDR and MASTER_PORT); rank 0 listens. */
+static int bootstrap_addr(cuda_comm *c, const char *what) {
+  const dev_rank_info *jr = &c->ctx->ri;
+  if (jr->world <= 1) return DEV_OK;
+  /* NCCL's bootstrap: the same address for every rank; rank 0 listens */
+  const char *set = getenv("NCCL_COMM_ID");
+  if (set && *set) {
+    snprintf(c->addr, sizeof c->addr, "NCCL_COMM_ID=%.250s", set);
+  } else {
+    if (jr->master_port <= 0)
+      return dev_fail(c->ctx, DEV_ERR_INVALID, "%s: MASTER_PORT is not set: start the job with gpulua -n, torchrun "
+                      "or Slurm, or set NCCL_COMM_ID=host:port", what);
+    char id[300];
+    snprintf(id, sizeof id, strchr(jr->master_addr, ':') ? "[%s]:%d" : "%s:%d", jr->master_addr, jr->master_port);
+    setenv("NCCL_COMM_ID", id, 1);
+    snprintf(c->addr, sizeof c->addr, "NCCL_COMM_ID=%.250s from MASTER_ADDR and MASTER_PORT", id);
+  }
+  return DEV_OK;
+}
+
+/* Waits for the thread that creates the communicator (the ranks meet in
+ * there), at most the timeout and while no peer is gone; c->comm is set
+ * when it made one, else why says why not. */
+static void await_init(cuda_comm *c, init_job *j, const char *what, char *why, size_t n) {
+  char w[128];
+  snprintf(w, sizeof w, "%s (creating the NCCL communicator)", what);
+  double t0 = now_s();
+  for (long i = 0;; i++) {
+    pthread_mutex_lock(&j->mu);
+    int done = j->done;
+    pthread_mutex_unlock(&j->mu);
+    if (done) break;
+    if (c->side && i % 20 == 19 && shm_comm_gone(c->side, NULL, 1, w, why, n) >= 0) break;
+    if (now_s() - t0 > c->timeout) {
+      snprintf(why, n, "timed out after %.0f s in %s waiting for the other ranks (set GPULUA_COMM_TIMEOUT "
+               "to wait longer)", c->timeout, w);
+      break;
+    }
+    nanosleep(&(struct timespec){0, i < 100 ? 200000L : 1000000L}, NULL);
+  }
+  pthread_mutex_lock(&j->mu);
+  int done = j->done;
+  if (!done) j->abandoned = 1;   /* the thread frees the job */
+  pthread_mutex_unlock(&j->mu);
+  if (done) {
+    if (j->err[0]) snprintf(why, n, "%s: %.400s%s%.150s%s", w, j->err, c->addr[0] ? " (" : "", c->addr,
+                            c->addr[0] ? ")" : "");
+    pthread_mutex_lock(&c->mu);
+    c->comm = j->comm;
+    pthread_mutex_unlock(&c->mu);
+    job_free(j);
+  }
+}
+
 int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what) {
   dev_ctx *ctx = c->ctx;
   if (ri) {
@@ -483,22 +551,8 @@ int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what) {
   }
   if (c->comm) return DEV_OK;
   if (c->broken[0]) return dev_fail(ctx, DEV_ERR_DEVICE, "%s: the communicator failed earlier: %s", what, c->broken);
-  const dev_rank_info *jr = &ctx->ri;
-  if (jr->world > 1) {
-    /* NCCL's bootstrap: the same address for every rank; rank 0 listens */
-    const char *set = getenv("NCCL_COMM_ID");
-    if (set && *set) {
-      snprintf(c->addr, sizeof c->addr, "NCCL_COMM_ID=%.250s", set);
-    } else {
-      if (jr->master_port <= 0)
-        return dev_fail(ctx, DEV_ERR_INVALID, "%s: MASTER_PORT is not set: start the job with gpulua -n, torchrun "
-                        "or Slurm, or set NCCL_COMM_ID=host:port", what);
-      char id[300];
-      snprintf(id, sizeof id, strchr(jr->master_addr, ':') ? "[%s]:%d" : "%s:%d", jr->master_addr, jr->master_port);
-      setenv("NCCL_COMM_ID", id, 1);
-      snprintf(c->addr, sizeof c->addr, "NCCL_COMM_ID=%.250s from MASTER_ADDR and MASTER_PORT", id);
-    }
-  }
+  int rc = bootstrap_addr(c, what);
+  if (rc) return rc;
   /* every connection at creation: later calls only enqueue */
   setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   init_job *j = calloc(1, sizeof *j);
@@ -520,35 +574,8 @@ int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what) {
     return dev_fail(ctx, DEV_ERR_DEVICE, "%s: cannot start a thread: %s", what, strerror(errno));
   }
   pthread_detach(th);
-  /* wait for it: the ranks meet in there */
-  char w[128], why[800] = "";
-  snprintf(w, sizeof w, "%s (creating the NCCL communicator)", what);
-  double t0 = now_s();
-  for (long i = 0;; i++) {
-    pthread_mutex_lock(&j->mu);
-    int done = j->done;
-    pthread_mutex_unlock(&j->mu);
-    if (done) break;
-    if (c->side && i % 20 == 19 && shm_comm_gone(c->side, NULL, 1, w, why, sizeof why) >= 0) break;
-    if (now_s() - t0 > c->timeout) {
-      snprintf(why, sizeof why, "timed out after %.0f s in %s waiting for the other ranks (set GPULUA_COMM_TIMEOUT "
-               "to wait longer)", c->timeout, w);
-      break;
-    }
-    nanosleep(&(struct timespec){0, i < 100 ? 200000L : 1000000L}, NULL);
-  }
-  pthread_mutex_lock(&j->mu);
-  int done = j->done;
-  if (!done) j->abandoned = 1;   /* the thread frees the job */
-  pthread_mutex_unlock(&j->mu);
-  if (done) {
-    if (j->err[0]) snprintf(why, sizeof why, "%s: %.400s%s%.150s%s", w, j->err, c->addr[0] ? " (" : "", c->addr,
-                            c->addr[0] ? ")" : "");
-    pthread_mutex_lock(&c->mu);
-    c->comm = j->comm;
-    pthread_mutex_unlock(&c->mu);
-    job_free(j);
-  }
+  char why[800] = "";
+  await_init(c, j, what, why, sizeof why);
   if (!c->comm) {
     snprintf(c->broken, sizeof c->broken, "%s", why);
     return dev_fail(ctx, DEV_ERR_DEVICE, "%s", why);

@@ -141,61 +141,75 @@ static void cache_write(const char *dir, const char *path, const sbuf *key, cons
 
 /* ---- compile ------------------------------------------------------------ */
 
-int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
-                      const char *const *opts, int nopts, const char *const *exprs, int nexprs,
-                      int use_cache, dev_kimage *img, char **log, char *err, size_t errlen)
+/* NVRTC's options into all (at most 256; *nall of them): ours first, then
+ * the caller's (later ones win in NVRTC).  archopt and incopt hold ours. */
+static int nv_options(const char *arch, const char *const *opts, int nopts, const char **all, int *nall,
+                      char archopt[64], char incopt[1100], char *err, size_t errlen)
 {
-  memset(img, 0, sizeof *img);
-  if (log) *log = NULL;
-  if (nexprs < 0 || nopts < 0) return fail_msg(err, errlen, "bad arguments");
-#ifdef __SANITIZE_ADDRESS__
-  __lsan_disable();
-#endif
-  pthread_once(&nv_once, nv_load);
-#ifdef __SANITIZE_ADDRESS__
-  __lsan_enable();
-#endif
-  if (!nv.lib) return fail_msg(err, errlen, "run-time compilation needs NVRTC: %s", nv.why);
-
-  /* options: ours first, then the caller's (later ones win in NVRTC) */
-  char archopt[64], incopt[1100];
-  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
-  const char *all[256];
-  int nall = 0;
-  all[nall++] = archopt;
-  all[nall++] = "-std=c++17";
-  all[nall++] = "-lineinfo";
+  int n = 0;
+  snprintf(archopt, 64, "--gpu-architecture=%s", arch);
+  all[n++] = archopt;
+  all[n++] = "-std=c++17";
+  all[n++] = "-lineinfo";
   const char *home = getenv("CUDA_HOME");
   char inc[1024];
   snprintf(inc, sizeof inc, "%s/include", home && *home ? home : "/usr/local/cuda");
   struct stat sst;
   if (stat(inc, &sst) == 0 && S_ISDIR(sst.st_mode)) {
-    snprintf(incopt, sizeof incopt, "-I%s", inc);
-    all[nall++] = incopt;
+    snprintf(incopt, 1100, "-I%s", inc);
+    all[n++] = incopt;
   }
-  if (nopts > 256 - nall) return fail_msg(err, errlen, "too many compiler options (%d)", nopts);
-  for (int i = 0; i < nopts; i++) all[nall++] = opts[i];
+  if (nopts > 256 - n) return fail_msg(err, errlen, "too many compiler options (%d)", nopts);
+  for (int i = 0; i < nopts; i++) all[n++] = opts[i];
+  *nall = n;
+  return 0;
+}
 
-  /* everything that decides the output is in the key */
-  sbuf key = {0};
+/* The cache key: everything that decides the output. */
+static void nv_key(sbuf *key, const char *src, const char *name, const char **all, int nall,
+                   const char *const *exprs, int nexprs)
+{
   char ver[64];
   snprintf(ver, sizeof ver, "nvrtc %d.%d", nv.major, nv.minor);
-  sb_key(&key, ver);
-  sb_key(&key, name);
-  for (int i = 0; i < nall; i++) sb_key(&key, all[i]);
-  sb_key(&key, "--");
-  for (int i = 0; i < nexprs; i++) sb_key(&key, exprs[i]);
-  sb_key(&key, "--");
-  sb_key(&key, src);
-  if (key.oom) { free(key.p); return fail_msg(err, errlen, "out of memory"); }
+  sb_key(key, ver);
+  sb_key(key, name);
+  for (int i = 0; i < nall; i++) sb_key(key, all[i]);
+  sb_key(key, "--");
+  for (int i = 0; i < nexprs; i++) sb_key(key, exprs[i]);
+  sb_key(key, "--");
+  sb_key(key, src);
+}
 
-  char dirbuf[1024], path[1200];
-  const char *dir = use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
-  if (dir) {
-    snprintf(path, sizeof path, "%s/%016llx.kc", dir, (unsigned long long)dev_kcache_hash(key.p, key.n));
-    if (cache_read(path, &key, nexprs, img) == 0) { free(key.p); return 0; }
+/* The image of a compiled program: each name expression's lowered name,
+ * then the cubin. */
+static int nv_image(nvrtc_program prog, const char *const *exprs, int nexprs, dev_kimage *img, char *err,
+                    size_t errlen)
+{
+  nvrtc_result r;
+  img->lowered = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *img->lowered);
+  if (!img->lowered) return fail_msg(err, errlen, "out of memory");
+  for (int i = 0; i < nexprs; i++) {
+    const char *lw = NULL;
+    if ((r = nv.lowered(prog, exprs[i], &lw)) || !lw)
+      return fail_msg(err, errlen, "nvrtcGetLoweredName(%s): %s", exprs[i], nv.error_string(r));
+    if (!(img->lowered[i] = strdup(lw))) return fail_msg(err, errlen, "out of memory");
+    img->n = i + 1;
   }
+  size_t size = 0;
+  if ((r = nv.cubin_size(prog, &size)) || size == 0)
+    return fail_msg(err, errlen, "nvrtcGetCUBINSize: %s",
+                    r ? nv.error_string(r) : "no cubin (use a real sm_ architecture)");
+  if (!(img->data = malloc(size))) return fail_msg(err, errlen, "out of memory");
+  if ((r = nv.cubin(prog, (char *)img->data))) return fail_msg(err, errlen, "nvrtcGetCUBIN: %s", nv.error_string(r));
+  img->size = size;
+  return 0;
+}
 
+/* Compiles src into img through a new program; NVRTC's log in *log for a
+ * compile error. */
+static int nv_build(const char *src, const char *name, const char **all, int nall, const char *const *exprs,
+                    int nexprs, dev_kimage *img, char **log, char *err, size_t errlen)
+{
   nvrtc_program prog = NULL;
   int rc = -1;
 #ifdef __SANITIZE_ADDRESS__
@@ -219,29 +233,46 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
     fail_msg(err, errlen, "compilation failed (%s)", nv.error_string(r));
     goto out;
   }
-  img->lowered = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *img->lowered);
-  if (!img->lowered) { fail_msg(err, errlen, "out of memory"); goto out; }
-  for (int i = 0; i < nexprs; i++) {
-    const char *lw = NULL;
-    if ((r = nv.lowered(prog, exprs[i], &lw)) || !lw) {
-      fail_msg(err, errlen, "nvrtcGetLoweredName(%s): %s", exprs[i], nv.error_string(r));
-      goto out;
-    }
-    if (!(img->lowered[i] = strdup(lw))) { fail_msg(err, errlen, "out of memory"); goto out; }
-    img->n = i + 1;
-  }
-  size_t size = 0;
-  if ((r = nv.cubin_size(prog, &size)) || size == 0) {
-    fail_msg(err, errlen, "nvrtcGetCUBINSize: %s", r ? nv.error_string(r) : "no cubin (use a real sm_ architecture)");
-    goto out;
-  }
-  if (!(img->data = malloc(size))) { fail_msg(err, errlen, "out of memory"); goto out; }
-  if ((r = nv.cubin(prog, (char *)img->data))) { fail_msg(err, errlen, "nvrtcGetCUBIN: %s", nv.error_string(r)); goto out; }
-  img->size = size;
-  if (dir) cache_write(dir, path, &key, img);
-  rc = 0;
+  rc = nv_image(prog, exprs, nexprs, img, err, errlen);
 out:
   if (prog) (void)NV_CALL(nv.destroy(&prog));
+  return rc;
+}
+
+int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
+                      const char *const *opts, int nopts, const char *const *exprs, int nexprs,
+                      int use_cache, dev_kimage *img, char **log, char *err, size_t errlen)
+{
+  memset(img, 0, sizeof *img);
+  if (log) *log = NULL;
+  if (nexprs < 0 || nopts < 0) return fail_msg(err, errlen, "bad arguments");
+#ifdef __SANITIZE_ADDRESS__
+  __lsan_disable();
+#endif
+  pthread_once(&nv_once, nv_load);
+#ifdef __SANITIZE_ADDRESS__
+  __lsan_enable();
+#endif
+  if (!nv.lib) return fail_msg(err, errlen, "run-time compilation needs NVRTC: %s", nv.why);
+
+  char archopt[64], incopt[1100];
+  const char *all[256];
+  int nall = 0;
+  if (nv_options(arch, opts, nopts, all, &nall, archopt, incopt, err, errlen)) return -1;
+
+  sbuf key = {0};
+  nv_key(&key, src, name, all, nall, exprs, nexprs);
+  if (key.oom) { free(key.p); return fail_msg(err, errlen, "out of memory"); }
+
+  char dirbuf[1024], path[1200];
+  const char *dir = use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
+  if (dir) {
+    snprintf(path, sizeof path, "%s/%016llx.kc", dir, (unsigned long long)dev_kcache_hash(key.p, key.n));
+    if (cache_read(path, &key, nexprs, img) == 0) { free(key.p); return 0; }
+  }
+
+  int rc = nv_build(src, name, all, nall, exprs, nexprs, img, log, err, errlen);
+  if (rc == 0 && dir) cache_write(dir, path, &key, img);
   if (rc) dev_kimage_free(img);
   free(key.p);
   return rc;

@@ -21,82 +21,10 @@
 
 #include "kernels.h"
 #include "cu.h"
+#include "rt.h"
 #include "cpu_ops.h"   /* strided pageable copies: gathered and scattered on the CPU */
 #include "stage.h"
 #include "util.h"
-
-#define MAXMARK 64
-#define NREC 64                /* ops remembered per stream, to name a failed one */
-#define NNOTIFY 16
-#define NTAGGED 64             /* index ops remembered, to name one given a bad index */
-#define NSPARE 16              /* closed streams kept for reuse, per kind */
-
-typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
-
-/* What enqueued the op at a position: its name and script line, and
- * whether it runs the application's or the script's own code (a kernel that
- * can assert or fault; the built-in ops cannot). */
-typedef struct oprec { const char *name; char site[DEV_SITE_LEN]; int user; } oprec;
-
-typedef struct cstream {
-  cudaStream_t st;
-  uint64_t enq, known_done;
-  marker mk[MAXMARK];          /* ring, oldest first, covered increasing */
-  int head, n;
-  oprec rec[NREC];             /* op at position p is rec[p % NREC] */
-} cstream;
-
-
-/* cuBLAS, resolved at run time */
-typedef int (*cublas_create_t)(void **);
-typedef int (*cublas_destroy_t)(void *);
-typedef int (*cublas_setstream_t)(void *, cudaStream_t);
-typedef int (*cublas_gemmex_t)(void *, int, int, int, int, int, const void *, const void *,
-                               int, int, const void *, int, int, const void *, void *, int,
-                               int, int, int);
-typedef int (*cublas_gemmsb_t)(void *, int, int, int, int, int, const void *, const void *, int, int,
-                               long long, const void *, int, int, long long, const void *, void *, int,
-                               int, long long, int, int, int);
-
-typedef struct cstate {
-  int device;
-  cudaStream_t side;           /* allocations and frees (nonblocking, no kernels) */
-  int *flag_host, *flag_dev;   /* mapped pinned: set by kernels on integer division by zero (1),
-                                  or to an index op's tag (an index out of range) */
-  struct { int tag; const char *name; char site[DEV_SITE_LEN]; } tagged[NTAGGED];
-  int next_tag;                /* the index ops enqueued so far: tags 2, 3, ... */
-  int sm_count;
-  int launch_blocking;
-  cudaEvent_t *evpool;         /* spare marker events */
-  int nev, capev;
-  void *cublas_lib, *cublas;
-  cublas_setstream_t cublas_setstream;
-  cublas_gemmex_t cublas_gemmex;
-  cublas_gemmsb_t cublas_gemmsb;   /* cublasGemmStridedBatchedEx */
-  cublas_destroy_t cublas_destroy;
-  int optin_shared;            /* dynamic + static shared memory a block may opt in to */
-  /* completion signals: each watch waits on one of these streams and then
-   * runs a host function; a stream with no watch pending is reused, so one
-   * late watch does not hold up the signal of an early one */
-  cudaStream_t notify[NNOTIFY];
-  atomic_int notify_pending[NNOTIFY];
-  int nnotify;
-  char lost[768];              /* the error that made the context unusable */
-  cuda_loader *loader;         /* loads the built-in kernels in the background */
-  int prio_least, prio_greatest;
-  /* stream memory operations (staged copies), from the driver; NULL on a
-   * driver without them: pageable copies are then the driver's own */
-  CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-  CUresult (*write_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-  /* Closed streams with nothing queued, kept for the next gpu.stream() of
-   * their kind [nonblocking][high priority]: creating a CUDA stream costs
-   * more the more streams are alive (3.4 us with 1k, 20.4 us with 100k, raw
-   * C on an H100, bench/RESULTS.md 2026-11-25). */
-  cudaStream_t spare[2][2][NSPARE];
-  int nspare[2][2];
-} cstate;
-
-static cstream *CST(dev_stream *s) { return s->impl; }
 
 /* Errors a kernel leaves behind: the context cannot be used any more. */
 static int is_sticky(cudaError_t e) {
@@ -136,7 +64,7 @@ static void describe_failed(dev_ctx *ctx, char *buf, size_t n) {
   if (!found) snprintf(buf, n, "queued work");
 }
 
-static int cuda_fail(dev_ctx *ctx, cudaError_t e, const char *what) {
+int cuda_fail(dev_ctx *ctx, cudaError_t e, const char *what) {
   cstate *cs = ctx->bk_state;
   cudaGetLastError();
   if (cs && *cs->lost)
@@ -154,11 +82,6 @@ static int cuda_fail(dev_ctx *ctx, cudaError_t e, const char *what) {
                   "%s: CUDA error %s: %s%s%s", what, cudaGetErrorName(e), cudaGetErrorString(e),
                   *ctx->site ? " (last op enqueued at " : "", *ctx->site ? ctx->site : "");
 }
-
-#define CK(ctx, call, what) \
-  do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cuda_fail((ctx), e_, (what)); } while (0)
-
-static cstate *CS(dev_ctx *ctx) { return ctx->bk_state; }
 
 /* Kernels flag integer division by zero in mapped memory; report it once the
  * work that set it has been waited for. */
@@ -736,182 +659,6 @@ static void c_trim(dev_ctx *ctx) {
 
 /* ---- ops -------------------------------------------------------------- */
 
-static int load_cublas(dev_ctx *ctx) {
-  cstate *cs = CS(ctx);
-  if (cs->cublas) return DEV_OK;
-  if (!cs->cublas_lib) {
-    const char *names[] = {"libcublas.so.13", "libcublas.so", NULL};
-    for (int i = 0; names[i] && !cs->cublas_lib; i++) cs->cublas_lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!cs->cublas_lib)
-      return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul needs cuBLAS: cannot load libcublas.so.13 (%s)", dlerror());
-  }
-  cublas_create_t create = (cublas_create_t)dlsym(cs->cublas_lib, "cublasCreate_v2");
-  cs->cublas_destroy = (cublas_destroy_t)dlsym(cs->cublas_lib, "cublasDestroy_v2");
-  cs->cublas_setstream = (cublas_setstream_t)dlsym(cs->cublas_lib, "cublasSetStream_v2");
-  cs->cublas_gemmex = (cublas_gemmex_t)dlsym(cs->cublas_lib, "cublasGemmEx");
-  cs->cublas_gemmsb = (cublas_gemmsb_t)dlsym(cs->cublas_lib, "cublasGemmStridedBatchedEx");
-  if (!create || !cs->cublas_destroy || !cs->cublas_setstream || !cs->cublas_gemmex || !cs->cublas_gemmsb)
-    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "cuBLAS lacks cublasGemmEx or cublasGemmStridedBatchedEx");
-  int st = create(&cs->cublas);
-  if (st != 0) {
-    cs->cublas = NULL;
-    return dev_fail(ctx, DEV_ERR_DEVICE, "cublasCreate failed (status %d)", st);
-  }
-  return DEV_OK;
-}
-
-/* A matrix (the last two dims of a 2-D or 3-D view) as cuBLAS takes it.
- * cuBLAS is column-major, so a row-major r x c matrix with unit column
- * stride is its c x r transpose with op N, and one with unit row stride (a
- * transposed view) is op T of itself; either needs ld >= its column-major
- * rows.  Anything else is packed into scratch first. */
-typedef struct gmat { const void *p; int op, ld; long long bstride; } gmat;
-
-static int gemm_operand(const dev_view *v, gmat *g) {
-  int r = v->ndim - 2;
-  int64_t rows = v->shape[r], cols = v->shape[r + 1], rs = v->stride[r], cs = v->stride[r + 1];
-  g->p = dev_view_ptr(v);
-  g->bstride = r ? v->stride[0] : 0;
-  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) {
-    g->op = 0;   /* CUBLAS_OP_N */
-    g->ld = (int)(rows == 1 ? (cols > 0 ? cols : 1) : rs);
-    return rows == 1 || rs <= INT_MAX;
-  }
-  if ((rows == 1 || rs == 1) && cs >= rows) {
-    g->op = 1;   /* CUBLAS_OP_T */
-    g->ld = (int)cs;
-    return cs <= INT_MAX;
-  }
-  return 0;
-}
-
-/* Pack a strided view into fresh contiguous device memory on stream st;
- * on failure *mem is NULL and nothing is held. */
-static int pack(dev_ctx *ctx, cstream *c, const dev_view *v, dev_view *packed, void **mem) {
-  size_t bytes = (size_t)dev_view_numel(v) * dev_dtype_size(v->dtype);
-  cudaError_t e = cudaMallocAsync(mem, bytes, c->st);
-  if (e != cudaSuccess) {
-    *mem = NULL;
-    return cuda_fail(ctx, e, "matmul scratch");
-  }
-  dev_buf *b = calloc(1, sizeof *b);
-  if (!b) {
-    cudaFreeAsync(*mem, c->st);
-    *mem = NULL;
-    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
-  }
-  b->ptr = *mem;
-  b->bytes = bytes;
-  b->kind = DEV_MEM_DEVICE;
-  memset(packed, 0, sizeof *packed);
-  packed->buf = b;
-  packed->dtype = v->dtype;
-  dev_view_set_contiguous(packed, v->ndim, v->shape);
-  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = *packed};
-  op.in[0] = *v;
-  cuk_env env = {c->st, CS(ctx)->flag_dev, CS(ctx)->sm_count, 0};
-  char msg[256];
-  if (cuk_launch(&op, &env, msg, sizeof msg)) {
-    free(b);
-    cudaFreeAsync(*mem, c->st);
-    *mem = NULL;
-    return dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s", msg);
-  }
-  return DEV_OK;
-}
-
-/* out = a @ b, 2-D or batched 3-D (validate: one batch size; an operand's
- * batch stride may be 0).  One cublasGemmEx, or one
- * cublasGemmStridedBatchedEx for a batch; f16/bf16 accumulate in f32.
- * Row-major C = A B is column-major C^T = B^T A^T. */
-static int c_matmul(dev_stream *s, const dev_kop *op) {
-  dev_ctx *ctx = s->ctx;
-  cstate *cs = CS(ctx);
-  cstream *c = CST(s);
-  int rc = load_cublas(ctx);
-  if (rc) return rc;
-  int type, compute;
-  switch (op->out.dtype) {
-  case DEV_F32: type = CUDA_R_32F; compute = 68 /* CUBLAS_COMPUTE_32F */; break;
-  case DEV_F64: type = CUDA_R_64F; compute = 70 /* CUBLAS_COMPUTE_64F */; break;
-  case DEV_F16: type = CUDA_R_16F; compute = 68; break;
-  case DEV_BF16: type = CUDA_R_16BF; compute = 68; break;
-  default: return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul: no cuBLAS path for this dtype");
-  }
-  const dev_view *out = &op->out;
-  int nd = out->ndim, r = nd - 2;
-  int64_t nb = r ? out->shape[0] : 1, m = out->shape[r], n = out->shape[r + 1], k = op->in[0].shape[r + 1];
-  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || nb > INT_MAX)
-    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "matmul: matrix too large for cuBLAS");
-  if (m == 0 || n == 0 || nb == 0) return DEV_OK;
-  if (k == 0) {
-    dev_kop zero = {.kind = DEV_OP_FILL, .out = *out, .s0 = {.is_int = 1, .i = 0}};
-    cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 0};
-    char msg[256];
-    return cuk_launch(&zero, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s", msg) : DEV_OK;
-  }
-  dev_view pa, pb, pc;
-  void *ma = NULL, *mb = NULL, *mc = NULL;
-  gmat ga, gb, gc;
-  if (!gemm_operand(&op->in[0], &ga)) {
-    if ((rc = pack(ctx, c, &op->in[0], &pa, &ma))) return rc;
-    gemm_operand(&pa, &ga);
-  }
-  if (!gemm_operand(&op->in[1], &gb)) {
-    if ((rc = pack(ctx, c, &op->in[1], &pb, &mb))) goto done;
-    gemm_operand(&pb, &gb);
-  }
-  /* the output takes op N only, and distinct matrices per batch */
-  if (!gemm_operand(out, &gc) || gc.op != 0 || (nb > 1 && gc.bstride < (long long)(m - 1) * gc.ld + n)) {
-    size_t bytes = (size_t)dev_view_numel(out) * dev_dtype_size(out->dtype);
-    cudaError_t e = cudaMallocAsync(&mc, bytes, c->st);
-    if (e != cudaSuccess) { rc = cuda_fail(ctx, e, "matmul scratch"); goto done; }
-    memset(&pc, 0, sizeof pc);
-    pc.dtype = out->dtype;
-    dev_view_set_contiguous(&pc, nd, out->shape);
-    gc.p = mc;
-    gc.op = 0;
-    gc.ld = (int)n;
-    gc.bstride = (long long)(m * n);
-  }
-  {
-    double one64 = 1, zero64 = 0;
-    float one32 = 1, zero32 = 0;
-    const void *alpha = type == CUDA_R_64F ? (const void *)&one64 : (const void *)&one32;
-    const void *beta = type == CUDA_R_64F ? (const void *)&zero64 : (const void *)&zero32;
-    cs->cublas_setstream(cs->cublas, c->st);
-    int st;
-    if (nb == 1)
-      st = cs->cublas_gemmex(cs->cublas, gb.op, ga.op, (int)n, (int)m, (int)k, alpha, gb.p, type, gb.ld,
-                             ga.p, type, ga.ld, beta, (void *)gc.p, type, gc.ld, compute,
-                             -1 /* CUBLAS_GEMM_DEFAULT */);
-    else
-      st = cs->cublas_gemmsb(cs->cublas, gb.op, ga.op, (int)n, (int)m, (int)k, alpha, gb.p, type, gb.ld,
-                             gb.bstride, ga.p, type, ga.ld, ga.bstride, beta, (void *)gc.p, type, gc.ld,
-                             gc.bstride, (int)nb, compute, -1);
-    if (st != 0) {
-      rc = dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s failed (status %d)",
-                    nb == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx", st);
-      goto done;
-    }
-    if (mc) {
-      dev_buf tb = {.ptr = mc, .bytes = (size_t)dev_view_numel(out) * dev_dtype_size(out->dtype),
-                    .kind = DEV_MEM_DEVICE};
-      pc.buf = &tb;
-      dev_kop cp = {.kind = DEV_OP_COPY, .nin = 1, .out = *out};
-      cp.in[0] = pc;
-      cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 0};
-      char msg[256];
-      if (cuk_launch(&cp, &env, msg, sizeof msg)) rc = dev_fail(ctx, DEV_ERR_DEVICE, "matmul: %s", msg);
-    }
-  }
-done:
-  if (ma) { free(pa.buf); cudaFreeAsync(ma, c->st); }
-  if (mb) { free(pb.buf); cudaFreeAsync(mb, c->st); }
-  if (mc) cudaFreeAsync(mc, c->st);
-  return rc;
-}
-
 static int host_visible(const dev_buf *b) { return b->kind != DEV_MEM_DEVICE; }
 
 static int c_copy(dev_stream *s, const dev_kop *op) {
@@ -1036,7 +783,7 @@ static int c_dispatch(dev_stream *s, const dev_kop *op) {
   cstream *c = CST(s);
   if (op->kind == DEV_OP_LAUNCH) return c_launch(s, op->launch);
   if (op->kind == DEV_OP_COPY) return c_copy(s, op);
-  if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) return c_matmul(s, op);
+  if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) return cuda_matmul(s, op);
   cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 1 /* checked by dev_submit */};
   char msg[256];
   dev_kop tagged;
@@ -1113,7 +860,7 @@ static int c_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
 /* What an op needs before a capture begins: cuBLAS's handle (its creation
  * allocates outside stream order). */
 int cuda_capture_prepare(dev_ctx *ctx, const dev_kop *op) {
-  if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) return load_cublas(ctx);
+  if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) return cuda_load_cublas(ctx);
   return DEV_OK;
 }
 
@@ -1175,78 +922,6 @@ static int c_coll(dev_stream *s, const dev_coll *g, int n, uint64_t seq) {
   return tm.ev ? cuda_trace_coll(ctx, CST(s)->st, &tm, (int64_t)s->id, g, n, rc) : rc;
 }
 
-/* ---- run-time kernels --------------------------------------------------- */
-
-static int c_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl) {
-  (void)len;
-  cudaLibrary_t lib;
-  CK(ctx, cudaLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0), "load module");
-  *impl = lib;
-  return DEV_OK;
-}
-
-static void c_module_unload(dev_ctx *ctx, void *impl) {
-  (void)ctx;
-  if (cudaLibraryUnload((cudaLibrary_t)impl) != cudaSuccess) cudaGetLastError();
-}
-
-static int c_kernel_get(dev_ctx *ctx, void *impl, const char *symbol, dev_kernel *k,
-                        size_t *sizes, int max, int *nparams) {
-  cstate *cs = CS(ctx);
-  cudaKernel_t kr;
-  cudaError_t e = cudaLibraryGetKernel(&kr, (cudaLibrary_t)impl, symbol);
-  if (e != cudaSuccess) {
-    char what[300];
-    snprintf(what, sizeof what, "kernel '%.200s' not found in the module", symbol);
-    return cuda_fail(ctx, e, what);
-  }
-  struct cudaFuncAttributes a;
-  CK(ctx, cudaFuncGetAttributes(&a, (const void *)kr), "kernel attributes");
-  k->handle = (void *)kr;
-  k->max_threads = a.maxThreadsPerBlock;
-  k->static_shared = a.sharedSizeBytes;
-  k->max_dynamic_shared = (size_t)cs->optin_shared > a.sharedSizeBytes ? (size_t)cs->optin_shared - a.sharedSizeBytes : 0;
-  k->shared_set = (size_t)a.maxDynamicSharedSizeBytes;
-  /* Up to max parameters: asking past the last one is an API error that
-   * compute-sanitizer reports, so the caller passes the count it expects. */
-  int n = 0;
-  for (; n < max; n++) {
-    size_t off = 0, size = 0;
-    if (cudaFuncGetParamInfo((const void *)kr, (size_t)n, &off, &size) != cudaSuccess) {
-      cudaGetLastError();
-      break;
-    }
-    sizes[n] = size;
-  }
-  *nparams = n;
-  return DEV_OK;
-}
-
-static int c_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n) {
-  unsigned count = 0;
-  *names = NULL;
-  *n = 0;
-  CK(ctx, cudaLibraryGetKernelCount(&count, (cudaLibrary_t)impl), "module kernels");
-  cudaKernel_t *ks = calloc(count ? count : 1, sizeof *ks);
-  char **out = calloc(count ? count : 1, sizeof *out);
-  if (!ks || !out) { free(ks); free(out); return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory"); }
-  cudaError_t e = cudaLibraryEnumerateKernels(ks, count, (cudaLibrary_t)impl);
-  for (unsigned i = 0; e == cudaSuccess && i < count; i++) {
-    const char *name = NULL;
-    e = cudaFuncGetName(&name, (const void *)ks[i]);
-    if (e == cudaSuccess && !(out[i] = strdup(name ? name : "?"))) e = cudaErrorMemoryAllocation;
-  }
-  free(ks);
-  if (e != cudaSuccess) {
-    for (unsigned i = 0; i < count; i++) free(out[i]);
-    free(out);
-    return cuda_fail(ctx, e, "module kernels");
-  }
-  *names = out;
-  *n = (int)count;
-  return DEV_OK;
-}
-
 const dev_backend dev_cuda_backend = {
   .name = "cuda",
   .open = c_open,
@@ -1280,10 +955,10 @@ const dev_backend dev_cuda_backend = {
   .submit = c_submit,
   .stage_copy = c_stage_copy,
   .compile = dev_nvrtc_compile,
-  .module_load = c_module_load,
-  .module_unload = c_module_unload,
-  .kernel_get = c_kernel_get,
-  .kernel_names = c_kernel_names,
+  .module_load = cuda_module_load,
+  .module_unload = cuda_module_unload,
+  .kernel_get = cuda_kernel_get,
+  .kernel_names = cuda_kernel_names,
   .comm_open = c_comm_open,
   .comm_connect = c_comm_connect,
   .comm_close = c_comm_close,

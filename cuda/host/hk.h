@@ -1,6 +1,7 @@
 /* Run-time kernels of the host backend (gpu.compile without a GPU): shared
- * by cuda/host/backend.c, kcompile.c (compiling and the on-disk cache) and
- * kexec.c (loading and running). */
+ * by cuda/host/backend.c, kcompile.c (compiling and the on-disk cache),
+ * kmodule.c (loading) and kexec.c (running; kexec.h is what those two
+ * share with kfail.c). */
 #ifndef GPULUA_HOST_HK_H
 #define GPULUA_HOST_HK_H
 

@@ -1,8 +1,7 @@
-/* Compiled host kernels (kcompile.c): loading and running.
+/* Compiled host kernels (kcompile.c): running them (their modules are
+ * loaded by kmodule.c; kfail.c puts a failure in words; kexec.h).
  *
- * A module is the compiler's shared object, written to a temporary file
- * and dlopen'ed (each load its own copy, as CUDA modules have their own
- * globals).  A launch runs on the stream's worker thread: its blocks are
+ * A launch runs on the stream's worker thread: its blocks are
  * shared out to a process-wide pool of block workers (GPULUA_HOST_THREADS,
  * default one per CPU, the stream's worker counted), each running whole
  * blocks, one at a time.  A block's threads run one after the other in a
@@ -36,214 +35,17 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "hk.h"
-#define GPULUA_HK_ABI_ONLY
-#include "host/cuda_device_rt.h"
+#include "kexec.h"
 #include "util.h"
-
-/* As an H100's: a block of 1024 threads, and dynamic shared memory up to
- * the 227 KiB a kernel may opt in to there (host kernels need no opt-in). */
-#define HK_MAX_THREADS 1024
-#define HK_MAX_DYN_SHARED ((size_t)232448)
-
-typedef struct hk_mod hk_mod;
-
-typedef struct hk_kern {
-  hk_mod *mod;
-  const gpulua_hk_kernel *k;
-} hk_kern;
-
-#define HK_MAXSEG 16
-
-struct hk_mod {
-  void *dl;
-  const gpulua_hk_module *m;
-  int fibers;                   /* its threads need fibers */
-  hk_kern *ks;                  /* one per kernel of m */
-  void (*where)(char *buf, unsigned long n);   /* the failing thread's block and thread */
-  void *(*tls_probe)(void);
-  uintptr_t base;               /* the load address: pc - base is in the file */
-  /* built with GPULUA_KERNEL_CHECK: the file stays (addr2line reads its
-   * lines), and what a kernel may touch besides its tensors */
-  int checked;
-  char path[1100];
-  gpulua_hk_range seg[HK_MAXSEG];   /* the object's loaded segments */
-  int nseg;
-  size_t tls_size;              /* its thread-local storage: __shared__ */
-};
-
-typedef struct seg_find { uintptr_t base; hk_mod *hm; } seg_find;
-
-static int seg_cb(struct dl_phdr_info *info, size_t size, void *arg)
-{
-  (void)size;
-  seg_find *sf = arg;
-  if (info->dlpi_addr != sf->base) return 0;
-  hk_mod *hm = sf->hm;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_TLS) hm->tls_size = ph->p_memsz;
-    if (ph->p_type != PT_LOAD || hm->nseg == HK_MAXSEG) continue;
-    gpulua_hk_range *r = &hm->seg[hm->nseg++];
-    r->lo = info->dlpi_addr + ph->p_vaddr;
-    r->hi = r->lo + ph->p_memsz;
-    r->write = (ph->p_flags & PF_W) != 0;
-    r->param = -1;
-  }
-  return 1;
-}
-
-/* ---- modules -------------------------------------------------------------- */
-
-int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl)
-{
-  char path[1100];
-  int fd = tmp_file("gpulua-k", path, sizeof path);
-  if (fd < 0) return dev_fail(ctx, DEV_ERR_DEVICE, "load module: cannot create a temporary file: %s", strerror(errno));
-  const char *p = image;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t k = write(fd, p, left);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(path);
-      return dev_fail(ctx, DEV_ERR_DEVICE, "load module: cannot write %s: %s", path, strerror(e));
-    }
-    p += k;
-    left -= (size_t)k;
-  }
-  close(fd);
-  /* a fresh name per load: dlopen would hand back an object already loaded
-   * under the same name */
-  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  const char *why = dl ? NULL : dlerror();
-  if (!dl) {
-    unlink(path);
-    return dev_fail(ctx, DEV_ERR_DEVICE, "load module: %s", why ? why : "dlopen failed");
-  }
-  const gpulua_hk_module *m = dlsym(dl, "gpulua_hk_mod");
-  if (!m || m->abi != GPULUA_HK_ABI) {
-    dlclose(dl);
-    unlink(path);
-    return dev_fail(ctx, DEV_ERR_DEVICE, "load module: not a module of this gpulua's host kernels (interface %d)",
-                    GPULUA_HK_ABI);
-  }
-  int checked = (m->flags & GPULUA_HK_CHECKED) != 0;
-  if (!checked) unlink(path);
-  hk_mod *hm = calloc(1, sizeof *hm);
-  hk_kern *ks = calloc(m->nkernels > 0 ? (size_t)m->nkernels : 1, sizeof *ks);
-  if (!hm || !ks) {
-    free(hm);
-    free(ks);
-    dlclose(dl);
-    if (checked) unlink(path);
-    return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
-  }
-  hm->dl = dl;
-  hm->m = m;
-  hm->fibers = dlsym(dl, "gpulua_hk_fibers") != NULL;
-  hm->ks = ks;
-  *(void **)&hm->where = dlsym(dl, "gpulua_hk_where");
-  *(void **)&hm->tls_probe = dlsym(dl, "gpulua_hk_tls_probe");
-  struct link_map *lm = NULL;
-  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm) hm->base = lm->l_addr;
-  hm->checked = checked;
-  if (checked) {
-    snprintf(hm->path, sizeof hm->path, "%s", path);
-    seg_find sf = {hm->base, hm};
-    dl_iterate_phdr(seg_cb, &sf);
-  }
-  for (int i = 0; i < m->nkernels; i++) {
-    ks[i].mod = hm;
-    ks[i].k = m->kernels[i];
-  }
-  *impl = hm;
-  return DEV_OK;
-}
-
-void hk_module_unload(dev_ctx *ctx, void *impl)
-{
-  (void)ctx;
-  hk_mod *hm = impl;
-  if (!hm) return;
-  dlclose(hm->dl);
-  if (hm->checked) unlink(hm->path);
-  free(hm->ks);
-  free(hm);
-}
-
-int hk_kernel_get(dev_ctx *ctx, void *impl, const char *symbol, dev_kernel *k, size_t *sizes, int max,
-                  int *nparams)
-{
-  hk_mod *hm = impl;
-  const gpulua_hk_kernel *kk = dlsym(hm->dl, symbol);
-  hk_kern *found = NULL;
-  for (int i = 0; kk && i < hm->m->nkernels; i++)
-    if (hm->ks[i].k == kk) found = &hm->ks[i];
-  if (!found) return dev_fail(ctx, DEV_ERR_DEVICE, "kernel '%.200s' not found in the module", symbol);
-  k->handle = found;
-  k->max_threads = HK_MAX_THREADS;
-  k->static_shared = 0;
-  k->max_dynamic_shared = HK_MAX_DYN_SHARED;
-  k->shared_set = HK_MAX_DYN_SHARED;
-  int n = kk->nparams < max ? kk->nparams : max;
-  for (int i = 0; i < n; i++) sizes[i] = kk->sizes[i];
-  *nparams = n;
-  return DEV_OK;
-}
-
-int hk_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n)
-{
-  hk_mod *hm = impl;
-  int count = hm->m->nkernels;
-  char **out = calloc(count > 0 ? (size_t)count : 1, sizeof *out);
-  if (!out) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < count; i++) {
-    if (!(out[i] = strdup(hm->m->kernels[i]->name))) {
-      for (int j = 0; j < i; j++) free(out[j]);
-      free(out);
-      return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory");
-    }
-  }
-  *names = out;
-  *n = count;
-  return DEV_OK;
-}
-
-int hk_is_compiled(const dev_kernel *k)
-{
-  return k && k->handle && !dev_kernel_is_cfunc(k);
-}
-
-/* ---- launches ------------------------------------------------------------- */
-
-typedef struct hk_job {
-  struct hk_job *next;          /* the pool's list, under pool.mu */
-  const dev_launch *l;
-  const hk_kern *hk;
-  gpulua_hk_block tmpl;
-  unsigned long long nblocks, chunk;
-  _Atomic unsigned long long next_block;
-  atomic_int failed;
-  int active;                   /* pool workers in it (pool.mu) */
-  pthread_cond_t idle;          /* active fell to 0 */
-  pthread_mutex_t emu;
-  char err[1024];               /* the first failure (emu) */
-  gpulua_hk_range *args;        /* GPULUA_KERNEL_CHECK: the tensors passed */
-  int nargs;
-} hk_job;
 
 /* ---- fibers ---------------------------------------------------------------- */
 
-#if defined(__x86_64__) && !defined(GPULUA_HK_UCONTEXT)
+#ifdef HK_ASM_SWITCH
 /* The switch: callee-saved registers on the old stack, its stack pointer
  * into *save, then the other's restored.  The floating-point control words
  * stay as they are (loading them costs more than the rest of the switch):
  * every fiber of a thread shares the thread's.  A new fiber's stack holds a
  * frame whose return address is gpulua_hk_fiber_start, which calls rbx(r12). */
-#define HK_ASM_SWITCH 1
 __asm__(".text\n"
         ".globl gpulua_hk_switch\n.hidden gpulua_hk_switch\n.type gpulua_hk_switch,@function\n"
         "gpulua_hk_switch:\n"
@@ -258,72 +60,12 @@ __asm__(".text\n"
         ".size gpulua_hk_fiber_start, .-gpulua_hk_fiber_start\n");
 void gpulua_hk_switch(void **save, void *to);
 void gpulua_hk_fiber_start(void);
-#else
-#include <ucontext.h>
 #endif
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
-
-enum { F_RUN, F_BAR, F_WARP, F_DONE };
-
-typedef struct hk_worker hk_worker;
-
-typedef struct hk_fiber {
-  void *sp;                     /* saved stack pointer while switched out */
-#ifndef HK_ASM_SWITCH
-  ucontext_t uc;
-#endif
-  hk_worker *w;
-  unsigned th;                  /* linear thread index in the block */
-  int state;
-  unsigned bar_gen;             /* the barrier it waits at */
-  /* its warp operation: what it asked, and the result */
-  int op, arg, width;
-  unsigned mask;
-  unsigned long long v, res;
-} hk_fiber;
-
-/* Bytes of stack per fiber (CUDA gives a thread 1 KiB by default; C++ and
- * printf need more), with a guard page below each. */
-#define HK_STACK ((size_t)128 << 10)
-
-/* The state of a thread that runs blocks: a pool worker or a stream's. */
-struct hk_worker {
-  jmp_buf jb;                   /* a failing thread leaves its block through here */
-  hk_job *job;
-  void *dyn;                    /* dynamic shared memory */
-  size_t dyn_cap;
-  /* a fault (SIGSEGV, SIGFPE...) in kernel code: what the handler saw */
-  volatile sig_atomic_t in_kernel;
-  unsigned long long range_first, range_last;   /* the blocks run as a loop now */
-  int fault_sig, fault_code;
-  void *fault_addr, *fault_pc;
-  char *altstack;               /* ours, when the thread had none */
-  /* GPULUA_KERNEL_CHECK: the job's ranges plus this thread's */
-  gpulua_hk_range *ranges;
-  int nranges, cap_ranges;
-  /* fibers */
-  char *stacks;                 /* HK_MAX_THREADS of (guard page + HK_STACK) */
-  size_t page;
-  int guarded;                  /* stacks whose guard page is set */
-  hk_fiber *f;                  /* HK_MAX_THREADS */
-  int nf, cur, live, in_fibers;
-  void *main_sp;
-#ifndef HK_ASM_SWITCH
-  ucontext_t main_uc;
-#endif
-  const void *main_lo;          /* this thread's own stack (AddressSanitizer) */
-  size_t main_size;
-  gpulua_hk_block blk;          /* the block the fibers run */
-  unsigned long long block;
-  unsigned bar_gen;             /* barriers completed in this block */
-  int bar_arrived, bar_true[2], res_true[2], res_total[2];
-  unsigned warp_live[HK_MAX_THREADS / 32], warp_arrived[HK_MAX_THREADS / 32];
-  unsigned warp_active[HK_MAX_THREADS / 32];   /* lanes waiting in __activemask */
-};
 
 static pthread_key_t worker_key;
 static pthread_once_t worker_once = PTHREAD_ONCE_INIT;
@@ -860,95 +602,14 @@ static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
 
 /* ---- what went wrong, in words ------------------------------------------------ */
 
-/* " at FILE:LINE" of pc in a module built with GPULUA_KERNEL_CHECK (its
- * debug information, read by addr2line), or "". */
-static void source_line(const hk_mod *hm, void *pc, char *out, size_t n)
-{
-  out[0] = 0;
-  char a2l[1100], addr[40], text[256];
-  if (!hm->checked || !pc || hk_find_program("addr2line", a2l, sizeof a2l)) return;
-  snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)((uintptr_t)pc - hm->base - 1));
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC)) return;
-  char *argv[] = {a2l, "-e", (char *)hm->path, "-s", addr, NULL};
-  int st = hk_run(argv, fds[1]);
-  close(fds[1]);
-  ssize_t got = st == 0 ? read(fds[0], text, sizeof text - 1) : -1;
-  close(fds[0]);
-  if (got <= 0) return;
-  text[got] = 0;
-  text[strcspn(text, " \n")] = 0;        /* "file:line (discriminator 2)" */
-  if (text[0] && text[0] != '?' && !strstr(text, ":?") && !strstr(text, ":0"))
-    snprintf(out, n, " at %s", text);
-}
-
-/* The block and thread that failed (their coordinates are the module's). */
-static void thread_where(const hk_mod *hm, char *out, size_t n)
-{
-  out[0] = 0;
-  if (hm->where) hm->where(out, n);
-}
-
-/* Which memory addr is outside of: the nearest tensor argument, or the
- * dynamic shared memory. */
-static void describe_access(const hk_worker *w, unsigned long long addr, unsigned long long size, int write,
-                            char *out, size_t n)
-{
-  const dev_ksig *sig = &w->job->l->k->sig;
-  const char *rw = write ? "write" : "read";
-  const gpulua_hk_range *best = NULL;
-  unsigned long long dist = ~0ull;
-  for (int i = 0; i < w->nranges; i++) {
-    const gpulua_hk_range *r = &w->ranges[i];
-    if (r->param == -1) continue;
-    unsigned long long d = addr >= r->hi ? addr - r->hi + 1 : addr + size <= r->lo ? r->lo - addr : 0;
-    if (d < dist) { dist = d; best = r; }
-  }
-  if (addr < 65536 && (!best || dist > 0)) {
-    snprintf(out, n, "a %llu-byte %s at address 0x%llx (a null pointer?)", size, rw, addr);
-    return;
-  }
-  if (!best || dist > ((unsigned long long)1 << 20)) {
-    snprintf(out, n, "a %llu-byte %s at 0x%llx, in no tensor the kernel was given, nor its stack or shared "
-             "memory", size, rw, addr);
-    return;
-  }
-  /* the range in elements where they are known */
-  unsigned long long bytes = best->hi - best->lo, el = 1;
-  char name[240];
-  if (best->param >= 0) {
-    const dev_kparam *p = &sig->params[best->param];
-    el = p->pointee >= 0 ? dev_dtype_size((dev_dtype)p->pointee) : p->elsize > 0 ? (unsigned long long)p->elsize : 1;
-    if (bytes % el) el = 1;
-    if (el > 1)
-      snprintf(name, sizeof name, "argument %d '%s' (%s, %llu elements)", best->param + 1, *p->name ? p->name : "?",
-               p->type, bytes / el);
-    else
-      snprintf(name, sizeof name, "argument %d '%s' (%s, %llu bytes)", best->param + 1, *p->name ? p->name : "?",
-               p->type, bytes);
-  } else {
-    snprintf(name, sizeof name, "the dynamic shared memory (%llu bytes)", bytes);
-  }
-  long long off = (long long)(addr - best->lo);
-  if (dist == 0 && addr >= best->lo && addr + size <= best->hi) {
-    snprintf(out, n, "a %llu-byte write to %s, which the kernel may only read (a pointer to const)", size, name);
-  } else if (el > 1 && off % (long long)el == 0) {
-    snprintf(out, n, "a %llu-byte %s of element %lld of %s, %s", size, rw, off / (long long)el, name,
-             off < 0 ? "before its start" : "past its end");
-  } else {
-    snprintf(out, n, "a %llu-byte %s at byte %lld of %s, %s", size, rw, off, name,
-             off < 0 ? "before its start" : "past its end");
-  }
-}
-
 static void rt_bad_access(void *wp, unsigned long long addr, unsigned long long size, int write, void *pc)
 {
   hk_worker *w = wp;
   const hk_mod *hm = w->job->hk->mod;
   char what[400], line[300], at[100];
-  describe_access(w, addr, size, write, what, sizeof what);
-  source_line(hm, pc, line, sizeof line);
-  thread_where(hm, at, sizeof at);
+  hk_describe_access(w, addr, size, write, what, sizeof what);
+  hk_source_line(hm, pc, line, sizeof line);
+  hk_thread_where(hm, at, sizeof at);
   fail_here(w, "illegal memory access (cudaErrorIllegalAddress): %s%s, in %s", what, line, at);
 }
 
@@ -958,7 +619,7 @@ static void fault_fail(hk_worker *w)
 {
   const hk_mod *hm = w->job->hk->mod;
   char at[100], line[300], why[200];
-  thread_where(hm, at, sizeof at);
+  hk_thread_where(hm, at, sizeof at);
   if (!w->in_fibers && !hm->checked) {
     /* a loop the compiler optimized keeps no exact thread index at hand:
      * the blocks it was running */
@@ -968,7 +629,7 @@ static void fault_fail(hk_worker *w)
     else
       snprintf(at, sizeof at, "one of blocks %llu to %llu (x fastest)", b, w->range_last - 1);
   }
-  source_line(hm, w->fault_pc, line, sizeof line);
+  hk_source_line(hm, w->fault_pc, line, sizeof line);
   const char *hint = hm->checked ? "" : " (GPULUA_KERNEL_CHECK=1 finds the line)";
   uintptr_t a = (uintptr_t)w->fault_addr;
   int overflow = 0;

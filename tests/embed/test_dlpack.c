@@ -86,6 +86,127 @@ static gpulua *open_instance(void) {
 
 static void call_deleter_thread(DLManagedTensor *m);
 
+/* a view: byte_offset and strides */
+static void export_view(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int st;
+  DLManagedTensor *m = (DLManagedTensor *)1;
+  DLTensor *dl;
+  run(g, "big = gpu.arange(0, 12, {dtype = 'i32', device = 'host'}):view({3, 4}); v = big:narrow(2, 2, 2)");
+  lua_getglobal(L, "v");
+  st = gpulua_to_dlpack(g, 1, &m);
+  lua_settop(L, 0);
+  ok(st == 0, "a narrowed view exports");
+  if (st == 0) {
+    dl = &m->dl_tensor;
+    int32_t *e = (int32_t *)((char *)dl->data + dl->byte_offset);
+    ok(dl->ndim == 2 && dl->shape[0] == 3 && dl->shape[1] == 2 && dl->strides[0] == 4 && dl->strides[1] == 1 &&
+           dl->byte_offset == 4 && dl->dtype.code == kDLInt && dl->dtype.bits == 32,
+       "shape {3, 2}, strides {4, 1}, byte_offset 4, int32");
+    ok(e[0] == 1 && e[1] == 2 && e[4] == 5 && e[9] == 10, "its elements through strides");
+    ok(dl->device.device_type == kDLCPU, "host memory is kDLCPU");
+    /* a foreign thread's deleter, the instance still open */
+    call_deleter_thread(m);
+  }
+  run(g, "big, v = nil, nil; collectgarbage(); collectgarbage()");
+  gpulua_synchronize(g);
+  ok(expr_int(g, "gpu.stats().buffers") == 0, "a deleter called on another thread: released at the next sync");
+}
+
+/* device memory, every dtype */
+static void export_dtypes(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int host = is_host_backend(g);
+  DLManagedTensor *m = (DLManagedTensor *)1;
+  DLTensor *dl;
+  static const struct { const char *name; uint8_t code, bits; } dts[] = {
+    {"f32", kDLFloat, 32}, {"f64", kDLFloat, 64}, {"f16", kDLFloat, 16}, {"bf16", kDLBfloat, 16},
+    {"i8", kDLInt, 8}, {"u8", kDLUInt, 8}, {"i32", kDLInt, 32}, {"i64", kDLInt, 64}, {"bool", kDLBool, 8},
+  };
+  int good = 1;
+  for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+    char chunk[128];
+    snprintf(chunk, sizeof chunk, "d = gpu.ones({5}, {dtype = '%s'})", dts[i].name);
+    run(g, chunk);
+    lua_getglobal(L, "d");
+    if (gpulua_to_dlpack(g, -1, &m) != 0) { good = 0; diag(gpulua_error(g)); lua_settop(L, 0); continue; }
+    lua_settop(L, 0);
+    dl = &m->dl_tensor;
+    if (dl->dtype.code != dts[i].code || dl->dtype.bits != dts[i].bits || dl->dtype.lanes != 1) good = 0;
+    if (host && dl->device.device_type != kDLCPU) good = 0;
+    if (!host && (dl->device.device_type != kDLCUDA || dl->device.device_id != expr_int(g, "gpu.device_info().index")))
+      good = 0;
+    if (host && dts[i].bits == 8 && ((uint8_t *)dl->data)[4] != 1) good = 0;
+    m->deleter(m);
+  }
+  ok(good, "device tensors of every dtype: code/bits, and %s", host ? "kDLCPU on the host backend" : "kDLCUDA, our GPU");
+  run(g, "d = nil; collectgarbage()");
+}
+
+/* ordering: queued writes are done before the consumer reads */
+static void export_ordering(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int st;
+  DLManagedTensor *m = (DLManagedTensor *)1;
+  run(g, "src = gpu.full({4096}, 7, {dtype = 'f32'}); dst = gpu.pinned({4096}); gpu.sleep(200); dst:copy(src)");
+  lua_Integer syncs = expr_int(g, "gpu.stats().syncs");
+  lua_getglobal(L, "dst");
+  st = gpulua_to_dlpack(g, 1, &m);
+  if (st) diag(gpulua_error(g));
+  lua_settop(L, 0);
+  ok(st == 0, "export of a tensor a queued copy is filling");
+  if (st == 0) {
+    float *p = (float *)((char *)m->dl_tensor.data + m->dl_tensor.byte_offset);
+    int all = 1;
+    for (int i = 0; i < 4096; i++) all &= p[i] == 7;
+    ok(all, "the export waited for the queued copy: every element is written");
+    ok(expr_int(g, "gpu.stats().syncs") == syncs + 1, "that wait was one counted sync");
+    m->deleter(m);
+  }
+  run(g, "src, dst = nil, nil; collectgarbage()");
+}
+
+/* versioned */
+static void export_versioned(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int st;
+  run(g, "w = gpu.zeros({2, 2}, {dtype = 'i64', device = 'host'})");
+  lua_getglobal(L, "w");
+  DLManagedTensorVersioned *mv = NULL;
+  st = gpulua_to_dlpack_versioned(g, -1, &mv);
+  lua_settop(L, 0);
+  ok(st == 0 && mv && mv->version.major == 1 && mv->flags == 0 && mv->dl_tensor.ndim == 2 &&
+         mv->dl_tensor.dtype.code == kDLInt && mv->dl_tensor.dtype.bits == 64,
+     "versioned export: version 1.x, flags 0, int64 2-D");
+  if (mv) mv->deleter(mv);
+  run(g, "w = nil; collectgarbage()");
+}
+
+/* bad exports */
+static void export_bad(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int st;
+  DLManagedTensor *m = (DLManagedTensor *)1;
+  lua_pushinteger(L, 5);
+  st = gpulua_to_dlpack(g, -1, &m);
+  ok(st != 0 && m == NULL && contains(gpulua_error(g), "gpulua_to_dlpack") &&
+         contains(gpulua_error(g), "not a gpu.Tensor"),
+     "a number is refused: %s", gpulua_error(g));
+  lua_settop(L, 0);
+  run(g, "c = gpu.ones({2}); c:close()");
+  lua_getglobal(L, "c");
+  st = gpulua_to_dlpack(g, -1, &m);
+  ok(st != 0 && contains(gpulua_error(g), "closed"), "a closed tensor is refused: %s", gpulua_error(g));
+  st = gpulua_to_dlpack(g, -1, NULL);
+  ok(st != 0 && contains(gpulua_error(g), "out is NULL"), "out NULL is refused");
+  lua_settop(L, 0);
+  st = gpulua_to_dlpack(g, 7, &m);
+  ok(st != 0 && contains(gpulua_error(g), "stack index 7"), "an empty stack slot is refused");
+  ok(gpulua_to_dlpack(NULL, 1, &m) != 0 && m == NULL, "g NULL fails without a crash");
+  run(g, "c = nil");
+  ok(live_buffers(g) == 0, "nothing left");
+}
+
 static void test_export(void) {
   gpulua *g = open_instance();
   lua_State *L = gpulua_state(g);
@@ -116,101 +237,11 @@ static void test_export(void) {
   m->deleter(m);
   gpulua_synchronize(g);
   ok(expr_int(g, "gpu.stats().buffers") == 0, "the deleter releases it");
-
-  /* a view: byte_offset and strides */
-  run(g, "big = gpu.arange(0, 12, {dtype = 'i32', device = 'host'}):view({3, 4}); v = big:narrow(2, 2, 2)");
-  lua_getglobal(L, "v");
-  st = gpulua_to_dlpack(g, 1, &m);
-  lua_settop(L, 0);
-  ok(st == 0, "a narrowed view exports");
-  if (st == 0) {
-    dl = &m->dl_tensor;
-    int32_t *e = (int32_t *)((char *)dl->data + dl->byte_offset);
-    ok(dl->ndim == 2 && dl->shape[0] == 3 && dl->shape[1] == 2 && dl->strides[0] == 4 && dl->strides[1] == 1 &&
-           dl->byte_offset == 4 && dl->dtype.code == kDLInt && dl->dtype.bits == 32,
-       "shape {3, 2}, strides {4, 1}, byte_offset 4, int32");
-    ok(e[0] == 1 && e[1] == 2 && e[4] == 5 && e[9] == 10, "its elements through strides");
-    ok(dl->device.device_type == kDLCPU, "host memory is kDLCPU");
-    /* a foreign thread's deleter, the instance still open */
-    call_deleter_thread(m);
-  }
-  run(g, "big, v = nil, nil; collectgarbage(); collectgarbage()");
-  gpulua_synchronize(g);
-  ok(expr_int(g, "gpu.stats().buffers") == 0, "a deleter called on another thread: released at the next sync");
-
-  /* device memory, every dtype */
-  static const struct { const char *name; uint8_t code, bits; } dts[] = {
-    {"f32", kDLFloat, 32}, {"f64", kDLFloat, 64}, {"f16", kDLFloat, 16}, {"bf16", kDLBfloat, 16},
-    {"i8", kDLInt, 8}, {"u8", kDLUInt, 8}, {"i32", kDLInt, 32}, {"i64", kDLInt, 64}, {"bool", kDLBool, 8},
-  };
-  int good = 1;
-  for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
-    char chunk[128];
-    snprintf(chunk, sizeof chunk, "d = gpu.ones({5}, {dtype = '%s'})", dts[i].name);
-    run(g, chunk);
-    lua_getglobal(L, "d");
-    if (gpulua_to_dlpack(g, -1, &m) != 0) { good = 0; diag(gpulua_error(g)); lua_settop(L, 0); continue; }
-    lua_settop(L, 0);
-    dl = &m->dl_tensor;
-    if (dl->dtype.code != dts[i].code || dl->dtype.bits != dts[i].bits || dl->dtype.lanes != 1) good = 0;
-    if (host && dl->device.device_type != kDLCPU) good = 0;
-    if (!host && (dl->device.device_type != kDLCUDA || dl->device.device_id != expr_int(g, "gpu.device_info().index")))
-      good = 0;
-    if (host && dts[i].bits == 8 && ((uint8_t *)dl->data)[4] != 1) good = 0;
-    m->deleter(m);
-  }
-  ok(good, "device tensors of every dtype: code/bits, and %s", host ? "kDLCPU on the host backend" : "kDLCUDA, our GPU");
-  run(g, "d = nil; collectgarbage()");
-
-  /* ordering: queued writes are done before the consumer reads */
-  run(g, "src = gpu.full({4096}, 7, {dtype = 'f32'}); dst = gpu.pinned({4096}); gpu.sleep(200); dst:copy(src)");
-  lua_Integer syncs = expr_int(g, "gpu.stats().syncs");
-  lua_getglobal(L, "dst");
-  st = gpulua_to_dlpack(g, 1, &m);
-  if (st) diag(gpulua_error(g));
-  lua_settop(L, 0);
-  ok(st == 0, "export of a tensor a queued copy is filling");
-  if (st == 0) {
-    float *p = (float *)((char *)m->dl_tensor.data + m->dl_tensor.byte_offset);
-    int all = 1;
-    for (int i = 0; i < 4096; i++) all &= p[i] == 7;
-    ok(all, "the export waited for the queued copy: every element is written");
-    ok(expr_int(g, "gpu.stats().syncs") == syncs + 1, "that wait was one counted sync");
-    m->deleter(m);
-  }
-  run(g, "src, dst = nil, nil; collectgarbage()");
-
-  /* versioned */
-  run(g, "w = gpu.zeros({2, 2}, {dtype = 'i64', device = 'host'})");
-  lua_getglobal(L, "w");
-  DLManagedTensorVersioned *mv = NULL;
-  st = gpulua_to_dlpack_versioned(g, -1, &mv);
-  lua_settop(L, 0);
-  ok(st == 0 && mv && mv->version.major == 1 && mv->flags == 0 && mv->dl_tensor.ndim == 2 &&
-         mv->dl_tensor.dtype.code == kDLInt && mv->dl_tensor.dtype.bits == 64,
-     "versioned export: version 1.x, flags 0, int64 2-D");
-  if (mv) mv->deleter(mv);
-  run(g, "w = nil; collectgarbage()");
-
-  /* bad exports */
-  lua_pushinteger(L, 5);
-  st = gpulua_to_dlpack(g, -1, &m);
-  ok(st != 0 && m == NULL && contains(gpulua_error(g), "gpulua_to_dlpack") &&
-         contains(gpulua_error(g), "not a gpu.Tensor"),
-     "a number is refused: %s", gpulua_error(g));
-  lua_settop(L, 0);
-  run(g, "c = gpu.ones({2}); c:close()");
-  lua_getglobal(L, "c");
-  st = gpulua_to_dlpack(g, -1, &m);
-  ok(st != 0 && contains(gpulua_error(g), "closed"), "a closed tensor is refused: %s", gpulua_error(g));
-  st = gpulua_to_dlpack(g, -1, NULL);
-  ok(st != 0 && contains(gpulua_error(g), "out is NULL"), "out NULL is refused");
-  lua_settop(L, 0);
-  st = gpulua_to_dlpack(g, 7, &m);
-  ok(st != 0 && contains(gpulua_error(g), "stack index 7"), "an empty stack slot is refused");
-  ok(gpulua_to_dlpack(NULL, 1, &m) != 0 && m == NULL, "g NULL fails without a crash");
-  run(g, "c = nil");
-  ok(live_buffers(g) == 0, "nothing left");
+  export_view(g);
+  export_dtypes(g);
+  export_ordering(g);
+  export_versioned(g);
+  export_bad(g);
   gpulua_close(g);
 }
 
@@ -322,36 +353,14 @@ static int app_free_managed(lua_State *L) {
   return 0;
 }
 
-static void test_import(void) {
-  gpulua *g = open_instance();
+/* queued work keeps imported memory alive (pinned memory on the host backend
+ * is ordinary memory, so its copies are queued like device ones) */
+static void import_queued(gpulua *g) {
   lua_State *L = gpulua_state(g);
   int host = is_host_backend(g);
   int deleted = 0;
-  app_tensor *a = app_new(6, &deleted);
-  a->shape[0] = 2;
-  a->shape[1] = 3;
-  a->m.dl_tensor.ndim = 2;
-  int st = gpulua_push_dlpack(g, &a->m);
-  ok(st == 0 && lua_gettop(L) == 1, "gpulua_push_dlpack pushes a tensor");
-  if (st) { diag(gpulua_error(g)); a->m.deleter(&a->m); gpulua_close(g); return; }
-  lua_setglobal(L, "imp");
-  ok(run(g, "assert(imp.device == 'host' and imp.dtype == 'f32' and imp.shape[1] == 2 and imp.shape[2] == 3)\n"
-            "local v = imp:totable(); assert(v[1][1] == 1 and v[2][3] == 6)\n"
-            "assert((imp + 1):sum():item() == 27)\n"
-            "imp:add_(10)\n"
-            "d = imp:to('device'); d:mul_(2)"),
-     "the imported host tensor reads, computes and is written in place");
-  gpulua_synchronize(g);
-  ok(((float *)a->mem)[0] == 11 && ((float *)a->mem)[5] == 16, "in-place writes land in the application's memory");
-  ok(deleted == 0, "no deleter while the tensor is alive");
-  run(g, "imp = nil; collectgarbage(); collectgarbage()");
-  gpulua_synchronize(g);
-  ok(deleted == 1, "the deleter ran exactly once after the tensor was collected");
-  ok(expr_int(g, "d:sum():item()") == 162, "the device copy made from it is intact");
-  run(g, "d = nil; collectgarbage()");
-
-  /* queued work keeps imported memory alive (pinned memory on the host backend
-   * is ordinary memory, so its copies are queued like device ones) */
+  app_tensor *a;
+  int st;
   if (host) {
     deleted = 0;
     a = app_new(4096, &deleted);
@@ -369,9 +378,14 @@ static void test_import(void) {
   } else {
     skip("queued copy keeps imported pinned memory alive", "host backend only (malloc'd memory is not pinned)");
   }
+}
 
-  /* strides, byte_offset, negative strides, 0-dim */
-  deleted = 0;
+/* strides, byte_offset, negative strides, 0-dim */
+static void import_strides(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int deleted = 0;
+  app_tensor *a;
+  int st;
   a = app_new(12, &deleted);   /* a 3x4 matrix 1..12: column 2 */
   a->shape[0] = 3;
   a->strides[0] = 4;
@@ -391,17 +405,25 @@ static void test_import(void) {
   run(g, "collectgarbage(); collectgarbage()");
   gpulua_synchronize(g);
   ok(deleted == 2, "each deleted once (%d)", deleted);
+}
 
-  /* versioned */
-  deleted = 0;
+/* versioned */
+static void import_versioned(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int deleted = 0;
+  app_tensor *a;
+  int st;
   a = app_new(3, &deleted);
   st = gpulua_push_dlpack_versioned(g, &a->mv);
   lua_setglobal(L, "vv");
   ok(st == 0 && run(g, "assert(vv:sum():item() == 6) vv = nil; collectgarbage()"), "a versioned import");
   gpulua_synchronize(g);
   ok(deleted == 1, "its versioned deleter ran once");
+}
 
-  /* the Lua side: gpu.from_dlpack of a capsule the application hands over */
+/* the Lua side: gpu.from_dlpack of a capsule the application hands over */
+static void import_capsules(gpulua *g) {
+  lua_State *L = gpulua_state(g);
   lua_register(L, "make_managed", app_make_managed);
   lua_register(L, "raw_pointer", app_raw_pointer);
   lua_register(L, "free_managed", app_free_managed);
@@ -437,9 +459,14 @@ static void test_import(void) {
             "free_managed(p)"),
      "a bare pointer is refused: a script cannot pass a stale or forged one");
   ok(managed_deleted == 1, "(the application freed it)");
+}
 
-  /* the same managed tensor pushed again while a view still holds its memory */
-  deleted = 0;
+/* the same managed tensor pushed again while a view still holds its memory */
+static void import_again(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int deleted = 0;
+  app_tensor *a;
+  int st;
   a = app_new(6, &deleted);
   st = gpulua_push_dlpack(g, &a->m);
   lua_setglobal(L, "A");
@@ -450,8 +477,12 @@ static void test_import(void) {
      "pushing it again while the view holds the memory is refused: %s", gpulua_error(g));
   ok(run(g, "V = nil; collectgarbage(); collectgarbage()") && gpulua_synchronize(g) == 0 && deleted == 1,
      "the deleter ran once, after the view (%d calls)", deleted);
+}
 
-  /* round trip: our own export imported back shares the memory */
+/* round trip: our own export imported back shares the memory */
+static void import_round_trip(gpulua *g) {
+  lua_State *L = gpulua_state(g);
+  int st;
   run(g, "orig = gpu.tensor({1, 2, 3}, {dtype = 'i32', device = 'pinned'})");
   lua_getglobal(L, "orig");
   DLManagedTensor *m = NULL;
@@ -464,6 +495,40 @@ static void test_import(void) {
      "an export imported back views the same memory");
   gpulua_synchronize(g);
   ok(expr_int(g, "gpu.stats().buffers") == 0, "both released (the import's release called the export's deleter)");
+}
+
+static void test_import(void) {
+  gpulua *g = open_instance();
+  lua_State *L = gpulua_state(g);
+  int deleted = 0;
+  app_tensor *a = app_new(6, &deleted);
+  a->shape[0] = 2;
+  a->shape[1] = 3;
+  a->m.dl_tensor.ndim = 2;
+  int st = gpulua_push_dlpack(g, &a->m);
+  ok(st == 0 && lua_gettop(L) == 1, "gpulua_push_dlpack pushes a tensor");
+  if (st) { diag(gpulua_error(g)); a->m.deleter(&a->m); gpulua_close(g); return; }
+  lua_setglobal(L, "imp");
+  ok(run(g, "assert(imp.device == 'host' and imp.dtype == 'f32' and imp.shape[1] == 2 and imp.shape[2] == 3)\n"
+            "local v = imp:totable(); assert(v[1][1] == 1 and v[2][3] == 6)\n"
+            "assert((imp + 1):sum():item() == 27)\n"
+            "imp:add_(10)\n"
+            "d = imp:to('device'); d:mul_(2)"),
+     "the imported host tensor reads, computes and is written in place");
+  gpulua_synchronize(g);
+  ok(((float *)a->mem)[0] == 11 && ((float *)a->mem)[5] == 16, "in-place writes land in the application's memory");
+  ok(deleted == 0, "no deleter while the tensor is alive");
+  run(g, "imp = nil; collectgarbage(); collectgarbage()");
+  gpulua_synchronize(g);
+  ok(deleted == 1, "the deleter ran exactly once after the tensor was collected");
+  ok(expr_int(g, "d:sum():item()") == 162, "the device copy made from it is intact");
+  run(g, "d = nil; collectgarbage()");
+  import_queued(g);
+  import_strides(g);
+  import_versioned(g);
+  import_capsules(g);
+  import_again(g);
+  import_round_trip(g);
   gpulua_close(g);
 }
 

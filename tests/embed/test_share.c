@@ -276,6 +276,42 @@ static void test_check_tensor(void) {
   gpulua_close(g);
 }
 
+#ifdef GPULUA_HAVE_CUDA
+/* cuda: memory pushed as the wrong kind */
+static void bad_push_kind(gpulua *g, float *buf, int64_t *shape) {
+  gpulua_tensor_info t = info_c(buf, GPULUA_F32, GPULUA_MEM_DEVICE, 2, shape);
+  {
+    int c_ = gpulua_push_tensor(g, &t, NULL, NULL) != 0 && contains(gpulua_error(g), "pageable host memory, not device");
+    ok(c_,
+     "cuda: pageable memory pushed as device memory is refused: %s", line1(gpulua_error(g)));
+  }
+  float *dev = NULL;
+  cudaMalloc((void **)&dev, 16 * sizeof(float));
+  t = info_c(dev, GPULUA_F32, GPULUA_MEM_PINNED, 2, shape);
+  {
+    int c_ = gpulua_push_tensor(g, &t, NULL, NULL) != 0 && contains(gpulua_error(g), "device memory, not pinned");
+    ok(c_,
+     "cuda: device memory pushed as pinned is refused: %s", line1(gpulua_error(g)));
+  }
+  cudaFree(dev);
+}
+#endif
+
+/* a failed handle, and a NULL one */
+static void bad_push_handle(float *buf, int64_t *shape) {
+  gpulua_options o = GPULUA_OPTIONS_INIT;
+  o.version = 99;
+  gpulua *g = gpulua_open(&o);
+  gpulua_tensor_info t = info_c(buf, GPULUA_F32, GPULUA_MEM_HOST, 2, shape);
+  void *h = &h;
+  ok(gpulua_push_tensor(g, &t, NULL, NULL) != 0 && gpulua_check_tensor(g, 1, &t) != 0 &&
+     gpulua_stream_handle(g, 0, &h) != 0 && gpulua_push_stream(g, NULL) != 0,
+     "on a failed handle every call fails harmlessly");
+  gpulua_close(g);
+  ok(gpulua_push_tensor(NULL, &t, NULL, NULL) != 0 && gpulua_register_kernel(NULL, "k", "", NULL, NULL) != 0,
+     "and on a NULL handle");
+}
+
 static void test_bad_push(void) {
   gpulua *g = gpulua_open(NULL);
   lua_State *L = gpulua_state(g);
@@ -329,38 +365,10 @@ static void test_bad_push(void) {
   ok(r.calls == 0, "no failed push calls release");
   ok(run(g, "assert(gpu.zeros(2):sum():item() == 0)") == 0, "the instance goes on after the failures");
 #ifdef GPULUA_HAVE_CUDA
-  if (is_cuda(g)) {
-    t = info_c(buf, GPULUA_F32, GPULUA_MEM_DEVICE, 2, shape);
-    {
-      int c_ = gpulua_push_tensor(g, &t, NULL, NULL) != 0 && contains(gpulua_error(g), "pageable host memory, not device");
-      ok(c_,
-       "cuda: pageable memory pushed as device memory is refused: %s", line1(gpulua_error(g)));
-    }
-    float *dev = NULL;
-    cudaMalloc((void **)&dev, sizeof buf);
-    t = info_c(dev, GPULUA_F32, GPULUA_MEM_PINNED, 2, shape);
-    {
-      int c_ = gpulua_push_tensor(g, &t, NULL, NULL) != 0 && contains(gpulua_error(g), "device memory, not pinned");
-      ok(c_,
-       "cuda: device memory pushed as pinned is refused: %s", line1(gpulua_error(g)));
-    }
-    cudaFree(dev);
-  }
+  if (is_cuda(g)) bad_push_kind(g, buf, shape);
 #endif
   gpulua_close(g);
-
-  /* a failed handle */
-  gpulua_options o = GPULUA_OPTIONS_INIT;
-  o.version = 99;
-  g = gpulua_open(&o);
-  t = info_c(buf, GPULUA_F32, GPULUA_MEM_HOST, 2, shape);
-  void *h = &h;
-  ok(gpulua_push_tensor(g, &t, NULL, NULL) != 0 && gpulua_check_tensor(g, 1, &t) != 0 &&
-     gpulua_stream_handle(g, 0, &h) != 0 && gpulua_push_stream(g, NULL) != 0,
-     "on a failed handle every call fails harmlessly");
-  gpulua_close(g);
-  ok(gpulua_push_tensor(NULL, &t, NULL, NULL) != 0 && gpulua_register_kernel(NULL, "k", "", NULL, NULL) != 0,
-     "and on a NULL handle");
+  bad_push_handle(buf, shape);
 }
 
 #ifdef GPULUA_HAVE_CUDA
@@ -504,41 +512,8 @@ static int k_fail(const gpulua_kernel_call *c) {
   return 7;
 }
 
-static void test_kernels(void) {
-  gpulua *g = gpulua_open(NULL);
-  int cuda = is_cuda(g);
-  int calls = 0;
-  ok(gpulua_register_kernel(g, "copy", "const float *src, float *dst, int n", k_copy, NULL) == 0,
-     "register copy");
-  ok(gpulua_register_kernel(g, "fail", "float *x", k_fail, NULL) == 0, "register fail");
-  ok(run(g, "local a = gpu.arange(1000, {dtype = 'f32'}); local b = gpu.zeros(1000)\n"
-            "gpu.kernels.copy{grid = 4, block = 256}(a, b, 1000)\n"
-            "csum = b:sum():item()\n"
-            "assert(tostring(gpu.kernels.copy):find('copy'))\n") == 0,
-     "Lua launches a C kernel like any other kernel");
-  {
-    int c_ = global_num(g, "csum") == 499500.0;
-    ok(c_, "it ran in stream order before the read (%g)", global_num(g, "csum"));
-  }
-  {
-    int c_ = run(g, "local s = gpu.stream(); local a = gpu.ones(64, {stream = s}); local b = gpu.zeros(64, {stream = s})\n"
-            "gpu.kernels.copy{grid = 1, block = 64, stream = s}(a, b, 64)\n"
-            "ssum = b:sum({stream = s}):item({stream = s})") == 0 && global_num(g, "ssum") == 64.0;
-    ok(c_,
-     "on a script stream (%g)", global_num(g, "ssum"));
-  }
-  {
-    /* captured once in a graph (on cuda the function enqueues into the capture), run at each replay */
-    int c_ = run(g, "local a = gpu.zeros(1000); local b = gpu.zeros(1000)\n"
-                    "local gr <close> = gpu.graph(function() gpu.kernels.copy{grid = 4, block = 256}(a, b, 1000) end)\n"
-                    "a:fill(2); gr:launch(); gsum1 = b:sum():item()\n"
-                    "a:fill(3); gr:launch(); gsum2 = b:sum():item()") == 0 &&
-             global_num(g, "gsum1") == 2000.0 && global_num(g, "gsum2") == 3000.0;
-    ok(c_, "a C kernel captured by gpu.graph runs at each replay (%g, %g)", global_num(g, "gsum1"),
-       global_num(g, "gsum2"));
-  }
-
-  /* arguments are checked against the declaration */
+/* arguments are checked against the declaration */
+static void kernels_bad_args(gpulua *g) {
   {
     int c_ = gpulua_dostring(g, "gpu.kernels.copy{grid = 1, block = 1}(gpu.zeros(4, {dtype = 'i32'}), gpu.zeros(4), 4)",
                      "=badarg") != 0 &&
@@ -556,8 +531,12 @@ static void test_kernels(void) {
      contains(gpulua_error(g), "block.x");
     ok(c_, "a block too big: %s", line1(gpulua_error(g)));
   }
+}
 
-  /* a failing function: at the launch on cuda, at the next sync on the host */
+/* a failing function: at the launch on cuda, at the next sync on the host;
+ * on the host, a function's arguments as they were at the launch */
+static void kernels_failing(gpulua *g, int *calls) {
+  int cuda = is_cuda(g);
   {
     int c_ = gpulua_dostring(g, "local x = gpu.zeros(4)\n"
                         "gpu.kernels.fail{grid = 3, block = 2}(x)\n"
@@ -570,15 +549,15 @@ static void test_kernels(void) {
   ok(run(g, "gpu.synchronize()") == 0, "the instance goes on");
 
   if (!cuda) {
-    ok(gpulua_register_kernel(g, "scale", "float *x, float a, long long n", k_scale, &calls) == 0,
+    ok(gpulua_register_kernel(g, "scale", "float *x, float a, long long n", k_scale, calls) == 0,
        "register scale (host)");
     {
       int c_ = run(g, "local x = gpu.arange(8, {dtype = 'f32'})\n"
               "gpu.kernels.scale{grid = 1, block = 1}(x, 0.5, 8)\n"
               "gpu.kernels.scale{grid = 1, block = 1}(x, 4, 8)\n"
-              "hsum = x:sum():item()") == 0 && global_num(g, "hsum") == 56.0 && calls == 2;
+              "hsum = x:sum():item()") == 0 && global_num(g, "hsum") == 56.0 && *calls == 2;
       ok(c_,
-       "host: the function runs on the worker, twice, in order (%g, %d calls)", global_num(g, "hsum"), calls);
+       "host: the function runs on the worker, twice, in order (%g, %d calls)", global_num(g, "hsum"), *calls);
     }
     /* values outlive the Lua call: the worker sees the arguments as they were */
     {
@@ -590,8 +569,10 @@ static void test_kernels(void) {
        "host: queued launches keep their own argument values (%g)", global_num(g, "qsum"));
     }
   }
+}
 
-  /* the race checker sees a C kernel's reads and writes */
+/* the race checker sees a C kernel's reads and writes */
+static void kernels_races(gpulua *g) {
   {
     int c_ = gpulua_dostring(g, "gpu.check_races(true)\n"
                         "local s1, s2 = gpu.stream(), gpu.stream()\n"
@@ -602,8 +583,10 @@ static void test_kernels(void) {
      "an unordered read of another stream's write is a race: %.200s", line1(gpulua_error(g)));
   }
   ok(run(g, "gpu.check_races(false); gpu.synchronize()") == 0, "race checker off");
+}
 
-  /* registration errors */
+/* registration errors */
+static void kernels_bad_register(gpulua *g) {
   {
     int c_ = gpulua_register_kernel(g, "copy", "float *x", k_copy, NULL) != 0 &&
      contains(gpulua_error(g), "already registered");
@@ -638,6 +621,44 @@ static void test_kernels(void) {
      "failed registrations leave nothing behind");
   ok(gpulua_register_kernel(g, "noargs", NULL, k_fail, NULL) == 0 &&
      run(g, "assert(#gpu.kernels.noargs.params == 0)") == 0, "params NULL: no parameters");
+}
+
+static void test_kernels(void) {
+  gpulua *g = gpulua_open(NULL);
+  int calls = 0;   /* k_scale's, registered in kernels_failing */
+  ok(gpulua_register_kernel(g, "copy", "const float *src, float *dst, int n", k_copy, NULL) == 0,
+     "register copy");
+  ok(gpulua_register_kernel(g, "fail", "float *x", k_fail, NULL) == 0, "register fail");
+  ok(run(g, "local a = gpu.arange(1000, {dtype = 'f32'}); local b = gpu.zeros(1000)\n"
+            "gpu.kernels.copy{grid = 4, block = 256}(a, b, 1000)\n"
+            "csum = b:sum():item()\n"
+            "assert(tostring(gpu.kernels.copy):find('copy'))\n") == 0,
+     "Lua launches a C kernel like any other kernel");
+  {
+    int c_ = global_num(g, "csum") == 499500.0;
+    ok(c_, "it ran in stream order before the read (%g)", global_num(g, "csum"));
+  }
+  {
+    int c_ = run(g, "local s = gpu.stream(); local a = gpu.ones(64, {stream = s}); local b = gpu.zeros(64, {stream = s})\n"
+            "gpu.kernels.copy{grid = 1, block = 64, stream = s}(a, b, 64)\n"
+            "ssum = b:sum({stream = s}):item({stream = s})") == 0 && global_num(g, "ssum") == 64.0;
+    ok(c_,
+     "on a script stream (%g)", global_num(g, "ssum"));
+  }
+  {
+    /* captured once in a graph (on cuda the function enqueues into the capture), run at each replay */
+    int c_ = run(g, "local a = gpu.zeros(1000); local b = gpu.zeros(1000)\n"
+                    "local gr <close> = gpu.graph(function() gpu.kernels.copy{grid = 4, block = 256}(a, b, 1000) end)\n"
+                    "a:fill(2); gr:launch(); gsum1 = b:sum():item()\n"
+                    "a:fill(3); gr:launch(); gsum2 = b:sum():item()") == 0 &&
+             global_num(g, "gsum1") == 2000.0 && global_num(g, "gsum2") == 3000.0;
+    ok(c_, "a C kernel captured by gpu.graph runs at each replay (%g, %g)", global_num(g, "gsum1"),
+       global_num(g, "gsum2"));
+  }
+  kernels_bad_args(g);
+  kernels_failing(g, &calls);
+  kernels_races(g);
+  kernels_bad_register(g);
 
   /* another instance has its own kernels */
   gpulua *g2 = gpulua_open(NULL);

@@ -22,12 +22,13 @@ BEGIN {
   # the neutral files, lowest first (docs/internals.md, "Layout")
   rank["cuda/util"] = 0; rank["cuda/dtype"] = 0; rank["cuda/kernel_sig"] = 0; rank["cuda/dev_err"] = 0
   rank["cuda/names"] = 1
-  rank["cuda/cpu_ops"] = 2; rank["cuda/shm_comm"] = 2
-  rank["cuda/trace"] = 3; rank["cuda/race"] = 3; rank["cuda/module"] = 3
-  rank["cuda/dev_sync"] = 4
-  rank["cuda/dev_buf"] = 5; rank["cuda/dev_stream"] = 5; rank["cuda/dev_stage"] = 5
-  rank["cuda/dev_op"] = 6; rank["cuda/dev_coll"] = 6; rank["cuda/dev_graph"] = 6
-  rank["cuda/dev"] = 7
+  rank["cuda/cpu_reduce"] = 2; rank["cuda/cpu_matmul"] = 2
+  rank["cuda/cpu_ops"] = 3; rank["cuda/shm_comm"] = 3
+  rank["cuda/trace"] = 4; rank["cuda/race"] = 4; rank["cuda/module"] = 4
+  rank["cuda/dev_sync"] = 5
+  rank["cuda/dev_buf"] = 6; rank["cuda/dev_stream"] = 6; rank["cuda/dev_stage"] = 6
+  rank["cuda/dev_op"] = 7; rank["cuda/dev_coll"] = 7; rank["cuda/dev_graph"] = 7
+  rank["cuda/dev"] = 8
 }
 $1 == "D" { def[$3] = $2; next }
 { und[++nu] = $2 " " $3 }

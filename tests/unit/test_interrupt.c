@@ -26,6 +26,25 @@ static int sleep_op(dev_ctx *ctx, dev_stream *s, double ms) {
   return dev_submit(ctx, s, &op);
 }
 
+/* A device buffer of 4 f32 (its view in v) that a fill with 3 queued on s
+ * writes. */
+static dev_buf *queue_fill(dev_ctx *ctx, dev_stream *s, dev_view *v) {
+  dev_buf *b;
+  ok(dev_buf_alloc(ctx, DEV_MEM_DEVICE, 16, &b) == DEV_OK, "a device buffer");
+  memset(v, 0, sizeof *v);
+  v->buf = b;
+  v->dtype = DEV_F32;
+  int64_t four = 4;
+  dev_view_set_contiguous(v, 1, &four);
+  dev_kop fill;
+  memset(&fill, 0, sizeof fill);
+  fill.kind = DEV_OP_FILL;
+  fill.out = *v;
+  fill.s0.f = 3;
+  ok(dev_submit(ctx, s, &fill) == DEV_OK, "a fill queued behind the op");
+  return b;
+}
+
 int main(void) {
   char err[256];
   dev_ctx *ctx = dev_open("host", err, sizeof err);
@@ -66,20 +85,8 @@ int main(void) {
   ok(dev_event_synchronize(e) == DEV_ERR_INTERRUPTED, "event synchronize gives up");
 
   /* a device-to-host read waits for the op that writes its source */
-  dev_buf *b;
-  ok(dev_buf_alloc(ctx, DEV_MEM_DEVICE, 16, &b) == DEV_OK, "a device buffer");
   dev_view v;
-  memset(&v, 0, sizeof v);
-  v.buf = b;
-  v.dtype = DEV_F32;
-  int64_t four = 4;
-  dev_view_set_contiguous(&v, 1, &four);
-  dev_kop fill;
-  memset(&fill, 0, sizeof fill);
-  fill.kind = DEV_OP_FILL;
-  fill.out = v;
-  fill.s0.f = 3;
-  ok(dev_submit(ctx, s, &fill) == DEV_OK, "a fill queued behind the op");
+  dev_buf *b = queue_fill(ctx, s, &v);
   float got[4] = {0, 0, 0, 0};
   dev_interrupt(ctx);
   ok(dev_read(ctx, s, &v, got) == DEV_ERR_INTERRUPTED, "dev_read gives up");

@@ -33,48 +33,40 @@ static int verdict(dev_ctx *ctx, const dev_kop *op, char *why, size_t n) {
   return cpu == dev ? cpu : -1;
 }
 
-int main(void) {
-  char err[256], why[600];
-  dev_ctx *ctx = dev_open("host", err, sizeof err);
-  if (!ctx) {
-    skip_all("cannot open the host backend: %s", err);
-    return 0;
-  }
-  dev_buf *in[DEV_NDTYPE], *in2[DEV_NDTYPE], *out[DEV_NDTYPE];
-  for (int t = 0; t < DEV_NDTYPE; t++) {
-    /* ones: no integer division by zero */
-    dev_buf_alloc(ctx, DEV_MEM_HOST, N * 8, &in[t]);
-    dev_buf_alloc(ctx, DEV_MEM_HOST, N * 8, &in2[t]);
-    dev_buf_alloc(ctx, DEV_MEM_HOST, N * 8, &out[t]);
-    dev_kop fill = {.kind = DEV_OP_FILL, .out = view(in[t], t), .s0 = {1, 1, 1}};
-    dev_submit(ctx, NULL, &fill);
-    fill.out = view(in2[t], t);
-    dev_submit(ctx, NULL, &fill);
-  }
+/* A host buffer of N elements per dtype: in and in2 hold ones, out takes
+ * results. */
+typedef struct bufs { dev_buf *in[DEV_NDTYPE], *in2[DEV_NDTYPE], *out[DEV_NDTYPE]; } bufs;
 
+/* unary ops: the dtypes their classes take, into their result dtype */
+static void check_unary(dev_ctx *ctx, const bufs *b) {
+  char why[600];
   for (int code = DEV_UN_COPY + 1; code < DEV_NUNOP; code++) {
     const dev_opinfo *o = dev_unop_info(code);
     for (int t = 0; t < DEV_NDTYPE; t++) {
       dev_dtype rt = o->to_bool ? DEV_BOOL : (dev_dtype)t;
-      dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = view(out[rt], rt)};
-      op.in[0] = view(in[t], t);
+      dev_kop op = {.kind = DEV_OP_UNARY, .code = code, .nin = 1, .out = view(b->out[rt], rt)};
+      op.in[0] = view(b->in[t], t);
       int want = (dev_dtype_class(t) & o->classes) != 0, got = verdict(ctx, &op, why, sizeof why);
       ok(got == want, "%s %s: %s (%s)", o->name, dev_dtype_name(t), want ? "accepted" : "refused", why);
       if (o->to_bool || !want) continue;
       /* a bool result is the only other dtype a SAME op may not write */
-      op.out = view(out[DEV_BOOL], DEV_BOOL);
+      op.out = view(b->out[DEV_BOOL], DEV_BOOL);
       if (t != DEV_BOOL) ok(verdict(ctx, &op, why, sizeof why) == 0, "%s %s into bool: refused", o->name, dev_dtype_name(t));
     }
   }
+}
 
+/* binary ops: two tensors, a number on the right, a number on the left */
+static void check_binary(dev_ctx *ctx, const bufs *b) {
+  char why[600];
   for (int code = 0; code < DEV_NBINOP; code++) {
     const dev_opinfo *o = dev_binop_info(code);
     for (int t = 0; t < DEV_NDTYPE; t++) {
       dev_dtype rt = o->to_bool ? DEV_BOOL : (dev_dtype)t;
       int want = (dev_dtype_class(t) & o->classes) != 0;
-      dev_kop op = {.kind = DEV_OP_BINARY, .code = code, .nin = 2, .out = view(out[rt], rt)};
-      op.in[0] = view(in[t], t);
-      op.in[1] = view(in2[t], t);
+      dev_kop op = {.kind = DEV_OP_BINARY, .code = code, .nin = 2, .out = view(b->out[rt], rt)};
+      op.in[0] = view(b->in[t], t);
+      op.in[1] = view(b->in2[t], t);
       ok(verdict(ctx, &op, why, sizeof why) == want, "%s %s: %s (%s)", o->name, dev_dtype_name(t),
          want ? "accepted" : "refused", why);
       op.nin = 1;
@@ -89,16 +81,20 @@ int main(void) {
          dev_dtype_name(t), got ? "accepted" : "refused", got ? "ok" : dev_errmsg(ctx));
     }
   }
+}
 
+/* ternary ops: three tensors, a number as operand 2, the condition's dtype */
+static void check_ternary(dev_ctx *ctx, const bufs *b) {
+  char why[600];
   for (int code = 0; code < DEV_NTEROP; code++) {
     const dev_opinfo *o = dev_terop_info(code);
     for (int t = 0; t < DEV_NDTYPE; t++) {
       int want = (dev_dtype_class(t) & o->classes) != 0;
       dev_dtype ct = (o->flags & DEV_OPF_COND) ? DEV_BOOL : (dev_dtype)t;
-      dev_kop op = {.kind = DEV_OP_TERNARY, .code = code, .nin = 3, .out = view(out[t], t)};
-      op.in[0] = view(in[ct], ct);
-      op.in[1] = view(in[t], t);
-      op.in[2] = view(in2[t], t);
+      dev_kop op = {.kind = DEV_OP_TERNARY, .code = code, .nin = 3, .out = view(b->out[t], t)};
+      op.in[0] = view(b->in[ct], ct);
+      op.in[1] = view(b->in[t], t);
+      op.in[2] = view(b->in2[t], t);
       ok(verdict(ctx, &op, why, sizeof why) == want, "%s %s: %s (%s)", o->name, dev_dtype_name(t),
          want ? "accepted" : "refused", why);
       /* operand 2 a number: the tensors pack from in[0] */
@@ -110,16 +106,40 @@ int main(void) {
          want ? "accepted" : "refused", why);
       if (!(o->flags & DEV_OPF_COND) || t == DEV_BOOL) continue;
       /* a condition of the op's dtype is refused */
-      op.in[0] = view(in[t], t);
+      op.in[0] = view(b->in[t], t);
       ok(verdict(ctx, &op, why, sizeof why) == 0, "%s %s with a %s condition: refused", o->name, dev_dtype_name(t),
          dev_dtype_name(t));
     }
   }
+}
+
+int main(void) {
+  char err[256];
+  dev_ctx *ctx = dev_open("host", err, sizeof err);
+  if (!ctx) {
+    skip_all("cannot open the host backend: %s", err);
+    return 0;
+  }
+  bufs b;
+  for (int t = 0; t < DEV_NDTYPE; t++) {
+    /* ones: no integer division by zero */
+    dev_buf_alloc(ctx, DEV_MEM_HOST, N * 8, &b.in[t]);
+    dev_buf_alloc(ctx, DEV_MEM_HOST, N * 8, &b.in2[t]);
+    dev_buf_alloc(ctx, DEV_MEM_HOST, N * 8, &b.out[t]);
+    dev_kop fill = {.kind = DEV_OP_FILL, .out = view(b.in[t], t), .s0 = {1, 1, 1}};
+    dev_submit(ctx, NULL, &fill);
+    fill.out = view(b.in2[t], t);
+    dev_submit(ctx, NULL, &fill);
+  }
+
+  check_unary(ctx, &b);
+  check_binary(ctx, &b);
+  check_ternary(ctx, &b);
 
   for (int t = 0; t < DEV_NDTYPE; t++) {
-    dev_buf_release(in[t]);
-    dev_buf_release(in2[t]);
-    dev_buf_release(out[t]);
+    dev_buf_release(b.in[t]);
+    dev_buf_release(b.in2[t]);
+    dev_buf_release(b.out[t]);
   }
   dev_close(ctx);
   return done_testing();
