@@ -21,7 +21,7 @@ done | awk -v verbose=$verbose '
 BEGIN {
   # the neutral files, lowest first (docs/internals.md, "Layout")
   rank["cuda/util"] = 0; rank["cuda/dtype"] = 0; rank["cuda/kernel_sig"] = 0; rank["cuda/dev_err"] = 0
-  rank["cuda/names"] = 1
+  rank["cuda/names"] = 1; rank["cuda/kcache"] = 1
   rank["cuda/cpu_ops"] = 2; rank["cuda/shm_comm"] = 2
   rank["cuda/trace"] = 3; rank["cuda/race"] = 3; rank["cuda/module"] = 3
   rank["cuda/dev_sync"] = 4
