@@ -18,7 +18,8 @@
 #                    file; racecheck and synccheck on the kernel tests), by
 #                    tests/gpu_sanitize.sh
 #   make fuzz        the fuzzers of tests/fuzz/ under ASan+UBSan: libFuzzer on the
-#                    .npy header reader and the kernel-signature parsers (clang),
+#                    .npy header reader, the kernel-signature parsers and the
+#                    kernel cache's entry reader (clang),
 #                    and the random API fuzzer tests/fuzz/api.lua; FUZZ_SECONDS
 #                    each (default 60) over the seeds FUZZ_SEEDS (default 1 2 3);
 #                    a failure prints its seed and a minimal reproducer
@@ -503,7 +504,7 @@ FUZZ_SEEDS ?= 1 2 3
 FUZZ_MINIMIZE_SECONDS ?= 120
 FUZZ_CC ?= clang
 FUZZ_DIR := $(BUILD)/fuzz
-FUZZ_TARGETS := npy kernel_sig
+FUZZ_TARGETS := npy kernel_sig kcache
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
                -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GNU_SOURCE \
@@ -535,6 +536,10 @@ $(FUZZ_DIR)/fuzz_npy: tests/fuzz/fuzz_npy.c bindings/npy.c cuda/dtype.c $(FUZZ_H
 $(FUZZ_DIR)/fuzz_kernel_sig: tests/fuzz/fuzz_kernel_sig.c cuda/kernel_sig.c $(FUZZ_HDRS) | fuzz-cc
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_kernel_sig.c cuda/kernel_sig.c
+
+$(FUZZ_DIR)/fuzz_kcache: tests/fuzz/fuzz_kcache.c cuda/kcache.c cuda/util.c $(FUZZ_HDRS) | fuzz-cc
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_kcache.c cuda/kcache.c cuda/util.c
 
 ifneq ($(NOBUILD),1)
 fuzz: $(BIN) $(FUZZ_BINS)

@@ -27,6 +27,7 @@
 #define GPULUA_DLPACK "gpu.DLPack"         /* a DLPack capsule handed to scripts */
 #define GPULUA_STATE "gpu.State"           /* the per-interpreter state */
 #define SYNC_WARN_MAX 256                  /* distinct sync warnings shown */
+#define NOTE_WARN_MAX 32                   /* distinct other warnings of the device layer shown */
 
 /* Each handle type starts with a tag, the address of its type's bind_type:
  * a userdata of the type's size whose first word is that address is that
@@ -57,6 +58,8 @@ typedef struct gpu_state {
   int sync_main;               /* the main program's innermost gpu.nosync mode, -1 none */
   int sync_suspended;          /* the REPL shows a result: off */
   uint64_t warned[SYNC_WARN_MAX];
+  int nnoted;                  /* the device layer's other warnings shown, each once (by hash) */
+  uint64_t noted[NOTE_WARN_MAX];
   size_t gc_floor;             /* memory.c: garbage a kind may gather, at least */
   size_t gc_limit[DEV_NMEMKIND];   /* bytes live per kind past which the collector runs */
   size_t gc_young, gc_young_step;  /* bytes allocated since the last collection step, and the step */

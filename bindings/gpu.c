@@ -225,6 +225,19 @@ static void sync_warn(void *ud, const char *msg) {
   }
 }
 
+/* The device layer's other warnings (a damaged kernel cache entry, a cache
+ * directory that cannot be made): as the sync warnings, each message once. */
+static void note_warn(void *ud, const char *msg) {
+  gpu_state *st = ud;
+  uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+  for (const char *p = msg; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  for (int i = 0; i < st->nnoted; i++)
+    if (st->noted[i] == h) return;
+  if (st->nnoted < NOTE_WARN_MAX) st->noted[st->nnoted++] = h;
+  lua_warning(st->mainL, "gpulua: ", 1);
+  lua_warning(st->mainL, msg, 0);
+}
+
 /* The mode in force: the newest open gpu.nosync scope of the running task
  * (or of the main program outside tasks), else the base mode that
  * gpu.sync_debug sets; "off" while the REPL shows a result.  The scopes
@@ -403,6 +416,7 @@ int bind_open_gpu(lua_State *L) {
     st->mainL = lua_tothread(L, -1);
     lua_pop(L, 1);
     dev_set_sync_warn(st->ctx, sync_warn, st);
+    dev_set_warn(st->ctx, note_warn, st);
     bind_memory_init(st);
     if (st->sync_base == 1) lua_warning(L, "@on", 0);
     bind_sync_apply(L);

@@ -71,8 +71,11 @@ typedef struct dev_backend {
 
   /* Run-time kernels; NULL on a backend without them.  compile turns
    * source into an image module_load takes (for arch; the lowered names of
-   * the name expressions exprs), from the on-disk cache where use_cache. */
-  int (*compile)(const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
+   * the name expressions exprs), from the on-disk cache where use_cache:
+   * 0, -1 with the message in err, or DEV_ERR_INTERRUPTED when ctx's
+   * interrupt (dev_interrupt) stopped it; it does not take the interrupt.
+   * ctx is for that alone, and may be NULL. */
+  int (*compile)(dev_ctx *ctx, const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
                  const char *const *exprs, int nexprs, int use_cache, struct dev_kimage *img, char **log,
                  char *err, size_t errlen);
   int (*module_load)(dev_ctx *ctx, const void *image, size_t len, void **impl);
@@ -160,24 +163,42 @@ typedef struct dev_gexec {
   void *impl;                /* the backend's executable (graph_build) */
 } dev_gexec;
 
-/* Compiled code and the lowered (mangled) names of the name expressions. */
+/* Compiled code and the lowered (mangled) names of the name expressions;
+ * note: what the caller should hear though nothing failed (a damaged cache
+ * entry, a cache directory that cannot be made), shown as a warning. */
 typedef struct dev_kimage {
   void *data;
   size_t size;
   char **lowered;
   int n;
   int from_cache;
+  char note[512];
 } dev_kimage;
 
-void dev_kimage_free(dev_kimage *img);   /* module.c */
-/* module.c: the on-disk cache of compiled kernels that both backends'
+/* cuda/kcache.c: the on-disk cache of compiled kernels that both backends'
  * compilers use (cuda/cuda/nvrtc.c, cuda/host/kcompile.c): a key's hash
- * (FNV-1a), the directory (GPULUA_KERNEL_CACHE, "0"/"off"/"": none; else
- * $XDG_CACHE_HOME/gpulua or ~/.cache/gpulua; NULL when off or unknown),
- * and mkdir -p (0, or -1 with errno). */
+ * (FNV-1a; _more goes on from h), the directory (GPULUA_KERNEL_CACHE,
+ * "0"/"off"/"": none; else $XDG_CACHE_HOME/gpulua or ~/.cache/gpulua; NULL
+ * when off or unknown), and mkdir -p (0, or -1 with errno).
+ * An entry (the file's layout is in kcache.c) holds the key, img's lowered
+ * names and image, and a checksum.  read: DEV_KCACHE_HIT with img filled,
+ * MISS (no entry, another key or format), or BAD: damaged, removed, and a
+ * note saying so.  write: 0, or -1 (not an error: no cache), with a note
+ * when GPULUA_KERNEL_CACHE names a directory that cannot be made (only its
+ * last component is made; the default directory with its parents).  parse:
+ * read's check of a file's bytes. */
+enum { DEV_KCACHE_HIT = 0, DEV_KCACHE_MISS = -1, DEV_KCACHE_BAD = -2 };
 uint64_t dev_kcache_hash(const void *p, size_t n);
+uint64_t dev_kcache_hash_more(uint64_t h, const void *p, size_t n);
 const char *dev_kcache_dir(char *buf, size_t n);
 int dev_mkdirs(char *path);
+int dev_kcache_read(const char *path, const char *magic, const void *key, size_t klen, int nexpr,
+                    dev_kimage *img, char *note, size_t notelen);
+int dev_kcache_write(const char *dir, const char *path, const char *magic, const void *key, size_t klen,
+                     const dev_kimage *img, char *note, size_t notelen);
+int dev_kcache_parse(const void *buf, size_t len, const char *magic, const void *key, size_t klen, int nexpr,
+                     dev_kimage *img);
+void dev_kimage_free(dev_kimage *img);   /* and memset: note too */
 
 extern const dev_backend dev_host_backend;
 #ifdef GPULUA_HAVE_CUDA   /* its private API: cuda/cuda/cu.h */

@@ -200,6 +200,7 @@ void dev_close(dev_ctx *ctx) {
   dev_interrupt_enable(ctx, 0);
   ctx->sync_policy = DEV_SYNC_ALLOW;   /* closing always waits, quietly */
   ctx->sync_warn = NULL;
+  ctx->warn = NULL;
   dev_synchronize(ctx);
   ctx->closing = 1;
   /* after the queued collectives: the peers see this rank leave */

@@ -1,5 +1,6 @@
 /* The context's errors: the message of the last failure, the first async
- * failure (any thread) until it is reported, and the count of ops running.
+ * failure (any thread) until it is reported, warnings (what the caller
+ * should hear though nothing failed), and the count of ops running.
  * The bottom of the neutral files: every other file and both backends call
  * it, and it calls none of them. */
 #include <stdarg.h>
@@ -43,3 +44,26 @@ int dev_check_async(dev_ctx *ctx) {
 }
 
 const char *dev_errmsg(dev_ctx *ctx) { return ctx->err; }
+
+/* A backend wait (or compile) that gave up: the interrupt is taken, the
+ * message set. */
+int dev_intr_check(dev_ctx *ctx, int rc) {
+  if (rc != DEV_ERR_INTERRUPTED) return rc;
+  atomic_store(&ctx->intr, 0);
+  return dev_fail(ctx, DEV_ERR_INTERRUPTED, "interrupted");
+}
+
+void dev_set_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), void *ud) {
+  ctx->warn = warn;
+  ctx->warn_ud = ud;
+}
+
+void dev_warn(dev_ctx *ctx, const char *fmt, ...) {
+  if (!ctx->warn) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ctx->warn(ctx->warn_ud, msg);
+}

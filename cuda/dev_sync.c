@@ -35,13 +35,6 @@ void dev_interrupt(dev_ctx *ctx) {
 
 int dev_interrupt_take(dev_ctx *ctx) { return atomic_exchange(&ctx->intr, 0) != 0; }
 
-/* A backend wait that gave up: the interrupt is taken, the message set. */
-int dev_intr_check(dev_ctx *ctx, int rc) {
-  if (rc != DEV_ERR_INTERRUPTED) return rc;
-  atomic_store(&ctx->intr, 0);
-  return dev_fail(ctx, DEV_ERR_INTERRUPTED, "interrupted");
-}
-
 /* The wait of a counted sync: interruptible while enabled. */
 int dev_sync_wait(dev_ctx *ctx, dev_stream *s, uint64_t pos) {
   if (ctx->bk->pos_wait_intr && atomic_load(&ctx->intr_on))

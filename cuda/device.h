@@ -132,6 +132,10 @@ void dev_set_sync_policy(dev_ctx *ctx, dev_sync_policy p);
 dev_sync_policy dev_get_sync_policy(dev_ctx *ctx);
 /* Called on the interpreter thread, during the call that syncs; must not raise. */
 void dev_set_sync_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), void *ud);
+/* Other warnings: something the caller should hear though nothing failed
+ * ("the kernel cache entry ... was damaged: removed, and the kernel compiled
+ * again"), called as the sync warning is, with the message alone. */
+void dev_set_warn(dev_ctx *ctx, void (*warn)(void *ud, const char *msg), void *ud);
 /* The API call (a static string: "item", "synchronize") that the next
  * counted sync belongs to, for messages; NULL for none. */
 void dev_set_call(dev_ctx *ctx, const char *call);

@@ -83,6 +83,8 @@ struct dev_ctx {
   dev_sync_policy sync_policy;
   void (*sync_warn)(void *ud, const char *msg);
   void *sync_warn_ud;
+  void (*warn)(void *ud, const char *msg);   /* dev_warn's (dev_set_warn) */
+  void *warn_ud;
   const char *call;       /* the API call now running, for sync messages */
   atomic_int running;     /* ops running now (host workers) */
   atomic_llong max_running;
@@ -155,6 +157,9 @@ void dev_trace_free(dev_ctx *ctx);
 
 int dev_fail(dev_ctx *ctx, int code, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
+/* A warning to the warn callback (dev_set_warn), if one is set; the
+ * interpreter thread, during the call it belongs to. */
+void dev_warn(dev_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Called from any thread: first async failure wins until reported. */
 void dev_async_fail(dev_ctx *ctx, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
@@ -178,8 +183,8 @@ dev_launch *dev_launch_dup(const dev_launch *l);
 void dev_ctx_destroy(dev_ctx *ctx);
 
 /* cuda/dev_sync.c: the wait of a counted sync (interruptible while
- * interrupts are enabled); a backend wait's status, the interrupt taken and
- * the message set if it gave up for one */
+ * interrupts are enabled); cuda/dev_err.c: a backend wait's (or compile's)
+ * status, the interrupt taken and the message set if it gave up for one */
 int dev_sync_wait(dev_ctx *ctx, dev_stream *s, uint64_t pos);
 int dev_intr_check(dev_ctx *ctx, int rc);
 

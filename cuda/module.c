@@ -66,54 +66,6 @@ void dev_module_release(dev_module *m)
   else module_unload(m, NULL);
 }
 
-/* ---- the on-disk cache both backends' compilers share ------------------- */
-
-uint64_t dev_kcache_hash(const void *p, size_t n)
-{
-  const unsigned char *s = p;
-  uint64_t h = 0xcbf29ce484222325ULL;   /* FNV-1a */
-  for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 0x100000001b3ULL; }
-  return h;
-}
-
-const char *dev_kcache_dir(char *buf, size_t n)
-{
-  /* a directory; off (or set empty): no cache; on: the default directory */
-  const char *env = env_setting("GPULUA_KERNEL_CACHE");
-  int flag = env && *env ? flag_value(env) : -1;
-  if (env && (!*env || flag == 0)) return NULL;
-  if (env && *env && flag < 0) {
-    snprintf(buf, n, "%s", env);
-  } else {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg) snprintf(buf, n, "%s/gpulua", xdg);
-    else if (home && *home) snprintf(buf, n, "%s/.cache/gpulua", home);
-    else return NULL;
-  }
-  return buf;
-}
-
-int dev_mkdirs(char *path)
-{
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    int rc = mkdir(path, 0755);
-    *p = '/';
-    if (rc && errno != EEXIST) return -1;
-  }
-  return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
-}
-
-void dev_kimage_free(dev_kimage *img)
-{
-  if (!img) return;
-  for (int i = 0; i < img->n; i++) free(img->lowered[i]);
-  free(img->lowered);
-  free(img->data);
-  memset(img, 0, sizeof *img);
-}
-
 static int need_kernels(dev_ctx *ctx)
 {
   if (!ctx->bk->module_load)
@@ -227,13 +179,18 @@ int dev_module_compile(dev_ctx *ctx, const char *src, const dev_compile_opts *o,
   dev_kimage img;
   int c = -1;
   if (ctx->bk->compile)
-    c = ctx->bk->compile(src, o && o->name ? o->name : "kernel.cu", arch, o ? o->options : NULL,
+    c = ctx->bk->compile(ctx, src, o && o->name ? o->name : "kernel.cu", arch, o ? o->options : NULL,
                          o ? o->noptions : 0, exprs, nexpr, o ? o->cache : 1, &img, log, msg, sizeof msg);
   else
     snprintf(msg, sizeof msg, "the %s backend cannot compile kernels", ctx->bk->name);
   free(exprs);
   free(ebuf);
-  if (c) { dev_kernels_free(sigs, nsig); return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg); }
+  if (c) {
+    dev_kernels_free(sigs, nsig);
+    if (c == DEV_ERR_INTERRUPTED) return dev_intr_check(ctx, c);
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
+  }
+  if (img.note[0]) dev_warn(ctx, "%s", img.note);
   dev_module *m = NULL;
   rc = new_module(ctx, img.data, img.size, &m);
   if (rc == DEV_OK) {

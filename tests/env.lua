@@ -96,6 +96,8 @@ local SETTINGS = {
      ".k{grid = 4096, block = 1}(x) print(x:sum():item())", "host"},
   {"GPULUA_CXX", "/nonexistent/c++", KERNEL, "host"},
   {"GPULUA_KERNEL_CHECK", "maybe", KERNEL, "host"},
+  {"GPULUA_CXX_TIMEOUT", "soon", KERNEL, "host"},
+  {"GPULUA_CXX_MEMORY", "lots", KERNEL, "host"},
   {"GPULUA_HOST_BLAS", "none", "print(gpu.matmul(gpu.ones({2, 3}), gpu.ones({3, 2})):sum():item())", "blas"},
   {"GPULUA_COMM_CHECK", "maybe", "gpu.all_reduce(gpu.ones({1}))"},
   {"GPULUA_COMM_TIMEOUT", "soon", "gpu.all_reduce(gpu.ones({1}))"},

@@ -9,8 +9,9 @@
 
 /* cuda/cuda/nvrtc.c, the cuda backend's compile: src for arch ("sm_90").  On
  * failure returns -1 with a message in err and, for a compile error, NVRTC's
- * log in *log (free()).  Needs no GPU (NVRTC is loaded on first use). */
-int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
+ * log in *log (free()).  Needs no GPU (NVRTC is loaded on first use) and no
+ * ctx (NULL will do: NVRTC runs in the process, and is not interrupted). */
+int dev_nvrtc_compile(dev_ctx *ctx, const char *src, const char *name, const char *arch,
                       const char *const *opts, int nopts, const char *const *exprs, int nexprs,
                       int use_cache, dev_kimage *img, char **log, char *err, size_t errlen);
 

@@ -72,72 +72,10 @@ static void nv_load(void)
   nv.version(&nv.major, &nv.minor);
 }
 
-/* ---- the key and the cache ----------------------------------------------- */
+/* ---- the cache ------------------------------------------------------------ */
 
-static const char MAGIC[] = "GPULUA-KCACHE-1\n";
-
-static int read_all(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n ? 0 : -1; }
-
-/* A cached image whose stored key equals key; 0 on a hit. */
-static int cache_read(const char *path, const sbuf *key, int nexpr, dev_kimage *img)
-{
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  char magic[sizeof MAGIC - 1];
-  uint64_t klen = 0, isize = 0;
-  uint32_t n = 0;
-  char *kbuf = NULL;
-  memset(img, 0, sizeof *img);
-  if (read_all(f, magic, sizeof magic) || memcmp(magic, MAGIC, sizeof magic)) goto miss;
-  if (read_all(f, &klen, sizeof klen) || klen != key->n) goto miss;
-  if (!(kbuf = malloc(klen ? klen : 1)) || read_all(f, kbuf, klen) || memcmp(kbuf, key->p, klen)) goto miss;
-  if (read_all(f, &n, sizeof n) || (int)n != nexpr) goto miss;
-  img->lowered = calloc(n ? n : 1, sizeof *img->lowered);
-  if (!img->lowered) goto miss;
-  img->n = (int)n;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t len = 0;
-    if (read_all(f, &len, sizeof len) || len > 4096 || !(img->lowered[i] = malloc(len + 1)) ||
-        read_all(f, img->lowered[i], len))
-      goto miss;
-    img->lowered[i][len] = 0;
-  }
-  if (read_all(f, &isize, sizeof isize) || isize == 0 || isize > ((uint64_t)1 << 31)) goto miss;
-  if (!(img->data = malloc(isize)) || read_all(f, img->data, isize)) goto miss;
-  img->size = isize;
-  img->from_cache = 1;
-  free(kbuf);
-  fclose(f);
-  return 0;
-miss:
-  free(kbuf);
-  fclose(f);
-  dev_kimage_free(img);
-  return -1;
-}
-
-/* Written to a temporary name and renamed: readers see a whole file or none.
- * A cache that cannot be written is not an error. */
-static void cache_write(const char *dir, const char *path, const sbuf *key, const dev_kimage *img)
-{
-  char d[1024], tmp[1300];
-  snprintf(d, sizeof d, "%s", dir);
-  if (dev_mkdirs(d)) return;
-  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return;
-  uint64_t klen = key->n, isize = img->size;
-  uint32_t n = (uint32_t)img->n;
-  int bad = fwrite(MAGIC, 1, sizeof MAGIC - 1, f) != sizeof MAGIC - 1 ||
-            fwrite(&klen, sizeof klen, 1, f) != 1 || fwrite(key->p, 1, key->n, f) != key->n ||
-            fwrite(&n, sizeof n, 1, f) != 1;
-  for (int i = 0; !bad && i < img->n; i++) {
-    uint32_t len = (uint32_t)strlen(img->lowered[i]);
-    bad = fwrite(&len, sizeof len, 1, f) != 1 || fwrite(img->lowered[i], 1, len, f) != len;
-  }
-  bad = bad || fwrite(&isize, sizeof isize, 1, f) != 1 || fwrite(img->data, 1, img->size, f) != img->size;
-  if (fclose(f) || bad || rename(tmp, path)) unlink(tmp);
-}
+/* The entry's format (cuda/kcache.c); 2: with a checksum. */
+static const char MAGIC[] = "GPULUA-KCACHE-2\n";
 
 /* ---- compile ------------------------------------------------------------ */
 
@@ -239,10 +177,11 @@ out:
   return rc;
 }
 
-int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
+int dev_nvrtc_compile(dev_ctx *ctx, const char *src, const char *name, const char *arch,
                       const char *const *opts, int nopts, const char *const *exprs, int nexprs,
                       int use_cache, dev_kimage *img, char **log, char *err, size_t errlen)
 {
+  (void)ctx;
   memset(img, 0, sizeof *img);
   if (log) *log = NULL;
   if (nexprs < 0 || nopts < 0) return fail_msg(err, errlen, "bad arguments");
@@ -268,11 +207,18 @@ int dev_nvrtc_compile(const char *src, const char *name, const char *arch,
   const char *dir = use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
   if (dir) {
     snprintf(path, sizeof path, "%s/%016llx.kc", dir, (unsigned long long)dev_kcache_hash(key.p, key.n));
-    if (cache_read(path, &key, nexprs, img) == 0) { free(key.p); return 0; }
+    char note[sizeof img->note];
+    note[0] = 0;
+    if (dev_kcache_read(path, MAGIC, key.p, key.n, nexprs, img, note, sizeof note) == DEV_KCACHE_HIT) {
+      free(key.p);
+      return 0;
+    }
+    snprintf(img->note, sizeof img->note, "%s", note);
   }
 
   int rc = nv_build(src, name, all, nall, exprs, nexprs, img, log, err, errlen);
-  if (rc == 0 && dir) cache_write(dir, path, &key, img);
+  if (rc == 0 && dir)
+    dev_kcache_write(dir, path, MAGIC, key.p, key.n, img, img->note, img->note[0] ? 0 : sizeof img->note);
   if (rc) dev_kimage_free(img);
   free(key.p);
   return rc;

@@ -12,7 +12,7 @@
  * build time).  The image is the shared object; lowered[i] names the entry
  * of exprs[i] ("&name" of a launchable kernel).  GPULUA_KERNEL_CHECK=1 in
  * the environment builds it with address checks. */
-int hk_compile(const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
+int hk_compile(dev_ctx *ctx, const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
                const char *const *exprs, int nexprs, int use_cache, dev_kimage *img, char **log,
                char *err, size_t errlen);
 extern const char hk_rt_header[];   /* $(BUILD)/gen/hk_rt.c */
@@ -29,6 +29,24 @@ void hk_fiber_scan(const char *src, const char *const *exprs, int nexprs, int *n
 /* argv[0] (a path) run with stdout and stderr into fd out, stdin from
  * /dev/null; its exit status, or -1 with errno when it cannot start. */
 int hk_run(char *const argv[], int out);
+/* The C++ compiler's limits (krun.c): seconds of wall time (0: none), bytes
+ * of address space per process (0: none) as GPULUA_CXX_MEMORY wrote it, and
+ * the TMPDIR it gets (NULL: ours).  env: GPULUA_CXX_TIMEOUT (default 300)
+ * and GPULUA_CXX_MEMORY (default 4G), 0 or -1 with the message. */
+typedef struct hk_limits {
+  double timeout_s;
+  size_t memory;
+  char memory_text[48];
+  const char *tmpdir;
+} hk_limits;
+int hk_limits_env(hk_limits *lim, char *err, size_t errlen);
+/* As hk_run, in a process group of its own under lim: HK_RUN_TIMEOUT past
+ * the time limit, HK_RUN_INTERRUPTED when ctx (may be NULL) is interrupted
+ * (the interrupt is not taken); then every process of the group has been
+ * killed and waited for. */
+#define HK_RUN_TIMEOUT (-2)
+#define HK_RUN_INTERRUPTED (-3)
+int hk_run_limited(dev_ctx *ctx, char *const argv[], int out, const hk_limits *lim);
 
 int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl);
 void hk_module_unload(dev_ctx *ctx, void *impl);

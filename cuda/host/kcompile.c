@@ -8,14 +8,17 @@
  * shared memory, and a trailer appended after it instantiates one entry per
  * launchable kernel (gpulua_rt::kernel_of in the header), which unpacks the
  * launch's arguments by the compiled parameter types and runs the threads.
- * Reading the source (the rewrite, which kernels need fibers) is ksource.c's.
+ * Reading the source (the rewrite, which kernels need fibers) is ksource.c's;
+ * running the compiler (a process group, limits, Ctrl-C) krun.c's.
  *
  * Compiled objects are cached on disk as NVRTC's are (GPULUA_KERNEL_CACHE,
  * the cache option), keyed by the source, the options, the compiler (its
  * path, modification time and first line of --version) and the header. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -127,7 +130,10 @@ int hk_run(char *const argv[], int out)
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-static int find_compiler(compiler *c, char *err, size_t errlen)
+/* The compiler of GPULUA_CXX or PATH, identified by its first line of
+ * --version (run once per path and modification time); 0, -1 with the
+ * message, or DEV_ERR_INTERRUPTED. */
+static int find_compiler(dev_ctx *ctx, const hk_limits *lim, compiler *c, char *err, size_t errlen)
 {
   const char *env = env_setting("GPULUA_CXX");
   char path[1024];
@@ -154,7 +160,7 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   int fd = tmp_file("gpulua-cxx", name, sizeof name);
   if (fd < 0) return fail_msg(err, errlen, "cannot create a temporary file: %s", strerror(errno));
   char *argv[] = {path, "--version", NULL};
-  int rc = hk_run(argv, fd);
+  int rc = hk_run_limited(ctx, argv, fd, lim);
   int e = errno;
   close(fd);
   size_t len = 0;
@@ -162,6 +168,13 @@ static int find_compiler(compiler *c, char *err, size_t errlen)
   unlink(name);
   if (rc != 0) {
     free(text);
+    if (rc == HK_RUN_INTERRUPTED) {
+      fail_msg(err, errlen, "interrupted");
+      return DEV_ERR_INTERRUPTED;
+    }
+    if (rc == HK_RUN_TIMEOUT)
+      return fail_msg(err, errlen, "the C++ compiler %s ran past the time limit of %g s (GPULUA_CXX_TIMEOUT) "
+                      "answering --version", path, lim->timeout_s);
     if (rc < 0) return fail_msg(err, errlen, "cannot run the C++ compiler %s: %s", path, strerror(e));
     return fail_msg(err, errlen, "the C++ compiler %s fails `--version` (exit status %d)", path, rc);
   }
@@ -275,45 +288,8 @@ static int translate_opts(const char *const *opts, int nopts, const char **out, 
 
 /* ---- the cache ------------------------------------------------------------ */
 
-static const char MAGIC[] = "GPULUA-HKCACHE-1\n";
-
-static int cache_read(const char *path, const sbuf *key, dev_kimage *img)
-{
-  size_t len;
-  char *f = read_file(path, &len);
-  if (!f) return -1;
-  size_t m = sizeof MAGIC - 1;
-  uint64_t klen, isize;
-  if (len < m + 16 || memcmp(f, MAGIC, m) != 0) goto miss;
-  memcpy(&klen, f + m, 8);
-  if (klen != key->n || len - m - 8 < klen + 8 || memcmp(f + m + 8, key->p, klen) != 0) goto miss;
-  memcpy(&isize, f + m + 8 + klen, 8);
-  if (isize == 0 || isize != len - m - 16 - klen) goto miss;
-  img->data = malloc(isize);
-  if (!img->data) goto miss;
-  memcpy(img->data, f + m + 16 + klen, isize);
-  img->size = isize;
-  free(f);
-  return 0;
-miss:
-  free(f);
-  return -1;
-}
-
-static void cache_write(const char *dir, const char *path, const sbuf *key, const dev_kimage *img)
-{
-  char d[1024], tmp[1300];
-  snprintf(d, sizeof d, "%s", dir);
-  if (dev_mkdirs(d)) return;
-  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return;
-  uint64_t klen = key->n, isize = img->size;
-  int bad = fwrite(MAGIC, 1, sizeof MAGIC - 1, f) != sizeof MAGIC - 1 || fwrite(&klen, 8, 1, f) != 1 ||
-            fwrite(key->p, 1, key->n, f) != key->n || fwrite(&isize, 8, 1, f) != 1 ||
-            fwrite(img->data, 1, img->size, f) != img->size;
-  if (fclose(f) || bad || rename(tmp, path)) unlink(tmp);
-}
+/* The entry's format (cuda/kcache.c); 2: with a checksum. */
+static const char MAGIC[] = "GPULUA-HKCACHE-2\n";
 
 /* ---- compiling ------------------------------------------------------------ */
 
@@ -338,23 +314,29 @@ static void tmp_path(const tmpdir *t, const char *name, char *out, size_t n)
   snprintf(out, n, "%s/%s", t->path, name);
 }
 
-static void tmp_remove(tmpdir *t)
+/* path and what is in it, to depth levels of directories below it: ours,
+ * and whatever the compiler left (its TMPDIR is ours, so its own temporary
+ * files are in it, also when it was killed). */
+static void remove_tree(const char *path, int depth)
 {
-  char p[1200];
-  static const char *const files[] = {"gpulua_cuda_rt.h", "kernel.cu", "kernel.so", "log", NULL};
-  for (int i = 0; files[i]; i++) { tmp_path(t, files[i], p, sizeof p); unlink(p); }
-  for (int i = 0; stubs[i]; i++) {
-    snprintf(p, sizeof p, "%s/include/%s", t->path, stubs[i]);
-    unlink(p);
+  DIR *d = opendir(path);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    char p[1400];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+      if (depth > 0) remove_tree(p, depth - 1);
+    } else {
+      unlink(p);
+    }
   }
-  snprintf(p, sizeof p, "%s/include/assert.h", t->path);
-  unlink(p);
-  snprintf(p, sizeof p, "%s/include/crt", t->path);
-  rmdir(p);
-  snprintf(p, sizeof p, "%s/include", t->path);
-  rmdir(p);
-  rmdir(t->path);
+  if (d) closedir(d);
+  rmdir(path);
 }
+
+static void tmp_remove(tmpdir *t) { remove_tree(t->path, 3); }
 
 static int write_runtime(const tmpdir *t)
 {
@@ -474,10 +456,55 @@ static int build_key(const compiler *cx, const char *const *argv, int argc, cons
   return key->oom ? fail_msg(err, errlen, "out of memory") : 0;
 }
 
+/* Whether the compiler's messages say it ran out of memory. */
+static int says_oom(const char *log)
+{
+  static const char *const words[] = {"out of memory", "memory exhausted", "Cannot allocate memory",
+                                      "bad_alloc", "Allocation failed", NULL};
+  for (int i = 0; log && words[i]; i++)
+    if (strstr(log, words[i])) return 1;
+  return 0;
+}
+
+/* What the compiler's run (st and errno e of hk_run_limited) means: 0 when
+ * it made the object, else -1 or DEV_ERR_INTERRUPTED with the message, and
+ * its messages in *log. */
+static int compiler_status(int st, int e, const compiler *cx, const hk_limits *lim, const tmpdir *td,
+                           char **log, char *err, size_t errlen)
+{
+  if (st == 0) return 0;
+  if (st == HK_RUN_INTERRUPTED) {
+    fail_msg(err, errlen, "interrupted");
+    return DEV_ERR_INTERRUPTED;
+  }
+  if (st == HK_RUN_TIMEOUT || (lim->timeout_s > 0 && st == 128 + SIGXCPU))
+    return fail_msg(err, errlen, "the C++ compiler ran past the time limit of %g s (GPULUA_CXX_TIMEOUT)",
+                    lim->timeout_s);
+  if (st < 0) {
+    if (lim->memory && (e == ENOMEM || e == E2BIG))
+      return fail_msg(err, errlen, "the C++ compiler %s cannot start under the memory limit of %s "
+                      "(GPULUA_CXX_MEMORY): %s", cx->path, lim->memory_text, strerror(e));
+    return fail_msg(err, errlen, "cannot run the C++ compiler %s: %s", cx->path, strerror(e));
+  }
+  char p_log[1200];
+  size_t ln;
+  tmp_path(td, "log", p_log, sizeof p_log);
+  char *raw = read_file(p_log, &ln);
+  int oom = lim->memory && (says_oom(raw) || st > 128);
+  if (log && raw) *log = clean_log(raw, td->path);
+  free(raw);
+  if (oom)
+    return fail_msg(err, errlen, "compilation failed: the C++ compiler ran out of memory under the limit of %s "
+                    "(GPULUA_CXX_MEMORY): %s exited with status %d", lim->memory_text, cx->path, st);
+  return fail_msg(err, errlen, "compilation failed (%s exited with status %d)", cx->path, st);
+}
+
 /* Runs the compiler on text in a temporary directory of its own, which it
- * removes: the object in img, or the compiler's messages in *log. */
-static int run_compiler(const compiler *cx, const char *const *argv, int user_at, int argc, const sbuf *text,
-                        dev_kimage *img, char **log, char *err, size_t errlen)
+ * removes (the compiler's TMPDIR too): the object in img, or the compiler's
+ * messages in *log; 0, -1 with the message, or DEV_ERR_INTERRUPTED. */
+static int run_compiler(dev_ctx *ctx, const compiler *cx, const hk_limits *lim, const char *const *argv,
+                        int user_at, int argc, const sbuf *text, dev_kimage *img, char **log, char *err,
+                        size_t errlen)
 {
   char p_src[1200], p_so[1200], p_log[1200], p_rt[1200], inc[1200];
   tmpdir td;
@@ -507,18 +534,12 @@ static int run_compiler(const compiler *cx, const char *const *argv, int user_at
   full[n] = NULL;
   int lfd = open(p_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (lfd < 0) { rc = fail_msg(err, errlen, "cannot write to %s: %s", td.path, strerror(errno)); goto out; }
-  int st = hk_run((char *const *)full, lfd);
+  hk_limits in_dir = *lim;
+  in_dir.tmpdir = td.path;
+  int st = hk_run_limited(ctx, (char *const *)full, lfd, &in_dir);
   int e = errno;
   close(lfd);
-  if (st < 0) { rc = fail_msg(err, errlen, "cannot run the C++ compiler %s: %s", cx->path, strerror(e)); goto out; }
-  if (st != 0) {
-    size_t ln;
-    char *raw = read_file(p_log, &ln);
-    if (log && raw) *log = clean_log(raw, td.path);
-    free(raw);
-    rc = fail_msg(err, errlen, "compilation failed (%s exited with status %d)", cx->path, st);
-    goto out;
-  }
+  if ((rc = compiler_status(st, e, cx, lim, &td, log, err, errlen))) goto out;
   size_t size;
   img->data = read_file(p_so, &size);
   if (!img->data) { rc = fail_msg(err, errlen, "cannot read the compiled object: %s", strerror(errno)); goto out; }
@@ -542,36 +563,40 @@ static int name_entries(dev_kimage *img, int nexprs, char *err, size_t errlen)
   return 0;
 }
 
-int hk_compile(const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
-               const char *const *exprs, int nexprs, int use_cache, dev_kimage *img, char **log,
+int hk_compile(dev_ctx *ctx, const char *src, const char *name, const char *arch, const char *const *opts,
+               int nopts, const char *const *exprs, int nexprs, int use_cache, dev_kimage *img, char **log,
                char *err, size_t errlen)
 {
   (void)arch;
   memset(img, 0, sizeof *img);
   if (log) *log = NULL;
   if (nexprs < 0 || nopts < 0) return fail_msg(err, errlen, "bad arguments");
+  hk_limits lim;
+  if (hk_limits_env(&lim, err, errlen)) return -1;
   compiler cx;
-  if (find_compiler(&cx, err, errlen)) return -1;
+  int rc = find_compiler(ctx, &lim, &cx, err, errlen);
+  if (rc) return rc;
   int check = 0;
   if (env_flag("GPULUA_KERNEL_CHECK", &check, err, errlen)) return -1;
 
   const char *argv[CC_ARGV_MAX];
   int argc, user_at;
   sbuf ostore = {0}, text = {0}, key = {0};
-  int rc = build_cmdline(&cx, check, opts, nopts, argv, &argc, &user_at, &ostore, err, errlen);
+  rc = build_cmdline(&cx, check, opts, nopts, argv, &argc, &user_at, &ostore, err, errlen);
   if (rc == 0) rc = build_source(src, name, exprs, nexprs, argv, user_at, argc, &text, err, errlen);
   if (rc == 0) rc = build_key(&cx, argv, argc, &text, &key, err, errlen);
   if (rc == 0) {
-    char dirbuf[1024], cpath[1200];
+    char dirbuf[1024], cpath[1200], note[sizeof img->note] = "";
     const char *dir = use_cache ? dev_kcache_dir(dirbuf, sizeof dirbuf) : NULL;
     if (dir) {
       snprintf(cpath, sizeof cpath, "%s/%016llx.hk", dir, (unsigned long long)dev_kcache_hash(key.p, key.n));
-      img->from_cache = cache_read(cpath, &key, img) == 0;
+      dev_kcache_read(cpath, MAGIC, key.p, key.n, 0, img, note, sizeof note);
     }
     if (!img->from_cache) {
-      rc = run_compiler(&cx, argv, user_at, argc, &text, img, log, err, errlen);
-      if (rc == 0 && dir) cache_write(dir, cpath, &key, img);
+      rc = run_compiler(ctx, &cx, &lim, argv, user_at, argc, &text, img, log, err, errlen);
+      if (rc == 0 && dir) dev_kcache_write(dir, cpath, MAGIC, key.p, key.n, img, note, note[0] ? 0 : sizeof note);
     }
+    snprintf(img->note, sizeof img->note, "%s", note);
   }
   if (rc == 0) rc = name_entries(img, nexprs, err, errlen);
   if (rc) dev_kimage_free(img);

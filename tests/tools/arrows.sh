@@ -21,7 +21,7 @@ done | awk -v verbose=$verbose '
 BEGIN {
   # the neutral files, lowest first (docs/internals.md, "Layout")
   rank["cuda/util"] = 0; rank["cuda/dtype"] = 0; rank["cuda/kernel_sig"] = 0; rank["cuda/dev_err"] = 0
-  rank["cuda/names"] = 1
+  rank["cuda/names"] = 1; rank["cuda/kcache"] = 1
   rank["cuda/cpu_reduce"] = 2; rank["cuda/cpu_matmul"] = 2
   rank["cuda/cpu_ops"] = 3; rank["cuda/shm_comm"] = 3
   rank["cuda/trace"] = 4; rank["cuda/race"] = 4; rank["cuda/module"] = 4

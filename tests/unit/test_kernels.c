@@ -159,48 +159,14 @@ static int count_files(const char *dir) {
   return n;
 }
 
-static void test_nvrtc(void) {
-  /* the library's loader is the probe (it keeps LeakSanitizer away from
-   * NVRTC's own process-lifetime allocations) */
-  dev_kimage probe;
-  char perr[512] = "";
-  if (dev_nvrtc_compile("__global__ void k() {}\n", "probe.cu", "sm_90", NULL, 0, NULL, 0, 0, &probe,
-                        NULL, perr, sizeof perr) && strstr(perr, "needs NVRTC")) {
-    skip(NULL, perr);
-    return;
-  }
-  dev_kimage_free(&probe);
-  char dir[] = "/tmp/gpulua-kcache-XXXXXX";
-  if (!mkdtemp(dir)) { ok(0, "nvrtc: mkdtemp"); return; }
-  char sub[256];
-  snprintf(sub, sizeof sub, "%s/nested/cache", dir);
-  setenv("GPULUA_KERNEL_CACHE", sub, 1);
-  const char *src = "extern \"C\" __global__ void add1(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] += 1; }\n"
-                    "__global__ void cxx(double *y) { y[0] = 2; }\n";
-  const char *exprs[] = {"&add1", "&cxx"};
+/* A damaged cache file is found by its checksum, removed and recompiled,
+ * with a note; never an error or a wrong image.  Then a cache directory
+ * whose parent is missing. */
+static void test_nvrtc_damaged(const char *dir, const char *sub, const char *src, const char *const *exprs,
+                               const char *const *opt) {
   dev_kimage img;
   char *log = NULL, err[512] = "";
-  int rc = dev_nvrtc_compile(src, "t.cu", "sm_90", NULL, 0, exprs, 2, 1, &img, &log, err, sizeof err);
-  ok(rc == 0 && img.size > 0 && !img.from_cache, "nvrtc: compiles for sm_90 (%s)", err);
-  ok(rc == 0 && img.size > 4 && memcmp(img.data, "\x7f" "ELF", 4) == 0, "nvrtc: the image is a cubin (ELF)");
-  ok(rc == 0 && img.n == 2 && strcmp(img.lowered[0], "add1") == 0 && strncmp(img.lowered[1], "_Z3cxx", 6) == 0,
-     "nvrtc: lowered names (add1, %s)", rc == 0 && img.n == 2 ? img.lowered[1] : "-");
-  size_t size1 = img.size;
-  dev_kimage_free(&img);
-  free(log);
-  ok(count_files(sub) == 1, "nvrtc: one file in the cache directory (created with its parents)");
-  rc = dev_nvrtc_compile(src, "t.cu", "sm_90", NULL, 0, exprs, 2, 1, &img, &log, err, sizeof err);
-  ok(rc == 0 && img.from_cache && img.size == size1 && img.n == 2 && strcmp(img.lowered[0], "add1") == 0,
-     "nvrtc: the same compilation comes from the cache");
-  dev_kimage_free(&img);
-  const char *opt[] = {"-DX=1"};
-  rc = dev_nvrtc_compile(src, "t.cu", "sm_90", opt, 1, exprs, 2, 1, &img, &log, err, sizeof err);
-  ok(rc == 0 && !img.from_cache && count_files(sub) == 2, "nvrtc: other options are another cache entry");
-  dev_kimage_free(&img);
-  rc = dev_nvrtc_compile(src, "t.cu", "sm_90", NULL, 0, exprs, 2, 0, &img, &log, err, sizeof err);
-  ok(rc == 0 && !img.from_cache, "nvrtc: cache = false compiles again");
-  dev_kimage_free(&img);
-  /* a damaged cache file is a miss, never an error or a wrong image */
+  int rc;
   char path[512];
   DIR *d = opendir(sub);
   struct dirent *e;
@@ -210,18 +176,83 @@ static void test_nvrtc(void) {
   if (d) closedir(d);
   FILE *f = fopen(path, "r+b");
   if (f) { fseek(f, 40, SEEK_SET); fputc('#', f); fclose(f); }
-  rc = dev_nvrtc_compile(src, "t.cu", "sm_90", NULL, 0, exprs, 2, 1, &img, &log, err, sizeof err);
+  rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", NULL, 0, exprs, 2, 1, &img, &log, err, sizeof err);
   int rc2 = rc == 0 ? 0 : -1;
+  char note[sizeof img.note];
+  snprintf(note, sizeof note, "%s", img.note);
   dev_kimage_free(&img);
-  rc = dev_nvrtc_compile(src, "t.cu", "sm_90", opt, 1, exprs, 2, 1, &img, &log, err, sizeof err);
+  rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", opt, 1, exprs, 2, 1, &img, &log, err, sizeof err);
   ok(rc2 == 0 && rc == 0, "nvrtc: a damaged cache file is recompiled");
+  /* path is one of the two entries */
+  if (!note[0]) snprintf(note, sizeof note, "%s", img.note);
+  ok(strstr(note, "damaged") && strstr(note, path), "nvrtc: ... with a note: %s", note);
   dev_kimage_free(&img);
+  for (int i = 0; i < 2; i++) {
+    rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", i ? opt : NULL, i, exprs, 2, 1, &img, &log, err, sizeof err);
+    ok(rc == 0 && img.from_cache && !img.note[0], "nvrtc: entry %d then comes from the cache, with no note", i + 1);
+    dev_kimage_free(&img);
+  }
+  char missing[300];
+  snprintf(missing, sizeof missing, "%s/missing/cache", dir);
+  setenv("GPULUA_KERNEL_CACHE", missing, 1);
+  rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", NULL, 0, exprs, 2, 1, &img, &log, err, sizeof err);
+  snprintf(missing, sizeof missing, "%s/missing", dir);
+  ok(rc == 0 && strstr(img.note, "GPULUA_KERNEL_CACHE=") && strstr(img.note, "without the cache") &&
+     access(missing, F_OK) != 0, "nvrtc: a cache directory whose parent is missing: a note, nothing made: %s",
+     img.note);
+  dev_kimage_free(&img);
+}
+
+static void test_nvrtc(void) {
+  /* the library's loader is the probe (it keeps LeakSanitizer away from
+   * NVRTC's own process-lifetime allocations) */
+  dev_kimage probe;
+  char perr[512] = "";
+  if (dev_nvrtc_compile(NULL, "__global__ void k() {}\n", "probe.cu", "sm_90", NULL, 0, NULL, 0, 0, &probe,
+                        NULL, perr, sizeof perr) && strstr(perr, "needs NVRTC")) {
+    skip(NULL, perr);
+    return;
+  }
+  dev_kimage_free(&probe);
+  char dir[] = "/tmp/gpulua-kcache-XXXXXX";
+  if (!mkdtemp(dir)) { ok(0, "nvrtc: mkdtemp"); return; }
+  char sub[256];
+  snprintf(sub, sizeof sub, "%s/nested", dir);
+  mkdir(sub, 0755);
+  snprintf(sub, sizeof sub, "%s/nested/cache", dir);
+  setenv("GPULUA_KERNEL_CACHE", sub, 1);
+  const char *src = "extern \"C\" __global__ void add1(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] += 1; }\n"
+                    "__global__ void cxx(double *y) { y[0] = 2; }\n";
+  const char *exprs[] = {"&add1", "&cxx"};
+  dev_kimage img;
+  char *log = NULL, err[512] = "";
+  int rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", NULL, 0, exprs, 2, 1, &img, &log, err, sizeof err);
+  ok(rc == 0 && img.size > 0 && !img.from_cache, "nvrtc: compiles for sm_90 (%s)", err);
+  ok(rc == 0 && img.size > 4 && memcmp(img.data, "\x7f" "ELF", 4) == 0, "nvrtc: the image is a cubin (ELF)");
+  ok(rc == 0 && img.n == 2 && strcmp(img.lowered[0], "add1") == 0 && strncmp(img.lowered[1], "_Z3cxx", 6) == 0,
+     "nvrtc: lowered names (add1, %s)", rc == 0 && img.n == 2 ? img.lowered[1] : "-");
+  size_t size1 = img.size;
+  dev_kimage_free(&img);
+  free(log);
+  ok(count_files(sub) == 1, "nvrtc: one file in the cache directory (its last component made)");
+  rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", NULL, 0, exprs, 2, 1, &img, &log, err, sizeof err);
+  ok(rc == 0 && img.from_cache && img.size == size1 && img.n == 2 && strcmp(img.lowered[0], "add1") == 0,
+     "nvrtc: the same compilation comes from the cache");
+  dev_kimage_free(&img);
+  const char *opt[] = {"-DX=1"};
+  rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", opt, 1, exprs, 2, 1, &img, &log, err, sizeof err);
+  ok(rc == 0 && !img.from_cache && count_files(sub) == 2, "nvrtc: other options are another cache entry");
+  dev_kimage_free(&img);
+  rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", NULL, 0, exprs, 2, 0, &img, &log, err, sizeof err);
+  ok(rc == 0 && !img.from_cache, "nvrtc: cache = false compiles again");
+  dev_kimage_free(&img);
+  test_nvrtc_damaged(dir, sub, src, exprs, opt);
   setenv("GPULUA_KERNEL_CACHE", "0", 1);
-  rc = dev_nvrtc_compile("__global__ void k() {}\n", "t.cu", "sm_90", NULL, 0, NULL, 0, 1, &img, &log, err, sizeof err);
+  rc = dev_nvrtc_compile(NULL, "__global__ void k() {}\n", "t.cu", "sm_90", NULL, 0, NULL, 0, 1, &img, &log, err, sizeof err);
   ok(rc == 0 && count_files(sub) == 2, "nvrtc: GPULUA_KERNEL_CACHE=0 writes nothing");
   dev_kimage_free(&img);
 
-  rc = dev_nvrtc_compile("__global__ void bad() { undefined_thing = 1; }\n", "broken.cu", "sm_90", NULL, 0,
+  rc = dev_nvrtc_compile(NULL, "__global__ void bad() { undefined_thing = 1; }\n", "broken.cu", "sm_90", NULL, 0,
                          NULL, 0, 1, &img, &log, err, sizeof err);
   ok(rc == -1 && strstr(err, "compilation failed"), "nvrtc: a compile error fails: %s", err);
   ok(log && strstr(log, "broken.cu(1)") && strstr(log, "undefined_thing"),
@@ -229,7 +260,7 @@ static void test_nvrtc(void) {
   free(log);
   log = NULL;
   const char *badopt[] = {"--no-such-option"};
-  rc = dev_nvrtc_compile(src, "t.cu", "sm_90", badopt, 1, NULL, 0, 1, &img, &log, err, sizeof err);
+  rc = dev_nvrtc_compile(NULL, src, "t.cu", "sm_90", badopt, 1, NULL, 0, 1, &img, &log, err, sizeof err);
   ok(rc == -1, "nvrtc: an unknown option fails: %s", err);
   free(log);
   char cmd[600];
