@@ -32,6 +32,28 @@ static void swap_current(lua_State *L, int idx) {
   lua_remove(L, -2);
 }
 
+/* The message handler of the capture: Lua's yield error there has no line
+ * and does not say why; the capture and the yield's line are named.  Any
+ * other error goes on as it was. */
+static int capture_msgh(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (lua_type(L, 1) != LUA_TSTRING || strcmp(msg, "attempt to yield across a C-call boundary") != 0)
+    return 1;
+  lua_Debug ar;
+  lua_pushliteral(L, "");
+  for (int level = 1; lua_getstack(L, level, &ar); level++) {
+    if (lua_getinfo(L, "Sl", &ar) && ar.currentline > 0) {
+      lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+      break;
+    }
+  }
+  const dev_graph *cap = dev_graph_open_capture(bind_ctx(L));
+  lua_pushfstring(L, "%scoroutine.yield cannot yield inside a gpu.graph capture (captured at %s): "
+                     "other tasks would run while it is open; yield before or after gpu.graph",
+                  lua_tostring(L, -1), cap ? dev_graph_site(cap) : "?");
+  return 1;
+}
+
 static int graph_new(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -58,11 +80,14 @@ static int graph_new(lua_State *L) {
   bind_site(L, ctx);
   BIND_CHECK(L, ctx, dev_graph_begin(ctx, ps->s, name, &gg->g), "graph");
   swap_current(L, 4);                       /* 5: the current stream before */
+  lua_pushcfunction(L, capture_msgh);       /* 6 */
   int top = lua_gettop(L);
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 4);
-  int rc = lua_pcall(L, 1, LUA_MULTRET, 0);
+  int rc = lua_pcall(L, 1, LUA_MULTRET, 6);
   int nres = lua_gettop(L) - top;
+  lua_remove(L, 6);
+  top--;
   swap_current(L, 5);
   lua_pop(L, 1);
   if (rc != LUA_OK) {

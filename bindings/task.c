@@ -536,7 +536,12 @@ static int loop_body(lua_State *L) {
 /* Run tasks until the task at index `until` (0: every task) is done, or the
  * time runs out (timeout_s < 0: no limit).  Raises the first failure that no
  * task awaits.  Returns the number of unfinished tasks. */
-static lua_Integer run_loop(lua_State *L, int until, double timeout_s) {
+static lua_Integer run_loop(lua_State *L, int until, double timeout_s, const char *fname) {
+  /* the tasks' work would go into the capture, which then fails */
+  const dev_graph *cap = dev_graph_open_capture(bind_ctx(L));
+  if (cap)
+    luaL_error(L, "%s cannot run tasks during a gpu.graph capture (captured at %s); run them "
+                  "before or after gpu.graph", fname, dev_graph_site(cap));
   if (loop_int(L, "depth") > 0)
     luaL_error(L, "the task loop is already running (gpu.run or gpu.await(task) from a plain "
                   "coroutine or a callback inside a task)");
@@ -557,7 +562,7 @@ int bind_run(lua_State *L) {
   double timeout = luaL_optnumber(L, 1, -1);
   luaL_argcheck(L, lua_isnoneornil(L, 1) || timeout >= 0, 1, "timeout must be >= 0 seconds");
   if (current_task(L)) return luaL_error(L, "gpu.run cannot be called from a task (use gpu.await)");
-  lua_pushinteger(L, run_loop(L, 0, timeout));
+  lua_pushinteger(L, run_loop(L, 0, timeout, "gpu.run"));
   return 1;
 }
 
@@ -589,6 +594,10 @@ static int gpu_await(lua_State *L) {
   lua_settop(L, 1);
   gpu_task *self = current_task(L);
   int me = self ? 2 : 0;
+  const dev_graph *cap = dev_graph_open_capture(ctx);
+  if (self && !lua_isyieldable(L) && cap)
+    return luaL_error(L, "gpu.await cannot yield inside a gpu.graph capture (captured at %s): other tasks "
+                         "would run while it is open; await before or after gpu.graph", dev_graph_site(cap));
   if (self && !lua_isyieldable(L))
     return luaL_error(L, "gpu.await cannot yield here: the task is inside a C call that does not let "
                          "it yield (table.sort, string.gsub, require, a metamethod ...); await outside it");
@@ -602,7 +611,7 @@ static int gpu_await(lua_State *L) {
       self->state = T_WAIT_TASK;
       return lua_yieldk(L, 0, T_WAIT_TASK, await_k);
     }
-    run_loop(L, 1, -1);
+    run_loop(L, 1, -1, "gpu.await");
     return push_outcome(L, 1);
   }
   dev_watch *w = NULL;

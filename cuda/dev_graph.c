@@ -132,6 +132,8 @@ static void capture_close(dev_graph *g) {
 
 int dev_graph_capturing(dev_ctx *ctx) { return ctx->capture != NULL; }
 
+const dev_graph *dev_graph_open_capture(dev_ctx *ctx) { return ctx->capture; }
+
 int dev_graph_begin(dev_ctx *ctx, dev_stream *s, const char *name, dev_graph **out) {
   *out = NULL;
   int rc = dev_check_async(ctx);

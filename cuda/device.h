@@ -602,6 +602,7 @@ int dev_graph_nodes(const dev_graph *g);             /* ops captured */
 const char *dev_graph_name(const dev_graph *g);
 const char *dev_graph_site(const dev_graph *g);      /* "script.lua:12" of the capture */
 int dev_graph_capturing(dev_ctx *ctx);               /* a capture is open */
+const dev_graph *dev_graph_open_capture(dev_ctx *ctx);   /* the capture open now, or NULL */
 
 /* ---- tracing ---------------------------------------------------------- */
 /* A session records every op (its stream, name, bytes, script line, start

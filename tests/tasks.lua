@@ -337,6 +337,64 @@ T.test("await where a task cannot yield, and cancel of a running task", function
   T.is(gpu.stats().streams, streams_before, "no stream is held by a lost watch")
 end)
 
+-- the error of a call that fails, or nil when it succeeds
+local function perr(f, ...)
+  local ok, e = pcall(f, ...)
+  if not ok then return tostring(e) end
+end
+
+T.test("a yield inside a gpu.graph capture names the capture and the line", function()
+  local co_msg, aw_msg
+  local src = debug.getinfo(1, "S").short_src
+  local cap_line, yield_line, await_line
+  gpu.task(function()
+    co_msg = perr(function()
+      cap_line = debug.getinfo(1, "l").currentline + 1
+      gpu.graph(function(s)
+        gpu.zeros({4}, { stream = s })
+        yield_line = debug.getinfo(1, "l").currentline + 1
+        coroutine.yield()
+      end)
+    end)
+    aw_msg = perr(gpu.graph, function(s)
+      await_line = debug.getinfo(1, "l").currentline + 1
+      gpu.await(s)
+    end)
+  end)
+  gpu.run()
+  local where = src .. ":" .. tostring(yield_line) .. ": "
+  if not T.ok(co_msg and co_msg:find(where .. "coroutine.yield cannot yield inside a gpu.graph capture", 1, true),
+              "coroutine.yield: the error names the capture at the yield's line") then T.diag(tostring(co_msg)) end
+  T.ok(co_msg and co_msg:find("(captured at " .. src .. ":" .. tostring(cap_line) .. ")", 1, true),
+       "... and where the capture began")
+  T.ok(co_msg and not co_msg:find("C-call boundary", 1, true), "not Lua's bare 'C-call boundary' message")
+  where = src .. ":" .. tostring(await_line) .. ": "
+  if not T.ok(aw_msg and aw_msg:find(where .. "gpu.await cannot yield inside a gpu.graph capture", 1, true),
+              "gpu.await names the capture too") then T.diag(tostring(aw_msg)) end
+  T.is(gpu.graph(function() coroutine.wrap(function() coroutine.yield() end)() return 1 end) ~= nil, true,
+       "a coroutine of its own inside a capture still yields")
+end)
+
+T.test("gpu.run and gpu.await(task) are refused during a capture", function()
+  local ran = false
+  local t = gpu.task(function() ran = true end)
+  local src = debug.getinfo(1, "S").short_src
+  local line
+  local msg = perr(gpu.graph, function()
+    line = debug.getinfo(1, "l").currentline + 1
+    gpu.run(0)
+  end)
+  if not T.ok(msg and msg:find(src .. ":" .. tostring(line) .. ": gpu.run cannot run tasks during a gpu.graph capture", 1, true),
+              "gpu.run(0) inside a capture: a clear error at its line") then T.diag(tostring(msg)) end
+  T.ok(msg and msg:find("(captured at " .. src .. ":", 1, true), "naming the capture")
+  msg = perr(gpu.graph, function() gpu.await(t) end)
+  T.ok(msg and msg:find("gpu.await cannot run tasks during a gpu.graph capture", 1, true),
+       "gpu.await(task) from outside a task, inside a capture: refused too")
+  T.ok(not ran, "the task did not run inside the capture")
+  gpu.run()
+  T.ok(ran and t.done, "it runs once the capture is over")
+end)
+
 T.test("gpu.run(timeout) returns in time while a task keeps yielding", function()
   local stop = false
   local t = gpu.task(function()

@@ -4,7 +4,8 @@
  * status) with the state made through the embedding API (gpulua_open), so the
  * program runs the same path as an embedding application.  Differences from
  * lua.c: --device; an error in a chunk read from stdin also exits 1; queued
- * device work is finished before exit and an asynchronous failure exits 1.
+ * device work is finished before exit (os.exit's too) and an asynchronous
+ * failure exits 1.
  * `gpulua -n N script.lua` runs the script on N ranks (launch.c). */
 #include <errno.h>
 #include <fcntl.h>
@@ -54,7 +55,7 @@ struct cli {
   int args;     /* has_* bits */
   gpulua *g;
   const char *sync_debug;   /* --sync-debug MODE, or NULL */
-  int repl_tty;             /* a REPL session on a terminal ran */
+  int repl_tty;             /* a REPL session on a terminal runs or ran */
 };
 
 /* The interpreter and its state the SIGINT handler interrupts (a signal
@@ -561,14 +562,15 @@ static int pmain(lua_State *L) {
     return 0;
   /* the REPL warns of syncs unless told otherwise */
   int repl_warn = c->sync_debug == NULL && cli_setting("GPULUA_SYNC_DEBUG") == NULL;
+  /* repl_tty before the session: os.exit in it ends a session too */
   if (args & has_i) {
-    cli_repl(c->g, repl_warn);
     c->repl_tty = isatty(0);
+    cli_repl(c->g, repl_warn);
   } else if (script < 1 && !(args & (has_e | has_v))) {
     if (isatty(0)) {
       print_version();
-      cli_repl(c->g, repl_warn);
       c->repl_tty = 1;
+      cli_repl(c->g, repl_warn);
     } else if (dofile(c->g, NULL) != LUA_OK || run_tasks(c->g) != LUA_OK) {
       return 0;
     }
@@ -672,15 +674,19 @@ fail:
   return -1;
 }
 
-/* After the run (ok: it succeeded): the main chunk's queued work is part of
- * it, so finish it and fail on an asynchronous error (after a failed run,
- * only wait for it); write the trace; close.  The exit status.  Ctrl-C stops
- * the wait: the program says so and exits 1 without the rest of the work
- * (closing would wait for it). */
-static int finish_run(struct cli *c, int ok) {
-  if (!ok)
+/* After the run: the queued work is part of it, so finish it and report a
+ * failure in it (after a failed run, whose error is printed already, as
+ * "also: ..."); write the trace; close the state when `close` (os.exit
+ * without close leaves it open, as lua.c's).  code: the exit status asked
+ * for, which a failure turns from 0 into 1; failed: the run failed.  The
+ * exit status.  Ctrl-C stops the wait: the program says so and exits 1
+ * without the rest of the work (closing would wait for it).  The wait
+ * says what it waits for at the end of a REPL session on a terminal and
+ * after a Ctrl-C, where a silent wait looks like a hang. */
+static int finish_run(struct cli *c, int code, int failed, int close) {
+  if (failed)
     launcher_note_failure();
-  int fin = finish_queued(c->g, c->repl_tty && ok);
+  int fin = finish_queued(c->g, (c->repl_tty && !failed) || sigints > 0);
   if (fin == FINISH_INTERRUPTED) {
     cli_message(cli_progname, "interrupted while finishing queued work");
     launcher_note_failure();
@@ -688,17 +694,49 @@ static int finish_run(struct cli *c, int ok) {
     fflush(NULL);
     _exit(EXIT_FAILURE);
   }
-  if (ok && fin != LUA_OK) {
-    cli_message(cli_progname, gpulua_error(c->g));
-    launcher_note_failure();
-    ok = 0;
+  if (fin != LUA_OK) {
+    if (failed)
+      fprintf(stderr, "%s: also: ", cli_progname);
+    cli_message(failed ? NULL : cli_progname, gpulua_error(c->g));
+    failed = 1;
   }
   if (cli_trace_finish(c->g) != 0)
-    ok = 0;
-  if (!ok)
+    failed = 1;
+  if (failed) {
     launcher_note_failure();
-  gpulua_close(c->g);
-  return ok ? EXIT_SUCCESS : EXIT_FAILURE;
+    if (code == EXIT_SUCCESS)
+      code = EXIT_FAILURE;
+  }
+  if (close)
+    gpulua_close(c->g);
+  return code;
+}
+
+/* os.exit([code [, close]]) in the program's state: lua.c's, after the end
+ * of a run (finish_run): the queued work is finished, a failure in it is
+ * reported and turns a status of 0 into 1, the trace is written. */
+static int cli_os_exit(lua_State *L) {
+  struct cli *c = (struct cli *)lua_touserdata(L, lua_upvalueindex(1));
+  int code;
+  if (lua_isboolean(L, 1))
+    code = lua_toboolean(L, 1) ? EXIT_SUCCESS : EXIT_FAILURE;
+  else
+    code = (int)luaL_optinteger(L, 1, EXIT_SUCCESS);
+  int close = lua_toboolean(L, 2);
+  fflush(NULL);
+  code = finish_run(c, code, 0, close);
+  exit(code);
+}
+
+/* Puts cli_os_exit in the place of os.exit (when the os library is there). */
+static void wrap_os_exit(struct cli *c) {
+  lua_State *L = gpulua_state(c->g);
+  if (lua_getglobal(L, "os") == LUA_TTABLE) {
+    lua_pushlightuserdata(L, c);
+    lua_pushcclosure(L, cli_os_exit, 1);
+    lua_setfield(L, -2, "exit");
+  }
+  lua_pop(L, 1);
 }
 
 int main(int argc, char **argv) {
@@ -742,11 +780,13 @@ int main(int argc, char **argv) {
 
   if (open_interpreter(&c, device, trace, check) != 0)
     return EXIT_FAILURE;
+  wrap_os_exit(&c);
   lua_State *L = gpulua_state(c.g);
   lua_pushcfunction(L, pmain);
   lua_pushlightuserdata(L, &c);
   int status = lua_pcall(L, 1, 1, 0);
   int result = lua_toboolean(L, -1);
   cli_report(L, status, cli_progname);
-  return finish_run(&c, status == LUA_OK && result);
+  int ok = status == LUA_OK && result;
+  return finish_run(&c, ok ? EXIT_SUCCESS : EXIT_FAILURE, !ok, 1);
 }

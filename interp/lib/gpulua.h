@@ -117,7 +117,8 @@ int gpulua_synchronize(gpulua *g);
  * (0: do not wait, return at once; < 0: run until every task is done, as
  * gpu.run()).  Returns the number of unfinished tasks (0: none), or -1 when a
  * task failed and no other task awaited it (its message and traceback in
- * gpulua_error()).  Call it from the application's own loop, on the thread
+ * gpulua_error(), its last line "[C]: in function 'gpulua_poll'").  Call it
+ * from the application's own loop, on the thread
  * that uses the instance.  The device signals completions; no thread other
  * than the caller ever runs Lua. */
 int gpulua_poll(gpulua *g, double timeout_s);

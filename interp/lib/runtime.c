@@ -200,8 +200,16 @@ int gpulua_poll(gpulua *g, double timeout_s) {
     lua_pushnumber(L, timeout_s);
     nargs = 1;
   }
-  int status = gpulua_pcall(g, nargs, 1);
+  /* no message handler: the traceback of a failed task is in its message
+   * already, and below it the caller is the application, not gpu.run */
+  int status = lua_pcall(L, nargs, 1, 0);
   int left = status == LUA_OK ? (int)lua_tointeger(L, -1) : -1;
+  if (status != LUA_OK) {
+    const char *msg = top_message(L);
+    lua_pushfstring(L, "%s%s\n\t[C]: in function 'gpulua_poll'", msg,
+                    strstr(msg, "\nstack traceback:") ? "" : "\nstack traceback:");
+    set_error(g, lua_tostring(L, -1));
+  }
   lua_settop(L, top);
   return left;
 }

@@ -14,7 +14,10 @@
  * cannot raise to anyone.  lua.c decides its exit status before lua_close,
  * so the error also turns the process's exit status 0, when it comes, into 1
  * (glibc's on_exit sees the status; other statuses stay).  For that gpu.so
- * stays loaded to the end of the process once it has reported an error. */
+ * stays loaded to the end of the process once it has reported an error.
+ * os.exit, which closes nothing unless asked to, is replaced when gpu is
+ * first required in a state (the only time gpu.so runs there): it finishes
+ * and reports the same way first, then calls the os.exit it replaced. */
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -61,17 +64,56 @@ static void hook_exit_status(void) {
 static void hook_exit_status(void) {}
 #endif
 
+/* Finishes the queued work of L's gpu state and reports what failed in it
+ * on stderr.  0, or -1 when something failed. */
+static int finish_report(lua_State *L) {
+  if (bind_finish(L) == LUA_OK)
+    return 0;
+  const char *msg = lua_tostring(L, -1);
+  fprintf(stderr, "gpu: %s\n", msg != NULL ? msg : "an error in queued work");
+  fflush(stderr);
+  lua_pop(L, 1);
+  return -1;
+}
+
 /* __gc of the closer, which lua_close runs before the gpu state's own
  * (finalizers run in the reverse order of their marking): finish the
  * queued work while the context is open, and report what failed in it. */
 static int closer_gc(lua_State *L) {
-  if (bind_finish(L) != LUA_OK) {
-    const char *msg = lua_tostring(L, -1);
-    fprintf(stderr, "gpu: %s\n", msg != NULL ? msg : "an error in queued work");
-    fflush(stderr);
+  if (finish_report(L) != 0)
     hook_exit_status();
-  }
   return 0;
+}
+
+/* os.exit([code [, close]]) once gpu is required: the os.exit it replaces
+ * (upvalue 1), after the queued work is finished as at lua_close; a failure
+ * in it is reported and turns a status of success into 1.  lua.c's
+ * os.exit(code) does not close the state (nor, then, run closer_gc). */
+static int gpu_os_exit(lua_State *L) {
+  int success = lua_isboolean(L, 1) ? lua_toboolean(L, 1)
+                                    : luaL_optinteger(L, 1, EXIT_SUCCESS) == EXIT_SUCCESS;
+  if (lua_gettop(L) < 1)
+    lua_settop(L, 1);
+  if (finish_report(L) != 0 && success) {
+    lua_pushinteger(L, EXIT_FAILURE);
+    lua_replace(L, 1);
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* Puts gpu_os_exit in the place of the os library's exit, if loaded. */
+static void wrap_os_exit(lua_State *L) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  if (lua_getfield(L, -1, "os") == LUA_TTABLE && lua_getfield(L, -1, "exit") == LUA_TFUNCTION) {
+    lua_pushcclosure(L, gpu_os_exit, 1);
+    lua_setfield(L, -2, "exit");
+  } else {
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
 }
 
 int luaopen_gpu(lua_State *L) {
@@ -84,6 +126,7 @@ int luaopen_gpu(lua_State *L) {
     lua_setfield(L, -2, "__gc");
     lua_setmetatable(L, -2);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &closer);
+    wrap_os_exit(L);
   }
   lua_pop(L, 1);
   return n;
