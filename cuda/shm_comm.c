@@ -721,11 +721,16 @@ int shm_comm_fail(shm_comm *c, uint64_t seq, const char *why) {
  * left or died, which NCCL itself does not notice between GPUs of one node. */
 
 int shm_comm_check(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
-  char what[96];
+  char what[192];
   int p2p = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
+  /* a process group's sideband numbers its collectives itself */
+  if (c->gmap) seq = c->done + 1;
   dev_coll_describe(what, sizeof what, g[0].kind, n, seq);
+  if (c->gmap) snprintf(what + strlen(what), sizeof what - strlen(what), " of %s", c->label);
   /* sends and receives: each send's header to its receiver, which compares */
-  return p2p ? run_p2p(c, g, n, what, err, errlen) : check_sig(c, &g[0], seq, what, err, errlen);
+  int rc = p2p ? run_p2p(c, g, n, what, err, errlen) : check_sig(c, &g[0], seq, what, err, errlen);
+  if (c->gmap) atomic_store(&c->ranks[c->rank].done, ++c->done);
+  return rc;
 }
 
 int shm_comm_gone(shm_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen) {

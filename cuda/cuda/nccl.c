@@ -190,6 +190,7 @@ static void describe(const pending *p, char *out, size_t len) {
  * the world's, which aborts it with itself and at its close. */
 typedef struct cuda_group {
   ncclComm_t comm;                  /* NULL once aborted */
+  shm_comm *side;                   /* its members' sideband, where the world's has one */
   struct cuda_comm *world;          /* NULL once the world's is closed */
   struct cuda_group *next;
 } cuda_group;
@@ -656,8 +657,9 @@ int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t
     describe(&p, what, sizeof what);
     if ((rc = cuda_comm_connect(c, NULL, what))) return rc;
   }
-  /* the sideband compares the world's collectives only (not yet a group's) */
-  if (c->check && c->side && !g[0].group && shm_comm_check(c->side, seq, g, n, err, sizeof err)) {
+  /* a process group's in its members' own sideband */
+  shm_comm *side = g[0].group ? ((cuda_group *)g[0].group->impl)->side : c->side;
+  if (c->check && side && shm_comm_check(side, seq, g, n, err, sizeof err)) {
     pthread_mutex_lock(&c->mu);
     abort_locked(c, err);
     pthread_mutex_unlock(&c->mu);
@@ -776,11 +778,8 @@ int cuda_comm_replay(cuda_comm *c, void *stream, void *exec, const dev_gexec *gx
   for (int i = 0; c->check && c->side && i < gx->n; i++) {
     const dev_gnode *nd = &gx->nodes[i];
     if (nd->kind != DEV_GN_COLL) continue;
-    if (nd->coll[0].group) {
-      k++;
-      continue;
-    }
-    if (shm_comm_check(c->side, k++, nd->coll, nd->ncoll, err, sizeof err)) {
+    shm_comm *side = nd->coll[0].group ? ((cuda_group *)nd->coll[0].group->impl)->side : c->side;
+    if (side && shm_comm_check(side, k++, nd->coll, nd->ncoll, err, sizeof err)) {
       pthread_mutex_lock(&c->mu);
       abort_locked(c, err);
       pthread_mutex_unlock(&c->mu);
@@ -910,6 +909,7 @@ static void group_free(void *impl) {
   g->comm = NULL;
   if (c) pthread_mutex_unlock(&c->mu);
   if (comm) nc.destroy(comm);
+  shm_comm_close(g->side);
   free(g);
 }
 
@@ -950,6 +950,15 @@ int cuda_comm_split(cuda_comm *c, dev_group *pg, int color, int key) {
   if (pg) {
     pg->impl = g;
     pg->free_impl = group_free;
+  }
+  /* the members meet in a sideband of their own, as the world's ranks do */
+  char serr[512];
+  if (pg && c->side && shm_comm_open_group(&ctx->ri, pg->members, pg->size, pg->rank, pg->id, pg->label, 1, &g->side,
+                                           serr, sizeof serr)) {
+    group_free(g);
+    pg->impl = NULL;
+    pg->free_impl = NULL;
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s", serr);
   }
   return DEV_OK;
 }
