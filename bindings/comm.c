@@ -1,6 +1,7 @@
 /* Ranks and collectives: gpu.rank, gpu.world_size, gpu.local_rank,
  * gpu.local_world_size; gpu.all_reduce, broadcast, reduce, all_gather,
- * reduce_scatter, send, recv, group, barrier, init_comm.  The job comes from
+ * reduce_scatter, send, recv, group, barrier, init_comm; each collective's
+ * {group =} a process group of bindings/group.c.  The job comes from
  * the environment, as torchrun and `gpulua -n` set it (RANK, WORLD_SIZE,
  * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or Slurm's; the
  * communicator is joined on first use. */
@@ -196,7 +197,7 @@ static void enqueue(lua_State *L, const char *fname, dev_coll *c, int si, int ri
   BIND_CHECK(L, ctx, dev_collective(ctx, s, c, 1), coll_name(ctx, fname));
 }
 
-/* gpu.all_reduce(t, {op =, out =, stream =}) -> out or t */
+/* gpu.all_reduce(t, {op =, out =, stream =, group =}) -> out or t */
 static int comm_all_reduce(lua_State *L) {
   static const char *const names[] = {"op", "out", "stream", "group", NULL};
   bind_check_tensor(L, 1);
@@ -210,7 +211,7 @@ static int comm_all_reduce(lua_State *L) {
   return 1;
 }
 
-/* gpu.broadcast(t, {root =, out =, stream =}): root's t to every rank's t (or out) */
+/* gpu.broadcast(t, {root =, out =, stream =, group =}): root's t to every rank's t (or out) */
 static int comm_broadcast(lua_State *L) {
   static const char *const names[] = {"root", "out", "stream", "group", NULL};
   bind_check_tensor(L, 1);
@@ -225,7 +226,7 @@ static int comm_broadcast(lua_State *L) {
   return 1;
 }
 
-/* gpu.reduce(t, {op =, root =, out =, stream =}): the result on root only */
+/* gpu.reduce(t, {op =, root =, out =, stream =, group =}): the result on root only */
 static int comm_reduce(lua_State *L) {
   static const char *const names[] = {"op", "root", "out", "stream", "group", NULL};
   bind_check_tensor(L, 1);
@@ -240,7 +241,7 @@ static int comm_reduce(lua_State *L) {
   return 1;
 }
 
-/* gpu.all_gather(out, t, {stream =}): out holds every rank's t, in rank order */
+/* gpu.all_gather(out, t, {stream =, group =}): out holds every rank's t, in rank order */
 static int comm_all_gather(lua_State *L) {
   bind_check_tensor(L, 1);
   bind_check_tensor(L, 2);
@@ -254,7 +255,7 @@ static int comm_all_gather(lua_State *L) {
   return 1;
 }
 
-/* gpu.reduce_scatter(out, t, {op =, stream =}): rank r gets block r of the
+/* gpu.reduce_scatter(out, t, {op =, stream =, group =}): rank r gets block r of the
  * reduction of every rank's t */
 static int comm_reduce_scatter(lua_State *L) {
   bind_check_tensor(L, 1);
@@ -398,7 +399,7 @@ static int comm_group(lua_State *L) {
   return 0;
 }
 
-/* gpu.barrier(): every rank's host gets here before any goes on (a 1-element
+/* gpu.barrier({group =}): every rank's host gets here before any goes on (a 1-element
  * all_reduce on the current stream, then a wait for it: a counted sync). */
 static int comm_barrier(lua_State *L) {
   static const char *const names[] = {"group", NULL};

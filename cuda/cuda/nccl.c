@@ -635,8 +635,10 @@ static void watch_peers(pending *p, const dev_coll *g, int n, int me) {
   if (g[0].group) {
     const dev_group *pg = g[0].group;
     snprintf(p->group, sizeof p->group, "%.63s", pg->label);
-    for (int i = 0; i < pg->size; i++)
-      if (pg->members[i] != me && pg->members[i] < 256) p->mask[pg->members[i] / 64] |= (uint64_t)1 << (pg->members[i] % 64);
+    for (int i = 0; i < pg->size; i++) {
+      int q = pg->members[i];
+      if (q != me && q < 256) p->mask[q / 64] |= (uint64_t)1 << (q % 64);
+    }
     return;
   }
   for (int i = 0; i < n; i++)
