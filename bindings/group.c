@@ -207,7 +207,7 @@ static int group_call(lua_State *L) {
       lua_rawset(L, -4);
     }
   } else if (!lua_isnil(L, k + 1)) {
-    return luaL_typeerror(L, k, "table of options");
+    return luaL_typeerror(L, k + 1, "table");
   }
   lua_pushliteral(L, "group");
   if (lua_rawget(L, -2) != LUA_TNIL) return luaL_error(L, "bad option 'group' (the method is the group's already)");
