@@ -1,6 +1,7 @@
 /* Ranks and collectives: gpu.rank, gpu.world_size, gpu.local_rank,
  * gpu.local_world_size; gpu.all_reduce, broadcast, reduce, all_gather,
- * reduce_scatter, send, recv, group, barrier, init_comm.  The job comes from
+ * reduce_scatter, send, recv, group, barrier, init_comm; each collective's
+ * {group =} a process group of bindings/group.c.  The job comes from
  * the environment, as torchrun and `gpulua -n` set it (RANK, WORLD_SIZE,
  * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or Slurm's; the
  * communicator is joined on first use. */
@@ -112,6 +113,8 @@ static void join(lua_State *L, const char *fname, int o, int defer) {
   BIND_CHECK(L, ctx, dev_comm_init(ctx, &j.ri), fname);
 }
 
+void bind_join(lua_State *L, const char *fname) { join(L, fname, 0, 1); }
+
 /* gpu.init_comm{timeout =, check =}: join now rather than at the first collective */
 static int comm_init(lua_State *L) {
   static const char *const names[] = {"timeout", "check", NULL};
@@ -125,10 +128,10 @@ static dev_cred check_red(lua_State *L, int idx) {
   return (dev_cred)bind_check_option(L, idx, "op", DEV_CRED_SUM, names);
 }
 
-/* The rank at idx; else NULL, and *why says what is wrong with the value
- * (in Lua's own words where it has them: 0.5 is a number with no integer
- * representation, not "no rank number"). */
-static int rank_at(lua_State *L, int idx, const char **why) {
+/* The rank at idx, of group g (NULL: the world); else -1, and *why says
+ * what is wrong with the value (in Lua's own words where it has them: 0.5
+ * is a number with no integer representation, not "no rank number"). */
+static int rank_at(lua_State *L, int idx, dev_group *g, const char **why) {
   int isint;
   lua_Integer v = lua_tointegerx(L, idx, &isint);
   *why = NULL;
@@ -138,28 +141,29 @@ static int rank_at(lua_State *L, int idx, const char **why) {
                : lua_pushfstring(L, "a rank number expected, got %s", luaL_typename(L, idx));
     return -1;
   }
-  int world = bind_ctx_world(L);
+  int world = g ? dev_group_size(g) : bind_ctx_world(L);
   if (v < 0 || v >= world) {
-    *why = lua_pushfstring(L, "%I is not a rank: the world has %d", v, world);
+    *why = g ? lua_pushfstring(L, "%I is not a rank of %s: it has %d", v, dev_group_label(g), world)
+             : lua_pushfstring(L, "%I is not a rank: the world has %d", v, world);
     return -1;
   }
   return (int)v;
 }
 
 /* Argument arg, a rank: "bad argument #2 to 'send' (...)" as luaL_check*. */
-static int check_rank_arg(lua_State *L, int arg) {
+static int check_rank_arg(lua_State *L, int arg, dev_group *g) {
   luaL_checkinteger(L, arg);   /* Lua's messages for a non-number and for 0.5 */
   const char *why;
-  int r = rank_at(L, arg, &why);
+  int r = rank_at(L, arg, g, &why);
   if (why) luaL_argerror(L, arg, why);
   return r;
 }
 
 /* The rank option's value at idx (nil: dflt). */
-static int opt_rank(lua_State *L, int idx, const char *field, int dflt) {
+static int opt_rank(lua_State *L, int idx, const char *field, int dflt, dev_group *g) {
   if (lua_isnil(L, idx)) return dflt;
   const char *why;
-  int r = rank_at(L, idx, &why);
+  int r = rank_at(L, idx, g, &why);
   if (why) luaL_error(L, "bad option '%s' (%s)", field, why);
   return r;
 }
@@ -193,72 +197,75 @@ static void enqueue(lua_State *L, const char *fname, dev_coll *c, int si, int ri
   BIND_CHECK(L, ctx, dev_collective(ctx, s, c, 1), coll_name(ctx, fname));
 }
 
-/* gpu.all_reduce(t, {op =, out =, stream =}) -> out or t */
+/* gpu.all_reduce(t, {op =, out =, stream =, group =}) -> out or t */
 static int comm_all_reduce(lua_State *L) {
-  static const char *const names[] = {"op", "out", "stream", NULL};
+  static const char *const names[] = {"op", "out", "stream", "group", NULL};
   bind_check_tensor(L, 1);
   int o = bind_read_opts(L, 2, names);
   no_group(L, "all_reduce");
   join(L, "all_reduce", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = check_red(L, o)};
+  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = check_red(L, o), .group = bind_opt_group(L, o + 3, "all_reduce")};
   int out = opt_out(L, o + 1);
   enqueue(L, "all_reduce", &c, 1, out ? out : 1, o + 2);
   lua_pushvalue(L, out ? out : 1);
   return 1;
 }
 
-/* gpu.broadcast(t, {root =, out =, stream =}): root's t to every rank's t (or out) */
+/* gpu.broadcast(t, {root =, out =, stream =, group =}): root's t to every rank's t (or out) */
 static int comm_broadcast(lua_State *L) {
-  static const char *const names[] = {"root", "out", "stream", NULL};
+  static const char *const names[] = {"root", "out", "stream", "group", NULL};
   bind_check_tensor(L, 1);
   int o = bind_read_opts(L, 2, names);
   no_group(L, "broadcast");
   join(L, "broadcast", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_BROADCAST, .peer = opt_rank(L, o, "root", 0)};
+  dev_group *g = bind_opt_group(L, o + 3, "broadcast");
+  dev_coll c = {.kind = DEV_COLL_BROADCAST, .peer = opt_rank(L, o, "root", 0, g), .group = g};
   int out = opt_out(L, o + 1);
   enqueue(L, "broadcast", &c, 1, out ? out : 1, o + 2);
   lua_pushvalue(L, out ? out : 1);
   return 1;
 }
 
-/* gpu.reduce(t, {op =, root =, out =, stream =}): the result on root only */
+/* gpu.reduce(t, {op =, root =, out =, stream =, group =}): the result on root only */
 static int comm_reduce(lua_State *L) {
-  static const char *const names[] = {"op", "root", "out", "stream", NULL};
+  static const char *const names[] = {"op", "root", "out", "stream", "group", NULL};
   bind_check_tensor(L, 1);
   int o = bind_read_opts(L, 2, names);
   no_group(L, "reduce");
   join(L, "reduce", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_REDUCE, .red = check_red(L, o), .peer = opt_rank(L, o + 1, "root", 0)};
+  dev_group *g = bind_opt_group(L, o + 4, "reduce");
+  dev_coll c = {.kind = DEV_COLL_REDUCE, .red = check_red(L, o), .peer = opt_rank(L, o + 1, "root", 0, g), .group = g};
   int out = opt_out(L, o + 2);
   enqueue(L, "reduce", &c, 1, out ? out : 1, o + 3);
   lua_pushvalue(L, out ? out : 1);
   return 1;
 }
 
-/* gpu.all_gather(out, t, {stream =}): out holds every rank's t, in rank order */
+/* gpu.all_gather(out, t, {stream =, group =}): out holds every rank's t, in rank order */
 static int comm_all_gather(lua_State *L) {
   bind_check_tensor(L, 1);
   bind_check_tensor(L, 2);
-  static const char *const names[] = {"stream", NULL};
+  static const char *const names[] = {"stream", "group", NULL};
   int o = bind_read_opts(L, 3, names);
   no_group(L, "all_gather");
   join(L, "all_gather", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_ALL_GATHER};
+  dev_coll c = {.kind = DEV_COLL_ALL_GATHER, .group = bind_opt_group(L, o + 1, "all_gather")};
   enqueue(L, "all_gather", &c, 2, 1, o);
   lua_settop(L, 1);
   return 1;
 }
 
-/* gpu.reduce_scatter(out, t, {op =, stream =}): rank r gets block r of the
+/* gpu.reduce_scatter(out, t, {op =, stream =, group =}): rank r gets block r of the
  * reduction of every rank's t */
 static int comm_reduce_scatter(lua_State *L) {
   bind_check_tensor(L, 1);
   bind_check_tensor(L, 2);
-  static const char *const names[] = {"op", "stream", NULL};
+  static const char *const names[] = {"op", "stream", "group", NULL};
   int o = bind_read_opts(L, 3, names);
   no_group(L, "reduce_scatter");
   join(L, "reduce_scatter", 0, 1);
-  dev_coll c = {.kind = DEV_COLL_REDUCE_SCATTER, .red = check_red(L, o)};
+  dev_coll c = {.kind = DEV_COLL_REDUCE_SCATTER, .red = check_red(L, o),
+                .group = bind_opt_group(L, o + 2, "reduce_scatter")};
   enqueue(L, "reduce_scatter", &c, 2, 1, o + 1);
   lua_settop(L, 1);
   return 1;
@@ -266,15 +273,18 @@ static int comm_reduce_scatter(lua_State *L) {
 
 /* ---- send, recv and groups -------------------------------------------------- */
 
-/* Inside gpu.group: {kind, tensor, peer, stream handle or false} appended to
- * the group's list; outside: enqueued at once as a group of one. */
+/* Inside gpu.group: {kind, tensor, peer, stream handle or false, process
+ * group handle or false} appended to the group's list; outside: enqueued at
+ * once as a group of one. */
 static int p2p(lua_State *L, dev_coll_kind kind, const char *fname) {
   bind_check_tensor(L, 1);
   /* the arguments in order, and all of them before joining the job */
-  int peer = check_rank_arg(L, 2);
-  static const char *const names[] = {"stream", NULL};
+  luaL_checkinteger(L, 2);
+  static const char *const names[] = {"stream", "group", NULL};
   int o = bind_read_opts(L, 3, names);
   join(L, fname, 0, 1);
+  dev_group *pg = bind_opt_group(L, o + 1, fname);
+  int peer = check_rank_arg(L, 2, pg);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &group_key);
   if (lua_istable(L, -1)) {
     int list = lua_gettop(L);
@@ -293,12 +303,15 @@ static int p2p(lua_State *L, dev_coll_kind kind, const char *fname) {
       lua_pushboolean(L, 0);
     }
     lua_rawseti(L, -2, 4);
+    if (pg) lua_pushvalue(L, o + 1);
+    else lua_pushboolean(L, 0);
+    lua_rawseti(L, -2, 5);
     lua_rawseti(L, list, (lua_Integer)lua_rawlen(L, list) + 1);
     lua_settop(L, 1);
     return 1;
   }
   lua_pop(L, 1);
-  dev_coll c = {.kind = kind, .peer = peer};
+  dev_coll c = {.kind = kind, .peer = peer, .group = pg};
   enqueue(L, fname, &c, kind == DEV_COLL_SEND ? 1 : 0, kind == DEV_COLL_RECV ? 1 : 0, o);
   lua_settop(L, 1);
   return 1;
@@ -343,7 +356,10 @@ static void flush_group(lua_State *L, int list) {
     if (!t || !t->v.buf) luaL_error(L, "gpu.group: %s #%d: tensor is closed", dev_coll_name(g[i - 1].kind), i);
     if (g[i - 1].kind == DEV_COLL_SEND) g[i - 1].send = t->v;
     else g[i - 1].recv = t->v;
-    lua_pop(L, 4);
+    /* the process group: closed since the call? */
+    lua_rawgeti(L, -4, 5);
+    if (lua_toboolean(L, -1)) g[i - 1].group = bind_opt_group(L, -1, "gpu.group");
+    lua_pop(L, 5);
   }
   dev_ctx *ctx = dev_stream_ctx(s);
   bind_site(L, ctx);
@@ -383,19 +399,21 @@ static int comm_group(lua_State *L) {
   return 0;
 }
 
-/* gpu.barrier(): every rank's host gets here before any goes on (a 1-element
+/* gpu.barrier({group =}): every rank's host gets here before any goes on (a 1-element
  * all_reduce on the current stream, then a wait for it: a counted sync). */
 static int comm_barrier(lua_State *L) {
-  if (!lua_isnone(L, 1)) return luaL_argerror(L, 1, "gpu.barrier() takes no argument");
+  static const char *const names[] = {"group", NULL};
+  int o = bind_read_opts(L, 1, names);
   no_group(L, "barrier");
   join(L, "barrier", 0, 1);
+  dev_group *pg = bind_opt_group(L, o, "barrier");
   dev_ctx *ctx = bind_ctx(L);
   dev_stream *s = bind_stream(L, 0);
   /* a bare buffer: the device layer keeps it until the all_reduce is done */
   dev_buf *b;
   BIND_CHECK(L, ctx, dev_buf_alloc(ctx, DEV_MEM_DEVICE, 1, &b), "barrier");
   int64_t one = 1;
-  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = DEV_CRED_MAX};
+  dev_coll c = {.kind = DEV_COLL_ALL_REDUCE, .red = DEV_CRED_MAX, .group = pg};
   c.send.buf = b;
   c.send.dtype = DEV_U8;
   dev_view_set_contiguous(&c.send, 1, &one);

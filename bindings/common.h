@@ -26,6 +26,7 @@
 #define GPULUA_NPY_FILE "gpu.NpyFile"      /* a .npy file being read (gpu.load) */
 #define GPULUA_DLPACK "gpu.DLPack"         /* a DLPack capsule handed to scripts */
 #define GPULUA_STATE "gpu.State"           /* the per-interpreter state */
+#define GPULUA_GROUP "gpu.Group"           /* a process group (gpu.new_group) */
 #define SYNC_WARN_MAX 256                  /* distinct sync warnings shown */
 #define NOTE_WARN_MAX 32                   /* distinct other warnings of the device layer shown */
 
@@ -39,7 +40,7 @@ typedef struct bind_type { const char *name; } bind_type;
 extern const bind_type bind_stream_type, bind_event_type, bind_tensor_type, bind_kernel_type,
     bind_launcher_type, bind_module_type, bind_modref_type, bind_modfile_type, bind_task_type,
     bind_nosync_type, bind_range_type, bind_using_type, bind_npy_file_type, bind_dlpack_type,
-    bind_state_type, bind_graph_type;
+    bind_state_type, bind_graph_type, bind_group_type;
 
 /* One per interpreter, a full userdata anchored in the registry. */
 typedef struct gpu_state {
@@ -213,5 +214,11 @@ dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int stream, co
 int bind_reclaim(lua_State *L, dev_memkind kind, size_t bytes);
 /* ranks in the job: the joined communicator's, else the environment's */
 int bind_ctx_world(lua_State *L);
+/* Join the job (comm.c), the communicator deferred as for a collective. */
+void bind_join(lua_State *L, const char *fname);
+int bind_open_group(lua_State *L);    /* gpu.new_group, gpu.split_group (group.c) */
+/* The group option's value at idx for collective fname: NULL for nil (the
+ * world); raises on a closed group and on a group this rank is not in. */
+dev_group *bind_opt_group(lua_State *L, int idx, const char *fname);
 
 #endif

@@ -436,6 +436,7 @@ int bind_open_gpu(lua_State *L) {
   bind_open_tensor(L);
   bind_open_kernel(L);
   bind_open_comm(L);
+  bind_open_group(L);
   bind_open_task(L);
   bind_open_graph(L);
   bind_open_trace(L);

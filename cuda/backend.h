@@ -98,6 +98,11 @@ typedef struct dev_backend {
   int (*comm_connect)(dev_ctx *ctx, const dev_rank_info *ri);
   void (*comm_close)(dev_ctx *ctx);
   int (*coll)(dev_stream *s, const dev_coll *c, int n, uint64_t seq);
+  /* optional: open g's communicator (g's fields set; collective over the
+   * members, or over the world where the library splits, with this rank's
+   * colour and key); sets g->impl and g->free_impl.  g NULL: this rank
+   * is in no group of the split (colour -1) */
+  int (*group_open)(dev_ctx *ctx, dev_group *g, int color, int key);
   /* Set where collectives are compared across ranks unless the job says
    * otherwise (dev_rank_info.check -1). */
   int check_colls;

@@ -48,6 +48,7 @@ int dev_comm_init(dev_ctx *ctx, const dev_rank_info *want) {
 
 int dev_comm_ready(dev_ctx *ctx) { return ctx->comm != NULL; }
 int dev_comm_world(dev_ctx *ctx) { return ctx->ri.world; }
+int dev_comm_rank(dev_ctx *ctx) { return ctx->ri.rank; }
 
 static int coll_count_fail(dev_ctx *ctx, const dev_coll *c, const char *what, int64_t want, int64_t got) {
   return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s has %lld elements, expected %lld", dev_coll_name(c->kind),
@@ -80,17 +81,23 @@ static int coll_aliased(dev_ctx *ctx, const dev_coll *c) {
   uintptr_t so = (uintptr_t)dev_view_ptr(&c->send), ro = (uintptr_t)dev_view_ptr(&c->recv);
   uintptr_t sb = (uintptr_t)dev_view_numel(&c->send) * esz, rb = (uintptr_t)dev_view_numel(&c->recv) * esz;
   if (!(so < ro + rb && ro < so + sb)) return 0;
-  if (c->kind == DEV_COLL_ALL_GATHER) return so != ro + (uintptr_t)ctx->ri.rank * sb;
-  if (c->kind == DEV_COLL_REDUCE_SCATTER) return ro != so + (uintptr_t)ctx->ri.rank * rb;
+  uintptr_t rank = (uintptr_t)(c->group ? c->group->rank : ctx->ri.rank);
+  if (c->kind == DEV_COLL_ALL_GATHER) return so != ro + rank * sb;
+  if (c->kind == DEV_COLL_REDUCE_SCATTER) return ro != so + rank * rb;
   return so != ro;
 }
 
 static int coll_check(dev_ctx *ctx, const dev_coll *g, int n) {
-  int rc, world = ctx->ri.world, self_send = 0, self_recv = 0;
+  /* in a group, ranks (roots, peers, blocks) are the group's */
+  int rc, world = g[0].group ? g[0].group->size : ctx->ri.world, self_send = 0, self_recv = 0;
+  int me = g[0].group ? g[0].group->rank : ctx->ri.rank;
   for (int i = 0; i < n; i++) {
     const dev_coll *c = &g[i];
     if ((unsigned)c->kind >= DEV_NCOLL) return dev_fail(ctx, DEV_ERR_INVALID, "collective: bad kind");
     const char *name = dev_coll_name(c->kind);
+    if (c->group != g[0].group)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: the sends and receives of a gpu.group go through one process group",
+                      name);
     int p2p = c->kind == DEV_COLL_SEND || c->kind == DEV_COLL_RECV;
     if (n > 1 && !p2p)
       return dev_fail(ctx, DEV_ERR_INVALID, "%s cannot be grouped: a group holds sends and receives", name);
@@ -125,9 +132,9 @@ static int coll_check(dev_ctx *ctx, const dev_coll *g, int n) {
     }
     if (c->kind != DEV_COLL_ALL_REDUCE && c->kind != DEV_COLL_ALL_GATHER && c->kind != DEV_COLL_REDUCE_SCATTER &&
         (c->peer < 0 || c->peer >= world))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s %d is not a rank (world of %d)", name, p2p ? "peer" : "root",
-                      c->peer, world);
-    if (p2p && c->peer == ctx->ri.rank) {
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s %d is not a rank (%s of %d)", name, p2p ? "peer" : "root",
+                      c->peer, c->group ? c->group->label : "world", world);
+    if (p2p && c->peer == me) {
       if (c->kind == DEV_COLL_SEND) self_send++; else self_recv++;
     }
   }

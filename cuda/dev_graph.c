@@ -98,7 +98,10 @@ static int grow(dev_ctx *ctx, void **p, int *cap, int need, size_t elsize) {
 static void free_nodes(dev_gnode *nodes, int n) {
   for (int i = 0; i < n; i++) {
     if (nodes[i].kind == DEV_GN_OP && nodes[i].op.kind == DEV_OP_LAUNCH) free((void *)nodes[i].op.launch);
-    if (nodes[i].kind == DEV_GN_COLL) free(nodes[i].coll);
+    if (nodes[i].kind == DEV_GN_COLL) {
+      dev_group_release(nodes[i].coll[0].group);
+      free(nodes[i].coll);
+    }
   }
   free(nodes);
 }
@@ -319,6 +322,7 @@ int graph_coll(dev_stream *s, const dev_coll *c, int n) {
   }
   nd->coll = copy;
   nd->ncoll = n;
+  dev_group_retain(copy[0].group);
   g->clk[m][m]++;
   g->nops++;
   g->ncolls++;

@@ -686,6 +686,8 @@ typedef struct dev_rank_info {
  * SLURM_NTASKS_PER_NODE (an empty value counts as unset).  1 and *out (0 to
  * 1000000); 0 when unset; -1 when not such an integer, *var naming the
  * variable. */
+typedef struct dev_group dev_group;
+
 typedef enum { DEV_JOB_RANK, DEV_JOB_WORLD, DEV_JOB_LOCAL_RANK, DEV_JOB_LOCAL_WORLD } dev_job_var;
 int dev_job_env(dev_job_var what, long *out, const char **var);
 
@@ -707,6 +709,7 @@ typedef struct dev_coll {
   int peer;
   dev_view send, recv;
   int graph;            /* set by the runtime: run by a graph replay (every rank must capture it) */
+  dev_group *group;     /* NULL: the world; else peer and root are ranks of the group */
 } dev_coll;
 
 const char *dev_coll_name(dev_coll_kind k);
@@ -721,11 +724,27 @@ void dev_coll_describe(char *out, size_t len, dev_coll_kind kind, int n, uint64_
 int dev_comm_init(dev_ctx *ctx, const dev_rank_info *ri);
 int dev_comm_ready(dev_ctx *ctx);
 int dev_comm_world(dev_ctx *ctx);   /* ranks in the joined job */
+int dev_comm_rank(dev_ctx *ctx);    /* this one's */
 /* Enqueue n collectives on s, run as one group: all of them progress
  * together, so a ring of sends and receives cannot deadlock.  n > 1 only
  * for send and recv.  Errors that only the peers can see (a rank that called
  * something else, a rank that is gone) are asynchronous errors. */
 int dev_collective(dev_ctx *ctx, dev_stream *s, const dev_coll *c, int n);
+/* A process group: a communicator over some ranks of the world (NCCL's
+ * ncclCommSplit).  dev_group_split is collective over the world (every rank
+ * calls it, in the same order): the ranks of one colour (>= 0) form a group,
+ * numbered by key then world rank; a rank with colour < 0 gets *out NULL.
+ * agree is a value every rank must pass alike (a hash of new_group's list),
+ * else every rank fails.  label names the group in messages (NULL: "group
+ * {1,3}").  The group lives until its last reference is released (queued
+ * and captured collectives hold one). */
+int dev_group_split(dev_ctx *ctx, int color, int key, uint64_t agree, const char *label, dev_group **out);
+int dev_group_rank(const dev_group *g);
+int dev_group_size(const dev_group *g);
+const int *dev_group_members(const dev_group *g);   /* world ranks, in group-rank order */
+const char *dev_group_label(const dev_group *g);
+void dev_group_retain(dev_group *g);
+void dev_group_release(dev_group *g);
 /* For a launcher, once every rank has exited: remove what a job of `world`
  * ranks on `port` may have left on this node (a rank killed while the ranks
  * were meeting leaves the host backend's shared memory). */

@@ -92,6 +92,7 @@ struct dev_ctx {
   void *comm;             /* the backend's communicator, once joined */
   dev_rank_info ri;
   uint64_t coll_seq;      /* collectives enqueued (interpreter thread) */
+  uint64_t groups_made;   /* dev_group_split calls: alike on every rank */
 
   pthread_mutex_t async_mu;
   atomic_int async_flag;
@@ -207,5 +208,17 @@ static inline int check_open(dev_stream *s) {
 
 /* cuda/dev_op.c: a view of this context, of a sane shape, within its buffer */
 int dev_check_view(dev_ctx *ctx, const dev_view *v, const char *what);
+
+/* A process group (dev_group_split).  Freed, with the backend's impl, when
+ * refs reaches 0: from any thread (a worker's queued collective). */
+struct dev_group {
+  _Atomic int refs;
+  void (*free_impl)(void *impl);
+  void *impl;
+  int rank, size;
+  int *members;              /* world ranks, in group-rank order */
+  uint64_t id;               /* the world's count of groups made, alike on every rank */
+  char label[96];
+};
 
 #endif

@@ -7,6 +7,7 @@
  * collective is first compared across ranks (kind, dtype, count, op, root):
  * ranks that disagree all fail with both calls named. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -80,7 +81,15 @@ struct shm_comm {
   uint64_t next_seq;
   int broken;
   char broken_msg[512];
+  /* a process group's: its members' world ranks (NULL: the world's own),
+   * its name in messages, its segment's name suffix */
+  int *gmap;
+  char label[96];
+  char tag[48];
 };
+
+/* Rank q of c as the world numbers it, for messages. */
+static int wr(const shm_comm *c, int q) { return c->gmap && q >= 0 ? c->gmap[q] : q; }
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -128,12 +137,16 @@ static void bell_wait(shm_comm *c, uint32_t seen) {
 static int alive(shm_comm *c, int q, const char *what, char *err, size_t errlen) {
   hc_rank *r = &c->ranks[q];
   if (atomic_load(&r->state) == HC_LEFT)
-    return fail_msg(err, errlen, "rank %d left the job (its script ended after %llu collectives) while rank %d waits "
-                "for it in %s", q, (unsigned long long)atomic_load(&r->done), c->rank, what);
+    return c->gmap ? fail_msg(err, errlen, "rank %d left %s (closed it, or its script ended, after %llu collectives "
+                              "of it) while rank %d waits for it in %s", wr(c, q), c->label,
+                              (unsigned long long)atomic_load(&r->done), wr(c, c->rank), what)
+                   : fail_msg(err, errlen, "rank %d left the job (its script ended after %llu collectives) while "
+                              "rank %d waits for it in %s", q, (unsigned long long)atomic_load(&r->done), c->rank,
+                              what);
   int pid = atomic_load(&r->pid);
   if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
-    return fail_msg(err, errlen, "rank %d (pid %d) is gone: it died while rank %d waits for it in %s", q, pid, c->rank,
-                what);
+    return fail_msg(err, errlen, "rank %d (pid %d) is gone: it died while rank %d waits for it in %s", wr(c, q), pid,
+                    wr(c, c->rank), what);
   return 0;
 }
 
@@ -149,7 +162,7 @@ static int wait_phase(shm_comm *c, uint64_t p, const char *what, char *err, size
     if (alive(c, who, what, err, errlen)) return -1;
     if (now_s() - t0 > c->timeout)
       return fail_msg(err, errlen, "timed out after %.0f s: rank %d never reached %s (set GPULUA_COMM_TIMEOUT to wait "
-                  "longer)", c->timeout, who, what);
+                  "longer)", c->timeout, wr(c, who), what);
     bell_wait(c, seen);
   }
 }
@@ -177,16 +190,27 @@ static int open_private(shm_comm *c, char *err, size_t errlen) {
   return 0;
 }
 
-static void seg_name(char *name, size_t len, int port, int world, int side) {
-  snprintf(name, len, "/gpulua-%u-%d-%d%s", (unsigned)getuid(), port, world, side ? "-side" : "");
+static void seg_name(char *name, size_t len, int port, int world, int side, const char *tag) {
+  snprintf(name, len, "/gpulua-%u-%d-%d%s%s", (unsigned)getuid(), port, world, tag, side ? "-side" : "");
 }
 
 void dev_comm_cleanup(int port, int world) {
   char name[128];
   for (int side = 0; side < 2; side++) {
-    seg_name(name, sizeof name, port, world, side);
+    seg_name(name, sizeof name, port, world, side, "");
     shm_unlink(name);
   }
+  /* the process groups' segments: "<the job's>-g<id>-<rank>" */
+  seg_name(name, sizeof name, port, world, 0, "-g");
+  DIR *d = opendir("/dev/shm");
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strncmp(e->d_name, name + 1, strlen(name + 1)) == 0) {
+      char path[300];
+      snprintf(path, sizeof path, "/%s", e->d_name);
+      shm_unlink(path);
+    }
+  if (d) closedir(d);
 }
 
 /* Rank 0: a new segment of bytes named name, mapped and attached, its
@@ -258,7 +282,7 @@ static int join_shared(shm_comm *c, const char *name, size_t bytes, double t0, c
 
 static int open_shared(shm_comm *c, const dev_rank_info *ri, char *err, size_t errlen) {
   char name[128];
-  seg_name(name, sizeof name, ri->master_port, ri->world, c->side);
+  seg_name(name, sizeof name, ri->master_port, ri->world, c->side, c->tag);
   size_t ro, co, so, go;
   size_t bytes = layout(c->world, c->side, &ro, &co, &so, &go);
   double t0 = now_s();
@@ -288,6 +312,29 @@ fail:
   return -1;
 }
 
+static shm_comm *comm_new(const dev_rank_info *ri, int rank, int world, int side) {
+  shm_comm *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->rank = rank;
+  c->world = world;
+  c->check = ri->check;
+  c->side = side;
+  c->chan = side ? HC_SIDE_CHAN : HC_CHAN;
+  c->timeout = ri->timeout_s > 0 ? ri->timeout_s : 300;
+  c->next_seq = 1;
+  snprintf(c->label, sizeof c->label, "the job");
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  return c;
+}
+
+static void comm_free(shm_comm *c) {
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  free(c->gmap);
+  free(c);
+}
+
 int shm_comm_open(const dev_rank_info *ri, int side, shm_comm **out, char *err, size_t errlen) {
   *out = NULL;
   if (ri->world > HC_MAXRANK)
@@ -295,22 +342,36 @@ int shm_comm_open(const dev_rank_info *ri, int side, shm_comm **out, char *err, 
   if (ri->local_world != ri->world)
     return fail_msg(err, errlen, "the host backend joins ranks of one node only (world of %d, %d on this node)",
                 ri->world, ri->local_world);
-  shm_comm *c = calloc(1, sizeof *c);
+  shm_comm *c = comm_new(ri, ri->rank, ri->world, side);
   if (!c) return fail_msg(err, errlen, "out of memory");
-  c->rank = ri->rank;
-  c->world = ri->world;
-  c->check = ri->check;
-  c->side = side;
-  c->chan = side ? HC_SIDE_CHAN : HC_CHAN;
-  c->timeout = ri->timeout_s > 0 ? ri->timeout_s : 300;
-  c->next_seq = 1;
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
   int rc = c->world == 1 ? open_private(c, err, errlen) : open_shared(c, ri, err, errlen);
   if (rc) {
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
-    free(c);
+    comm_free(c);
+    return -1;
+  }
+  *out = c;
+  return 0;
+}
+
+int shm_comm_open_group(const dev_rank_info *ri, const int *members, int n, int rank, uint64_t id,
+                        const char *label, int side, shm_comm **out, char *err, size_t errlen) {
+  *out = NULL;
+  shm_comm *c = comm_new(ri, rank, n, side);
+  if (!c || !(c->gmap = malloc((size_t)n * sizeof *c->gmap))) {
+    if (c) comm_free(c);
+    return fail_msg(err, errlen, "out of memory");
+  }
+  memcpy(c->gmap, members, (size_t)n * sizeof *c->gmap);
+  snprintf(c->label, sizeof c->label, "%s", label);
+  /* the groups of one split have no member in common: their group rank
+   * 0's world rank tells them apart */
+  snprintf(c->tag, sizeof c->tag, "-g%llu-%d", (unsigned long long)id, members[0]);
+  int rc = n == 1 ? open_private(c, err, errlen) : open_shared(c, ri, err, errlen);
+  if (rc) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", err);
+    fail_msg(err, errlen, "making %s: %s", c->label, why);
+    comm_free(c);
     return -1;
   }
   *out = c;
@@ -325,9 +386,7 @@ void shm_comm_close(shm_comm *c) {
     bell_ring(c);
     munmap(c->map, c->bytes);
   }
-  pthread_cond_destroy(&c->cv);
-  pthread_mutex_destroy(&c->mu);
-  free(c);
+  comm_free(c);
 }
 
 /* ---- element arithmetic ---------------------------------------------------- */
@@ -448,8 +507,9 @@ static int check_sig(shm_comm *c, const dev_coll *x, uint64_t seq, const char *w
       char da[128], db[128];
       describe(da, sizeof da, a);
       describe(db, sizeof db, b);
-      return fail_msg(err, errlen, "ranks disagree on collective #%llu: rank 0 called %s, rank %d called %s",
-                  (unsigned long long)seq, da, q, db);
+      return fail_msg(err, errlen, "ranks%s%s disagree on collective #%llu: rank %d called %s, rank %d called %s",
+                      c->gmap ? " of " : "", c->gmap ? c->label : "", (unsigned long long)seq, wr(c, 0), da,
+                      wr(c, q), db);
     }
   }
   return 0;
@@ -554,9 +614,10 @@ static int p2p_progress(p2p *p, shm_comm *c, char *err, size_t errlen, int *bad)
       int64_t want = dev_view_numel(&p->x->recv);
       if (p->hdr[0] != (int64_t)p->x->recv.dtype || p->hdr[1] != want) {
         *bad = 1;
-        return fail_msg(err, errlen, "rank %d sent %lld %s to rank %d, which expected %lld %s", p->x->peer,
-                    (long long)p->hdr[1], dev_dtype_name((dev_dtype)p->hdr[0]), c->rank, (long long)want,
-                    dev_dtype_name(p->x->recv.dtype));
+        return fail_msg(err, errlen, "rank %d sent %lld %s to rank %d%s%s, which expected %lld %s", wr(c, p->x->peer),
+                        (long long)p->hdr[1], dev_dtype_name((dev_dtype)p->hdr[0]), wr(c, c->rank),
+                        c->gmap ? " in " : "", c->gmap ? c->label : "", (long long)want,
+                        dev_dtype_name(p->x->recv.dtype));
       }
     }
   }
@@ -607,7 +668,7 @@ static int run_p2p(shm_comm *c, const dev_coll *g, int n, const char *what, char
     if (blocked >= 0 && blocked != c->rank && alive(c, blocked, what, err, errlen)) { rc = -1; break; }
     if (now_s() - t0 > c->timeout) {
       rc = fail_msg(err, errlen, "timed out after %.0f s in %s waiting for rank %d (set GPULUA_COMM_TIMEOUT to wait "
-                "longer)", c->timeout, what, blocked);
+                "longer)", c->timeout, what, wr(c, blocked));
       break;
     }
     bell_wait(c, seen);
@@ -616,29 +677,34 @@ static int run_p2p(shm_comm *c, const dev_coll *g, int n, const char *what, char
   return rc;
 }
 
-int shm_comm_run(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
+int shm_comm_run(shm_comm *c, shm_comm *sub, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
   pthread_mutex_lock(&c->mu);
   while (c->next_seq != seq) pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
 
-  char what[96];
+  /* in its turn among this rank's collectives; through the group's segment,
+   * numbered there by the group's own count (alike on its members) */
+  shm_comm *t = sub ? sub : c;
+  char what[192];
   int p2p_group = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
-  dev_coll_describe(what, sizeof what, g[0].kind, n, seq);
+  uint64_t k = sub ? sub->done + 1 : seq;
+  dev_coll_describe(what, sizeof what, g[0].kind, n, k);
+  if (sub) snprintf(what + strlen(what), sizeof what - strlen(what), " of %s", sub->label);
   int rc;
   if (c->broken) {
     rc = fail_msg(err, errlen, "%s: the communicator failed earlier: %s", what, c->broken_msg);
   } else if (p2p_group) {
-    rc = run_p2p(c, g, n, what, err, errlen);
+    rc = run_p2p(t, g, n, what, err, errlen);
   } else {
-    rc = c->check ? check_sig(c, &g[0], seq, what, err, errlen) : 0;
-    if (rc == 0) rc = run_rooted_or_reduce(c, &g[0], what, err, errlen);
+    rc = c->check ? check_sig(t, &g[0], k, what, err, errlen) : 0;
+    if (rc == 0) rc = run_rooted_or_reduce(t, &g[0], what, err, errlen);
   }
   if (rc && !c->broken) {
     c->broken = 1;
     snprintf(c->broken_msg, sizeof c->broken_msg, "%s", err);
   }
-  c->done++;
-  atomic_store(&c->ranks[c->rank].done, c->done);
+  t->done++;
+  atomic_store(&t->ranks[t->rank].done, t->done);
 
   pthread_mutex_lock(&c->mu);
   c->next_seq = seq + 1;
@@ -666,11 +732,16 @@ int shm_comm_fail(shm_comm *c, uint64_t seq, const char *why) {
  * left or died, which NCCL itself does not notice between GPUs of one node. */
 
 int shm_comm_check(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen) {
-  char what[96];
+  char what[192];
   int p2p = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
+  /* a process group's sideband numbers its collectives itself */
+  if (c->gmap) seq = c->done + 1;
   dev_coll_describe(what, sizeof what, g[0].kind, n, seq);
+  if (c->gmap) snprintf(what + strlen(what), sizeof what - strlen(what), " of %s", c->label);
   /* sends and receives: each send's header to its receiver, which compares */
-  return p2p ? run_p2p(c, g, n, what, err, errlen) : check_sig(c, &g[0], seq, what, err, errlen);
+  int rc = p2p ? run_p2p(c, g, n, what, err, errlen) : check_sig(c, &g[0], seq, what, err, errlen);
+  if (c->gmap) atomic_store(&c->ranks[c->rank].done, ++c->done);
+  return rc;
 }
 
 int shm_comm_gone(shm_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen) {

@@ -20,7 +20,12 @@
 typedef struct shm_comm shm_comm;
 int shm_comm_open(const dev_rank_info *ri, int side, shm_comm **out, char *err, size_t errlen);
 void shm_comm_close(shm_comm *c);
-int shm_comm_run(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
+/* a process group's communicator over the members' own segment; its
+ * collectives run through shm_comm_run's sub, in turn with the world's */
+int shm_comm_open_group(const dev_rank_info *ri, const int *members, int n, int rank, uint64_t id,
+                        const char *label, int side, shm_comm **out, char *err, size_t errlen);
+int shm_comm_run(shm_comm *c, shm_comm *sub, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
+/* (a process group's sideband numbers its collectives itself: seq unused) */
 int shm_comm_check(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *err, size_t errlen);
 /* collective seq is not run (what came before it in a replay failed): its
  * turn is taken, and the communicator fails from then on */

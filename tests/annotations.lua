@@ -46,6 +46,7 @@ local FIELD_GETTERS = {
   ["gpu.Stream"] = { "bindings/stream.c", "stream_fields" },
   ["gpu.Event"] = { "bindings/event.c", "event_fields" },
   ["gpu.Graph"] = { "bindings/graph.c", "graph_fields" },
+  ["gpu.Group"] = { "bindings/group.c", "group_fields" },
   ["gpu.Task"] = { "bindings/task.c", "task_fields" },
   ["gpu.Kernel"] = { "bindings/kernel.c", "kernel_fields" },
   ["gpu.Module"] = { "bindings/kernel.c", "module_index" },   -- none: kernels are raw fields
@@ -525,6 +526,11 @@ T.test("gpu.Graph", function()
   check_type("gpu.Graph", g)
 end)
 
+T.test("gpu.Group", function()
+  local g <close> = gpu.new_group({ 0 })
+  check_type("gpu.Group", g)
+end)
+
 T.test("gpu.Task", function()
   local task = gpu.task(function() return 1 end)
   gpu.run()
@@ -721,7 +727,7 @@ end
 
 -- Every parameter typed with an option class, on the modules and types whose
 -- options are checked (gpu.test's are not: it reads what it knows).
-local PROBED = { "gpulua.gpu", "gpu.Tensor", "gpu.Stream", "gpu.Event", "gpu.Graph", "gpulua.trace",
+local PROBED = { "gpulua.gpu", "gpu.Tensor", "gpu.Stream", "gpu.Event", "gpu.Graph", "gpu.Group", "gpulua.trace",
                  "gpulua.pipeline" }
 
 -- Probed otherwise, with the reason.
@@ -739,6 +745,8 @@ T.test("option classes name exactly the keys each function accepts", function()
   local e <close> = gpu.event()
   local g <close> = gpu.graph(function() t:fill(1) end)
   objects["gpu.Tensor"], objects["gpu.Stream"], objects["gpu.Event"], objects["gpu.Graph"] = t, s, e, g
+  local pg <close> = gpu.new_group({ 0 })
+  objects["gpu.Group"] = pg
   local probed = 0
   for _, cname in ipairs(PROBED) do
     local c = A.classes[cname]

@@ -25,6 +25,9 @@ int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what);
 int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t seq);
 void cuda_comm_forget_stream(cuda_comm *c, void *stream);   /* drained, about to be destroyed */
 void cuda_comm_close(cuda_comm *c);
+/* A process group: ncclCommSplit of the world's communicator with this
+ * rank's colour (-1: none, g NULL) and key; sets g->impl and g->free_impl. */
+int cuda_comm_split(cuda_comm *c, dev_group *g, int color, int key);
 /* Graphs holding collectives (cuda/cuda/graph.c): connect before a capture
  * (cuda_comm_ready), capture one node's collectives into stream, register
  * the executable, whose kill the close calls before the communicator goes

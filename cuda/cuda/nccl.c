@@ -81,6 +81,9 @@ static struct {
   ncclResult_t (*recv)(void *, size_t, int, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*group_start)(void);
   ncclResult_t (*group_end)(void);
+  /* process groups; NULL where the library lacks them */
+  ncclResult_t (*split)(ncclComm_t, int, int, ncclComm_t *, nc_config *);
+  ncclResult_t (*destroy)(ncclComm_t);
 } nc;
 static pthread_mutex_t nc_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -113,6 +116,8 @@ static int nc_load(char *err, size_t errlen) {
                 SYM(all_gather, "ncclAllGather") && SYM(reduce_scatter, "ncclReduceScatter") &&
                 SYM(send, "ncclSend") && SYM(recv, "ncclRecv") && SYM(group_start, "ncclGroupStart") &&
                 SYM(group_end, "ncclGroupEnd");
+    /* optional: without them only process groups are refused */
+    if (found && !(SYM(split, "ncclCommSplit") && SYM(destroy, "ncclCommDestroy"))) nc.split = NULL;
 #undef SYM
     int v = 0;
     if (!get_version || get_version(&v) != NC_SUCCESS) v = 0;
@@ -171,11 +176,24 @@ typedef struct pending {
   uint64_t seq;
   double t0, gone_seen;
   uint64_t need;                    /* whole-job collectives a rank must have done; ~0: p2p */
-  uint64_t mask[4];                 /* the peers of a group of sends and receives */
+  uint64_t mask[4];                 /* the peers of a group of sends and receives, or of a process group */
   char site[DEV_SITE_LEN];
+  char group[64];                   /* a process group's collective: its label */
 } pending;
 
-static void describe(const pending *p, char *out, size_t len) { dev_coll_describe(out, len, p->kind, p->n, p->seq); }
+static void describe(const pending *p, char *out, size_t len) {
+  dev_coll_describe(out, len, p->kind, p->n, p->seq);
+  if (p->group[0]) snprintf(out + strlen(out), len - strlen(out), " of %s", p->group);
+}
+
+/* A process group's communicator (ncclCommSplit of the world's), listed in
+ * the world's, which aborts it with itself and at its close. */
+typedef struct cuda_group {
+  ncclComm_t comm;                  /* NULL once aborted */
+  shm_comm *side;                   /* its members' sideband, where the world's has one */
+  struct cuda_comm *world;          /* NULL once the world's is closed */
+  struct cuda_group *next;
+} cuda_group;
 
 struct cuda_comm {
   dev_ctx *ctx;
@@ -195,6 +213,7 @@ struct cuda_comm {
   int nspare, capspare;
   char broken[900];                 /* why the communicator cannot be used */
   cuda_comm_graph *graphs;          /* executables holding NCCL's captured work */
+  cuda_group *groups;               /* the process groups split from it */
 };
 
 static double now_s(void) {
@@ -217,6 +236,12 @@ static void abort_locked(cuda_comm *c, const char *why) {
     nc.abort(c->comm);
     c->comm = NULL;
   }
+  /* a group's kernels may wait on a rank the world lost */
+  for (cuda_group *g = c->groups; g; g = g->next)
+    if (g->comm) {
+      nc.abort(g->comm);
+      g->comm = NULL;
+    }
   for (int i = 0; i < c->npend; i++)
     if (c->pend[i].owner) cudaEventDestroy(c->pend[i].ev);
   c->npend = 0;
@@ -247,6 +272,20 @@ static int peers_maybe_gone(cuda_comm *c) {
   char msg[16];
   return (need && shm_comm_gone(c->side, NULL, need, "", msg, sizeof msg) >= 0) ||
          (p2p && shm_comm_gone(c->side, mask, UINT64_MAX, "", msg, sizeof msg) >= 0);
+}
+
+/* The world's communicator's asynchronous error, else a process group's;
+ * *bad: whose. */
+static ncclResult_t async_errors(cuda_comm *c, ncclComm_t *bad) {
+  ncclResult_t r = NC_SUCCESS;
+  nc.async_error(c->comm, &r);
+  *bad = c->comm;
+  for (cuda_group *g = c->groups; g && (r == NC_SUCCESS || r == NC_IN_PROGRESS); g = g->next)
+    if (g->comm) {
+      nc.async_error(g->comm, &r);
+      *bad = g->comm;
+    }
+  return r;
 }
 
 static void watch_mark(cuda_comm *c) {
@@ -293,12 +332,12 @@ static void watch_reap(cuda_comm *c) {
 /* Why the communicator must be aborted (in why), or 0: NCCL reported an
  * error, a peer is gone, or a collective timed out. */
 static int watch_why(cuda_comm *c, char *why, size_t n) {
-  char msg[700], what[96];
-  ncclResult_t r = NC_SUCCESS;
+  char msg[700], what[192];
   pending *p = &c->pend[0];
-  nc.async_error(c->comm, &r);
+  ncclComm_t bad;
+  ncclResult_t r = async_errors(c, &bad);
   if (r != NC_SUCCESS && r != NC_IN_PROGRESS) {
-    nc_why(c->comm, r, msg, sizeof msg);
+    nc_why(bad, r, msg, sizeof msg);
     describe(p, what, sizeof what);
     snprintf(why, n, "NCCL reported an error while rank %d waits in %s (enqueued at %s): %.500s", c->rank,
              what, p->site, msg);
@@ -597,36 +636,59 @@ int cuda_comm_connect(cuda_comm *c, const dev_rank_info *ri, const char *what) {
 /* ---- collectives ------------------------------------------------------------ */
 
 static ncclResult_t issue(cuda_comm *c, const dev_coll *x, cudaStream_t st) {
+  ncclComm_t comm = x->group ? ((cuda_group *)x->group->impl)->comm : c->comm;
+  if (!comm) return 5;   /* ncclInvalidUsage: the group was aborted */
   const void *s = x->kind == DEV_COLL_RECV ? NULL : dev_view_ptr(&x->send);
   void *d = x->kind == DEV_COLL_SEND ? NULL : dev_view_ptr(&x->recv);
   const dev_view *v = x->kind == DEV_COLL_RECV ? &x->recv : &x->send;
   int t = nc_dtype(v->dtype);
   size_t n = (size_t)dev_view_numel(v);
   switch (x->kind) {
-  case DEV_COLL_ALL_REDUCE: return nc.all_reduce(s, d, n, t, nc_red(x->red), c->comm, st);
-  case DEV_COLL_BROADCAST: return nc.broadcast(s, d, n, t, x->peer, c->comm, st);
-  case DEV_COLL_REDUCE: return nc.reduce(s, d, n, t, nc_red(x->red), x->peer, c->comm, st);
-  case DEV_COLL_ALL_GATHER: return nc.all_gather(s, d, n, t, c->comm, st);
+  case DEV_COLL_ALL_REDUCE: return nc.all_reduce(s, d, n, t, nc_red(x->red), comm, st);
+  case DEV_COLL_BROADCAST: return nc.broadcast(s, d, n, t, x->peer, comm, st);
+  case DEV_COLL_REDUCE: return nc.reduce(s, d, n, t, nc_red(x->red), x->peer, comm, st);
+  case DEV_COLL_ALL_GATHER: return nc.all_gather(s, d, n, t, comm, st);
   case DEV_COLL_REDUCE_SCATTER:
-    return nc.reduce_scatter(s, d, (size_t)dev_view_numel(&x->recv), t, nc_red(x->red), c->comm, st);
-  case DEV_COLL_SEND: return nc.send(s, n, t, x->peer, c->comm, st);
-  case DEV_COLL_RECV: return nc.recv(d, n, t, x->peer, c->comm, st);
+    return nc.reduce_scatter(s, d, (size_t)dev_view_numel(&x->recv), t, nc_red(x->red), comm, st);
+  case DEV_COLL_SEND: return nc.send(s, n, t, x->peer, comm, st);
+  case DEV_COLL_RECV: return nc.recv(d, n, t, x->peer, comm, st);
   default: return 4;   /* ncclInvalidArgument */
   }
+}
+
+/* The world ranks p waits for: the peers of sends and receives, or the
+ * members of a process group (but this rank); its label. */
+static void watch_peers(pending *p, const dev_coll *g, int n, int me) {
+  if (g[0].group) {
+    const dev_group *pg = g[0].group;
+    snprintf(p->group, sizeof p->group, "%.63s", pg->label);
+    for (int i = 0; i < pg->size; i++) {
+      int q = pg->members[i];
+      if (q != me && q < 256) p->mask[q / 64] |= (uint64_t)1 << (q % 64);
+    }
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    if ((g[i].kind == DEV_COLL_SEND || g[i].kind == DEV_COLL_RECV) && g[i].peer < 256)
+      p->mask[g[i].peer / 64] |= (uint64_t)1 << (g[i].peer % 64);
 }
 
 int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t seq) {
   dev_ctx *ctx = c->ctx;
   cudaStream_t st = stream;
   int p2p = g[0].kind == DEV_COLL_SEND || g[0].kind == DEV_COLL_RECV;
-  pending p = {.st = st, .kind = g[0].kind, .n = n, .seq = seq, .need = p2p ? UINT64_MAX : c->whole + 1};
-  char what[96], err[700];
+  /* a process group's collective is watched as sends and receives to its members */
+  int whole = !p2p && !g[0].group;
+  pending p = {.st = st, .kind = g[0].kind, .n = n, .seq = seq, .need = whole ? c->whole + 1 : UINT64_MAX};
+  char what[192], err[700];
   int rc;
   if (!c->comm) {
     describe(&p, what, sizeof what);
     if ((rc = cuda_comm_connect(c, NULL, what))) return rc;
   }
-  if (c->check && c->side && shm_comm_check(c->side, seq, g, n, err, sizeof err)) {
+  /* a process group's in its members' own sideband */
+  shm_comm *side = g[0].group ? ((cuda_group *)g[0].group->impl)->side : c->side;
+  if (c->check && side && shm_comm_check(side, seq, g, n, err, sizeof err)) {
     pthread_mutex_lock(&c->mu);
     abort_locked(c, err);
     pthread_mutex_unlock(&c->mu);
@@ -634,8 +696,7 @@ int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t
   }
   p.t0 = now_s();
   memcpy(p.site, ctx->site, sizeof p.site);
-  for (int i = 0; p2p && i < n; i++)
-    if (g[i].peer < 256) p.mask[g[i].peer / 64] |= (uint64_t)1 << (g[i].peer % 64);
+  watch_peers(&p, g, n, c->rank);
 
   pthread_mutex_lock(&c->mu);
   if (!c->comm) {
@@ -654,7 +715,7 @@ int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t
     char nw[600];
     nc_why(c->comm, r, nw, sizeof nw);
     describe(&p, what, sizeof what);
-    snprintf(err, sizeof err, "NCCL failed in %s: %.550s", what, nw);
+    snprintf(err, sizeof err, "NCCL failed in %.140s: %.540s", what, nw);
     abort_locked(c, err);
     rc = dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
   } else {
@@ -675,7 +736,7 @@ int cuda_comm_run(cuda_comm *c, void *stream, const dev_coll *g, int n, uint64_t
     } else {
       c->pend[c->npend++] = p;
       if (c->npend == 1) pthread_cond_signal(&c->cv);
-      if (!p2p) c->whole++;
+      if (whole) c->whole++;
     }
   }
   pthread_mutex_unlock(&c->mu);
@@ -746,7 +807,8 @@ int cuda_comm_replay(cuda_comm *c, void *stream, void *exec, const dev_gexec *gx
   for (int i = 0; c->check && c->side && i < gx->n; i++) {
     const dev_gnode *nd = &gx->nodes[i];
     if (nd->kind != DEV_GN_COLL) continue;
-    if (shm_comm_check(c->side, k++, nd->coll, nd->ncoll, err, sizeof err)) {
+    shm_comm *side = nd->coll[0].group ? ((cuda_group *)nd->coll[0].group->impl)->side : c->side;
+    if (side && shm_comm_check(side, k++, nd->coll, nd->ncoll, err, sizeof err)) {
       pthread_mutex_lock(&c->mu);
       abort_locked(c, err);
       pthread_mutex_unlock(&c->mu);
@@ -779,14 +841,13 @@ int cuda_comm_replay(cuda_comm *c, void *stream, void *exec, const dev_gexec *gx
   for (int i = 0; i < gx->n; i++) {
     const dev_gnode *nd = &gx->nodes[i];
     if (nd->kind != DEV_GN_COLL) continue;
-    int p2p = nd->coll[0].kind == DEV_COLL_SEND || nd->coll[0].kind == DEV_COLL_RECV;
+    int whole = nd->coll[0].kind != DEV_COLL_SEND && nd->coll[0].kind != DEV_COLL_RECV && !nd->coll[0].group;
     pending p = {.st = stream, .kind = nd->coll[0].kind, .n = nd->ncoll, .seq = k++, .t0 = t0,
-                 .need = p2p ? UINT64_MAX : c->whole + 1};
+                 .need = whole ? c->whole + 1 : UINT64_MAX};
     snprintf(p.site, sizeof p.site, "%s", nd->site);
-    for (int j = 0; p2p && j < nd->ncoll; j++)
-      if (nd->coll[j].peer < 256) p.mask[nd->coll[j].peer / 64] |= (uint64_t)1 << (nd->coll[j].peer % 64);
+    watch_peers(&p, nd->coll, nd->ncoll, c->rank);
     c->pend[c->npend++] = p;
-    if (!p2p) c->whole++;
+    if (whole) c->whole++;
   }
   if (c->npend == gx->ncolls) pthread_cond_signal(&c->cv);   /* the list was empty */
   pthread_mutex_unlock(&c->mu);
@@ -838,6 +899,15 @@ void cuda_comm_close(cuda_comm *c) {
     nc.abort(c->comm);
     c->comm = NULL;
   }
+  /* groups still open: aborted as the world's, and cut loose from it */
+  for (cuda_group *g = c->groups, *next; g; g = next) {
+    next = g->next;
+    if (g->comm) nc.abort(g->comm);
+    g->comm = NULL;
+    g->world = NULL;
+    g->next = NULL;
+  }
+  c->groups = NULL;
   for (int i = 0; i < c->npend; i++)
     if (c->pend[i].owner) cudaEventDestroy(c->pend[i].ev);
   for (int i = 0; i < c->nspare; i++) cudaEventDestroy(c->spare[i]);
@@ -851,4 +921,73 @@ void cuda_comm_close(cuda_comm *c) {
   free(c->pend);
   free(c->spare);
   free(c);
+}
+
+/* ---- process groups ------------------------------------------------------------ */
+
+/* Unlisted from the world's (if still open), then destroyed: NCCL first
+ * finishes the work queued on it.  An aborted one has nothing left. */
+static void group_free(void *impl) {
+  cuda_group *g = impl;
+  cuda_comm *c = g->world;
+  if (c) pthread_mutex_lock(&c->mu);
+  if (c)
+    for (cuda_group **p = &c->groups; *p; p = &(*p)->next)
+      if (*p == g) { *p = g->next; break; }
+  ncclComm_t comm = g->comm;
+  g->comm = NULL;
+  if (c) pthread_mutex_unlock(&c->mu);
+  if (comm) nc.destroy(comm);
+  shm_comm_close(g->side);
+  free(g);
+}
+
+int cuda_comm_split(cuda_comm *c, dev_group *pg, int color, int key) {
+  dev_ctx *ctx = c->ctx;
+  if (!nc.split)
+    return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "process groups on the cuda backend need NCCL's ncclCommSplit and "
+                    "ncclCommDestroy (NCCL 2.18 or newer)");
+  int rc = cuda_comm_ready(c, "new_group");
+  if (rc) return rc;
+  cuda_group *g = pg ? calloc(1, sizeof *g) : NULL;
+  if (pg && !g) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory making a group");
+  /* collective over the world: every rank got here (the dev layer's
+   * all_gather of the colours was synchronized); the new communicator
+   * inherits the world's configuration (config NULL) */
+  pthread_mutex_lock(&c->mu);
+  ncclComm_t comm = NULL;
+  ncclResult_t r = c->comm ? nc.split(c->comm, color < 0 ? -1 : color, key, &comm, NULL) : 5;
+  char nw[600] = "";
+  if (r != NC_SUCCESS) {
+    if (c->comm) nc_why(c->comm, r, nw, sizeof nw);
+    else snprintf(nw, sizeof nw, "the communicator failed earlier: %.500s", c->broken);
+  } else if (g) {
+    g->comm = comm;
+    g->world = c;
+    g->next = c->groups;
+    c->groups = g;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (r != NC_SUCCESS) {
+    free(g);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "ncclCommSplit failed making %s: %.550s", pg ? pg->label : "a group", nw);
+  }
+  if (pg && !comm) {
+    free(g);
+    return dev_fail(ctx, DEV_ERR_DEVICE, "ncclCommSplit made no communicator for %s", pg->label);
+  }
+  if (pg) {
+    pg->impl = g;
+    pg->free_impl = group_free;
+  }
+  /* the members meet in a sideband of their own, as the world's ranks do */
+  char serr[512];
+  if (pg && c->side && shm_comm_open_group(&ctx->ri, pg->members, pg->size, pg->rank, pg->id, pg->label, 1, &g->side,
+                                           serr, sizeof serr)) {
+    group_free(g);
+    pg->impl = NULL;
+    pg->free_impl = NULL;
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s", serr);
+  }
+  return DEV_OK;
 }

@@ -905,6 +905,10 @@ static void c_comm_close(dev_ctx *ctx) {
   ctx->comm = NULL;
 }
 
+static int c_group_open(dev_ctx *ctx, dev_group *g, int color, int key) {
+  return cuda_comm_split(ctx->comm, g, color, key);
+}
+
 static int c_coll(dev_stream *s, const dev_coll *g, int n, uint64_t seq) {
   dev_ctx *ctx = s->ctx;
   for (int i = 0; i < n; i++) {
@@ -963,6 +967,7 @@ const dev_backend dev_cuda_backend = {
   .comm_connect = c_comm_connect,
   .comm_close = c_comm_close,
   .coll = c_coll,
+  .group_open = c_group_open,
   .trace_start = cuda_trace_start,
   .trace_flush = cuda_trace_flush,
   .trace_free = cuda_trace_free,

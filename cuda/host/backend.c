@@ -143,6 +143,9 @@ static void advance(hstream *hs, uint64_t pos) {
   dev_progress_signal(hs->ctx);
 }
 
+/* The communicator of a collective's process group; NULL: the world's. */
+static shm_comm *group_comm(const dev_coll *c) { return c[0].group ? c[0].group->impl : NULL; }
+
 /* A replay: the graph's ops in capture order (a topological order of its
  * nodes; the records and waits between its streams are met by it); the
  * first failure ends it, naming the graph, its capture and the op's line.
@@ -170,7 +173,7 @@ static void run_graph(hstream *hs, item *it, uint64_t t0) {
       /* after a failure the collectives are still taken in turn (failed),
        * so that later ones, on any stream, are not kept waiting */
       if (failed) shm_comm_fail(ctx->comm, seq++, "an op before it in the same replay failed");
-      else if (shm_comm_run(ctx->comm, seq++, nd->coll, nd->ncoll, msg, sizeof msg)) {
+      else if (shm_comm_run(ctx->comm, group_comm(nd->coll), seq++, nd->coll, nd->ncoll, msg, sizeof msg)) {
         dev_async_fail(ctx, "%s%sa replay of graph '%s' (captured at %s): '%s' (enqueued at %s) failed: %s",
                        it->site, *it->site ? ": " : "", gx->name, gx->site,
                        nd->ncoll > 1 ? "group" : dev_coll_name(nd->coll[0].kind), nd->site, msg);
@@ -238,12 +241,13 @@ static void run_item(hstream *hs, item *it) {
   case IT_COLL: {
     char msg[768];
     dev_note_running(ctx, 1);
-    int rc = shm_comm_run(ctx->comm, it->seq_coll, it->coll, it->ncoll, msg, sizeof msg);
+    int rc = shm_comm_run(ctx->comm, group_comm(it->coll), it->seq_coll, it->coll, it->ncoll, msg, sizeof msg);
     dev_note_running(ctx, -1);
     if (rc)
       dev_async_fail(ctx, "%s%s'%s' failed: %s", it->site, *it->site ? ": " : "",
                      it->ncoll > 1 ? "group" : dev_coll_name(it->coll[0].kind), msg);
     if (it->tgen) trace_item(hs, it, t0);
+    dev_group_release(it->coll[0].group);
     free(it->coll);
     break;
   }
@@ -540,12 +544,31 @@ static int h_coll(dev_stream *s, const dev_coll *c, int n, uint64_t seq) {
     return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a collective");
   }
   memcpy(copy, c, (size_t)n * sizeof *copy);
+  dev_group_retain(copy[0].group);
   it->kind = IT_COLL;
   it->coll = copy;
   it->ncoll = n;
   it->seq_coll = seq;
-  if ((rc = push(s, it))) free(copy);
+  if ((rc = push(s, it))) {
+    dev_group_release(copy[0].group);
+    free(copy);
+  }
   return rc;
+}
+
+static void h_group_free(void *impl) { shm_comm_close(impl); }
+
+/* A group: a shared-memory segment of its members. */
+static int h_group_open(dev_ctx *ctx, dev_group *g, int color, int key) {
+  (void)color; (void)key;
+  if (!g) return DEV_OK;
+  char err[512];
+  shm_comm *c;
+  if (shm_comm_open_group(&ctx->ri, g->members, g->size, g->rank, g->id, g->label, 0, &c, err, sizeof err))
+    return dev_fail(ctx, DEV_ERR_DEVICE, "%s", err);
+  g->impl = c;
+  g->free_impl = h_group_free;
+  return DEV_OK;
 }
 
 static int h_submit(dev_stream *s, const dev_kop *op) {
@@ -662,6 +685,7 @@ const dev_backend dev_host_backend = {
   .comm_connect = h_comm_connect,
   .comm_close = h_comm_close,
   .coll = h_coll,
+  .group_open = h_group_open,
   .check_colls = 1,
   .compile = hk_compile,
   .module_load = hk_module_load,

@@ -192,17 +192,31 @@
 
 ---@class gpu.AllReduceOpts: gpu.OutOpts
 ---@field op? gpu.reduce_op the reduction (default "sum")
+---@field group? gpu.Group the process group (default: the world)
 
 ---@class gpu.BroadcastOpts: gpu.OutOpts
----@field root? integer the rank whose tensor is sent (default 0)
+---@field root? integer the rank whose tensor is sent (default 0; a group rank with `group`)
+---@field group? gpu.Group the process group (default: the world)
 
 ---@class gpu.ReduceCollOpts: gpu.OutOpts
 ---@field op? gpu.reduce_op the reduction (default "sum")
----@field root? integer the rank that gets the result (default 0)
+---@field root? integer the rank that gets the result (default 0; a group rank with `group`)
+---@field group? gpu.Group the process group (default: the world)
 
 ---@class gpu.ReduceScatterOpts
 ---@field op? gpu.reduce_op the reduction (default "sum")
 ---@field stream? gpu.Stream stream of the collective
+---@field group? gpu.Group the process group (default: the world)
+
+---@class gpu.CollOpts
+---@field stream? gpu.Stream stream of the collective (default: the current one)
+---@field group? gpu.Group the process group (default: the world; peers are its ranks)
+
+---@class gpu.BarrierOpts
+---@field group? gpu.Group the process group whose ranks meet (default: the world)
+
+---@class gpu.GroupOpts
+---@field name? string what messages call the group (default: its ranks, "group {0,2}")
 
 -- ---- the module ------------------------------------------------------------
 
@@ -533,7 +547,7 @@ function gpu.reduce(t, opts) end
 ---Every rank's `t`, in rank order, into `out` (world_size x numel(t)).
 ---@param out gpu.Tensor
 ---@param t gpu.Tensor
----@param opts? gpu.StreamOpts
+---@param opts? gpu.CollOpts
 ---@return gpu.Tensor out
 function gpu.all_gather(out, t, opts) end
 
@@ -547,14 +561,14 @@ function gpu.reduce_scatter(out, t, opts) end
 ---Send `t` to rank `peer`.
 ---@param t gpu.Tensor
 ---@param peer integer
----@param opts? gpu.StreamOpts
+---@param opts? gpu.CollOpts
 ---@return gpu.Tensor t
 function gpu.send(t, peer, opts) end
 
 ---Receive into `t` from rank `peer`.
 ---@param t gpu.Tensor
 ---@param peer integer
----@param opts? gpu.StreamOpts
+---@param opts? gpu.CollOpts
 ---@return gpu.Tensor t
 function gpu.recv(t, peer, opts) end
 
@@ -562,8 +576,25 @@ function gpu.recv(t, peer, opts) end
 ---@param fn fun()
 function gpu.group(fn) end
 
----Every rank's host meets here (a counted sync).
-function gpu.barrier() end
+---Every rank's host (of the group, with `opts.group`) meets here (a counted sync).
+---@param opts? gpu.BarrierOpts
+function gpu.barrier(opts) end
+
+---A process group of these ranks of the world (nil: all), numbered in list order.
+---Collective: every rank calls it with the same list; a rank not in it gets a
+---group whose `rank` is nil.
+---@param ranks? integer[]
+---@param opts? gpu.GroupOpts
+---@return gpu.Group
+function gpu.new_group(ranks, opts) end
+
+---Split the world: the ranks with the same `color` (nil: none) form a group, numbered
+---by `key` (default: the world rank), ties in world-rank order.  Collective.
+---@param color? integer
+---@param key? integer
+---@param opts? gpu.GroupOpts
+---@return gpu.Group
+function gpu.split_group(color, key, opts) end
 
 -- ---- gpu.Tensor ------------------------------------------------------------
 
@@ -1263,6 +1294,71 @@ function Event:elapsed(later) end
 
 ---Release the event (also `<close>`, `__gc`).
 function Event:close() end
+
+-- ---- gpu.Group -------------------------------------------------------------
+
+---A process group: a communicator over some ranks (`gpu.new_group`, `gpu.split_group`).
+---Its methods are the collectives with `group` set; roots and peers are group ranks.
+---@class gpu.Group
+---@field rank integer? this rank's number in the group (nil: not a member)
+---@field size integer? ranks in the group (nil: not a member)
+---@field ranks integer[]? the members' world ranks, in group-rank order (a new table)
+---@field name string what messages call it: "group {0,2}" or "group 'name'"
+---@field closed boolean whether the group has been closed
+local Group = {}
+
+---`gpu.all_reduce` over the group.
+---@param t gpu.Tensor
+---@param opts? gpu.AllReduceOpts
+---@return gpu.Tensor result
+function Group:all_reduce(t, opts) end
+
+---`gpu.broadcast` over the group (`root` a group rank).
+---@param t gpu.Tensor
+---@param opts? gpu.BroadcastOpts
+---@return gpu.Tensor result
+function Group:broadcast(t, opts) end
+
+---`gpu.reduce` over the group (`root` a group rank).
+---@param t gpu.Tensor
+---@param opts? gpu.ReduceCollOpts
+---@return gpu.Tensor result
+function Group:reduce(t, opts) end
+
+---`gpu.all_gather` over the group: blocks in group-rank order.
+---@param out gpu.Tensor
+---@param t gpu.Tensor
+---@param opts? gpu.CollOpts
+---@return gpu.Tensor out
+function Group:all_gather(out, t, opts) end
+
+---`gpu.reduce_scatter` over the group: block `g.rank`.
+---@param out gpu.Tensor
+---@param t gpu.Tensor
+---@param opts? gpu.ReduceScatterOpts
+---@return gpu.Tensor out
+function Group:reduce_scatter(out, t, opts) end
+
+---`gpu.send` to group rank `peer`.
+---@param t gpu.Tensor
+---@param peer integer
+---@param opts? gpu.CollOpts
+---@return gpu.Tensor t
+function Group:send(t, peer, opts) end
+
+---`gpu.recv` from group rank `peer`.
+---@param t gpu.Tensor
+---@param peer integer
+---@param opts? gpu.CollOpts
+---@return gpu.Tensor t
+function Group:recv(t, peer, opts) end
+
+---`gpu.barrier` of the group's ranks.
+---@param opts? gpu.BarrierOpts
+function Group:barrier(opts) end
+
+---Release the group (also `<close>`, `__gc`); queued and captured collectives keep it until done.
+function Group:close() end
 
 -- ---- gpu.Graph -------------------------------------------------------------
 
