@@ -105,7 +105,8 @@ static int t_allclose(lua_State *L) {
   lua_settop(L, 3);
   int r = push_isclose(L, "allclose", &so);
   r = call(L, "all", r, 0, 0, so);
-  call(L, "item", r, 0, 0, so);
+  lua_getfield(L, so, "stream");
+  bind_push_elem(L, DEV_BOOL, bind_tensor_download(L, r, lua_gettop(L), "allclose"));
   return 1;
 }
 

@@ -18,10 +18,11 @@
  *            the op's dtype
  *
  * Unary ops have a `_` (in place) method when the result is SAME; binary ops
- * take a tensor or a number; ternary ops a tensor or a number as operands 2
- * and 3 (their methods are written out in tensor_elementwise.c: the table gives their
- * names, dtype rules and kernels).  DEV_UN_COPY (the cast) is not in the
- * table.
+ * take a tensor or a number (or nothing, for a row of DEV_BINARY_DEFAULTS);
+ * ternary ops a tensor or a number as operands 2 and 3 (their methods are a
+ * line each in tensor_elementwise.c, `where` written out: the table gives
+ * their names, dtype rules and kernels).  DEV_UN_COPY (the cast) is not in
+ * the table.
  */
 #ifndef GPULUA_OPS_H
 #define GPULUA_OPS_H

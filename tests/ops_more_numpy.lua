@@ -367,7 +367,7 @@ T.test("allclose: a Lua boolean, as isclose(...):all()", function()
   T.raises(function()
     local _ <close> = gpu.nosync()
     return gpu.allclose(b, b)
-  end, "sync", "refused under gpu.nosync(), as item()")
+  end, "allclose: a device%-to%-host read waits for the device", "refused under gpu.nosync(), as item()")
 end)
 
 T.test("bad input: dtypes and options named", function()
