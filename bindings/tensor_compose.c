@@ -58,6 +58,7 @@ static int push_isclose(lua_State *L, const char *fname, int *so) {
     luaL_argerror(L, 2, lua_pushfstring(L, "dtype %s does not match %s (cast with :to(\"%s\"))",
                                         dev_dtype_name(b->v.dtype), dev_dtype_name(dt), dev_dtype_name(dt)));
   if (b) bind_tensor_same_kind(L, 2, a, b);
+  luaL_checkstack(L, 40, "isclose");   /* every step's result stays on the stack */
   int o = bind_read_opts(L, 3, names);
   double rtol = num_opt(L, o, "rtol", fname, 1e-5), atol = num_opt(L, o + 1, "atol", fname, 1e-8);
   int equal_nan = lua_toboolean(L, o + 2), s = step_opts(L, o + 3), x = 1, y = 2;
@@ -130,6 +131,7 @@ static int nan_to_num(lua_State *L, int inplace) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   dev_dtype dt = t->v.dtype;
   lua_settop(L, 2);
+  luaL_checkstack(L, 30, "nan_to_num");
   int o = bind_read_opts(L, 2, names);
   double big = dev_dtype_is_float(dt) ? float_max(dt) : 0;
   double v[3] = {num_opt(L, o, "nan", fname, 0), num_opt(L, o + 1, "posinf", fname, big),
