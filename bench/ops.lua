@@ -6,6 +6,9 @@
 --   lt        a:lt(b, {out})                    2 x 4 B read, 1 B written
 --   where     gpu.where(c, a, b, {out})         1 + 2 x 4 B read, 4 B written
 --   clamp     a:clamp(-0.5, 0.5, {out})         4 B read, 4 B written
+--   gelu      a:gelu({out})                     4 B read, 4 B written
+--   atan2     a:atan2(b, {out})                 2 x 4 B read, 4 B written
+--   lerp      a:lerp(b, 0.25, {out})            2 x 4 B read, 4 B written
 --   cat       gpu.cat({a1, a2}, 1, {out})       the halves read, the whole written
 --   transpose m:t():contiguous() into out       a square f32 matrix read, written
 --   gather    a:gather(2, idx, {out})           i64 index + f32 read, f32 written
@@ -67,6 +70,34 @@ B.guard("op_clamp", function()
   B.row("op_clamp", gbps(n * 8, ms), "GB/s", B.size_label("a:clamp(-0.5, 0.5)", bytes))
   local lo, hi = out:min(o):item(), out:max(o):item()
   B.check("op_clamp", lo == -0.5 and hi == 0.5, string.format("range [%s, %s], want [-0.5, 0.5]", lo, hi))
+end)
+
+-- issue 34's rows, one per kind: the costliest unary formula (gelu's erfc),
+-- a binary C library function, lerp with a number weight
+B.guard("op_gelu", function()
+  local out = gpu.empty({n}, o)
+  local ms = timed(function() a:gelu({ out = out, stream = s }) end)
+  B.row("op_gelu", gbps(n * 8, ms), "GB/s", B.size_label("a:gelu()", bytes))
+  local lo, hi = out:min(o):item(), out:max(o):item()
+  B.check("op_gelu", lo > -0.2 and lo < -0.1 and hi > 0.8 and hi < 0.85,
+          string.format("range [%s, %s], want about [-0.17, 0.84]", lo, hi))
+end)
+
+B.guard("op_atan2", function()
+  local out = gpu.empty({n}, o)
+  local ms = timed(function() a:atan2(b, { out = out, stream = s }) end)
+  B.row("op_atan2", gbps(n * 12, ms), "GB/s", B.size_label("a:atan2(b)", bytes))
+  local lo, hi = out:min(o):item(), out:max(o):item()
+  B.check("op_atan2", lo >= -math.pi - 1e-6 and hi <= math.pi + 1e-6 and hi - lo > 6,
+          string.format("range [%s, %s], want about [-pi, pi]", lo, hi))
+end)
+
+B.guard("op_lerp", function()
+  local out = gpu.empty({n}, o)
+  local ms = timed(function() a:lerp(b, 0.25, { out = out, stream = s }) end)
+  B.row("op_lerp", gbps(n * 12, ms), "GB/s", B.size_label("a:lerp(b, 0.25)", bytes))
+  local err = out:sub(a:mul(0.75, o):add(b:mul(0.25, o), o), o):abs(o):max(o):item()
+  B.check("op_lerp", err < 1e-6, string.format("largest difference from 0.75 a + 0.25 b: %s", err))
 end)
 
 B.guard("op_cat", function()

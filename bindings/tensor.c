@@ -15,6 +15,7 @@
  *   tensor_reduce.c       the reductions of cuda/ops.h (generated), cumsum, softmax
  *   tensor_index.c        item get set, index_select gather scatter_add_, masked_fill
  *   tensor_matmul.c       matmul
+ *   tensor_compose.c      ops made of the table's ops: isclose allclose nan_to_num
  *   tensor_format.c       printing (__tostring)
  *
  * Every op checks its arguments in its file, builds a dev_kop and hands it to
@@ -504,13 +505,13 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg *const method_sets[] = {
   methods, bind_tensor_copy_methods, bind_tensor_view_methods, bind_tensor_elementwise_methods,
   bind_tensor_reduce_methods, bind_tensor_index_methods, bind_tensor_matmul_methods,
-  bind_tensor_table_methods, NULL
+  bind_tensor_table_methods, bind_tensor_compose_methods, NULL
 };
 
 /* The module's functions (gpu.zeros, gpu.where, ...), by concern. */
 static const luaL_Reg *const func_sets[] = {
   bind_tensor_new_funcs, bind_tensor_table_funcs, bind_tensor_elementwise_funcs, bind_tensor_matmul_funcs,
-  NULL
+  bind_tensor_compose_funcs, NULL
 };
 
 /* Adds gpu.Tensor's type and the module's tensor functions to the table on top. */

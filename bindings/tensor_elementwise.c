@@ -85,8 +85,22 @@ static int broadcast(const dev_view *a, const dev_view *b, dev_view *ea, dev_vie
   return 0;
 }
 
+/* The number a binary op takes when its operand is left out (ops.h). */
+static int has_default(dev_binop code, double *def) {
+#define DEFAULT(E, v) if (code == DEV_BIN_##E) { *def = (v); return 1; }
+  DEV_BINARY_DEFAULTS(DEFAULT)
+#undef DEFAULT
+  return 0;
+}
+
 static int binary_op(lua_State *L, dev_binop code, int ia, int ib, int opts, int inplace, int scalar_left) {
   const dev_opinfo *info = dev_binop_info(code);
+  double def;
+  if (lua_isnoneornil(L, ib) && has_default(code, &def)) {
+    if (lua_gettop(L) < ib) lua_settop(L, ib);
+    lua_pushnumber(L, def);
+    lua_replace(L, ib);
+  }
   const char *fname = info->name;
   gpu_tensor *t = bind_check_tensor(L, ia);
   dev_dtype dt = t->v.dtype, rdt = info->to_bool ? DEV_BOOL : dt;
@@ -240,26 +254,22 @@ static int tensor_where(lua_State *L) {
   return 1;
 }
 
-/* t:clamp(lo, hi, opts): min(max(t, lo), hi); lo and hi numbers, tensors of
- * t's dtype or nil (no bound; not both), all broadcast; clamp_ in place. */
-static int clamp(lua_State *L, int inplace) {
-  const char *fname = inplace ? "clamp_" : "clamp";
-  const dev_opinfo *info = dev_terop_info(DEV_TER_CLAMP);
+/* A ternary row's method, t:name(x, y, opts): x and y numbers or tensors of
+ * t's dtype, all broadcast; nil for none[k] where none is given (clamp's
+ * missing bound); in place (t:name_) when inplace. */
+static int ternary_method(lua_State *L, dev_terop code, int inplace, const dev_scalar *none) {
+  const dev_opinfo *info = dev_terop_info(code);
+  char fname[64];
+  snprintf(fname, sizeof fname, "%s%s", info->name, inplace ? "_" : "");
   gpu_tensor *t = bind_check_tensor(L, 1);
   dev_dtype dt = t->v.dtype;
   if (!takes(info, dt))
-    luaL_error(L, "%s: not supported for %s (needs a numeric dtype)", fname, dev_dtype_name(dt));
+    luaL_error(L, "%s: not supported for %s (needs a %s dtype)", fname, dev_dtype_name(dt),
+               info->classes == DEV_CLS_F ? "float" : "numeric");
   /* in place, no out: slots out 0 and stream o; else o and o + 1 */
   int o = inplace ? bind_read_stream_opt(L, 4) : bind_read_opts(L, 4, bind_out_opts);
   int out = inplace ? 0 : o, stream = inplace ? o : o + 1;
-  if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3)) luaL_error(L, "%s: give lo, hi or both", fname);
-  dev_kop op = {.kind = DEV_OP_TERNARY, .code = DEV_TER_CLAMP};
-  /* a missing bound is the one that changes nothing */
-  dev_scalar none[2] = {{0, 0, -HUGE_VAL}, {0, 0, HUGE_VAL}};
-  if (!dev_dtype_is_float(dt)) {
-    none[0] = (dev_scalar){1, INT64_MIN, 0};
-    none[1] = (dev_scalar){1, INT64_MAX, 0};
-  }
+  dev_kop op = {.kind = DEV_OP_TERNARY, .code = code};
   const dev_view *in[3] = {&t->v};
   int idx[3] = {1}, n = 1;
   for (int k = 0; k < 2; k++) {
@@ -273,7 +283,7 @@ static int clamp(lua_State *L, int inplace) {
       bind_tensor_same_kind(L, arg, t, b);
       in[n] = &b->v;
       idx[n++] = arg;
-    } else if (lua_isnoneornil(L, arg)) {
+    } else if (none && lua_isnoneornil(L, arg)) {
       *s = none[k];
       op.flags |= flag;
     } else {
@@ -282,7 +292,8 @@ static int clamp(lua_State *L, int inplace) {
   }
   int ndim, same;
   int64_t shape[DEV_MAXDIM];
-  if (bind_tensor_broadcast(n, in, op.in, &ndim, shape)) luaL_error(L, "%s: the bounds' shapes cannot be broadcast with the tensor's", fname);
+  if (bind_tensor_broadcast(n, in, op.in, &ndim, shape))
+    luaL_error(L, "%s: the operands' shapes cannot be broadcast with the tensor's", fname);
   same = ndim == t->v.ndim;
   for (int d = 0; same && d < ndim; d++) same = shape[d] == t->v.shape[d];
   if (inplace && !same) {
@@ -297,8 +308,25 @@ static int clamp(lua_State *L, int inplace) {
   return 1;
 }
 
+/* t:clamp(lo, hi, opts): min(max(t, lo), hi); lo and hi numbers, tensors of
+ * t's dtype or nil (no bound; not both), all broadcast; clamp_ in place. */
+static int clamp(lua_State *L, int inplace) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3))
+    luaL_error(L, "%s: give lo, hi or both", inplace ? "clamp_" : "clamp");
+  /* a missing bound is the one that changes nothing */
+  dev_scalar none[2] = {{0, 0, -HUGE_VAL}, {0, 0, HUGE_VAL}};
+  if (!dev_dtype_is_float(t->v.dtype)) {
+    none[0] = (dev_scalar){1, INT64_MIN, 0};
+    none[1] = (dev_scalar){1, INT64_MAX, 0};
+  }
+  return ternary_method(L, DEV_TER_CLAMP, inplace, none);
+}
+
 static int t_clamp(lua_State *L) { return clamp(L, 0); }
 static int t_clamp_(lua_State *L) { return clamp(L, 1); }
+static int t_lerp(lua_State *L) { return ternary_method(L, DEV_TER_LERP, 0, NULL); }
+static int t_lerp_(lua_State *L) { return ternary_method(L, DEV_TER_LERP, 1, NULL); }
 
 /* ---- methods ---------------------------------------------------------- */
 
@@ -309,6 +337,7 @@ static int t_clamp_(lua_State *L) { return clamp(L, 1); }
 const luaL_Reg bind_tensor_elementwise_methods[] = {
   {"max", t_max}, {"min", t_min},
   {"clamp", t_clamp}, {"clamp_", t_clamp_},
+  {"lerp", t_lerp}, {"lerp_", t_lerp_},
   DEV_UNARY_OPS(UNARY_REG)
   DEV_BINARY_OPS(BINARY_REG)
   {NULL, NULL}

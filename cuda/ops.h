@@ -18,10 +18,11 @@
  *            the op's dtype
  *
  * Unary ops have a `_` (in place) method when the result is SAME; binary ops
- * take a tensor or a number; ternary ops a tensor or a number as operands 2
- * and 3 (their methods are written out in tensor_elementwise.c: the table gives their
- * names, dtype rules and kernels).  DEV_UN_COPY (the cast) is not in the
- * table.
+ * take a tensor or a number (or nothing, for a row of DEV_BINARY_DEFAULTS);
+ * ternary ops a tensor or a number as operands 2 and 3 (their methods are a
+ * line each in tensor_elementwise.c, `where` written out: the table gives
+ * their names, dtype rules and kernels).  DEV_UN_COPY (the cast) is not in
+ * the table.
  */
 #ifndef GPULUA_OPS_H
 #define GPULUA_OPS_H
@@ -48,7 +49,26 @@
   X(SIN, sin, F, SAME, 0)                       \
   X(COS, cos, F, SAME, 0)                       \
   X(RSQRT, rsqrt, F, SAME, 0)                   \
-  X(SQUARE, square, FI, SAME, 0)
+  X(SQUARE, square, FI, SAME, 0)               \
+  X(LOG1P, log1p, F, SAME, 0)                   \
+  X(EXPM1, expm1, F, SAME, 0)                   \
+  X(LOG2, log2, F, SAME, 0)                     \
+  X(LOG10, log10, F, SAME, 0)                   \
+  X(EXP2, exp2, F, SAME, 0)                     \
+  X(TAN, tan, F, SAME, 0)                       \
+  X(ASIN, asin, F, SAME, 0)                     \
+  X(ACOS, acos, F, SAME, 0)                     \
+  X(ATAN, atan, F, SAME, 0)                     \
+  X(SINH, sinh, F, SAME, 0)                     \
+  X(COSH, cosh, F, SAME, 0)                     \
+  X(ERF, erf, F, SAME, 0)                       \
+  X(RECIPROCAL, reciprocal, F, SAME, 0)         \
+  X(GELU, gelu, F, SAME, 0)                     \
+  X(SILU, silu, F, SAME, 0)                     \
+  X(SOFTPLUS, softplus, F, SAME, 0)             \
+  X(ISNAN, isnan, FIB, BOOL, 0)                 \
+  X(ISINF, isinf, FIB, BOOL, 0)                 \
+  X(ISFINITE, isfinite, FIB, BOOL, 0)
 
 #define DEV_BINARY_OPS(X)                                   \
   X(ADD, add, FI, SAME, DEV_OPF_LEFT)                       \
@@ -68,12 +88,22 @@
   X(LOGICAL_OR, logical_or, FIB, BOOL, 0)                  \
   X(FMOD, fmod, FI, SAME, DEV_OPF_ZDIV)                     \
   X(REMAINDER, remainder, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV) \
-  X(FLOOR_DIVIDE, floor_divide, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV)
+  X(FLOOR_DIVIDE, floor_divide, FI, SAME, DEV_OPF_LEFT | DEV_OPF_ZDIV) \
+  X(ATAN2, atan2, F, SAME, 0)                               \
+  X(HYPOT, hypot, F, SAME, 0)                               \
+  X(LEAKY_RELU, leaky_relu, F, SAME, 0)
 
-/* where(cond, a, b): cond ? a : b; clamp(x, lo, hi): min(max(x, lo), hi) */
+/* where(cond, a, b): cond ? a : b; clamp(x, lo, hi): min(max(x, lo), hi);
+ * lerp(a, b, w): a + w*(b - a) */
 #define DEV_TERNARY_OPS(X)                                  \
   X(WHERE, where, FIB, SAME, DEV_OPF_COND)                  \
-  X(CLAMP, clamp, FI, SAME, 0)
+  X(CLAMP, clamp, FI, SAME, 0)                              \
+  X(LERP, lerp, F, SAME, 0)
+
+/* Binary ops whose operand may be left out: X(ENUM, default), the number
+ * the method takes without one (t:leaky_relu() is t:leaky_relu(0.01)). */
+#define DEV_BINARY_DEFAULTS(X)                              \
+  X(LEAKY_RELU, 0.01)
 
 /* Reductions: X(ENUM, name, classes, result), classes as above; result:
  *   SAME   the input's dtype

@@ -313,6 +313,11 @@ GPULUA_HD int64_t sc_imodf(int64_t a, int64_t b)
   GPULUA_HD int sc_##name##_f(float x) { return (expr); }            \
   GPULUA_HD int sc_##name##_d(double x) { return (expr); }           \
   GPULUA_HD int sc_##name##_i(int64_t x) { return (expr); }
+/* A bool result, one formula for floats and one for integers. */
+#define SC_BOOL1FI(name, x, fexpr, iexpr)                            \
+  GPULUA_HD int sc_##name##_f(float x) { return (fexpr); }           \
+  GPULUA_HD int sc_##name##_d(double x) { return (fexpr); }          \
+  GPULUA_HD int sc_##name##_i(int64_t x) { (void)x; return (iexpr); }
 #define SC_BOOL2(name, a, b, expr)                                   \
   GPULUA_HD int sc_##name##_f(float a, float b) { return (expr); }   \
   GPULUA_HD int sc_##name##_d(double a, double b) { return (expr); } \
@@ -348,6 +353,32 @@ SC_FLOAT1(cos, x, cos(x))
 SC_FLOAT1(rsqrt, x, 1 / sqrt(x))
 SC_FLOAT1(square, x, x * x)
 SC_INT1(square, x, sc_wrap64((uint64_t)x * (uint64_t)x))
+/* the C library's functions (CUDA's on the GPU: a few ulps apart at most) */
+SC_FLOAT1(log1p, x, log1p(x))
+SC_FLOAT1(expm1, x, expm1(x))
+SC_FLOAT1(log2, x, log2(x))
+SC_FLOAT1(log10, x, log10(x))
+SC_FLOAT1(exp2, x, exp2(x))
+SC_FLOAT1(tan, x, tan(x))
+SC_FLOAT1(asin, x, asin(x))
+SC_FLOAT1(acos, x, acos(x))
+SC_FLOAT1(atan, x, atan(x))
+SC_FLOAT1(sinh, x, sinh(x))
+SC_FLOAT1(cosh, x, cosh(x))
+SC_FLOAT1(erf, x, erf(x))
+SC_FLOAT1(reciprocal, x, 1 / x)
+/* gelu: PyTorch's exact form x/2 * (1 + erf(x/sqrt 2)), written with erfc,
+ * which keeps the negative tail (1 + erf loses it to cancellation); x/2 first,
+ * so that a huge x does not overflow */
+SC_FLOAT1(gelu, x, x / 2 * erfc(-x * (C)0.70710678118654752440))
+/* silu: x * sigmoid(x); softplus: PyTorch's beta 1, threshold 20 */
+SC_FLOAT1(silu, x, x / (1 + exp(-x)))
+SC_FLOAT1(softplus, x, x > 20 ? x : log1p(exp(x)))
+/* x - x is NaN for inf and NaN, 0 for the rest; integers and bool are
+ * never NaN or inf */
+SC_BOOL1FI(isnan, x, x != x, 0)
+SC_BOOL1FI(isinf, x, x == x && x - x != x - x, 0)
+SC_BOOL1FI(isfinite, x, x - x == x - x, 1)
 
 /* binary; max/min propagate NaN: a NaN on either side wins.  Integer
  * division by zero gives 0 here; the loops around it report it. */
@@ -388,6 +419,10 @@ SC_FLOAT2S(remainder, a, b,
 SC_INT2(remainder, a, b, b == 0 ? 0 : sc_imodf(a, b))
 SC_FLOAT2(floor_divide, a, b, floor(a / b))
 SC_INT2(floor_divide, a, b, b == 0 ? 0 : sc_floordiv(a, b))
+SC_FLOAT2(atan2, a, b, atan2(a, b))
+SC_FLOAT2(hypot, a, b, hypot(a, b))
+/* leaky_relu(x, slope): PyTorch's, x > 0 ? x : x * slope (NaN stays NaN) */
+SC_FLOAT2(leaky_relu, x, s, x > 0 ? x : x * s)
 
 /* ternary; where's condition arrives as 0/1 in the compute type */
 SC_FLOAT3(where, c, a, b, c != 0 ? a : b)
@@ -397,5 +432,7 @@ SC_FLOAT3S(clamp, x, lo, hi,
   C m = x > lo || x != x ? x : lo;
   return m < hi || m != m ? m : hi;)
 SC_INT3(clamp, x, lo, hi, (x > lo ? x : lo) < hi ? (x > lo ? x : lo) : hi)
+/* lerp: PyTorch's two-sided form, exact at w = 0 and at w = 1 */
+SC_FLOAT3(lerp, a, b, w, fabs(w) < (C)0.5 ? a + w * (b - a) : b - (b - a) * (1 - w))
 
 #endif

@@ -140,6 +140,16 @@
 ---@class gpu.WhereOpts: gpu.OutOpts
 ---@field dtype? gpu.dtype result dtype when `a` and `b` are both numbers (default "f32")
 
+---@class gpu.IsCloseOpts: gpu.StreamOpts
+---@field rtol? number relative tolerance, of `|b|` (default 1e-5)
+---@field atol? number absolute tolerance (default 1e-8)
+---@field equal_nan? boolean NaN is close to NaN (default false)
+
+---@class gpu.NanToNumOpts: gpu.StreamOpts
+---@field nan? number what NaN becomes (default 0)
+---@field posinf? number what inf becomes (default the dtype's largest finite value)
+---@field neginf? number what -inf becomes (default the dtype's smallest finite value)
+
 ---@class gpu.ReduceOpts: gpu.OutOpts
 ---@field dim? integer the dim to reduce (default: every dim)
 ---@field keepdim? boolean keep the reduced dim with size 1
@@ -467,6 +477,20 @@ function gpu.matmul(a, b, opts) end
 ---@param opts? gpu.WhereOpts
 ---@return gpu.Tensor
 function gpu.where(cond, a, b, opts) end
+
+---NumPy's `|a - b| <= atol + rtol * |b|` (or `a == b`), elementwise: a bool tensor.
+---@param a gpu.Tensor
+---@param b gpu.Tensor|number
+---@param opts? gpu.IsCloseOpts
+---@return gpu.Tensor
+function gpu.isclose(a, b, opts) end
+
+---Whether every element of `a` is close to `b` (as `gpu.isclose`); a sync.
+---@param a gpu.Tensor
+---@param b gpu.Tensor|number
+---@param opts? gpu.IsCloseOpts
+---@return boolean
+function gpu.allclose(a, b, opts) end
 
 ---Read a NumPy `.npy` file into a new tensor.
 ---@param path string
@@ -1112,6 +1136,231 @@ function Tensor:masked_fill(mask, v, opts) end
 ---@param opts? gpu.StreamOpts
 ---@return gpu.Tensor self
 function Tensor:masked_fill_(mask, v, opts) end
+
+---`log(1 + t)`, accurate near 0 (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:log1p(opts) end
+---`log1p`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:log1p_(opts) end
+
+---`exp(t) - 1`, accurate near 0 (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:expm1(opts) end
+---`expm1`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:expm1_(opts) end
+
+---base-2 logarithm (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:log2(opts) end
+---`log2`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:log2_(opts) end
+
+---base-10 logarithm (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:log10(opts) end
+---`log10`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:log10_(opts) end
+
+---`2^t` (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:exp2(opts) end
+---`exp2`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:exp2_(opts) end
+
+---tangent (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:tan(opts) end
+---`tan`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:tan_(opts) end
+
+---arc sine (NaN outside [-1, 1]) (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:asin(opts) end
+---`asin`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:asin_(opts) end
+
+---arc cosine (NaN outside [-1, 1]) (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:acos(opts) end
+---`acos`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:acos_(opts) end
+
+---arc tangent (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:atan(opts) end
+---`atan`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:atan_(opts) end
+
+---hyperbolic sine (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:sinh(opts) end
+---`sinh`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:sinh_(opts) end
+
+---hyperbolic cosine (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:cosh(opts) end
+---`cosh`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:cosh_(opts) end
+
+---the error function (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:erf(opts) end
+---`erf`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:erf_(opts) end
+
+---`1 / t` (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:reciprocal(opts) end
+---`reciprocal`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:reciprocal_(opts) end
+
+---`t/2 * (1 + erf(t/sqrt 2))` (PyTorch's exact gelu) (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:gelu(opts) end
+---`gelu`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:gelu_(opts) end
+
+---`t * sigmoid(t)` (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:silu(opts) end
+---`silu`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:silu_(opts) end
+
+---`log(1 + e^t)`, `t` above 20 (float dtypes).
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:softplus(opts) end
+---`softplus`, in place.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:softplus_(opts) end
+
+---Whether each element is NaN, as a bool tensor.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:isnan(opts) end
+
+---Whether each element is +-inf, as a bool tensor.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:isinf(opts) end
+
+---Whether each element is neither NaN nor inf, as a bool tensor.
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:isfinite(opts) end
+
+---`atan2(t, x)`, the angle of the point (x, t) (float dtypes).
+---@param x gpu.Tensor|gpu.scalar
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:atan2(x, opts) end
+---`atan2`, in place.
+---@param x gpu.Tensor|gpu.scalar
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:atan2_(x, opts) end
+
+---`sqrt(t*t + x*x)` without overflow (float dtypes).
+---@param x gpu.Tensor|gpu.scalar
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:hypot(x, opts) end
+---`hypot`, in place.
+---@param x gpu.Tensor|gpu.scalar
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:hypot_(x, opts) end
+
+---`t > 0 and t or t * slope` (float dtypes).
+---@param slope? gpu.Tensor|number the negative slope (default 0.01)
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:leaky_relu(slope, opts) end
+---`leaky_relu`, in place.
+---@param slope? gpu.Tensor|number the negative slope (default 0.01)
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor self
+function Tensor:leaky_relu_(slope, opts) end
+
+---`t + w * (b - t)` (PyTorch's lerp; float dtypes).
+---@param b gpu.Tensor|number
+---@param w gpu.Tensor|number
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:lerp(b, w, opts) end
+---`lerp`, in place.
+---@param b gpu.Tensor|number
+---@param w gpu.Tensor|number
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor self
+function Tensor:lerp_(b, w, opts) end
+
+---NumPy's `|t - b| <= atol + rtol * |b|` (or `t == b`), elementwise: a bool tensor.
+---@param b gpu.Tensor|number
+---@param opts? gpu.IsCloseOpts
+---@return gpu.Tensor
+function Tensor:isclose(b, opts) end
+---Whether every element is close to `b` (as `isclose`); a sync.
+---@param b gpu.Tensor|number
+---@param opts? gpu.IsCloseOpts
+---@return boolean
+function Tensor:allclose(b, opts) end
+
+---NaN, inf and -inf replaced by finite numbers.
+---@param opts? gpu.NanToNumOpts
+---@return gpu.Tensor
+function Tensor:nan_to_num(opts) end
+---`nan_to_num`, in place.
+---@param opts? gpu.NanToNumOpts
+---@return gpu.Tensor self
+function Tensor:nan_to_num_(opts) end
 
 ---`min(max(t, lo), hi)`; a bound nil for none (not both).
 ---@param lo gpu.Tensor|number|nil

@@ -118,6 +118,34 @@ T.test("unary ops", function()
   end
 end)
 
+T.test("issue 34's ops: the C library's functions against CUDA's, isclose, nan_to_num", function()
+  local SPECIAL = { 0.0, -0.0, 1, -1, 1 / 0, -1 / 0, 0 / 0, 1e-30, 1e30, -2, 2, 0.5, 100, -100, 21, -0.99 }
+  for _, dt in ipairs(FLOATS) do
+    local d, h = inputs(dt, { 64, 33 }, 31, -0.99, 3)
+    local sd = gpu.tensor(SPECIAL, { dtype = dt })
+    local sh = sd:to("pinned")
+    for _, op in ipairs { "log1p", "expm1", "log2", "log10", "exp2", "tan", "asin", "acos", "atan", "sinh", "cosh",
+                          "erf", "reciprocal", "gelu", "silu", "softplus", "isnan", "isinf", "isfinite" } do
+      same(d[op](d), h[op](h), op .. " " .. dt)
+      same(sd[op](sd), sh[op](sh), op .. " " .. dt .. " special values")
+    end
+    local b, bh = inputs(dt, { 64, 33 }, 32, -3, 3)
+    for _, op in ipairs { "atan2", "hypot", "leaky_relu" } do
+      same(d[op](d, b), h[op](h, bh), op .. " " .. dt)
+      same(d[op](d, 0.3), h[op](h, 0.3), op .. " " .. dt .. " number")
+    end
+    same(d:lerp(b, 0.3), h:lerp(bh, 0.3), "lerp " .. dt)
+    same(d:lerp(b, b), h:lerp(bh, bh), "lerp " .. dt .. " tensor weight")
+    same(d:isclose(d:add(1e-3)), h:isclose(h:add(1e-3)), "isclose " .. dt, 0)
+    same(sd:nan_to_num(), sh:nan_to_num(), "nan_to_num " .. dt, 0)
+  end
+  for _, dt in ipairs(INTS) do
+    local d, h = inputs(dt, { 1000 }, 33)
+    for _, op in ipairs { "isnan", "isinf", "isfinite" } do same(d[op](d), h[op](h), op .. " " .. dt) end
+    same(d:isclose(d:add(1)), h:isclose(h:add(1)), "isclose " .. dt, 0)
+  end
+end)
+
 T.test("binary ops: tensor, scalar, scalar on the left, broadcast, strided", function()
   for _, dt in ipairs(ALL) do
     local ops = dt == "bool" and { "max", "min" } or
