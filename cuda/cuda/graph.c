@@ -75,9 +75,13 @@ static void cgraph_free(cgraph *cg) {
  * script's event records that event too (an event-record node). */
 static cudaError_t build_sync(cudaStream_t s, const dev_gexec *gx, const dev_gnode *nd, cudaEvent_t *ev) {
   if (nd->kind == DEV_GN_WAIT) return cudaStreamWaitEvent(s, ev[nd->event], 0);
-  cudaError_t e = cudaEventRecord(ev[nd->event], s);
+  /* the script's record first: a join waits on the capture's own event, so
+   * the record node is joined too (after it, a forked stream's record node
+   * would be unjoined work and end the capture with an error) */
   dev_event *user = gx->events ? gx->events[nd->event] : NULL;
-  if (e == cudaSuccess && user) e = cudaEventRecordWithFlags((cudaEvent_t)user->impl, s, cudaEventRecordExternal);
+  cudaError_t e = user ? cudaEventRecordWithFlags((cudaEvent_t)user->impl, s, cudaEventRecordExternal)
+                       : cudaSuccess;
+  if (e == cudaSuccess) e = cudaEventRecord(ev[nd->event], s);
   return e;
 }
 

@@ -103,8 +103,8 @@ static int nc_load(char *err, size_t errlen) {
       if (env && *env) break;
     }
     if (!lib) {
-      snprintf(err, errlen, "collectives on the cuda backend need NCCL: cannot load %s (%s)",
-               env && *env ? env : "libnccl.so.2", why);
+      snprintf(err, errlen, "collectives on the cuda backend need NCCL: cannot load %s%s%s (%s)",
+               env && *env ? "GPULUA_NCCL='" : "", env && *env ? env : "libnccl.so.2", env && *env ? "'" : "", why);
       goto out;
     }
     ncclResult_t (*get_version)(int *) = (ncclResult_t (*)(int *))dlsym(lib, "ncclGetVersion");
