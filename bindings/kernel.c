@@ -202,7 +202,7 @@ static void *tensor_arg(lua_State *L, const dev_kernel *k, int i, int idx, dev_b
     arg_error(L, k, i, "expected a %s tensor, got %s", dev_dtype_name((dev_dtype)p->pointee),
               dev_dtype_name(v->dtype));
   if (p->pointee < 0 && p->elsize && (size_t)p->elsize != dev_dtype_size(v->dtype))
-    arg_error(L, k, i, "expected a tensor of %d-byte elements, got %s", p->elsize == 2 ? "2" :
+    arg_error(L, k, i, "expected a tensor of %s-byte elements, got %s", p->elsize == 2 ? "2" :
               p->elsize == 4 ? "4" : p->elsize == 8 ? "8" : "1", dev_dtype_name(v->dtype));
   if (!dev_view_contiguous(v))
     arg_error(L, k, i, "%s%s", "the tensor is not contiguous (pass t:contiguous())", "");

@@ -113,10 +113,11 @@ static int match(const toks *ts, int i)
 typedef struct tinfo { const char *name; dev_kparam_kind kind; int size; int dtype; int elsize; } tinfo;
 
 /* By value: kind and size.  Through a pointer: the dtype a tensor must have
- * (-1 any), or only the element size when gpulua has no such dtype. */
+ * (-1 any), or only the element size when gpulua has no such dtype (0:
+ * any; char *, like void *, is a view of any tensor's bytes). */
 static const tinfo types[] = {
   {"bool", DEV_KP_BOOL, 1, DEV_BOOL, 1},
-  {"char", DEV_KP_INT, 1, -1, 1},
+  {"char", DEV_KP_INT, 1, -1, 0},
   {"signed char", DEV_KP_INT, 1, DEV_I8, 1}, {"int8_t", DEV_KP_INT, 1, DEV_I8, 1},
   {"unsigned char", DEV_KP_UINT, 1, DEV_U8, 1}, {"uint8_t", DEV_KP_UINT, 1, DEV_U8, 1},
   {"short", DEV_KP_INT, 2, -1, 2}, {"short int", DEV_KP_INT, 2, -1, 2},

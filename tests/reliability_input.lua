@@ -224,4 +224,28 @@ T.test("device names: cuda:N takes digits only", function()
   T.is(z.device, "device", "cuda:0 is still the device")
 end)
 
+-- Issue 35, item 12: char * takes any tensor (as the docs say); short * one
+-- of 2-byte elements, and the message says so the same way every run (it
+-- passed a string to %d).
+T.test("kernel parameters: char * takes any dtype, short * 2-byte elements", function()
+  local ok, m = pcall(gpu.compile, [[
+extern "C" __global__ void bytes(char *p, int n) { if (threadIdx.x < n) p[threadIdx.x] = 0; }
+extern "C" __global__ void halves(short *p) { p[0] = 0; }
+]])
+  if not ok then return T.skip("char * and short *", "no compiler: " .. tostring(m)) end
+  local x = gpu.ones({4})
+  m.bytes { grid = 1, block = 8 } (x, 4)                 -- zeroes the first 4 bytes: x[1] = 0
+  T.is(x:totable(), { 0, 1, 1, 1 }, "char * of an f32 tensor: a view of its bytes")
+  local h = gpu.ones({2}, { dtype = "f16" })
+  m.halves { grid = 1, block = 1 } (h)
+  T.is(h:totable(), { 0, 1 }, "short * of an f16 tensor")
+  local msgs = {}
+  for i = 1, 2 do
+    local _, err = pcall(function() m.halves { grid = 1, block = 1 } (gpu.ones({2})) end)
+    msgs[i] = tostring(err)
+  end
+  T.ok(msgs[1]:find("expected a tensor of 2%-byte elements, got f32") ~= nil, "short * of f32: " .. msgs[1])
+  T.is(msgs[2], msgs[1], "the same message every time")
+end)
+
 T.done()
