@@ -94,6 +94,20 @@ static int tensor_pinned(lua_State *L) {
 
 /* ---- ranges and patterns: arange, linspace, eye ------------------------ */
 
+/* An integer range of n values from a by c must fit dt, as every number
+ * given for an integer dtype must (its start, then its last value). */
+static void arange_fits(lua_State *L, int nargs, dev_dtype dt, int64_t a, int64_t c, int64_t n) {
+  if (nargs >= 2) bind_check_scalar(L, 1, dt, 1, NULL);
+  __int128 last = (__int128)a + (__int128)(n - 1) * c;
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  if (dt == DEV_I8) lo = -128, hi = 127;
+  else if (dt == DEV_U8) lo = 0, hi = 255;
+  else if (dt == DEV_I32) lo = INT32_MIN, hi = INT32_MAX;
+  if (last < lo || last > hi)
+    luaL_argerror(L, nargs >= 2 ? 2 : 1, lua_pushfstring(L, "the range reaches %I, which does not fit in %s",
+                                                          (lua_Integer)last, dev_dtype_name(dt)));
+}
+
 static int tensor_arange(lua_State *L) {
   int nargs = 0;
   while (lua_type(L, nargs + 1) == LUA_TNUMBER) nargs++;
@@ -132,8 +146,12 @@ static int tensor_arange(lua_State *L) {
     start = (dev_scalar){0, 0, a};
     step = (dev_scalar){0, 0, c};
   }
+  if (dt == DEV_BOOL)
+    return luaL_error(L, "bad option 'dtype' (arange cannot make bool: a range of 0s and 1s is "
+                      "gpu.arange(n):lt(k), or make it in an integer dtype and compare)");
   if (!dev_dtype_is_float(dt) && !allint)
     return luaL_error(L, "bad option 'dtype' (arange with non-integer bounds needs a float dtype)");
+  if (!dev_dtype_is_float(dt) && n > 0) arange_fits(L, nargs, dt, start.i, step.i, n);
   gpu_tensor *t = bind_new_tensor(L, kind, dt, 1, &n, stream, "arange");
   dev_kop op = {.kind = DEV_OP_ARANGE, .out = t->v, .s0 = start, .s1 = step};
   bind_tensor_submit2(L, stream, &op, 0, 0, 0, "arange");
@@ -219,6 +237,13 @@ static int tensor_eye(lua_State *L) {
 
 /* ---- the generator: rand, randn, randint ------------------------------- */
 
+/* A float generator's bound: a finite number (NaN or inf would fill the
+ * tensor with NaNs). */
+static void finite_bound(lua_State *L, double v, const char *name) {
+  if (isfinite(v)) return;
+  luaL_error(L, "bad option '%s' (must be a finite number, got %s)", name, v != v ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
 static int random_new(lua_State *L, int normal) {
   const char *fname = normal ? "randn" : "rand";
   int64_t shape[DEV_MAXDIM];
@@ -239,6 +264,8 @@ static int random_new(lua_State *L, int normal) {
     b = (dev_scalar){0, 0, 1};
     if (!lua_isnil(L, o + 3)) a = bind_check_scalar(L, o + 3, DEV_F64, 0, normal ? "option 'mean'" : "option 'low'");
     if (!lua_isnil(L, o + 4)) b = bind_check_scalar(L, o + 4, DEV_F64, 0, normal ? "option 'std'" : "option 'high'");
+    finite_bound(L, a.f, normal ? "mean" : "low");
+    finite_bound(L, b.f, normal ? "std" : "high");
     if (!normal && !(b.f > a.f)) return luaL_error(L, "bad option 'high' (must be greater than 'low')");
     if (normal && !(b.f >= 0)) return luaL_error(L, "bad option 'std' (must be >= 0)");
   } else {

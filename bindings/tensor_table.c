@@ -86,6 +86,18 @@ static void build_table(lua_State *L, dev_dtype dt, const unsigned char **p, int
 /* t:totable([{stream =}]): nested tables of the values; a counted sync */
 static int bind_tensor_totable(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
+  /* the tables count as well as the values (an empty last dim makes tables
+   * alone): at most what gpu.tensor takes, 2^31 */
+  int64_t tables = 1, level = 1, cap = (int64_t)1 << 31;
+  for (int d = 0; d + 1 < t->v.ndim && tables <= cap; d++) {
+    level = level > cap ? level : level * t->v.shape[d];
+    tables += level;
+  }
+  int64_t values = dev_view_numel(&t->v);
+  if (tables > cap || values > cap - tables)
+    return luaL_error(L, "totable: too large for tables: %s%I tables and %I values (at most 2^31 in all, as "
+                      "gpu.tensor takes)", tables > cap ? "over " : "", (lua_Integer)(tables > cap ? cap : tables),
+                      (lua_Integer)values);
   const unsigned char *p = bind_tensor_download(L, 1, bind_read_stream_opt(L, 2), "totable");
   build_table(L, t->v.dtype, &p, 0, t->v.ndim, t->v.shape);
   return 1;

@@ -248,4 +248,59 @@ extern "C" __global__ void halves(short *p) { p[0] = 0; }
   T.is(msgs[2], msgs[1], "the same message every time")
 end)
 
+-- Issue 35, item 11: the tables of an empty tensor count, not only its values.
+T.test("totable of a zero-sized tensor: as many tables as gpu.tensor takes values", function()
+  local out = child("GPULUA_DEVICE=host", [[
+local ok, err = pcall(function() return gpu.zeros({3, 2^31, 0}):totable() end)
+print(ok, err)
+local t = gpu.zeros({2^20, 2^11, 0})
+ok, err = pcall(function() return t:totable() end)
+print(ok, err)
+]], not SANITIZED and "ulimit -v 2000000;" or nil)
+  T.ok(out:find("false\t[^\n]*:1: totable: too large for tables: over 2147483648 tables") ~= nil,
+       "{3, 2^31, 0}: refused with the script line, the count of tables: " .. out)
+  T.ok(out:find("false\t[^\n]*:4: totable: too large for tables") ~= nil,
+       "{2^20, 2^11, 0}: 2^31 + 2^20 + 1 tables, refused: " .. out)
+  T.is(gpu.zeros({0, 2^40}):totable(), {}, "{0, 2^40}: one empty table")
+  T.is(gpu.zeros({2, 0}):totable(), { {}, {} }, "{2, 0}: two empty tables")
+  T.is(gpu.zeros({1, 3, 0}):totable(), { { {}, {}, {} } }, "{1, 3, 0}")
+  T.is(#gpu.zeros({2^10, 2^10, 0}):totable(), 2^10, "2^20 + 2^10 + 1 tables are built")
+end)
+
+-- Issue 35, item 16: arange's dtype and range, the generator's bounds.
+T.test("arange: bool refused, integers that do not fit the dtype raise", function()
+  T.raises_at(function() gpu.arange(5, { dtype = "bool" }) end, "option 'dtype' %(arange cannot make bool", "bool")
+  T.raises_at(function() gpu.arange(120, 130, { dtype = "i8" }) end, "#2 to 'arange' %(the range reaches 129, " ..
+              "which does not fit in i8", "i8 past 127")
+  T.raises_at(function() gpu.arange(200, 0, -1, { dtype = "i8" }) end, "#1 to 'arange' %(200 does not fit in i8",
+              "an i8 start past 127")
+  T.raises_at(function() gpu.arange(0, 1000, { dtype = "u8" }) end, "999, which does not fit in u8", "u8 past 255")
+  T.raises_at(function() gpu.arange(-1, 3, { dtype = "u8" }) end, "%-1 does not fit in u8", "u8 below 0")
+  T.raises_at(function() gpu.arange(0, (1 << 31) + 2, 1 << 30, { dtype = "i32" }) end, "#2 to 'arange' %(the range reaches " ..
+              "2147483648, which does not fit in i32", "i32 past 2^31 - 1")
+  T.is(gpu.arange(120, 128, { dtype = "i8" }):totable(), { 120, 121, 122, 123, 124, 125, 126, 127 }, "i8 up to 127")
+  T.is(gpu.arange(-128, -126, { dtype = "i8" }):totable(), { -128, -127 }, "i8 from -128")
+  T.is(gpu.arange(255, 0, -100, { dtype = "u8" }):totable(), { 255, 155, 55 }, "u8 downwards")
+  T.is(gpu.arange(300, 300, { dtype = "u8" }):totable(), {}, "an empty range makes no value")
+  T.is(gpu.arange(0, 1000, { dtype = "f16" }):numel(), 1000, "float dtypes round, as full does")
+end)
+
+T.test("rand, randn: bounds that are not finite numbers raise", function()
+  local nan, inf = 0 / 0, math.huge
+  T.raises_at(function() gpu.randn({3}, { mean = nan }) end, "option 'mean' %(must be a finite number, got nan",
+              "randn mean = nan")
+  T.raises_at(function() gpu.randn({3}, { mean = inf }) end, "option 'mean' %(must be a finite number, got inf",
+              "randn mean = inf")
+  T.raises_at(function() gpu.randn({3}, { std = nan }) end, "option 'std' %(must be a finite number", "randn std = nan")
+  T.raises_at(function() gpu.randn({3}, { std = inf }) end, "option 'std' %(must be a finite number", "randn std = inf")
+  T.raises_at(function() gpu.rand({3}, { low = -inf }) end, "option 'low' %(must be a finite number", "rand low = -inf")
+  T.raises_at(function() gpu.rand({3}, { high = inf }) end, "option 'high' %(must be a finite number", "rand high = inf")
+  T.raises_at(function() gpu.rand({3}, { low = nan }) end, "option 'low' %(must be a finite number", "rand low = nan")
+  T.raises_at(function() gpu.rand({3}, { high = 2, low = 2 }) end, "greater than 'low'", "an empty interval")
+  T.is(gpu.randn({1}, { mean = 5, std = 0 }):item(), 5.0, "std = 0 gives the mean")
+  T.is(gpu.full({2}, 0 / 0):totable()[1] ~= gpu.full({2}, 0 / 0):totable()[1], true,
+       "full still takes nan (a value, as NumPy)")
+end)
+
+
 T.done()
