@@ -173,6 +173,16 @@ int bind_read_stream_opt(lua_State *L, int idx);
  * got x)".  def is an index, not a name: the collectives' op is read on
  * every call. */
 int bind_check_option(lua_State *L, int idx, const char *field, int def, const char *const *names);
+
+/* The string at idx as a name: NULL when it holds a zero byte; how a bad
+ * name is shown ("f32\0..."). */
+const char *bind_name_at(lua_State *L, int idx);
+const char *bind_shown_name(lua_State *L, int idx);
+/* A string at idx for C: raises (argument idx) when it holds a zero byte,
+ * which the C string would cut short; NULL for a value of another type. */
+const char *bind_check_cstring(lua_State *L, int idx);
+/* A field's key at idx (__index): one with a zero byte names no field. */
+const char *bind_check_key(lua_State *L, int idx);
 /* Push names (NULL-ended) for a message: "a b c", or quoted,
  * "\"a\", \"b\" or \"c\"". */
 const char *bind_push_names(lua_State *L, const char *const *names, int quoted);

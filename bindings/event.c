@@ -78,7 +78,7 @@ static int event_sub(lua_State *L) { return elapsed(L, 2, 1); }
 /* e.closed, e.timing, e.recorded (after the methods) */
 static int event_fields(lua_State *L) {
   gpu_event *p = to_event(L, 1);
-  const char *k = luaL_checkstring(L, 2);
+  const char *k = bind_check_key(L, 2);
   if (strcmp(k, "closed") == 0) {
     lua_pushboolean(L, p->e == NULL);
     return 1;

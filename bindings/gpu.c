@@ -123,6 +123,9 @@ int bind_read_opts(lua_State *L, int idx, const char *const *names) {
       if (!k) luaL_error(L, "bad option key (a %s; options are named: %s)", ty, expected);
       luaL_error(L, "unknown option '%s' (expected: %s)", k, expected);
     }
+    /* every string option goes on to C as a C string */
+    if (lua_type(L, -1) == LUA_TSTRING && !bind_name_at(L, -1))
+      luaL_error(L, "bad option '%s' (a string with a zero byte: '%s')", names[i], bind_shown_name(L, -1));
     lua_copy(L, -1, base + i);
     lua_pop(L, 1);
   }
@@ -272,6 +275,7 @@ int bind_sync_debug(lua_State *L) {
   gpu_state *st = bind_state(L);
   int old = effective_mode(L, st);
   if (!lua_isnoneornil(L, 1)) {
+    bind_check_cstring(L, 1);
     int m = luaL_checkoption(L, 1, NULL, bind_sync_modes);
     st->sync_base = m;
     if (m == 1) lua_warning(L, "@on", 0);
@@ -354,6 +358,7 @@ static int gpu_clock(lua_State *L) {
 static int gpu_isatty(lua_State *L) {
   static const char *const names[] = {"stdin", "stdout", "stderr", NULL};
   static const int fds[] = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO};
+  bind_check_cstring(L, 1);
   int i = luaL_checkoption(L, 1, NULL, names);
   lua_pushboolean(L, isatty(fds[i]) == 1);
   return 1;

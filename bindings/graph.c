@@ -133,7 +133,7 @@ static int graph_release(lua_State *L) {
 /* g.nodes, g.name, g.site, g.closed (after the methods) */
 static int graph_fields(lua_State *L) {
   gpu_graph *p = to_graph(L, 1);
-  const char *k = luaL_checkstring(L, 2);
+  const char *k = bind_check_key(L, 2);
   if (strcmp(k, "closed") == 0) {
     lua_pushboolean(L, p->g == NULL);
     return 1;

@@ -153,7 +153,7 @@ static int group_release(lua_State *L) {
  * g.closed: nil rank, size and ranks on a rank not in the group */
 static int group_fields(lua_State *L) {
   gpu_group *p = to_group(L, 1);
-  const char *k = luaL_checkstring(L, 2);
+  const char *k = bind_check_key(L, 2);
   if (strcmp(k, "closed") == 0) {
     lua_pushboolean(L, p->closed);
     return 1;

@@ -363,7 +363,7 @@ static int launcher_call(lua_State *L) {
  * every field of a closed kernel, close too, raises "kernel is closed" */
 static int kernel_fields(lua_State *L) {
   gpu_kernel *g = check_kernel(L, 1);
-  const char *key = luaL_checkstring(L, 2);
+  const char *key = bind_check_key(L, 2);
   const dev_kernel *k = g->k;
   if (strcmp(key, "name") == 0) lua_pushstring(L, k->sig.name);
   else if (strcmp(key, "signature") == 0) push_signature(L, k);
@@ -474,7 +474,8 @@ static int gpu_compile(lua_State *L) {
   for (int i = 0; i < n; i++) {
     if (lua_rawgeti(L, 3, i + 1) != LUA_TSTRING)
       luaL_error(L, "bad option 'options' (item %d: string expected, got %s)", i + 1, luaL_typename(L, -1));
-    opts[i] = lua_tostring(L, -1);   /* anchored in the options table */
+    if (!(opts[i] = bind_name_at(L, -1)))   /* anchored in the options table */
+      luaL_error(L, "bad option 'options' (item %d: a string with a zero byte)", i + 1);
     lua_pop(L, 1);
   }
   o.options = opts;

@@ -162,7 +162,7 @@ static int stream_record(lua_State *L) {
 /* s.priority, s.nonblocking, s.id, s.closed, s.is_default (after the methods) */
 static int stream_fields(lua_State *L) {
   gpu_stream *p = to_stream(L, 1);
-  const char *k = luaL_checkstring(L, 2);
+  const char *k = bind_check_key(L, 2);
   if (!p->s) {
     if (strcmp(k, "closed") == 0) { lua_pushboolean(L, 1); return 1; }
     return luaL_error(L, "stream is closed");

@@ -192,6 +192,7 @@ int *bind_sync_slot(lua_State *L) {
 /* local _ <close> = gpu.nosync([mode]): syncs raise ("error", the default)
  * or warn until the scope ends, also when it ends by an error. */
 static int gpu_nosync(lua_State *L) {
+  bind_check_cstring(L, 1);
   int mode = luaL_checkoption(L, 1, "error", bind_sync_modes);
   gpu_state *st = bind_state(L);
   lua_settop(L, 0);
@@ -684,7 +685,7 @@ static int task_cancel(lua_State *L) {
 /* t.done, t.failed, t.state, t.id, t.error (after the methods) */
 static int task_fields(lua_State *L) {
   gpu_task *t = check_task(L, 1);
-  const char *k = luaL_checkstring(L, 2);
+  const char *k = bind_check_key(L, 2);
   if (strcmp(k, "done") == 0) lua_pushboolean(L, t->state == T_DONE || t->state == T_FAILED);
   else if (strcmp(k, "failed") == 0) lua_pushboolean(L, t->state == T_FAILED);
   else if (strcmp(k, "state") == 0) lua_pushstring(L, state_names[t->state]);

@@ -106,6 +106,21 @@ const char *bind_name_at(lua_State *L, int idx) {
   return s && strlen(s) == n ? s : NULL;
 }
 
+/* A string at idx for C: raises (argument idx) when it holds a zero byte;
+ * the string, or NULL for any other value (the caller checks those). */
+const char *bind_check_cstring(lua_State *L, int idx) {
+  if (lua_type(L, idx) != LUA_TSTRING) return NULL;
+  if (!bind_name_at(L, idx)) luaL_argerror(L, idx, "a string with a zero byte");
+  return lua_tostring(L, idx);
+}
+
+/* A field's key at idx: one with a zero byte names no field, so it comes
+ * back as it is shown ("name\0..."), which matches none. */
+const char *bind_check_key(lua_State *L, int idx) {
+  luaL_checkstring(L, idx);
+  return bind_shown_name(L, idx);
+}
+
 /* How a bad name is shown: "f32\0..." for one with a zero byte. */
 const char *bind_shown_name(lua_State *L, int idx) {
   const char *s = lua_tostring(L, idx);
@@ -449,9 +464,9 @@ static int t_release(lua_State *L) {
 /* t.shape, t.dtype, t.device, t.device_index, t.ndim, t.closed (after the
  * methods) */
 static int t_fields(lua_State *L) {
-  const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
   gpu_tensor *t = to_tensor(L, 1);
   lua_settop(L, 2);
+  const char *k = lua_type(L, 2) == LUA_TSTRING ? bind_check_key(L, 2) : NULL;
   if (!k) return luaL_error(L, "tensors are not indexable with %s (use t:get(i))", luaL_typename(L, 2));
   if (strcmp(k, "closed") == 0) { lua_pushboolean(L, t->v.buf == NULL); return 1; }
   if (!t->v.buf) return luaL_error(L, "tensor is closed");

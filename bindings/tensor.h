@@ -59,11 +59,8 @@ lua_Integer bind_tensor_int(lua_State *L, int idx, const char *what);
 /* Integers from a table at arg, or the arguments arg..top (a shape, a list
  * of dims): how many, at most DEV_MAXDIM. */
 int bind_tensor_ints(lua_State *L, int arg, int64_t *out, const char *what);
-/* The string at idx as a name: NULL when it holds a zero byte; how a bad
- * name is shown ("f32\0..."); a device name's memory: 0, -1 unknown, -2 for
- * "cuda:N" with N no device's index. */
-const char *bind_name_at(lua_State *L, int idx);
-const char *bind_shown_name(lua_State *L, int idx);
+/* A device name's memory: 0, -1 unknown, -2 for "cuda:N" with N no
+ * device's index. */
 int bind_parse_device(lua_State *L, const char *name, dev_memkind *out);
 /* A new tensor in like's memory, made for slot stream's stream, pushed. */
 gpu_tensor *bind_tensor_like(lua_State *L, const gpu_tensor *like, dev_dtype dt, int ndim, const int64_t *shape,

@@ -165,7 +165,7 @@ static int trace_index(lua_State *L) {
 static int gpu_range_new(lua_State *L) {
   dev_ctx *ctx = bind_ctx(L);
   if (lua_type(L, 1) != LUA_TSTRING) return luaL_typeerror(L, 1, "string");
-  const char *name = lua_tostring(L, 1);
+  const char *name = bind_check_cstring(L, 1);
   luaL_argcheck(L, lua_gettop(L) == 1, 2, "gpu.range takes a name only");
   gpu_range *r = bind_new_udata(L, &bind_range_type, sizeof *r, 2);
   lua_pushvalue(L, 1);

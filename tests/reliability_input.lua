@@ -303,4 +303,42 @@ T.test("rand, randn: bounds that are not finite numbers raise", function()
 end)
 
 
+-- Issue 35, item 13: every string handed on to C as a C string refuses a zero
+-- byte (one helper), instead of being read as its prefix.
+T.test("strings with a zero byte: names, options, paths refused", function()
+  local src = [[extern "C" __global__ void k(float *x) { x[0] = 1; }]]
+  T.raises_at(function() gpu.compile(src, { name = "a\0b.cu" }) end, "option 'name' %(a string with a zero byte",
+              "gpu.compile name")
+  T.raises_at(function() gpu.compile(src, { options = { "-DX=1\0-DY=2" } }) end,
+              "option 'options' %(item 1: a string with a zero byte", "gpu.compile options")
+  T.raises_at(function() gpu.load_module("x.ptx", { declare = "void k(float *x);\0junk" }) end,
+              "option 'declare' %(a string with a zero byte", "gpu.load_module declare")
+  T.raises_at(function() gpu.range("a\0b") end, "#1 to 'range' %(a string with a zero byte", "gpu.range name")
+  T.raises_at(function() gpu.sync_debug("warn\0x") end, "#1 to 'sync_debug' %(a string with a zero byte",
+              "gpu.sync_debug mode")
+  T.raises_at(function() local _ <close> = gpu.nosync("warn\0x") end, "a string with a zero byte", "gpu.nosync mode")
+  T.raises_at(function() gpu.isatty("stdin\0x") end, "a string with a zero byte", "gpu.isatty")
+  T.raises_at(function() gpu.graph(function() end, { name = "g\0x" }) end, "option 'name' %(a string with a zero byte",
+              "gpu.graph name")
+  T.raises_at(function() gpu.all_reduce(gpu.ones({2}), { op = "sum\0x" }) end, "zero byte", "all_reduce op")
+  local trace = require "gpu.trace"
+  T.raises_at(function() trace.write("a\0b.json") end, "#1 to 'write' %(a string with a zero byte", "trace.write path")
+  T.raises_at(function() trace.json("a\0b.json") end, "#1 to 'json' %(a string with a zero byte", "trace.json path")
+  T.raises_at(function() trace.svg("a\0b.svg") end, "#1 to 'svg' %(a string with a zero byte", "trace.svg path")
+  -- fields: a key with a zero byte is no field, not its prefix
+  local s <close> = gpu.stream()
+  local e <close> = gpu.event()
+  local t <close> = gpu.ones({2})
+  T.is(s["priority\0x"], nil, "s['priority\\0x'] is no field")
+  T.is(e["timing\0x"], nil, "e['timing\\0x'] is no field")
+  T.is(t["shape\0x"], nil, "t['shape\\0x'] is no field")
+  local ok = pcall(function() return gpu.compile(src).k end)
+  if ok then
+    local k = gpu.compile(src).k
+    T.raises(function() return k["name\0x"] end, "has no field 'name\\0...'", "k['name\\0x'] is no field")
+  else
+    T.skip("kernel fields", "no compiler")
+  end
+end)
+
 T.done()

@@ -54,6 +54,9 @@ local function check_path(path, fname)
   if type(path) ~= "string" then
     error(string.format("bad argument #1 to '%s' (string expected, got %s)", fname, type(path)), 3)
   end
+  if path:find("\0", 1, true) then
+    error(string.format("bad argument #1 to '%s' (a string with a zero byte)", fname), 3)
+  end
 end
 
 local function open_out(path, fname)
