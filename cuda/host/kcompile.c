@@ -552,6 +552,10 @@ out:
 /* The lowered name of each entry: gpulua_hk_k<i>. */
 static int name_entries(dev_kimage *img, int nexprs, char *err, size_t errlen)
 {
+  /* a cache hit comes with its (empty) list: this one replaces it */
+  for (int i = 0; i < img->n; i++) free(img->lowered[i]);
+  free(img->lowered);
+  img->n = 0;
   img->lowered = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *img->lowered);
   if (!img->lowered) return fail_msg(err, errlen, "out of memory");
   for (int i = 0; i < nexprs; i++) {
