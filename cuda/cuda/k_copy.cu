@@ -44,43 +44,59 @@ __global__ void __launch_bounds__(K_THREADS) copy_kernel(kview out, kview in, in
   for (int64_t i = tid; i < n; i += nth) *k_at<E>(out, i) = *k_at<E>(in, i);
 }
 
+/* Batch z's offsets (elements) of in and out.  Not unrolled: the common
+ * copy has no batch dims, and an unrolled walk of all DEV_MAXDIM made the
+ * kernel spill at its 32 registers (0.78 of D2D on an H200 against 0.94). */
+static __device__ __forceinline__ void trans_batch(const ktrans &t, int64_t z, int64_t *ib, int64_t *ob)
+{
+  int64_t i = 0, o = 0;
+#ifdef __CUDA_ARCH__
+#pragma unroll 1
+#endif
+  for (int d = t.bdim - 1; d >= 0; d--) {
+    int64_t q = z / t.bshape[d], c = z - q * t.bshape[d];
+    o += c * t.bout[d];
+    i += c * t.bin[d];
+    z = q;
+  }
+  *ib = i;
+  *ob = o;
+}
+
 /* Blocks of TILE x KT_ROWS threads, one tile each: x along a, y along
- * b, z over the batch, each a grid-stride loop for grids at their limits. */
-template <typename E, int TILE>
+ * b, z over the batch, each a grid-stride loop for grids at their limits.
+ * EDGE: na or nb is not a multiple of TILE, and each element is checked.
+ * Where both are, the kernel has no check at all: a branch per element in
+ * it read 0.78 of D2D on an H200 (8192 x 8192 f32), a clamped index 0.88,
+ * none 0.95 (bench/RESULTS.md, 2026-11-28).  Clamped or split launches did
+ * worse than the branches at odd sizes (8191: 0.58-0.64 against 0.68). */
+template <typename E, int TILE, bool EDGE>
 __global__ void __launch_bounds__(TILE * KT_ROWS, KT_BLOCKS(E) * 32 / TILE) transpose_kernel(ktrans t)
 {
   /* +1: a column of the tile falls in different banks */
   __shared__ E tile[TILE][TILE + 1];
   E v[TILE / KT_ROWS];
-  int tx = threadIdx.x, ty = threadIdx.y;
+  const int tx = threadIdx.x, ty = threadIdx.y;
   /* the tile loops' bounds are block-uniform: the barriers are reached by all */
   for (int64_t z = blockIdx.z; z < t.nbatch; z += gridDim.z) {
-    int64_t ob = 0, ib = 0, r = z;
-K_UNROLL
-    for (int d = DEV_MAXDIM - 1; d >= 0; d--) {
-      if (d < t.bdim) {
-        int64_t q = r / t.bshape[d], c = r - q * t.bshape[d];
-        ob += c * t.bout[d];
-        ib += c * t.bin[d];
-        r = q;
-      }
-    }
+    int64_t ib, ob;
+    trans_batch(t, z, &ib, &ob);
     for (int64_t b0 = (int64_t)blockIdx.y * TILE; b0 < t.nb; b0 += (int64_t)gridDim.y * TILE) {
       for (int64_t a0 = (int64_t)blockIdx.x * TILE; a0 < t.na; a0 += (int64_t)gridDim.x * TILE) {
         /* read: lanes along a, where in is contiguous, every load issued
          * before the first store; v[k] is tile[ty + k * KT_ROWS][tx] */
 K_UNROLL
         for (int k = 0; k < TILE / KT_ROWS; k++)
-          if (a0 + tx < t.na && b0 + ty + k * KT_ROWS < t.nb)
+          if (!EDGE || (a0 + tx < t.na && b0 + ty + k * KT_ROWS < t.nb))
             v[k] = ((const E *)t.in)[ib + (a0 + tx) + (b0 + ty + k * KT_ROWS) * t.isb];
 K_UNROLL
         for (int k = 0; k < TILE / KT_ROWS; k++)
-          if (a0 + tx < t.na && b0 + ty + k * KT_ROWS < t.nb) tile[ty + k * KT_ROWS][tx] = v[k];
+          if (!EDGE || (a0 + tx < t.na && b0 + ty + k * KT_ROWS < t.nb)) tile[ty + k * KT_ROWS][tx] = v[k];
         __syncthreads();
         /* write: lanes along b, where out is contiguous */
 K_UNROLL
         for (int k = 0; k < TILE / KT_ROWS; k++)
-          if (b0 + tx < t.nb && a0 + ty + k * KT_ROWS < t.na)
+          if (!EDGE || (b0 + tx < t.nb && a0 + ty + k * KT_ROWS < t.na))
             ((E *)t.out)[ob + (b0 + tx) + (a0 + ty + k * KT_ROWS) * t.osa] = tile[tx][ty + k * KT_ROWS];
         __syncthreads();   /* the tile is free again */
       }
@@ -153,23 +169,30 @@ static int transpose_plan(const kview &out, const kview &in, ktrans *t)
   return 1;
 }
 
-template <int TILE> static void launch_tiles(const ktrans &t, int dtype, cudaStream_t st)
+template <int TILE, bool EDGE> static void launch_tiles(const ktrans &t, int dtype, cudaStream_t st)
 {
   int64_t ta = (t.na + TILE - 1) / TILE, tb = (t.nb + TILE - 1) / TILE;
   dim3 block(TILE, KT_ROWS), grid((unsigned)(ta < INT_MAX ? ta : INT_MAX), (unsigned)(tb < 65535 ? tb : 65535),
                                   (unsigned)(t.nbatch < 65535 ? t.nbatch : 65535));
   switch (k_esize(dtype)) {
-  case 1: transpose_kernel<uint8_t, TILE><<<grid, block, 0, st>>>(t); break;
-  case 2: transpose_kernel<uint16_t, TILE><<<grid, block, 0, st>>>(t); break;
-  case 4: transpose_kernel<uint32_t, TILE><<<grid, block, 0, st>>>(t); break;
-  default: transpose_kernel<uint64_t, TILE><<<grid, block, 0, st>>>(t); break;
+  case 1: transpose_kernel<uint8_t, TILE, EDGE><<<grid, block, 0, st>>>(t); break;
+  case 2: transpose_kernel<uint16_t, TILE, EDGE><<<grid, block, 0, st>>>(t); break;
+  case 4: transpose_kernel<uint32_t, TILE, EDGE><<<grid, block, 0, st>>>(t); break;
+  default: transpose_kernel<uint64_t, TILE, EDGE><<<grid, block, 0, st>>>(t); break;
   }
 }
 
 static int launch_transpose(const ktrans &t, int dtype, const cuk_env *env, char *err, size_t errlen)
 {
-  if (t.na >= KT_BIG && t.nb >= KT_BIG) launch_tiles<KT_BIG>(t, dtype, k_stream(env));
-  else launch_tiles<KT_TILE>(t, dtype, k_stream(env));
+  cudaStream_t st = k_stream(env);
+  if (t.na >= KT_BIG && t.nb >= KT_BIG) {
+    if (t.na % KT_BIG == 0 && t.nb % KT_BIG == 0) launch_tiles<KT_BIG, false>(t, dtype, st);
+    else launch_tiles<KT_BIG, true>(t, dtype, st);
+  } else if (t.na % KT_TILE == 0 && t.nb % KT_TILE == 0) {
+    launch_tiles<KT_TILE, false>(t, dtype, st);
+  } else {
+    launch_tiles<KT_TILE, true>(t, dtype, st);
+  }
   K_LAUNCHED();
   return 0;
 }
