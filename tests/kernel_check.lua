@@ -189,10 +189,27 @@ print(pcall(function() m.dyn { grid = 1, block = 32, shared = m.dyn.max_shared +
 m.dyn { grid = 1, block = 32, shared = 64 * 1024 } (y)
 gpu.synchronize()
 print("sum", y:sum():item())
+local m2 = gpu.compile([[
+extern "C" __global__ void both(float *y)
+{
+  __shared__ float s[10240];
+  extern __shared__ float buf[];
+  s[threadIdx.x] = 1;
+  buf[threadIdx.x] = 1;
+  __syncthreads();
+  y[threadIdx.x] = s[threadIdx.x] + buf[threadIdx.x];
+}
+]])
+print("together", pcall(function()
+  m2.both { grid = 1, block = 32, shared = 200 * 1024 } (y)
+  gpu.synchronize()
+end))
 ]==], HOST and "GPULUA_KERNEL_CHECK=1" or "")
   T.ok(out:find("false\t[^\n]*shared = %d+ bytes is more than the %d+ bytes of dynamic shared memory this kernel can " ..
                 "have"), "past the device's limit: refused before anything is enqueued")
   T.ok(out:find("sum\t32.0", 1, true), "64 KiB (above 48, with the opt-in gpulua makes) runs")
+  T.ok(out:find("together\tfalse\t[^\n]*too much shared data") or out:find("together\tfalse\t[^\n]*it declares"),
+       "static and dynamic together past the limit: refused")
   if not out:find("sum\t32") then T.diag(out) end
 end)
 

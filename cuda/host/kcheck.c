@@ -95,6 +95,15 @@ void *hk_rt_static_shared(void *wp, int id, unsigned long long size, unsigned lo
                  w->job->l->k->sig.name, (unsigned long long)w->sa_bytes + size, name, size, HK_MAX_STATIC_SHARED,
                  line);
   }
+  size_t dyn = w->job->l->shared;
+  if (w->sa_bytes + size + dyn > HK_MAX_DYN_SHARED) {
+    char line[300];
+    hk_source_line(w->job->hk->mod, pc, line, sizeof line);
+    hk_fail_here(w, "kernel '%s' uses too much shared data: %llu bytes of static __shared__ memory (array '%s' of "
+                 "%llu bytes passed the limit) and the launch's %zu of dynamic, more than the %zu bytes a block may "
+                 "have%s", w->job->l->k->sig.name, (unsigned long long)w->sa_bytes + size, name, size, dyn,
+                 HK_MAX_DYN_SHARED, line);
+  }
   size_t al = align < 16 ? 16 : (size_t)align, gap = (HK_SHARED_GAP + al - 1) / al * al;
   size_t body = ((size_t)size + al - 1) / al * al;
   char *mem = aligned_alloc(al, gap + body + gap);
