@@ -61,6 +61,8 @@ local y = gpu.zeros({ 64 })
 local function try(f) local ok, err = pcall(f); print(ok and "ok" or err) end
 m.one_more { grid = 2, block = 33 } (y)
 try(gpu.synchronize)
+m.one_more { grid = 1, block = 64 } (y)
+try(gpu.synchronize)
 m.next_door { grid = 1, block = 32 } (y)
 try(gpu.synchronize)
 m.far_away { grid = 1, block = 32 } (y, 1000)
@@ -74,12 +76,15 @@ print("sum", y:sum():item())
   T.ok(out:find("'one_more' enqueued at [^\n]*:33 failed: illegal memory access %(cudaErrorIllegalAddress%): " ..
                 "a 4%-byte write at byte 128 of __shared__ array 's' %(128 bytes%), past its end at stat.cu:4, " ..
                 "in block %[0,0,0%], thread %[32,0,0%]"), "one element past a static array: the array, line, thread")
-  T.ok(out:find("'next_door' enqueued at [^\n]*:35 failed: [^\n]*a 4%-byte write at byte 128 of __shared__ array " ..
+  T.ok(out:find("'one_more' enqueued at [^\n]*:35 failed: illegal memory access %(cudaErrorIllegalAddress%): " ..
+                "a 4%-byte write at byte 128 of __shared__ array 's' %(128 bytes%), past its end at stat.cu:4, " ..
+                "in block %[0,0,0%], thread %[32,0,0%]"), "a larger overrun: the user's line, not the runtime's")
+  T.ok(out:find("'next_door' enqueued at [^\n]*:37 failed: [^\n]*a 4%-byte write at byte 128 of __shared__ array " ..
                 "'a' %(128 bytes%), past its end at stat.cu:13, in block %[0,0,0%], thread %[31,0,0%]"),
        "an overrun into the next array is still one")
-  T.ok(out:find("'far_away' enqueued at [^\n]*:37 failed: [^\n]* at stat.cu:20, in block %[0,0,0%], thread %[1,0,0%]"),
+  T.ok(out:find("'far_away' enqueued at [^\n]*:39 failed: [^\n]* at stat.cu:20, in block %[0,0,0%], thread %[1,0,0%]"),
        "a far overrun: the user's line, not the runtime's")
-  T.ok(out:find("'before' enqueued at [^\n]*:39 failed: [^\n]*a 8%-byte read at byte %-8 of __shared__ array 'd' " ..
+  T.ok(out:find("'before' enqueued at [^\n]*:41 failed: [^\n]*a 8%-byte read at byte %-8 of __shared__ array 'd' " ..
                 "%(512 bytes%), before its start at stat.cu:26, in block %[0,0,0%], thread %[0,0,0%]"),
        "before a two-dimensional array's start")
   T.ok(out:find("\nok\nsum\t32.0", 1, true), "a correct launch of the same module runs, with the right result")
