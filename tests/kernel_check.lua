@@ -59,7 +59,7 @@ extern "C" __global__ void before(float *y)
 ]], { name = "stat.cu" })
 local y = gpu.zeros({ 64 })
 local function try(f) local ok, err = pcall(f); print(ok and "ok" or err) end
-m.one_more { grid = 2, block = 33 } (y)
+m.one_more { grid = 1, block = 33 } (y)
 try(gpu.synchronize)
 m.one_more { grid = 1, block = 64 } (y)
 try(gpu.synchronize)
@@ -136,11 +136,23 @@ print("y", y:get(1), y:get(32))
   if not ok or not out:find("y\t56.5") then T.diag(out) end
 end)
 
-T.test("more than 48 KiB of static shared memory is refused, naming the kernel", function()
-  local out = child([==[
+local BIG = [==[
 local gpu = require "gpu"
 local ok, err = pcall(function()
   local m = gpu.compile([[
+extern "C" __global__ void fits(float *y)
+{
+  __shared__ float a[12288];
+  a[threadIdx.x] = 1;
+  __syncthreads();
+  y[threadIdx.x] = a[threadIdx.x];
+}
+]])
+  local y = gpu.zeros({ 32 })
+  m.fits { grid = 1, block = 32 } (y)
+  gpu.synchronize()
+  print("fits", y:sum():item(), m.fits.static_shared)
+  m = gpu.compile([[
 extern "C" __global__ void big(float *y)
 {
   __shared__ float a[8192];
@@ -149,36 +161,36 @@ extern "C" __global__ void big(float *y)
   __syncthreads();
   y[threadIdx.x] = a[threadIdx.x] + b[threadIdx.x];
 }
-extern "C" __global__ void fits(float *y)
-{
-  __shared__ float a[12288];
-  a[threadIdx.x] = 1;
-  __syncthreads();
-  y[threadIdx.x] = a[threadIdx.x];
-}
 ]], { name = "big.cu" })
-  local y = gpu.zeros({ 32 })
-  m.fits { grid = 1, block = 32 } (y)
-  gpu.synchronize()
-  print("fits", y:sum():item())
   m.big { grid = 1, block = 32 } (y)
   gpu.synchronize()
 end)
 print(ok and "ok" or err)
-]==], HOST and "GPULUA_KERNEL_CHECK=1" or "")
+]==]
+
+T.test("more than 48 KiB of static shared memory is refused, naming the kernel", function()
+  local out = child(BIG, "GPULUA_KERNEL_CHECK=0")
+  T.ok(out:find("fits\t32.0\t49152", 1, true), "exactly 48 KiB is allowed, and k.static_shared says so")
   if HOST then
-    T.ok(out:find("fits\t32.0", 1, true), "exactly 48 KiB is allowed")
-    T.ok(out:find("'big' enqueued at [^\n]*:24 failed: kernel 'big' uses too much shared data: 49156 bytes of " ..
-                  "static __shared__ memory %(array 'b' of 16388 bytes passed the limit%), more than the 48 KiB " ..
-                  "%(49152 bytes%) a GPU allows a kernel at big.cu:4"), "one byte past: refused, with the kernel")
+    T.ok(out:find(":16: gpu.compile: kernel 'big' uses too much shared data: 49156 bytes of static __shared__ " ..
+                  "memory, more than the 48 KiB (49152 bytes) a GPU allows a kernel", 1, true),
+         "one byte past: the compilation is refused, naming the kernel")
   else
     T.ok(out:find("big") and out:find("shared") and not out:find("\nok"), "the GPU's compiler refuses it")
   end
+  if not out:find("fits\t32", 1, true) then T.diag(out) end
+end)
+
+check_test("GPULUA_KERNEL_CHECK=1: more than 48 KiB of static shared memory fails the launch", function()
+  local out = child(BIG, "GPULUA_KERNEL_CHECK=1")
+  T.ok(out:find("fits\t32.0", 1, true), "exactly 48 KiB is allowed")
+  T.ok(out:find("'big' enqueued at [^\n]*:26 failed: kernel 'big' uses too much shared data: 49156 bytes of " ..
+                "static __shared__ memory %(array 'b' of 16388 bytes passed the limit%), more than the 48 KiB " ..
+                "%(49152 bytes%) a GPU allows a kernel at big.cu:4"), "one byte past: refused, with the array")
   if not out:find("big.cu:4", 1, true) then T.diag(out) end
 end)
 
-T.test("more dynamic shared memory than the device allows is refused at the launch", function()
-  local out = child([==[
+local DYN = [==[
 local gpu = require "gpu"
 local m = gpu.compile([[
 extern "C" __global__ void dyn(float *y)
@@ -209,13 +221,18 @@ print("together", pcall(function()
   m2.both { grid = 1, block = 32, shared = 200 * 1024 } (y)
   gpu.synchronize()
 end))
-]==], HOST and "GPULUA_KERNEL_CHECK=1" or "")
-  T.ok(out:find("false\t[^\n]*shared = %d+ bytes is more than the %d+ bytes of dynamic shared memory this kernel can " ..
-                "have"), "past the device's limit: refused before anything is enqueued")
-  T.ok(out:find("sum\t32.0", 1, true), "64 KiB (above 48, with the opt-in gpulua makes) runs")
-  T.ok(out:find("together\tfalse\t[^\n]*too much shared data") or out:find("together\tfalse\t[^\n]*it declares"),
-       "static and dynamic together past the limit: refused")
-  if not out:find("sum\t32") then T.diag(out) end
+]==]
+
+T.test("more dynamic shared memory than the device allows is refused at the launch", function()
+  for _, env in ipairs(HOST and { "GPULUA_KERNEL_CHECK=1", "GPULUA_KERNEL_CHECK=0" } or { "" }) do
+    local out = child(DYN, env)
+    T.ok(out:find("false\t[^\n]*shared = %d+ bytes is more than the %d+ bytes of dynamic shared memory this kernel can " ..
+                  "have"), "past the device's limit: refused before anything is enqueued")
+    T.ok(out:find("sum\t32.0", 1, true), "64 KiB (above 48, with the opt-in gpulua makes) runs")
+    T.ok(out:find("together\tfalse\t[^\n]*too much shared data") or out:find("together\tfalse\t[^\n]*it declares"),
+         "static and dynamic together past the limit: refused")
+    if not out:find("sum\t32") then T.diag(out) end
+  end
 end)
 
 check_test("misaligned atomics fail, naming the operation and the line", function()

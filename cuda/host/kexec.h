@@ -29,6 +29,7 @@ typedef struct hk_mod hk_mod;
 typedef struct hk_kern {
   hk_mod *mod;
   const gpulua_hk_kernel *k;
+  size_t static_shared;         /* the __shared__ arrays of its own body (kmodule.c) */
 } hk_kern;
 
 #define HK_MAXSEG 16
