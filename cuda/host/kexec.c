@@ -18,8 +18,9 @@
  * A fault in kernel code (SIGSEGV, SIGBUS, SIGFPE, SIGILL on a block
  * worker) fails the launch instead of the process.  Modules built for
  * GPULUA_KERNEL_CHECK call back before each access of the user's code; the
- * ranges it may touch are set up here per job and worker, and a bad access
- * is described against the launch's tensor arguments. */
+ * ranges it may touch are set up per job and worker by kcheck.c, and a bad
+ * access is described against the launch's tensor arguments and shared
+ * memory (kfail.c). */
 #include <dlfcn.h>
 #include <link.h>
 #include <errno.h>

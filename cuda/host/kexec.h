@@ -1,5 +1,6 @@
 /* The host backend's run-time kernels (cuda/host/): what kexec.c (launches,
- * fibers, the block workers), kmodule.c (loading modules) and kfail.c (a
+ * fibers, the block workers), kmodule.c (loading modules), kcheck.c
+ * (GPULUA_KERNEL_CHECK's ranges and static shared arrays) and kfail.c (a
  * failed kernel in words) share: a loaded module and its kernels, a
  * launch's job, a fiber and the thread that runs blocks.  Private to
  * them; what the rest of the backend calls is in hk.h. */
