@@ -465,12 +465,14 @@ GPULUA_H_INTS(__nv_bfloat16, bfloat16, b_bits, mkb, b_float)
   static inline T2 operator/(const T2 &a, const T2 &b) { return __h2div(a, b); } \
   static inline T2 &operator+=(T2 &a, const T2 &b) { return a = __hadd2(a, b); } \
   static inline T2 &operator*=(T2 &a, const T2 &b) { return a = __hmul2(a, b); } \
-  static inline T atomicAdd(T *a, T v) \
+  GPULUA_ATOMIC T atomicAdd(T *a, T v) \
   { \
+    GPULUA_ALIGNED(a, "atomicAdd"); \
     return gpulua_rt::atomic_rmw<T, unsigned short>(a, [v](T o) { return __hadd(o, v); }); \
   } \
-  static inline T2 atomicAdd(T2 *a, T2 v) \
+  GPULUA_ATOMIC T2 atomicAdd(T2 *a, T2 v) \
   { \
+    GPULUA_ALIGNED(a, "atomicAdd"); \
     return gpulua_rt::atomic_rmw<T2, unsigned>(a, [v](T2 o) { return __hadd2(o, v); }); \
   }
 GPULUA_F16_OPS(__half, __half2)

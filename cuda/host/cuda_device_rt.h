@@ -16,7 +16,7 @@
 /* ---- part 1: the interface ------------------------------------------------ */
 
 /* Bumped whenever anything below changes layout or meaning. */
-#define GPULUA_HK_ABI 1
+#define GPULUA_HK_ABI 2
 
 /* __syncthreads kinds and warp operations (gpulua_hk_rt.barrier, .warp) */
 enum {
@@ -35,7 +35,8 @@ enum { GPULUA_FAIL_ASSERT = 1, GPULUA_FAIL_TRAP, GPULUA_FAIL_OTHER };
 typedef struct gpulua_hk_range {
   unsigned long long lo, hi;    /* [lo, hi) */
   int write;                    /* may be written */
-  int param;                    /* the kernel parameter it is (0-based), -1 none */
+  int param;                    /* the kernel parameter it is (0-based), -1 none, -2 the
+                                 * dynamic shared memory, -3 - i static __shared__ array i */
 } gpulua_hk_range;
 
 typedef struct gpulua_hk_rt {
@@ -48,6 +49,15 @@ typedef struct gpulua_hk_rt {
   void (*fail)(void *w, int kind, const char *msg);
   /* GPULUA_KERNEL_CHECK: an access outside every range; does not return */
   void (*bad_access)(void *w, unsigned long long addr, unsigned long long size, int write, void *pc);
+  /* GPULUA_KERNEL_CHECK: the block's copy of static __shared__ declaration
+   * id (its size and alignment as compiled, name the array's), set apart
+   * from everything else; stops the kernel (does not return) when its
+   * static shared memory passes a GPU's 48 KiB */
+  void *(*static_shared)(void *w, int id, unsigned long long size, unsigned long long align, const char *name,
+                         void *pc);
+  /* GPULUA_KERNEL_CHECK: an atomic operation (op: its name) on an address
+   * not aligned to its size; does not return */
+  void (*misaligned)(void *w, unsigned long long addr, unsigned long long size, const char *op, void *pc);
 } gpulua_hk_rt;
 
 typedef struct gpulua_hk_block {
@@ -238,6 +248,33 @@ GPULUA_NOCHECK inline unsigned long long warp(int op, unsigned mask, unsigned lo
 
 inline void *dyn_shared() { return tsp()->dyn; }
 
+#ifdef GPULUA_KCHECK
+/* GPULUA_KERNEL_CHECK: ksource.c turns each `__shared__ T name[N];` of a
+ * function into a reference to this, the block's copy kept apart by
+ * libgpulua (so an overrun is one); an atomic's address must be aligned to
+ * its size.  (pc: the user's code that asked) */
+__attribute__((no_sanitize_address, noinline)) inline void *static_shared(int id, unsigned long long size,
+                                                                         unsigned long long align, const char *name)
+{
+  tstate *t = tsp();
+  return t->blk->rt->static_shared(t->blk->w, id, size, align, name, __builtin_return_address(0));
+}
+__attribute__((no_sanitize_address, noinline)) inline void misaligned(const void *a, unsigned long long n,
+                                                                      const char *op, void *pc)
+{
+  tstate *t = tsp();
+  t->blk->rt->misaligned(t->blk->w, (unsigned long long)(uintptr_t)a, n, op, pc);
+}
+#define GPULUA_ATOMIC static __attribute__((noinline))
+#define GPULUA_ALIGNED(a, op) \
+  do { \
+    if ((uintptr_t)(a) % sizeof *(a)) ::gpulua_rt::misaligned(a, sizeof *(a), op, __builtin_return_address(0)); \
+  } while (0)
+#else
+#define GPULUA_ATOMIC static inline
+#define GPULUA_ALIGNED(a, op) ((void)0)
+#endif
+
 } /* namespace gpulua_rt */
 
 #define threadIdx (::gpulua_rt::tsp()->tid)
@@ -412,25 +449,52 @@ static inline void __nanosleep(unsigned ns)
 
 #define GPULUA_RELAXED __ATOMIC_RELAXED
 #define GPULUA_ATOMIC_INT(T) \
-  static inline T atomicAdd(T *a, T v) { return __atomic_fetch_add(a, v, GPULUA_RELAXED); } \
-  static inline T atomicSub(T *a, T v) { return __atomic_fetch_sub(a, v, GPULUA_RELAXED); } \
-  static inline T atomicExch(T *a, T v) { return __atomic_exchange_n(a, v, GPULUA_RELAXED); } \
-  static inline T atomicAnd(T *a, T v) { return __atomic_fetch_and(a, v, GPULUA_RELAXED); } \
-  static inline T atomicOr(T *a, T v) { return __atomic_fetch_or(a, v, GPULUA_RELAXED); } \
-  static inline T atomicXor(T *a, T v) { return __atomic_fetch_xor(a, v, GPULUA_RELAXED); } \
-  static inline T atomicCAS(T *a, T cmp, T v) \
+  GPULUA_ATOMIC T atomicAdd(T *a, T v) \
   { \
+    GPULUA_ALIGNED(a, "atomicAdd"); \
+    return __atomic_fetch_add(a, v, GPULUA_RELAXED); \
+  } \
+  GPULUA_ATOMIC T atomicSub(T *a, T v) \
+  { \
+    GPULUA_ALIGNED(a, "atomicSub"); \
+    return __atomic_fetch_sub(a, v, GPULUA_RELAXED); \
+  } \
+  GPULUA_ATOMIC T atomicExch(T *a, T v) \
+  { \
+    GPULUA_ALIGNED(a, "atomicExch"); \
+    return __atomic_exchange_n(a, v, GPULUA_RELAXED); \
+  } \
+  GPULUA_ATOMIC T atomicAnd(T *a, T v) \
+  { \
+    GPULUA_ALIGNED(a, "atomicAnd"); \
+    return __atomic_fetch_and(a, v, GPULUA_RELAXED); \
+  } \
+  GPULUA_ATOMIC T atomicOr(T *a, T v) \
+  { \
+    GPULUA_ALIGNED(a, "atomicOr"); \
+    return __atomic_fetch_or(a, v, GPULUA_RELAXED); \
+  } \
+  GPULUA_ATOMIC T atomicXor(T *a, T v) \
+  { \
+    GPULUA_ALIGNED(a, "atomicXor"); \
+    return __atomic_fetch_xor(a, v, GPULUA_RELAXED); \
+  } \
+  GPULUA_ATOMIC T atomicCAS(T *a, T cmp, T v) \
+  { \
+    GPULUA_ALIGNED(a, "atomicCAS"); \
     __atomic_compare_exchange_n(a, &cmp, v, false, GPULUA_RELAXED, GPULUA_RELAXED); \
     return cmp; \
   } \
-  static inline T atomicMin(T *a, T v) \
+  GPULUA_ATOMIC T atomicMin(T *a, T v) \
   { \
+    GPULUA_ALIGNED(a, "atomicMin"); \
     T o = __atomic_load_n(a, GPULUA_RELAXED); \
     while (v < o && !__atomic_compare_exchange_n(a, &o, v, true, GPULUA_RELAXED, GPULUA_RELAXED)) {} \
     return o; \
   } \
-  static inline T atomicMax(T *a, T v) \
+  GPULUA_ATOMIC T atomicMax(T *a, T v) \
   { \
+    GPULUA_ALIGNED(a, "atomicMax"); \
     T o = __atomic_load_n(a, GPULUA_RELAXED); \
     while (v > o && !__atomic_compare_exchange_n(a, &o, v, true, GPULUA_RELAXED, GPULUA_RELAXED)) {} \
     return o; \
@@ -439,19 +503,22 @@ GPULUA_ATOMIC_INT(int)
 GPULUA_ATOMIC_INT(unsigned int)
 GPULUA_ATOMIC_INT(long long)
 GPULUA_ATOMIC_INT(unsigned long long)
-static inline unsigned short atomicCAS(unsigned short *a, unsigned short cmp, unsigned short v)
+GPULUA_ATOMIC unsigned short atomicCAS(unsigned short *a, unsigned short cmp, unsigned short v)
 {
+  GPULUA_ALIGNED(a, "atomicCAS");
   __atomic_compare_exchange_n(a, &cmp, v, false, GPULUA_RELAXED, GPULUA_RELAXED);
   return cmp;
 }
-static inline unsigned atomicInc(unsigned *a, unsigned lim)
+GPULUA_ATOMIC unsigned atomicInc(unsigned *a, unsigned lim)
 {
+  GPULUA_ALIGNED(a, "atomicInc");
   unsigned o = __atomic_load_n(a, GPULUA_RELAXED);
   while (!__atomic_compare_exchange_n(a, &o, o >= lim ? 0u : o + 1, true, GPULUA_RELAXED, GPULUA_RELAXED)) {}
   return o;
 }
-static inline unsigned atomicDec(unsigned *a, unsigned lim)
+GPULUA_ATOMIC unsigned atomicDec(unsigned *a, unsigned lim)
 {
+  GPULUA_ALIGNED(a, "atomicDec");
   unsigned o = __atomic_load_n(a, GPULUA_RELAXED);
   while (!__atomic_compare_exchange_n(a, &o, o == 0 || o > lim ? lim : o - 1, true, GPULUA_RELAXED,
                                       GPULUA_RELAXED)) {}
@@ -474,16 +541,19 @@ template <typename T, typename B, typename F> inline T atomic_rmw(T *a, F f)
 }
 } /* namespace gpulua_rt */
 
-static inline float atomicAdd(float *a, float v)
+GPULUA_ATOMIC float atomicAdd(float *a, float v)
 {
+  GPULUA_ALIGNED(a, "atomicAdd");
   return gpulua_rt::atomic_rmw<float, unsigned>(a, [v](float o) { return o + v; });
 }
-static inline double atomicAdd(double *a, double v)
+GPULUA_ATOMIC double atomicAdd(double *a, double v)
 {
+  GPULUA_ALIGNED(a, "atomicAdd");
   return gpulua_rt::atomic_rmw<double, unsigned long long>(a, [v](double o) { return o + v; });
 }
-static inline float atomicExch(float *a, float v)
+GPULUA_ATOMIC float atomicExch(float *a, float v)
 {
+  GPULUA_ALIGNED(a, "atomicExch");
   return gpulua_rt::atomic_rmw<float, unsigned>(a, [v](float) { return v; });
 }
 /* no atomicMax/atomicMin on float or double: CUDA has none for sm_90

@@ -19,10 +19,12 @@ extern const char hk_rt_header[];   /* $(BUILD)/gen/hk_rt.c */
 /* An executable on PATH (or name itself when it has a '/'): 0, or -1. */
 int hk_find_program(const char *name, char *out, size_t n);
 /* The source as the C++ compiler takes it (ksource.c): extern __shared__
- * arrays become pointers to the block's dynamic shared memory; 0, or -1
- * with the message. */
+ * arrays become pointers to the block's dynamic shared memory, and with
+ * check (GPULUA_KERNEL_CHECK) static __shared__ arrays of a function
+ * references to the block's copy libgpulua sets apart; 0, or -1 with the
+ * message. */
 struct sbuf;
-int hk_rewrite(const char *src, struct sbuf *o, char *err, size_t errlen);
+int hk_rewrite(const char *src, int check, struct sbuf *o, char *err, size_t errlen);
 /* need[i]: whether kernel exprs[i] may reach a barrier or warp primitive
  * (then it runs on fibers); 1 whenever the source cannot tell. */
 void hk_fiber_scan(const char *src, const char *const *exprs, int nexprs, int *need);

@@ -412,7 +412,7 @@ static int build_cmdline(const compiler *cx, int check, const char *const *opts,
  * rewritten, then an entry per name expression, whose fiber needs are
  * scanned from the source (all of them when an option pre-includes a
  * header, which is not read). */
-static int build_source(const char *src, const char *name, const char *const *exprs, int nexprs,
+static int build_source(const char *src, const char *name, int check, const char *const *exprs, int nexprs,
                         const char *const *argv, int user_at, int argc, sbuf *text, char *err, size_t errlen)
 {
   sb_str(text, "#line 1 \"");
@@ -421,7 +421,7 @@ static int build_source(const char *src, const char *name, const char *const *ex
     sb_add(text, (unsigned char)*q < 0x20 || *q == 0x7f ? "?" : q, 1);
   }
   sb_str(text, "\"\n");
-  if (hk_rewrite(src, text, err, errlen)) return -1;
+  if (hk_rewrite(src, check, text, err, errlen)) return -1;
   int *need = calloc(nexprs > 0 ? (size_t)nexprs : 1, sizeof *need);
   if (!need) return fail_msg(err, errlen, "out of memory");
   hk_fiber_scan(src, exprs, nexprs, need);
@@ -587,7 +587,7 @@ int hk_compile(dev_ctx *ctx, const char *src, const char *name, const char *arch
   int argc, user_at;
   sbuf ostore = {0}, text = {0}, key = {0};
   rc = build_cmdline(&cx, check, opts, nopts, argv, &argc, &user_at, &ostore, err, errlen);
-  if (rc == 0) rc = build_source(src, name, exprs, nexprs, argv, user_at, argc, &text, err, errlen);
+  if (rc == 0) rc = build_source(src, name, check, exprs, nexprs, argv, user_at, argc, &text, err, errlen);
   if (rc == 0) rc = build_key(&cx, argv, argc, &text, &key, err, errlen);
   if (rc == 0) {
     char dirbuf[1024], cpath[1200], note[sizeof img->note] = "";

@@ -18,8 +18,9 @@
  * A fault in kernel code (SIGSEGV, SIGBUS, SIGFPE, SIGILL on a block
  * worker) fails the launch instead of the process.  Modules built for
  * GPULUA_KERNEL_CHECK call back before each access of the user's code; the
- * ranges it may touch are set up here per job and worker, and a bad access
- * is described against the launch's tensor arguments. */
+ * ranges it may touch are set up per job and worker by kcheck.c, and a bad
+ * access is described against the launch's tensor arguments and shared
+ * memory (kfail.c). */
 #include <dlfcn.h>
 #include <link.h>
 #include <errno.h>
@@ -84,7 +85,7 @@ static void worker_free(void *p)
     sigaltstack(&ss, NULL);
     munmap(w->altstack, HK_ALTSTACK);
   }
-  free(w->ranges);
+  hk_check_free(w);
   if (w->stacks) munmap(w->stacks, HK_MAX_THREADS * (w->page + HK_STACK));
   free(w->f);
   free(w->dyn);
@@ -231,8 +232,7 @@ static void rt_fail(void *wp, int kind, const char *msg)
   longjmp(w->jb, 1);
 }
 
-static void fail_here(hk_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void fail_here(hk_worker *w, const char *fmt, ...)
+void hk_fail_here(hk_worker *w, const char *fmt, ...)
 {
   char msg[600];
   va_list ap;
@@ -247,7 +247,7 @@ static void fail_here(hk_worker *w, const char *fmt, ...)
  * (kcompile.c's reading of it missed a way there). */
 __attribute__((noreturn)) static void no_fibers(hk_worker *w, const char *what)
 {
-  fail_here(w, "kernel '%s' reached %s, which gpulua did not find on its way in the source (through a "
+  hk_fail_here(w, "kernel '%s' reached %s, which gpulua did not find on its way in the source (through a "
             "macro?): it ran without the fibers that need; please report this", w->job->l->k->sig.name, what);
 }
 
@@ -260,7 +260,7 @@ __attribute__((noreturn)) static void deadlock(hk_worker *w)
     if (w->f[i].state == F_WARP) warp++;
   }
   unsigned long long gx = w->blk.grid[0], gy = w->blk.grid[1];
-  fail_here(w, "block [%llu,%llu,%llu] cannot go on: %d thread%s wait%s at __syncthreads and %d at a "
+  hk_fail_here(w, "block [%llu,%llu,%llu] cannot go on: %d thread%s wait%s at __syncthreads and %d at a "
             "warp operation whose other lanes are elsewhere (a barrier or warp operation not reached "
             "by every thread it waits for)", w->block % gx, w->block / gx % gy, w->block / gx / gy, bar,
             bar == 1 ? "" : "s", bar == 1 ? "s" : "", warp);
@@ -559,6 +559,7 @@ static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
   w->blk.last = b + 1;
   w->blk.ranges = w->ranges;
   w->blk.nranges = w->nranges;
+  w->cur_blk = &w->blk;
   w->block = b;
   w->job = j;
   w->nf = n;
@@ -601,17 +602,6 @@ static int run_block_fibers(hk_job *j, hk_worker *w, unsigned long long b)
 }
 
 /* ---- what went wrong, in words ------------------------------------------------ */
-
-static void rt_bad_access(void *wp, unsigned long long addr, unsigned long long size, int write, void *pc)
-{
-  hk_worker *w = wp;
-  const hk_mod *hm = w->job->hk->mod;
-  char what[400], line[300], at[100];
-  hk_describe_access(w, addr, size, write, what, sizeof what);
-  hk_source_line(hm, pc, line, sizeof line);
-  hk_thread_where(hm, at, sizeof at);
-  fail_here(w, "illegal memory access (cudaErrorIllegalAddress): %s%s, in %s", what, line, at);
-}
 
 /* After a fault in kernel code (the handler jumped back here): the job
  * fails saying what it was. */
@@ -705,7 +695,8 @@ static void fault_install(void)
   for (int i = 0; i < 4; i++) sigaction(fault_sigs[i], &sa, &prev_act[i]);
 }
 
-static const gpulua_hk_rt rt = {rt_barrier, rt_warp, rt_fail, rt_bad_access};
+static const gpulua_hk_rt rt = {rt_barrier, rt_warp, rt_fail, hk_rt_bad_access, hk_rt_static_shared,
+                               hk_rt_misaligned};
 
 /* ---- running blocks ------------------------------------------------------- */
 
@@ -731,6 +722,7 @@ static int run_range(hk_job *j, hk_worker *w, unsigned long long b0, unsigned lo
   blk.last = b1;
   blk.ranges = w->ranges;
   blk.nranges = w->nranges;
+  w->cur_blk = &blk;
   w->job = j;
   w->range_first = b0;
   w->range_last = b1;
@@ -745,41 +737,6 @@ static int run_range(hk_job *j, hk_worker *w, unsigned long long b0, unsigned lo
   return 0;
 }
 
-static int add_range(hk_worker *w, uintptr_t lo, uintptr_t hi, int write, int param)
-{
-  if (w->nranges == w->cap_ranges) {
-    int cap = w->cap_ranges ? 2 * w->cap_ranges : 32;
-    gpulua_hk_range *r = realloc(w->ranges, (size_t)cap * sizeof *r);
-    if (!r) return -1;
-    w->ranges = r;
-    w->cap_ranges = cap;
-  }
-  w->ranges[w->nranges++] = (gpulua_hk_range){lo, hi, write, param};
-  return 0;
-}
-
-/* GPULUA_KERNEL_CHECK: what this thread's blocks of j may touch. */
-static int make_ranges(hk_job *j, hk_worker *w)
-{
-  const hk_mod *hm = j->hk->mod;
-  w->nranges = 0;
-  if (!hm->checked) return 0;
-  int bad = 0;
-  for (int i = 0; i < j->nargs; i++) bad |= add_range(w, j->args[i].lo, j->args[i].hi, j->args[i].write, j->args[i].param);
-  if (j->l->shared) bad |= add_range(w, (uintptr_t)w->dyn, (uintptr_t)w->dyn + j->l->shared, 1, -2);
-  bad |= add_range(w, (uintptr_t)w->main_lo, (uintptr_t)w->main_lo + w->main_size, 1, -1);
-  if (w->stacks)
-    bad |= add_range(w, (uintptr_t)w->stacks, (uintptr_t)w->stacks + HK_MAX_THREADS * (w->page + HK_STACK), 1, -1);
-  void *tls = NULL;
-  if (dlinfo(hm->dl, RTLD_DI_TLS_DATA, &tls) != 0 || !tls) {
-    if (hm->tls_probe) hm->tls_probe();
-    if (dlinfo(hm->dl, RTLD_DI_TLS_DATA, &tls) != 0) tls = NULL;
-  }
-  if (tls) bad |= add_range(w, (uintptr_t)tls, (uintptr_t)tls + hm->tls_size, 1, -1);
-  for (int i = 0; i < hm->nseg; i++) bad |= add_range(w, hm->seg[i].lo, hm->seg[i].hi, hm->seg[i].write, -1);
-  return bad ? -1 : 0;
-}
-
 static void run_job(hk_job *j, hk_worker *w)
 {
   if (ensure_dyn(w, j->l->shared)) {
@@ -792,7 +749,7 @@ static void run_job(hk_job *j, hk_worker *w)
     job_fail(j, "out of memory for the stacks of %d kernel threads", n);
     return;
   }
-  if (make_ranges(j, w)) {
+  if (hk_make_ranges(j, w)) {
     job_fail(j, "out of memory");
     return;
   }

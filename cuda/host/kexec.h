@@ -1,5 +1,6 @@
 /* The host backend's run-time kernels (cuda/host/): what kexec.c (launches,
- * fibers, the block workers), kmodule.c (loading modules) and kfail.c (a
+ * fibers, the block workers), kmodule.c (loading modules), kcheck.c
+ * (GPULUA_KERNEL_CHECK's ranges and static shared arrays) and kfail.c (a
  * failed kernel in words) share: a loaded module and its kernels, a
  * launch's job, a fiber and the thread that runs blocks.  Private to
  * them; what the rest of the backend calls is in hk.h. */
@@ -20,12 +21,16 @@
  * the 227 KiB a kernel may opt in to there (host kernels need no opt-in). */
 #define HK_MAX_THREADS 1024
 #define HK_MAX_DYN_SHARED ((size_t)232448)
+/* The static __shared__ memory a kernel may have on a GPU (ptxas refuses
+ * more); GPULUA_KERNEL_CHECK holds host kernels to it. */
+#define HK_MAX_STATIC_SHARED ((size_t)49152)
 
 typedef struct hk_mod hk_mod;
 
 typedef struct hk_kern {
   hk_mod *mod;
   const gpulua_hk_kernel *k;
+  size_t static_shared;         /* the __shared__ arrays of its own body (kmodule.c) */
 } hk_kern;
 
 #define HK_MAXSEG 16
@@ -75,6 +80,15 @@ enum { F_RUN, F_BAR, F_WARP, F_DONE };
 
 typedef struct hk_worker hk_worker;
 
+/* GPULUA_KERNEL_CHECK: a static __shared__ array of the job a worker runs,
+ * its bytes at p, in an allocation of its own with a gap either side */
+typedef struct hk_sarray {
+  int id;                       /* the declaration (ksource.c numbers them) */
+  size_t size;
+  char *mem, *p;
+  const char *name;             /* the module's string */
+} hk_sarray;
+
 typedef struct hk_fiber {
   void *sp;                     /* saved stack pointer while switched out */
 #ifndef HK_ASM_SWITCH
@@ -109,6 +123,10 @@ struct hk_worker {
   /* GPULUA_KERNEL_CHECK: the job's ranges plus this thread's */
   gpulua_hk_range *ranges;
   int nranges, cap_ranges;
+  hk_sarray *sa;                /* the job's static __shared__ arrays */
+  int nsa, cap_sa;
+  size_t sa_bytes;
+  gpulua_hk_block *cur_blk;     /* the block description its kernel reads now */
   /* fibers */
   char *stacks;                 /* HK_MAX_THREADS of (guard page + HK_STACK) */
   size_t page;
@@ -136,5 +154,25 @@ void hk_source_line(const hk_mod *hm, void *pc, char *out, size_t n);
 void hk_thread_where(const hk_mod *hm, char *out, size_t n);
 void hk_describe_access(const hk_worker *w, unsigned long long addr, unsigned long long size, int write,
                         char *out, size_t n);
+
+/* kexec.c: fails the kernel from one of its threads with the message (and
+ * the thread's block and thread); does not return. */
+void hk_fail_here(hk_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+/* kcheck.c, GPULUA_KERNEL_CHECK: what w's blocks of j may touch (0, or -1
+ * out of memory; its static shared arrays of an earlier job let go); the
+ * module's calls (gpulua_hk_rt) for a bad access, a static __shared__
+ * array and a misaligned atomic; w's memory of it freed */
+int hk_make_ranges(hk_job *j, hk_worker *w);
+void hk_rt_bad_access(void *wp, unsigned long long addr, unsigned long long size, int write, void *pc);
+void *hk_rt_static_shared(void *wp, int id, unsigned long long size, unsigned long long align, const char *name,
+                          void *pc);
+void hk_rt_misaligned(void *wp, unsigned long long addr, unsigned long long size, const char *op, void *pc);
+void hk_check_free(hk_worker *w);
+/* kfail.c: the memory of w's job that addr is in or nearest to, in words
+ * ("argument 2 'y' (float *, 1000 elements)"), its first byte, its element
+ * size (1 when unknown); NULL when none is near. */
+const gpulua_hk_range *hk_range_name(const hk_worker *w, unsigned long long addr, unsigned long long size,
+                                     char *name, size_t n, unsigned long long *el, unsigned long long *dist);
 
 #endif

@@ -38,45 +38,57 @@ void hk_thread_where(const hk_mod *hm, char *out, size_t n)
   if (hm->where) hm->where(out, n);
 }
 
-/* Which memory addr is outside of: the nearest tensor argument, or the
- * dynamic shared memory. */
-void hk_describe_access(const hk_worker *w, unsigned long long addr, unsigned long long size, int write,
-                            char *out, size_t n)
+const gpulua_hk_range *hk_range_name(const hk_worker *w, unsigned long long addr, unsigned long long size,
+                                     char *name, size_t n, unsigned long long *el, unsigned long long *dist)
 {
   const dev_ksig *sig = &w->job->l->k->sig;
-  const char *rw = write ? "write" : "read";
   const gpulua_hk_range *best = NULL;
-  unsigned long long dist = ~0ull;
+  *dist = ~0ull;
+  *el = 1;
   for (int i = 0; i < w->nranges; i++) {
     const gpulua_hk_range *r = &w->ranges[i];
     if (r->param == -1) continue;
     unsigned long long d = addr >= r->hi ? addr - r->hi + 1 : addr + size <= r->lo ? r->lo - addr : 0;
-    if (d < dist) { dist = d; best = r; }
+    if (d < *dist) { *dist = d; best = r; }
   }
+  if (!best || *dist > ((unsigned long long)1 << 20)) return NULL;
+  /* the range in elements where they are known */
+  unsigned long long bytes = best->hi - best->lo;
+  if (best->param >= 0) {
+    const dev_kparam *p = &sig->params[best->param];
+    *el = p->pointee >= 0 ? dev_dtype_size((dev_dtype)p->pointee) : p->elsize > 0 ? (unsigned long long)p->elsize : 1;
+    if (bytes % *el) *el = 1;
+    if (*el > 1)
+      snprintf(name, n, "argument %d '%s' (%s, %llu elements)", best->param + 1, *p->name ? p->name : "?",
+               p->type, bytes / *el);
+    else
+      snprintf(name, n, "argument %d '%s' (%s, %llu bytes)", best->param + 1, *p->name ? p->name : "?",
+               p->type, bytes);
+  } else if (best->param == -2) {
+    snprintf(name, n, "the dynamic shared memory (%llu bytes)", bytes);
+  } else {
+    snprintf(name, n, "__shared__ array '%s' (%llu bytes)", w->sa[-3 - best->param].name, bytes);
+  }
+  return best;
+}
+
+/* Which memory addr is outside of: the nearest tensor argument, or the
+ * dynamic or a static shared array. */
+void hk_describe_access(const hk_worker *w, unsigned long long addr, unsigned long long size, int write,
+                            char *out, size_t n)
+{
+  const char *rw = write ? "write" : "read";
+  char name[240];
+  unsigned long long el, dist;
+  const gpulua_hk_range *best = hk_range_name(w, addr, size, name, sizeof name, &el, &dist);
   if (addr < 65536 && (!best || dist > 0)) {
     snprintf(out, n, "a %llu-byte %s at address 0x%llx (a null pointer?)", size, rw, addr);
     return;
   }
-  if (!best || dist > ((unsigned long long)1 << 20)) {
+  if (!best) {
     snprintf(out, n, "a %llu-byte %s at 0x%llx, in no tensor the kernel was given, nor its stack or shared "
              "memory", size, rw, addr);
     return;
-  }
-  /* the range in elements where they are known */
-  unsigned long long bytes = best->hi - best->lo, el = 1;
-  char name[240];
-  if (best->param >= 0) {
-    const dev_kparam *p = &sig->params[best->param];
-    el = p->pointee >= 0 ? dev_dtype_size((dev_dtype)p->pointee) : p->elsize > 0 ? (unsigned long long)p->elsize : 1;
-    if (bytes % el) el = 1;
-    if (el > 1)
-      snprintf(name, sizeof name, "argument %d '%s' (%s, %llu elements)", best->param + 1, *p->name ? p->name : "?",
-               p->type, bytes / el);
-    else
-      snprintf(name, sizeof name, "argument %d '%s' (%s, %llu bytes)", best->param + 1, *p->name ? p->name : "?",
-               p->type, bytes);
-  } else {
-    snprintf(name, sizeof name, "the dynamic shared memory (%llu bytes)", bytes);
   }
   long long off = (long long)(addr - best->lo);
   if (dist == 0 && addr >= best->lo && addr + size <= best->hi) {

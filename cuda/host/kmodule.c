@@ -34,6 +34,46 @@ static int seg_cb(struct dl_phdr_info *info, size_t size, void *arg)
   return 1;
 }
 
+/* Bytes of the thread-local variables (the __shared__ arrays) declared in
+ * the body of function name, from the symbol table of the ELF image (local
+ * statics of `name` are _ZZ<len><name>...E<var>); 0 when the name is not a
+ * plain identifier or the image has no symbol table. */
+static size_t own_shared(const unsigned char *img, size_t len, const char *name)
+{
+  char pre[300];
+  size_t nl = strlen(name), total = 0;
+  for (size_t i = 0; i < nl; i++)
+    if (!(name[i] == '_' || (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+          (name[i] >= '0' && name[i] <= '9')))
+      return 0;
+  snprintf(pre, sizeof pre, "_ZZ%zu%s", nl, name);
+  size_t pl = strlen(pre);
+  const ElfW(Ehdr) *eh = (const void *)img;
+  if (len < sizeof *eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_shentsize != sizeof(ElfW(Shdr)) ||
+      eh->e_shoff > len || (size_t)eh->e_shnum > (len - eh->e_shoff) / sizeof(ElfW(Shdr)))
+    return 0;
+  const ElfW(Shdr) *sh = (const void *)(img + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum || sh[i].sh_offset > len ||
+        sh[i].sh_size > len - sh[i].sh_offset || sh[i].sh_entsize != sizeof(ElfW(Sym)))
+      continue;
+    const ElfW(Shdr) *st = &sh[sh[i].sh_link];
+    if (st->sh_offset > len || st->sh_size > len - st->sh_offset || st->sh_size == 0) continue;
+    const char *str = (const char *)img + st->sh_offset;
+    const ElfW(Sym) *sym = (const void *)(img + sh[i].sh_offset);
+    size_t n = sh[i].sh_size / sizeof *sym;
+    for (size_t k = 0; k < n; k++) {
+      if (ELF64_ST_TYPE(sym[k].st_info) != STT_TLS || sym[k].st_name >= st->sh_size) continue;
+      const char *nm = str + sym[k].st_name;
+      size_t room = st->sh_size - sym[k].st_name;
+      if (room > pl && strncmp(nm, pre, pl) == 0 && !(nm[pl] >= '0' && nm[pl] <= '9') &&
+          memchr(nm, 0, room))
+        total += sym[k].st_size;
+    }
+  }
+  return total;
+}
+
 /* ---- modules -------------------------------------------------------------- */
 
 int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl)
@@ -99,6 +139,7 @@ int hk_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl)
   for (int i = 0; i < m->nkernels; i++) {
     ks[i].mod = hm;
     ks[i].k = m->kernels[i];
+    ks[i].static_shared = own_shared(image, len, m->kernels[i]->name);
   }
   *impl = hm;
   return DEV_OK;
@@ -126,9 +167,14 @@ int hk_kernel_get(dev_ctx *ctx, void *impl, const char *symbol, dev_kernel *k, s
   if (!found) return dev_fail(ctx, DEV_ERR_DEVICE, "kernel '%.200s' not found in the module", symbol);
   k->handle = found;
   k->max_threads = HK_MAX_THREADS;
-  k->static_shared = 0;
-  k->max_dynamic_shared = HK_MAX_DYN_SHARED;
-  k->shared_set = HK_MAX_DYN_SHARED;
+  /* as ptxas: no more static shared memory than a GPU allows a kernel */
+  if (found->static_shared > HK_MAX_STATIC_SHARED)
+    return dev_fail(ctx, DEV_ERR_DEVICE, "kernel '%.200s' uses too much shared data: %zu bytes of static "
+                    "__shared__ memory, more than the 48 KiB (%zu bytes) a GPU allows a kernel",
+                    found->k->name, found->static_shared, HK_MAX_STATIC_SHARED);
+  k->static_shared = found->static_shared;
+  k->max_dynamic_shared = HK_MAX_DYN_SHARED - found->static_shared;
+  k->shared_set = k->max_dynamic_shared;
   int n = kk->nparams < max ? kk->nparams : max;
   for (int i = 0; i < n; i++) sizes[i] = kk->sizes[i];
   *nparams = n;

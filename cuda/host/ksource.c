@@ -105,6 +105,8 @@ typedef struct rwstate {
   int scope[256], depth;
   fsname fs[16];
   int nfs;
+  int check;                    /* GPULUA_KERNEL_CHECK: static __shared__ arrays set apart */
+  int nstatic;                  /* the static __shared__ declarations rewritten so far */
 } rwstate;
 
 /* A preprocessor line at p (continuations included), copied; past it. */
@@ -221,6 +223,74 @@ static int rewrite_extern_shared(rwstate *rw, const char *p, sbuf *o, const char
   return 1;
 }
 
+/* The declaration `__shared__ TYPE NAME DIMS;` at p (just past
+ * `__shared__`) up to its ';' at depth 0: NAME (the last identifier before
+ * the first '[' outside brackets, or before the ';'), or -1 when it is not
+ * that shape (several names, an initializer, no name). */
+static int split_static_shared(const char *p, const char **nm, size_t *nmn, const char **semi)
+{
+  const char *s = p, *br = NULL;
+  int depth = 0, angle = 0;
+  for (; *s && !(*s == ';' && depth == 0); s++) {
+    if (*s == '(' || *s == '[' || *s == '{') {
+      if (*s == '[' && depth == 0 && !br) br = s;
+      depth++;
+    } else if (*s == ')' || *s == ']' || *s == '}') {
+      depth--;
+    } else if (depth == 0 && !br) {
+      if (*s == '<') angle++;
+      else if (*s == '>') angle--;
+      else if (*s == '=' || (*s == ',' && angle <= 0) || *s == '"' || *s == '\'' || *s == '#') return -1;
+    }
+    if (depth < 0) return -1;
+  }
+  if (!*s) return -1;
+  const char *e = br ? br : s;
+  while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
+  const char *b = e;
+  while (b > p && is_id(b[-1])) b--;
+  if (b == e || (*b >= '0' && *b <= '9') || b == p) return -1;
+  *nm = b;
+  *nmn = (size_t)(e - b);
+  *semi = s;
+  return 0;
+}
+
+/* GPULUA_KERNEL_CHECK: `[static] __shared__ TYPE NAME DIMS;` in a function
+ * (p just past `__shared__`) becomes a reference to the block's copy that
+ * libgpulua keeps apart (gpulua_rt::static_shared), so that an access
+ * outside it is one, lines kept:
+ *   typedef TYPE gpulua_shI DIMS; gpulua_shI &NAME = *(gpulua_shI *)...;
+ * 1 (*next past it), 0 when it is not such a declaration (then it stays
+ * as written, in thread-local storage). */
+static int rewrite_static_shared(rwstate *rw, const char *p, sbuf *o, const char **next)
+{
+  int in_fn = 0;
+  for (int d = 0; d < rw->depth && d < 256; d++) if (rw->scope[d] == SC_BLOCK) in_fn = 1;
+  const char *nm, *semi;
+  size_t nmn;
+  if (!rw->check || !in_fn || split_static_shared(p, &nm, &nmn, &semi) != 0) return 0;
+  /* a `static` before it in the declaration: blanked (a typedef cannot be) */
+  size_t k = o->n;
+  while (k > 0 && !strchr(";{})", o->p[k - 1])) k--;
+  for (; k + 6 <= o->n; k++)
+    if (strncmp(o->p + k, "static", 6) == 0 && (k == 0 || !is_id(o->p[k - 1])) &&
+        (k + 6 == o->n || !is_id(o->p[k + 6])))
+      memcpy(o->p + k, "      ", 6);
+  int id = rw->nstatic++, lines = 0;
+  sb_str(o, "typedef");
+  for (const char *r = p; r < semi; r++) {
+    if (*r == '\n') lines++;
+    if (r == nm) { sb_printf(o, "gpulua_sh%d", id); r += nmn - 1; continue; }
+    sb_add(o, *r == '\n' || *r == '\r' ? " " : r, 1);
+  }
+  sb_printf(o, "; gpulua_sh%d &%.*s = *(gpulua_sh%d *)::gpulua_rt::static_shared(%d, sizeof(gpulua_sh%d), "
+            "alignof(gpulua_sh%d), \"%.*s\");", id, (int)nmn, nm, id, id, id, id, (int)nmn, nm);
+  for (int i = 0; i < lines; i++) sb_add(o, "\n", 1);
+  *next = semi + 1;
+  return 1;
+}
+
 /* The identifier s (n bytes): an extern __shared__ array of namespace scope
  * becomes its pointer, anything else is copied. */
 static void copy_name(const rwstate *rw, const char *s, size_t n, sbuf *o)
@@ -234,10 +304,11 @@ static void copy_name(const rwstate *rw, const char *s, size_t n, sbuf *o)
   sb_add(o, s, n);
 }
 
-int hk_rewrite(const char *src, sbuf *o, char *err, size_t errlen)
+int hk_rewrite(const char *src, int check, sbuf *o, char *err, size_t errlen)
 {
   rwstate rw;
-  rw.depth = rw.nfs = 0;
+  rw.depth = rw.nfs = rw.nstatic = 0;
+  rw.check = check;
   int line_start = 1, ret = 0;
   const char *p = src;
   while (*p && ret == 0) {
@@ -262,7 +333,9 @@ int hk_rewrite(const char *src, sbuf *o, char *err, size_t errlen)
       const char *s = p;
       while (is_id(*p)) p++;
       size_t n = (size_t)(p - s);
-      int r = n == 6 && strncmp(s, "extern", 6) == 0 ? rewrite_extern_shared(&rw, p, o, &p, err, errlen) : 0;
+      int r = n == 6 && strncmp(s, "extern", 6) == 0 ? rewrite_extern_shared(&rw, p, o, &p, err, errlen)
+              : n == 10 && strncmp(s, "__shared__", 10) == 0 ? rewrite_static_shared(&rw, p, o, &p)
+              : 0;
       if (r < 0) ret = -1;
       else if (r == 0) copy_name(&rw, s, n, o);
     } else if (c >= '0' && c <= '9') {
