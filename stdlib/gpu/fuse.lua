@@ -24,6 +24,7 @@ local DTYPES = { f32 = 1, f64 = 1, f16 = 1, bf16 = 1, i8 = 1, u8 = 1, i32 = 1, i
 local Tracer, Param = {}, {}
 local current   -- the trace in progress
 local SELF = debug.getinfo(1, "S").source
+local SELF_AT = "^" .. debug.getinfo(1, "S").short_src:gsub("%p", "%%%0") .. ":%d+: "
 
 local function class(dt) return FLOATS[dt] and "F" or dt == "bool" and "B" or "I" end
 
@@ -31,10 +32,15 @@ local function class(dt) return FLOATS[dt] and "F" or dt == "bool" and "B" or "I
 local function raise(fmt, ...)
   local msg = string.format(fmt, ...)
   for level = 2, 40 do
-    local info = debug.getinfo(level, "Sl")
+    local info = debug.getinfo(level, "Slt")
     if not info then break end
     if info.source ~= SELF and info.currentline > 0 then
       msg = info.short_src .. ":" .. info.currentline .. ": " .. msg
+      break
+    end
+    if info.istailcall and current then
+      -- the body's line went with its frame: the body's own first line
+      msg = current.where .. ": " .. msg
       break
     end
   end
@@ -292,7 +298,8 @@ local function make_program(tr, r)
 end
 
 local function trace(self, args, n)
-  current = { n = 0, nodes = {}, uses = {}, name = self.name }
+  local def = debug.getinfo(self.fn, "S")
+  current = { n = 0, nodes = {}, uses = {}, name = self.name, where = def.short_src .. ":" .. def.linedefined }
   local tr = current
   local targs = {}
   for i = 1, n do
@@ -393,7 +400,7 @@ function Fused.__call(self, ...)
     local out = outs
     if not single and outs ~= nil then out = outs[j] end
     local ok, r = pcall(run, pr.p, ins, params, out, o and o.stream, site)
-    if not ok then error(r, 2) end
+    if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
     results[j] = r
   end
   return table.unpack(results, 1, #entry.progs)
