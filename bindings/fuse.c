@@ -3,7 +3,8 @@
  * of one: its inputs broadcast together, the output made (or opts.out
  * checked), and ONE op of kind DEV_OP_FUSED submitted on the stream, so
  * streams, graphs, traces, tasks and the race checker see one op.  These
- * are gpu._fuse_* functions: the tracer's, not the user's API. */
+ * are the functions of the module "gpu._fuse": the tracer's, not the
+ * user's API (tests read the op list and the program count there). */
 #include <string.h>
 
 #include "tensor.h"
@@ -23,7 +24,7 @@ static void push_rows(lua_State *L, int *n, const char *kind, const char *name, 
   lua_rawseti(L, -2, ++*n);
 }
 
-/* gpu._fuse_ops() -> the rows of ops.h ({kind, name, code, F, I, B,
+/* ops() -> the rows of ops.h ({kind, name, code, F, I, B,
  * to_bool, left, zdiv, default}), gpu.Tensor's method table */
 static int fuse_ops(lua_State *L) {
   int n = 0;
@@ -84,7 +85,7 @@ static void read_node(lua_State *L, dev_fnode *x) {
   lua_pop(L, 1);
 }
 
-/* gpu._fuse_program(name, nodes) -> the interned program (light userdata) */
+/* program(name, nodes) -> the interned program (light userdata) */
 static int fuse_program(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -130,7 +131,7 @@ static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, int *ndim,
   op->nin = p->nin;
 }
 
-/* gpu._fuse_run(prog, inputs, params, out, stream, site) -> the result: one
+/* run(prog, inputs, params, out, stream, site) -> the result: one
  * DEV_OP_FUSED op on the stream (out: nil, or a tensor to write) */
 static int fuse_run(lua_State *L) {
   luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
@@ -164,7 +165,7 @@ static int fuse_run(lua_State *L) {
   return 1;
 }
 
-/* gpu._fuse_count() -> programs interned so far (each a cache miss) */
+/* count() -> programs interned so far (each a cache miss) */
 static int fuse_count(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)dev_fprog_count());
   return 1;
@@ -183,9 +184,20 @@ static int fuse_entry(lua_State *L) {
 
 const luaL_Reg bind_fuse_funcs[] = {
   {"fuse", fuse_entry},
-  {"_fuse_ops", fuse_ops},
-  {"_fuse_program", fuse_program},
-  {"_fuse_run", fuse_run},
-  {"_fuse_count", fuse_count},
   {NULL, NULL}
 };
+
+static int open_core(lua_State *L) {
+  static const luaL_Reg core[] = {
+    {"ops", fuse_ops}, {"program", fuse_program}, {"run", fuse_run}, {"count", fuse_count}, {NULL, NULL}
+  };
+  luaL_newlib(L, core);
+  return 1;
+}
+
+void bind_fuse_preload(lua_State *L) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(L, open_core);
+  lua_setfield(L, -2, "gpu._fuse");
+  lua_pop(L, 1);
+}

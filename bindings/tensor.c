@@ -545,5 +545,6 @@ int bind_open_tensor(lua_State *L) {
     }
   lua_pop(L, 2);
   for (int k = 0; func_sets[k]; k++) luaL_setfuncs(L, func_sets[k], 0);
+  bind_fuse_preload(L);
   return 0;
 }

@@ -1,5 +1,5 @@
 -- gpu.fuse (issue 32): a fused call means what the unfused ops mean, bit for
--- bit, for every op of the table (gpu._fuse_ops(), so a new row is covered
+-- bit, for every op of the table (gpu._fuse's ops(), so a new row is covered
 -- with no edit here) and every dtype it takes; broadcasting and views;
 -- numbers as parameters (no new trace); a new trace per signature; the
 -- refusals at their own lines; writing into given tensors; one op for
@@ -8,7 +8,8 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-local rows = gpu._fuse_ops()
+local core = require "gpu._fuse"
+local rows = core.ops()
 local FLOATS = { f32 = true, f64 = true, f16 = true, bf16 = true }
 local function class(dt) return FLOATS[dt] and "F" or dt == "bool" and "B" or "I" end
 
@@ -146,9 +147,9 @@ T.test("numbers are parameters: a new value, no new trace; a new signature, a ne
   local x = tensor("f32", { 2, 600 })
   for _, s in ipairs { 2, -0.5, 3.25, 7 } do check(f(x, s), (x * s + 1):relu(), "s = " .. s) end
   T.is(f:stats().traces, 1, "four values of s: one trace")
-  local before = gpu._fuse_count()
+  local before = core.count()
   f(x, 9)
-  T.is(gpu._fuse_count(), before, "no new program for a new value")
+  T.is(core.count(), before, "no new program for a new value")
   f(tensor("f32", { 5, 600 }), 2)
   T.is(f:stats().traces, 1, "another shape of the same rank and broadcast pattern: no new trace")
   f(tensor("f64", { 2, 600 }), 2)
@@ -255,6 +256,7 @@ T.test("inside gpu.graph: one node, replayed", function()
   local x = tensor("f32", { 2, 600 })
   local y = gpu.empty({ 2, 600 })
   local g = gpu.graph(function() f(x, 3, { out = y }) end)
+  T.is(g.nodes, 1, "one node in the capture")
   y:fill(0)
   g:launch()
   gpu.synchronize()

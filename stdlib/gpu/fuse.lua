@@ -5,8 +5,8 @@
 -- arguments are numbers) with tracers: stand-ins whose methods and
 -- metamethods (the rows of cuda/ops.h, :to, clamp, lerp, gpu.where) record
 -- nodes instead of running.  Each result's nodes become one program
--- (gpu._fuse_program, interned in C) and each call submits ONE op per
--- result (gpu._fuse_run): streams, graphs, traces and the race checker see
+-- (gpu._fuse's program, interned in C) and each call submits ONE op per
+-- result (gpu._fuse's run): streams, graphs, traces and the race checker see
 -- one op.  Numbers passed as arguments are parameters (a new value reuses the
 -- program); number literals in fn are constants.  Anything that is not
 -- elementwise raises at its own line, naming the fused function.  Lua
@@ -14,8 +14,9 @@
 -- taken once per signature.  See docs/lua-api.md (gpu.fuse).
 local gpu = require "gpu"
 
-local rows, tensor_methods = gpu._fuse_ops()
-local run, program = gpu._fuse_run, gpu._fuse_program
+local core = require "gpu._fuse"
+local rows, tensor_methods = core.ops()
+local run, program = core.run, core.program
 local INPUT, CONST, PARAM, UNARY, BINARY, TERNARY, CAST = 0, 1, 2, 3, 4, 5, 6
 local FLOATS = { f32 = true, f64 = true, f16 = true, bf16 = true }
 local RANGE = { i8 = { -128, 127 }, u8 = { 0, 255 }, i32 = { -2147483648, 2147483647 } }
@@ -371,7 +372,7 @@ function Fused.__call(self, ...)
     args[n] = nil
     n = n - 1
     for k in pairs(o) do
-      if k ~= "out" and k ~= "stream" then raise("%s: unknown option '%s' (out, stream)", self.name, tostring(k)) end
+      if k ~= "out" and k ~= "stream" then raise("%s: unknown option '%s' (expected: out, stream)", self.name, tostring(k)) end
     end
   end
   local key = signature(args, n)
@@ -413,7 +414,7 @@ return function(fn, opts)
   if opts ~= nil and type(opts) ~= "table" then error("bad argument #2 to 'fuse' (table expected)", 2) end
   local name = opts and opts.name
   for k in pairs(opts or {}) do
-    if k ~= "name" then error("bad argument #2 to 'fuse' (unknown option '" .. tostring(k) .. "')", 2) end
+    if k ~= "name" then error("unknown option '" .. tostring(k) .. "' (expected: name)", 2) end
   end
   if name ~= nil and type(name) ~= "string" then error("bad argument #2 to 'fuse' (name must be a string)", 2) end
   if not name then
