@@ -406,7 +406,13 @@ function Fused.__call(self, ...)
   local args = { ... }
   for i = 1, n do
     -- called inside another fused function: traced into it
-    if getmetatable(args[i]) == Tracer or getmetatable(args[i]) == Param then return self.fn(...) end
+    if getmetatable(args[i]) == Tracer or getmetatable(args[i]) == Param then
+      local last = args[n]
+      if type(last) == "table" and getmetatable(last) == nil then
+        refuse("options (out, stream) of a fused call inside another")
+      end
+      return self.fn(...)
+    end
   end
   local o
   if n > 0 and type(args[n]) == "table" then
