@@ -218,9 +218,12 @@ T.test("what cannot be fused raises at its own line, naming the call", function(
   local ctx = "cannot be used inside a fused function %(step%)"
   T.raises_at(function() fz(function(a) local r = gpu.matmul(a, a) return r end) end, "gpu.matmul " .. ctx, "gpu.matmul")
   T.raises_at(function() fz(function(a) local r = a:matmul(a) return r end) end, "x:matmul%(%) " .. ctx, "x:matmul()")
-  T.raises_at(function() fz(function(a) local r = a:sum() return r end) end, "x:sum%(%) " .. ctx, "a reduction")
-  T.raises_at(function() fz(function(a) local r = a:max() return r end) end, "x:max%(%) %(a reduction%) " .. ctx,
-              "max without an operand")
+  T.raises_at(function() fz(function(a) local r = a:sum() + 1 return r end) end, "an op after a reduction %(a reduction ends a fused function%) " .. ctx,
+              "an op after a reduction")
+  T.raises_at(function() fz(function(a) local r = a:max():exp() return r end) end, "an op after a reduction %(a reduction ends a fused function%) " .. ctx,
+              "a method after a reduction")
+  T.raises_at(function() fz(function(a) local r = a:argmax() return r end) end, "x:argmax%(%) " .. ctx,
+              "a reduction not fused (argmax)")
   T.raises_at(function() fz(function(a) local r = a:item() return r end) end, "x:item%(%) " .. ctx, "item")
   T.raises_at(function() fz(function(a) local r = a:narrow(1, 1, 2) return r end) end, "x:narrow%(%) " .. ctx, "a view")
   T.raises_at(function() fz(function(a) gpu.synchronize() return a end) end, "gpu.synchronize " .. ctx, "a sync")
@@ -238,7 +241,7 @@ T.test("what cannot be fused raises at its own line, naming the call", function(
               "mixed dtypes")
   T.raises_at(function() fz(function() return 1 end) end, "result 1 is not a tensor", "a number result")
   -- a tail call leaves no line of the body: the body's first line then
-  T.raises_at(function() fz(function(a) return a:sum() end) end, "x:sum%(%) " .. ctx, "in a tail call")
+  T.raises_at(function() fz(function(a) return a:matmul(a) end) end, "x:matmul%(%) " .. ctx, "in a tail call")
   T.is(gpu.synchronize ~= nil and type(gpu.synchronize), "function", "gpu's functions are back after a trace")
   gpu.synchronize()
   T.raises(function() gpu.fuse(function(a) return a end)({}, x) end, "argument 1: gpu.Tensor or number expected",
@@ -246,6 +249,31 @@ T.test("what cannot be fused raises at its own line, naming the call", function(
   local inner = gpu.fuse(function(a) return a:exp() end)
   local outer = gpu.fuse(function(a) return inner(a) + 1 end)
   check(outer(x), x:exp() + 1, "a fused function inside another is traced into it")
+end)
+
+T.test("trailing reductions: sum, mean, prod, max, min, all or over a dim, as the unfused calls", function()
+  for _, dt in ipairs { "f32", "f64", "f16", "bf16", "i32", "i64", "u8" } do
+    local x = tensor(dt, { 4, 300 })
+    for _, red in ipairs { "sum", "mean", "prod", "max", "min" } do
+      for _, opts in ipairs { false, { dim = 2 }, { dim = 1, keepdim = true } } do
+        local function body(a)
+          local r = a:abs():add(1)
+          return opts and r[red](r, opts) or r[red](r)
+        end
+        local name = string.format("%s %s %s", red, dt, opts and ("dim " .. opts.dim .. (opts.keepdim and " keepdim" or "")) or "all")
+        check(gpu.fuse(body)(x), body(x), name)
+      end
+    end
+  end
+  local x = tensor("f32", { 4, 300 })
+  local two = gpu.fuse(function(a) local r = (a * 2 + 1):relu() return r:sum(), r:max({ dim = 2 }) end)
+  local s, m = two(x)
+  local r = (x * 2 + 1):relu()
+  check(s, r:sum(), "several results: a sum")
+  check(m, r:max({ dim = 2 }), "several results: a max over dim 2")
+  local o = gpu.empty({})
+  T.ok(gpu.fuse(function(a) return (a * 2):sum() end)(x, { out = o }) == o, "out is the reduction's")
+  check(o, (x * 2):sum(), "the reduction into out")
 end)
 
 T.test("integer division by zero raises at the next sync, naming the call's line and the op", function()

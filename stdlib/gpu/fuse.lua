@@ -22,7 +22,7 @@ local FLOATS = { f32 = true, f64 = true, f16 = true, bf16 = true }
 local RANGE = { i8 = { -128, 127 }, u8 = { 0, 255 }, i32 = { -2147483648, 2147483647 } }
 local DTYPES = { f32 = 1, f64 = 1, f16 = 1, bf16 = 1, i8 = 1, u8 = 1, i32 = 1, i64 = 1, bool = 1 }
 
-local Tracer, Param = {}, {}
+local Tracer, Param, Reduced = {}, {}, {}
 local current   -- the trace in progress
 local SELF = debug.getinfo(1, "S").source
 local SELF_AT = "^" .. debug.getinfo(1, "S").short_src:gsub("%p", "%%%0") .. ":%d+: "
@@ -167,11 +167,27 @@ for _, row in ipairs(rows) do
     end
   end
 end
--- max and min: elementwise with an operand; the reductions are not fused
+-- A trailing reduction (sum, mean, prod; max and min without an operand):
+-- the result of the fused op, reduced by the built-in reduction, so it is
+-- the unfused call's bit for bit.  Nothing may follow it.
+local function reduction(name)
+  return function(x, o)
+    if o ~= nil and (type(o) ~= "table" or getmetatable(o) ~= nil) then
+      raise("%s: options table expected (dim, keepdim)", name)
+    end
+    for k in pairs(o or {}) do
+      if k ~= "dim" and k ~= "keepdim" then
+        raise("%s: option '%s' is not taken inside a fused function (dim, keepdim)", name, tostring(k))
+      end
+    end
+    return setmetatable({ reduce = name, opts = o, src = x, trace = current }, Reduced)
+  end
+end
+for _, name in ipairs { "sum", "mean", "prod" } do traced[name] = reduction(name) end
 for _, name in ipairs { "max", "min" } do
-  local f = traced[name]
+  local f, r = traced[name], reduction(name)
   traced[name] = function(x, y, o)
-    if y == nil or (type(y) == "table" and getmetatable(y) == nil) then refuse("x:" .. name .. "() (a reduction)") end
+    if y == nil or (type(y) == "table" and getmetatable(y) == nil) then return r(x, y) end
     return f(x, y, o)
   end
 end
@@ -248,6 +264,11 @@ Tracer.__eq = function() refuse("== on tensors (use x:eq(y))") end
 Tracer.__lt = function() refuse("< on tensors (use x:lt(y))") end
 Tracer.__le = function() refuse("<= on tensors (use x:le(y))") end
 Param.__index = function() refuse("a method of a number argument") end
+local function after_reduction() refuse("an op after a reduction (a reduction ends a fused function)") end
+for _, mm in ipairs { "__index", "__add", "__sub", "__mul", "__div", "__pow", "__mod", "__idiv", "__unm", "__tostring",
+                      "__len", "__concat", "__call", "__eq", "__lt", "__le" } do
+  Reduced[mm] = after_reduction
+end
 Param.__tostring = function(p) return "fused parameter #" .. p.arg end
 for _, mm in ipairs { "__lt", "__le", "__eq", "__concat", "__len", "__call" } do
   Param[mm] = function() refuse("comparing or using a number argument as a Lua value while tracing") end
@@ -320,12 +341,16 @@ local function trace(self, args, n)
   local progs = {}
   if res.n == 0 then raise("%s returned nothing (return the tensors it computes)", tr.name) end
   for j = 1, res.n do
-    local r = res[j]
+    local r, red = res[j], nil
+    if getmetatable(r) == Reduced and rawget(r, "trace") == tr then red, r = r, rawget(r, "src") end
     if getmetatable(r) ~= Tracer or r.trace ~= tr then
       current = nil
       raise("%s: result %d is not a tensor computed from its arguments", tr.name, j)
     end
     progs[j] = make_program(tr, r)
+    if red then
+      progs[j].reduce, progs[j].ropts = rawget(red, "reduce"), rawget(red, "opts")
+    end
   end
   current = nil
   self.traces = self.traces + 1
@@ -394,6 +419,13 @@ local function run_unfused(pr, args, out, stream)
   return r
 end
 
+-- The trailing reduction of a result r (one op after the fused one, for now).
+local function reduce(pr, r, out, stream)
+  local o = { out = out, stream = stream }
+  for k, v in pairs(pr.ropts or {}) do o[k] = v end
+  return r[pr.reduce](r, o)
+end
+
 local Fused = {}
 Fused.__index = Fused
 
@@ -449,11 +481,14 @@ function Fused.__call(self, ...)
     local out = outs
     if not single and outs ~= nil then out = outs[j] end
     local ok, r
+    local eout = not pr.reduce and out or nil   -- a reduction's out is the reduction's
     if gpu.backend == "host" and not core.unfused then
-      ok, r = pcall(run, pr.p, ins, params, out, o and o.stream, site)
+      ok, r = pcall(run, pr.p, ins, params, eout, o and o.stream, site)
     else
-      ok, r = pcall(run_unfused, pr, args, out, o and o.stream)
+      ok, r = pcall(run_unfused, pr, args, eout, o and o.stream)
     end
+    if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
+    if pr.reduce then ok, r = pcall(reduce, pr, r, out, o and o.stream) end
     if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
     results[j] = r
   end
