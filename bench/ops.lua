@@ -12,6 +12,10 @@
 --   cat       gpu.cat({a1, a2}, 1, {out})       the halves read, the whole written
 --   transpose m:t():contiguous() into out       a square f32 matrix read, written
 --   gather    a:gather(2, idx, {out})           i64 index + f32 read, f32 written
+--   fuse_gelu_f32/bf16  gpu.fuse'd GELU of 9 ops  4 (2) B read, 4 (2) B written
+--   fuse_gelu_1, fuse_add1_1: one call on 1 element, us per call (host clock
+--   over many calls, then a sync), the fused GELU against the built-in t + 1
+--   fuse_first_call: the first call of a new fused function (trace, compile)
 -- Event timing around each op, warm-up, median of the repeats, as
 -- bench/copy.lua; each result spot-checked.
 package.path = (arg[0]:match("^(.*)/") or ".") .. "/?.lua;" .. package.path
@@ -132,6 +136,60 @@ B.guard("op_gather", function()
   local i, j = rows // 2 + 1, 7
   local k = idx:get(i, j)
   B.check("op_gather", out:get(i, j) == src:get(i, k), "out[i][j] == a[i][idx[i][j]] at a spot check")
+end)
+
+-- issue 32: GELU written as 9 ops, fused into one
+local function gelu9(x)
+  return x:mul(x):mul(x):mul(0.044715):add(x):mul(0.7978845608):tanh():add(1):mul(x):mul(0.5)
+end
+local gelu = gpu.fuse(gelu9, { name = "gelu" })
+
+for _, dt in ipairs { "f32", "bf16" } do
+  local key = "fuse_gelu_" .. dt
+  B.guard(key, function()
+    local x = dt == "f32" and a or a:to(dt, o)
+    local m = x:numel()
+    local out = gpu.empty({m}, { dtype = dt, stream = s })
+    local ms = timed(function() gelu(x, { out = out, stream = s }) end)
+    local esz = dt == "f32" and 4 or 2
+    B.row(key, gbps(m * esz * 2, ms), "GB/s", B.size_label("gpu.fuse'd GELU (9 ops) " .. dt, m * esz))
+    local want
+    do local _ <close> = gpu.using(s); want = gelu9(x) end
+    local err = out:sub(want, o):abs(o):max(o):item()
+    B.check(key, err == 0, string.format("largest difference from the unfused ops: %s", err))
+  end)
+end
+
+local function per_call_us(fn, calls)
+  for _ = 1, 20 do fn() end
+  s:synchronize()
+  local t0 = gpu.clock()
+  for _ = 1, calls do fn() end
+  s:synchronize()
+  return (gpu.clock() - t0) / calls * 1e6
+end
+
+B.guard("fuse_gelu_1", function()
+  local x = gpu.rand({1}, { seed = 14, stream = s })
+  local out = gpu.empty({1}, o)
+  local calls = B.quick and 200 or 5000
+  B.row("fuse_add1_1", per_call_us(function() x:add(1, { out = out, stream = s }) end, calls), "us",
+        "t + 1 (built-in), 1 element, per call")
+  B.row("fuse_gelu_1", per_call_us(function() gelu(x, { out = out, stream = s }) end, calls), "us",
+        "gpu.fuse'd GELU, 1 element, per call")
+  B.check("fuse_gelu_1", out:item() == gelu9(x):item(), "the fused result is the unfused ops'")
+end)
+
+B.guard("fuse_first_call", function()
+  local x = gpu.rand({1024}, { seed = 15, stream = s })
+  -- a constant unique to this run: a new program, not one a cache holds
+  local k = 1 + (os.time() % 100000) * 1e-9
+  local f = gpu.fuse(function(t) return gelu9(t):mul(k) end)
+  s:synchronize()
+  local t0 = gpu.clock()
+  f(x, { stream = s })
+  s:synchronize()
+  B.row("fuse_first_call", (gpu.clock() - t0) * 1e3, "ms", "first call of a new fused GELU (trace and compile)")
 end)
 
 -- softmax over rows of 4096 f32 (the rows of a 256 MiB matrix; quick: 8 MiB)

@@ -411,7 +411,8 @@ end
 -- gpulua <= raw + x, "ge_ratio" gpulua >= x * raw, "ge_abs" gpulua >= x,
 -- "le_abs" gpulua <= x, "le_torch" gpulua <= x * PyTorch, "ge_torch" gpulua
 -- >= x * PyTorch, "ge_stage" gpulua >= min(x * raw, 0.85 * the pinned rate
--- of row `pinned`, raw C's, else gpulua's); on = "host": the
+-- of row `pinned`, raw C's, else gpulua's); raw_gpulua = key: the raw C
+-- column is that row's gpulua value; on = "host": the
 -- target holds on the host backend only, elsewhere the row is informational
 local ORDER = {
   { "enqueue_empty", "le_ratio", 1.10 },
@@ -473,6 +474,15 @@ local ORDER = {
   { "op_transpose", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "op_gather", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "softmax_4096", "le_torch", 1.0 },
+  -- issue 32: gpu.fuse; the PyTorch column is torch.compile (rows *_cupy: cupy.fuse)
+  { "fuse_gelu_f32", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "fuse_gelu_f32", "ge_torch", 1.0, label = "%s (PyTorch column: torch.compile)" },
+  { "fuse_gelu_f32_cupy", "ge_torch", 1.0, gpulua_from = "fuse_gelu_f32", label = "%s (PyTorch column: cupy.fuse)" },
+  { "fuse_gelu_bf16", "ge_ratio", 0.85, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "fuse_add1_1" },
+  { "fuse_gelu_1", "le_ratio", 1.25, raw_gpulua = "fuse_add1_1", label = "%s (raw C column: gpulua's t + 1)" },
+  { "fuse_gelu_1_cupy", "le_torch", 1.0, gpulua_from = "fuse_gelu_1", label = "%s (PyTorch column: cupy.fuse)" },
+  { "fuse_first_call" },
   -- bench/kernels.lua: a run-time kernel within 2x of the built-in op of the same work
   { "kernel_add" },
   { "kernel_add_builtin" },
@@ -570,6 +580,7 @@ for _, spec in ipairs(ORDER) do
   local raw = r and r.raw
   if spec.raw_from then raw = rows[spec.raw_from] and rows[spec.raw_from].raw end
   if spec.gpulua_from then g = rows[spec.gpulua_from] and rows[spec.gpulua_from].gpulua end
+  if spec.raw_gpulua then raw = rows[spec.raw_gpulua] and rows[spec.raw_gpulua].gpulua end
   if (r or g or raw) and not (spec.raw_only and not (r and r.raw)) then
     local unit = (r and r.unit) or (rows[spec.raw_from or spec.gpulua_from or key] or {}).unit or ""
     local label = (r and r.label) or key

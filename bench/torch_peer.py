@@ -544,6 +544,78 @@ def bench_graph(s):
     del g
 
 
+def gelu9(x):
+    """GELU as 9 ops, as bench/ops.lua writes it"""
+    return (((x * x * x * 0.044715 + x) * 0.7978845608).tanh() + 1) * x * 0.5
+
+
+def per_call_us(fn, calls):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def bench_fuse(s):
+    """bench/ops.lua's fuse rows: the PyTorch column is torch.compile of the
+    same 9 ops; cupy.fuse's under the keys *_cupy, when CuPy is there"""
+    n = COPY_BYTES // 4
+    gb = lambda moved, ms: moved / (ms * 1e6)
+    calls = 200 if QUICK else 5000
+    comp = torch.compile(gelu9)
+    with torch.cuda.stream(s):
+        a = torch.rand(n, device="cuda") * 2 - 1
+        for dt, esz in ((torch.float32, 4), (torch.bfloat16, 2)):
+            x = a.to(dt)
+            y = comp(x)
+            ms = timed_ms(s, lambda: comp(x), COPY_WARM, COPY_REPS)
+            name = "f32" if dt == torch.float32 else "bf16"
+            row(f"fuse_gelu_{name}", gb(n * esz * 2, ms), "GB/s",
+                size_label(f"gpu.fuse'd GELU (9 ops) {name}", n * esz))
+            err = (y.float() - gelu9(x).float()).abs().max().item()
+            check(f"fuse_gelu_{name}", err < 1e-2, f"largest difference from eager: {err}")
+        one = torch.rand(1, device="cuda")
+        row("fuse_add1_1", per_call_us(lambda: one + 1, calls), "us", "t + 1 (built-in), 1 element, per call")
+        row("fuse_gelu_1", per_call_us(lambda: comp(one), calls), "us", "gpu.fuse'd GELU, 1 element, per call")
+        del a, x, y
+    try:
+        import cupy
+    except ImportError:
+        print("note fuse fuse rows: no CuPy, no cupy.fuse column", flush=True)
+        return
+    cgelu = cupy.fuse(gelu9)
+    x = cupy.random.rand(n, dtype=cupy.float32) * 2 - 1
+    cgelu(x)
+    cs = cupy.cuda.Stream(non_blocking=True)
+    with cs:
+        t = []
+        for r in range(-COPY_WARM, COPY_REPS):
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(cs)
+            cgelu(x)
+            e1.record(cs)
+            e1.synchronize()
+            if r >= 0:
+                t.append(cupy.cuda.get_elapsed_time(e0, e1))
+        row("fuse_gelu_f32_cupy", gb(n * 8, statistics.median(t)), "GB/s", size_label("cupy.fuse'd GELU f32", n * 4))
+        one = cupy.random.rand(1, dtype=cupy.float32)
+
+        def per_call(fn):
+            for _ in range(20):
+                fn()
+            cs.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            cs.synchronize()
+            return (time.perf_counter() - t0) / calls * 1e6
+        row("fuse_gelu_1_cupy", per_call(lambda: cgelu(one)), "us", "cupy.fuse'd GELU, 1 element, per call")
+
+
 def main():
     if not torch.cuda.is_available():
         print("check torch FAILED no CUDA device", flush=True)
@@ -554,6 +626,7 @@ def main():
                      ("copy", lambda: bench_copy(s, s2)),
                      ("pageable", bench_pageable), ("seeds_loop", bench_seeds),
                      ("matmul", lambda: bench_matmul(s)), ("ops", lambda: bench_ops(s)),
+                     ("fuse", lambda: bench_fuse(s)),
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
                      ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL)),
                      ("graph_node", lambda: bench_graph(s))):

@@ -526,7 +526,7 @@ static const luaL_Reg *const method_sets[] = {
 /* The module's functions (gpu.zeros, gpu.where, ...), by concern. */
 static const luaL_Reg *const func_sets[] = {
   bind_tensor_new_funcs, bind_tensor_table_funcs, bind_tensor_elementwise_funcs, bind_tensor_matmul_funcs,
-  bind_tensor_compose_funcs, NULL
+  bind_tensor_compose_funcs, bind_fuse_funcs, NULL
 };
 
 /* Adds gpu.Tensor's type and the module's tensor functions to the table on top. */
@@ -545,5 +545,6 @@ int bind_open_tensor(lua_State *L) {
     }
   lua_pop(L, 2);
   for (int k = 0; func_sets[k]; k++) luaL_setfuncs(L, func_sets[k], 0);
+  bind_fuse_preload(L);
   return 0;
 }

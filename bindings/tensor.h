@@ -106,6 +106,10 @@ int bind_tensor_reduce(lua_State *L, dev_redop code);
 
 int bind_tensor_tostring(lua_State *L);   /* __tostring (tensor_format.c) */
 
+/* fuse.c: gpu.fuse, and its C half as the module "gpu._fuse" (preloaded) */
+extern const luaL_Reg bind_fuse_funcs[];
+void bind_fuse_preload(lua_State *L);
+
 /* Each concern's methods and module functions, assembled by tensor.c. */
 extern const luaL_Reg bind_tensor_copy_methods[], bind_tensor_view_methods[], bind_tensor_elementwise_methods[],
     bind_tensor_reduce_methods[], bind_tensor_index_methods[], bind_tensor_matmul_methods[],

@@ -38,7 +38,7 @@
 
 /* A scalar operand in t's compute type.  Integer dtypes take an integer scalar
  * exactly; a float one, and anything for bool, goes through t's store rule. */
-static void scalar_to(dev_scalar s, dev_dtype t, block *b)
+void cpu_scalar_to(dev_scalar s, dev_dtype t, block *b)
 {
   char elem[8];
   int64_t v;
@@ -213,17 +213,17 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
  * into the walkers' loops, gcc (12, -O2) no longer vectorises them. */
 #define RES_SAME(m) m
 #define RES_BOOL(m) i
-#define BLOCK_FN __attribute__((noinline)) static
+#define BLOCK_FN __attribute__((noinline))
 
 static inline int64_t round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
-static void pad8(cclass c, block *b, int64_t n)
+void cpu_pad8(cclass c, block *b, int64_t n)
 {
   size_t sz = class_size(c);
   memset((char *)b + (size_t)n * sz, 0, (size_t)(round8(n) - n) * sz);
 }
 
-BLOCK_FN void unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n)
+BLOCK_FN void cpu_unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n)
 {
   int64_t i;
   n = round8(n);
@@ -259,7 +259,7 @@ BLOCK_FN void unop_block(int code, cclass c, const block *restrict x, block *res
 }
 
 /* Returns how many integer divisions by zero there were. */
-BLOCK_FN int64_t binop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+BLOCK_FN int64_t cpu_binop_block(int code, cclass c, const block *restrict x, const block *restrict y,
                              block *restrict r, int64_t n)
 {
   int64_t i, zeros = 0, n0 = n;
@@ -298,7 +298,7 @@ BLOCK_FN int64_t binop_block(int code, cclass c, const block *restrict x, const 
   return zeros;
 }
 
-BLOCK_FN void terop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+BLOCK_FN void cpu_terop_block(int code, cclass c, const block *restrict x, const block *restrict y,
                           const block *restrict z, block *restrict r, int64_t n)
 {
   int64_t i;
@@ -374,8 +374,8 @@ static int run_unary(const dev_kop *op, char *err, size_t errlen)
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
     walk_load(&wi, in->dtype, c, k, &x);
-    pad8(c, &x, k);
-    unop_block(op->code, c, &x, &r, k);
+    cpu_pad8(c, &x, k);
+    cpu_unop_block(op->code, c, &x, &r, k);
     walk_store(&wo, t, rc, k, &r);
   }
   return 0;
@@ -409,17 +409,17 @@ static int run_binary(const dev_kop *op, char *err, size_t errlen)
   rc = o->to_bool ? C_INT : c;
   walk_init(&wo, out);
   walk_init(&wa, &op->in[0]);
-  if (scalar) scalar_to(op->s0, t, left ? &x : &y);
+  if (scalar) cpu_scalar_to(op->s0, t, left ? &x : &y);
   else walk_init(&wb, &op->in[1]);
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
     walk_load(&wa, t, c, k, left ? &y : &x);
-    pad8(c, left ? &y : &x, k);
+    cpu_pad8(c, left ? &y : &x, k);
     if (!scalar) {
       walk_load(&wb, t, c, k, &y);
-      pad8(c, &y, k);
+      cpu_pad8(c, &y, k);
     }
-    zeros += binop_block(op->code, c, &x, &y, &r, k);
+    zeros += cpu_binop_block(op->code, c, &x, &y, &r, k);
     walk_store(&wo, out->dtype, rc, k, &r);
   }
   if (zeros > 0) return fail_msg(err, errlen, "integer division by zero");
@@ -457,16 +457,16 @@ static int run_ternary(const dev_kop *op, char *err, size_t errlen)
   walk_init(&wo, out);
   for (int j = 0; j < 3; j++)
     if (v[j]) walk_init(&w[j], v[j]);
-  if (s2) scalar_to(op->s0, t, &b[1]);
-  if (s3) scalar_to(op->s1, t, &b[2]);
+  if (s2) cpu_scalar_to(op->s0, t, &b[1]);
+  if (s3) cpu_scalar_to(op->s1, t, &b[2]);
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
     for (int j = 0; j < 3; j++) {
       if (!v[j]) continue;
       walk_load(&w[j], v[j]->dtype, c, k, &b[j]);
-      pad8(c, &b[j], k);
+      cpu_pad8(c, &b[j], k);
     }
-    terop_block(op->code, c, &b[0], &b[1], &b[2], &r, k);
+    cpu_terop_block(op->code, c, &b[0], &b[1], &b[2], &r, k);
     walk_store(&wo, t, c, k, &r);
   }
   return 0;
@@ -570,6 +570,7 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
   case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return cpu_run_rows(op, err, errlen);
   case DEV_OP_INDEX: return run_index(op, err, errlen);
+  case DEV_OP_FUSED: return cpu_run_fused(op, err, errlen);
   case DEV_OP_SLEEP: return run_sleep(op->ms);
   case DEV_OP_LAUNCH:
     if (op->launch && dev_kernel_is_cfunc(op->launch->k)) return dev_cfunc_run(op->launch, NULL, err, errlen);

@@ -320,6 +320,18 @@ static inline int run_fill(const dev_kop *op, char *err, size_t errlen)
 /* cpu_reduce.c: DEV_OP_REDUCE; DEV_OP_CUMSUM and DEV_OP_SOFTMAX */
 int cpu_run_reduce(const dev_kop *op, char *err, size_t errlen);
 int cpu_run_rows(const dev_kop *op, char *err, size_t errlen);
+/* cpu_ops.c: a number operand in t's compute type, over a whole block;
+ * zeroes b's slots from n up to the next multiple of 8; the ops of ops.h
+ * over a block of n (binop_block: how many integer divisions by zero) */
+void cpu_scalar_to(dev_scalar s, dev_dtype t, block *b);
+void cpu_pad8(cclass c, block *b, int64_t n);
+void cpu_unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n);
+int64_t cpu_binop_block(int code, cclass c, const block *restrict x, const block *restrict y, block *restrict r,
+                        int64_t n);
+void cpu_terop_block(int code, cclass c, const block *restrict x, const block *restrict y, const block *restrict z,
+                     block *restrict r, int64_t n);
+/* cpu_fuse.c: DEV_OP_FUSED */
+int cpu_run_fused(const dev_kop *op, char *err, size_t errlen);
 /* cpu_matmul.c: DEV_OP_MATMUL */
 int cpu_run_matmul(const dev_kop *op, char *err, size_t errlen);
 

@@ -245,6 +245,25 @@ static int check_copy(dev_ctx *ctx, const dev_kop *op) {
   return DEV_OK;
 }
 
+/* A fused program's inputs: of its input nodes' dtypes, each of out's shape
+ * (broadcast), and the result of out's dtype (the program checked the rest
+ * when it was interned). */
+static int check_fused(dev_ctx *ctx, const dev_kop *op) {
+  const dev_fprog *p = op->fprog;
+  if (!p || op->nin != p->nin || p->nparam > DEV_FPARAMS)
+    return dev_fail(ctx, DEV_ERR_INVALID, "fused: bad program or operands");
+  if (op->out.dtype != p->node[p->n - 1].dtype)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: the output's dtype is %s, the result's %s", p->name,
+                    dev_dtype_name(op->out.dtype), dev_dtype_name(p->node[p->n - 1].dtype));
+  for (int i = 0; i < p->n; i++) {
+    const dev_fnode *x = &p->node[i];
+    if (x->kind != DEV_FN_INPUT) continue;
+    if (op->in[x->index].dtype != x->dtype || !same_shape(&op->in[x->index], &op->out))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: input %d: dtype or shape mismatch", p->name, x->index + 1);
+  }
+  return DEV_OK;
+}
+
 /* The op kinds (ops.h), each with its checks: a row of DEV_OP_KINDS and a
  * check_<name> above. */
 #define KIND_ROW(E, name, fl) {#name, fl, check_##name},

@@ -387,7 +387,35 @@ enum {
   DEV_F_SCALAR3 = 8        /* ternary: operand 3 is s1 */
 };
 
-#define DEV_MAXIN 3   /* tensor operands of an op, packed from in[0] */
+#define DEV_MAXIN 8   /* tensor operands of an op, packed from in[0] */
+#define DEV_FPARAMS 8 /* number parameters of a fused op */
+
+/* A fused op's program (DEV_OP_FUSED): nodes in order, each reading only
+ * earlier ones; the last is the result.  Each tensor node has the dtype the
+ * unfused op would have produced and rounds to it; a number node (CONST,
+ * PARAM) has none: the op that reads it takes it as the unfused op takes a
+ * number operand.  Programs are interned (dev_fprog_intern): one per content,
+ * never freed, so queued ops and graphs may point at them freely. */
+enum { DEV_FN_INPUT, DEV_FN_CONST, DEV_FN_PARAM, DEV_FN_UNARY, DEV_FN_BINARY, DEV_FN_TERNARY, DEV_FN_CAST };
+#define DEV_FNODES 256
+typedef struct dev_fnode {
+  int kind;        /* DEV_FN_* */
+  int code;        /* UNARY, BINARY, TERNARY: the op of ops.h */
+  dev_dtype dtype; /* of the value (INPUT, the ops, CAST: the target) */
+  int a[3];        /* operands: earlier nodes (unary one, binary two, ternary three) */
+  int index;       /* INPUT: in[index]; PARAM: fparam[index] */
+  dev_scalar k;    /* CONST */
+} dev_fnode;
+typedef struct dev_fprog {
+  char name[DEV_SITE_LEN];   /* in messages and traces */
+  int n, nin, nparam;
+  dev_fnode node[];
+} dev_fprog;
+/* The interned program of these nodes, checked (operands, dtype rules of
+ * ops.h); NULL with a message in err. */
+const dev_fprog *dev_fprog_intern(const char *name, const dev_fnode *nodes, int n, char *err, size_t errlen);
+/* How many programs were interned so far (a cache miss each). */
+uint64_t dev_fprog_count(void);
 
 typedef struct dev_kop {
   dev_opkind kind;
@@ -401,6 +429,8 @@ typedef struct dev_kop {
   uint64_t seed, offset;   /* DEV_OP_RAND: counter-based generator key and start */
   double ms;               /* DEV_OP_SLEEP */
   const struct dev_launch *launch;   /* DEV_OP_LAUNCH */
+  const struct dev_fprog *fprog;     /* DEV_OP_FUSED */
+  dev_scalar fparam[DEV_FPARAMS];    /* DEV_OP_FUSED */
 } dev_kop;
 
 /* Validate and enqueue on stream s (NULL: default stream).  If every buffer

@@ -25,6 +25,7 @@ const char *dev_op_name(const dev_kop *op) {
   case DEV_OP_INDEX:
     return op->code == DEV_IDX_SELECT ? "index_select" : op->code == DEV_IDX_GATHER ? "gather" : "scatter_add_";
   case DEV_OP_LAUNCH: return op->launch && op->launch->k ? op->launch->k->sig.name : "kernel";
+  case DEV_OP_FUSED: return op->fprog ? op->fprog->name : "fused";
   default: return (unsigned)op->kind < sizeof kind_names / sizeof kind_names[0] ? kind_names[op->kind] : "op";
   }
 }

@@ -173,6 +173,9 @@
  *              in[0]'s shape, in place; in[1] of out's dtype, no smaller than
  *              in[0]; out no smaller than in[0] along the other dims.
  *            s0 is free for a backend (cuda: the op's tag in its error flag)
+ *   FUSED    out = fprog's result (device.h: dev_fprog), a chain of the
+ *            elementwise ops above; in[] its tensor inputs (each of out's
+ *            shape, broadcast with stride 0), fparam[] its number parameters
  */
 #define DEV_OPK_NOIN 1u
 #define DEV_OPK_NOVIEWS 2u
@@ -193,7 +196,8 @@
   X(LAUNCH, launch, DEV_OPK_NOIN | DEV_OPK_NOVIEWS)     \
   X(CUMSUM, cumsum, 0)                                  \
   X(SOFTMAX, softmax, 0)                                \
-  X(INDEX, index, 0)
+  X(INDEX, index, 0)                                    \
+  X(FUSED, fused, DEV_OPK_INPLACE)
 
 /* ---- reading the columns ------------------------------------------------- */
 

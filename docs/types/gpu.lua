@@ -517,6 +517,29 @@ function gpu.compile(src, opts) end
 ---@return gpu.Module
 function gpu.load_module(image, opts) end
 
+---A fused function (gpu.fuse): call it with tensors and numbers, then
+---optionally `{out =, stream =}`; one op per result.
+---@class gpu.Fused
+---@overload fun(...: gpu.Tensor|number|gpu.FusedCallOpts): ...: gpu.Tensor
+local Fused = {}
+
+---@class gpu.FusedCallOpts
+---@field out? gpu.Tensor|gpu.Tensor[] the tensor to write (a list: one per result)
+---@field stream? gpu.Stream
+
+---@class gpu.FuseOpts
+---@field name? string the op's name in traces and messages
+
+---How many times the function was traced, and how many calls ran.
+---@return {traces: integer, calls: integer}
+function Fused:stats() end
+
+---The elementwise ops of `fn` as one op per result (see docs/lua-api.md, Fusion).
+---@param fn fun(...: gpu.Tensor|number): ...: gpu.Tensor
+---@param opts? gpu.FuseOpts
+---@return gpu.Fused
+function gpu.fuse(fn, opts) end
+
 -- graphs
 
 ---Capture `fn(s)` once as a graph; returns the graph and what `fn` returned.

@@ -1,0 +1,203 @@
+/* gpu.fuse's C half: the op table for the tracer (stdlib/gpu/fuse.lua), a
+ * traced node list made into an interned program (cuda/fprog.c), and a run
+ * of one: its inputs broadcast together, the output made (or opts.out
+ * checked), and ONE op of kind DEV_OP_FUSED submitted on the stream, so
+ * streams, graphs, traces, tasks and the race checker see one op.  These
+ * are the functions of the module "gpu._fuse": the tracer's, not the
+ * user's API (tests read the op list and the program count there). */
+#include <string.h>
+
+#include "tensor.h"
+
+static void push_rows(lua_State *L, int *n, const char *kind, const char *name, int code, unsigned cls, int to_bool,
+                      unsigned flags) {
+  lua_createtable(L, 0, 7);
+  lua_pushstring(L, kind); lua_setfield(L, -2, "kind");
+  lua_pushstring(L, name); lua_setfield(L, -2, "name");
+  lua_pushinteger(L, code); lua_setfield(L, -2, "code");
+  lua_pushboolean(L, (cls & DEV_CLS_F) != 0); lua_setfield(L, -2, "F");
+  lua_pushboolean(L, (cls & DEV_CLS_I) != 0); lua_setfield(L, -2, "I");
+  lua_pushboolean(L, (cls & DEV_CLS_B) != 0); lua_setfield(L, -2, "B");
+  lua_pushboolean(L, to_bool); lua_setfield(L, -2, "to_bool");
+  lua_pushboolean(L, (flags & DEV_OPF_LEFT) != 0); lua_setfield(L, -2, "left");
+  lua_pushboolean(L, (flags & DEV_OPF_ZDIV) != 0); lua_setfield(L, -2, "zdiv");
+  lua_rawseti(L, -2, ++*n);
+}
+
+/* ops() -> the rows of ops.h ({kind, name, code, F, I, B,
+ * to_bool, left, zdiv, default}), gpu.Tensor's method table */
+static int fuse_ops(lua_State *L) {
+  int n = 0;
+  lua_newtable(L);
+#define U(E, name, cls, res, fl) push_rows(L, &n, "unary", #name, DEV_UN_##E, DEV_CLASSES(cls), DEV_RESULT(res), fl);
+  DEV_UNARY_OPS(U)
+#undef U
+#define B(E, name, cls, res, fl) push_rows(L, &n, "binary", #name, DEV_BIN_##E, DEV_CLASSES(cls), DEV_RESULT(res), fl);
+  DEV_BINARY_OPS(B)
+#undef B
+#define T(E, name, cls, res, fl) push_rows(L, &n, "ternary", #name, DEV_TER_##E, DEV_CLASSES(cls), DEV_RESULT(res), fl);
+  DEV_TERNARY_OPS(T)
+#undef T
+#define D(E, v)                                  \
+  for (int i = 1; i <= n; i++) {                 \
+    lua_rawgeti(L, -1, i);                       \
+    lua_getfield(L, -1, "name");                 \
+    if (strcmp(lua_tostring(L, -1), dev_binop_name(DEV_BIN_##E)) == 0) { \
+      lua_pushnumber(L, v);                      \
+      lua_setfield(L, -3, "default");            \
+    }                                            \
+    lua_pop(L, 2);                               \
+  }
+  DEV_BINARY_DEFAULTS(D)
+#undef D
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &bind_tensor_type);
+  lua_getfield(L, -1, "__methods");
+  lua_remove(L, -2);
+  return 2;
+}
+
+static int field_int(lua_State *L, int t, const char *k) {
+  lua_getfield(L, t, k);
+  int v = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* One node from the table on top of the stack. */
+static void read_node(lua_State *L, dev_fnode *x) {
+  int t = lua_gettop(L);
+  memset(x, 0, sizeof *x);
+  x->kind = field_int(L, t, "kind");
+  x->code = field_int(L, t, "code");
+  x->index = field_int(L, t, "index");
+  for (int j = 0; j < 3; j++) {
+    lua_rawgeti(L, t, j + 1);
+    x->a[j] = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) - 1 : -1;
+    lua_pop(L, 1);
+  }
+  x->dtype = DEV_NDTYPE;
+  if (lua_getfield(L, t, "dtype") == LUA_TSTRING) dev_dtype_parse(lua_tostring(L, -1), &x->dtype);
+  lua_pop(L, 1);
+  if (lua_getfield(L, t, "k") == LUA_TNUMBER) {
+    if (lua_isinteger(L, -1)) { x->k.is_int = 1; x->k.i = lua_tointeger(L, -1); x->k.f = (double)x->k.i; }
+    else x->k.f = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+}
+
+/* program(name, nodes) -> the interned program (light userdata) */
+static int fuse_program(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  int n = (int)lua_rawlen(L, 2);
+  if (n < 1 || n > DEV_FNODES) return luaL_error(L, "%s: %d ops (at most %d in one fused call)", name, n, DEV_FNODES);
+  dev_fnode *nodes = lua_newuserdatauv(L, (size_t)n * sizeof *nodes, 0);
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, 2, i + 1);
+    read_node(L, &nodes[i]);
+    lua_pop(L, 1);
+  }
+  char err[200];
+  const dev_fprog *p = dev_fprog_intern(name, nodes, n, err, sizeof err);
+  if (!p) return luaL_error(L, "%s: %s", name, err);
+  lua_pushlightuserdata(L, (void *)p);
+  return 1;
+}
+
+/* The run's inputs (the table at 2) pushed, checked, broadcast into op. */
+static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, int *ndim, int64_t *shape, int *idx) {
+  const dev_view *v[DEV_MAXIN];
+  gpu_tensor *first = NULL;
+  for (int i = 0; i < p->nin; i++) {
+    lua_rawgeti(L, 2, i + 1);
+    gpu_tensor *t = bind_check_tensor(L, -1);
+    idx[i] = lua_gettop(L);
+    if (first) bind_tensor_same_kind(L, idx[i], first, t);
+    else first = t;
+    v[i] = &t->v;
+  }
+  if (bind_tensor_broadcast(p->nin, v, op->in, ndim, shape)) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; i < p->nin; i++) {
+      char s[MAXSHAPESTR];
+      bind_shape_str(s, sizeof s, v[i]->ndim, v[i]->shape);
+      luaL_addstring(&b, i ? ", " : "");
+      luaL_addstring(&b, s);
+    }
+    luaL_pushresult(&b);
+    luaL_error(L, "%s: the inputs' shapes %s cannot be broadcast together", p->name, lua_tostring(L, -1));
+  }
+  op->nin = p->nin;
+}
+
+/* run(prog, inputs, params, out, stream, site) -> the result: one
+ * DEV_OP_FUSED op on the stream (out: nil, or a tensor to write) */
+static int fuse_run(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
+  const dev_fprog *p = lua_touserdata(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  const char *site = luaL_optstring(L, 6, NULL);
+  lua_settop(L, 6);
+  if ((int)lua_rawlen(L, 2) != p->nin) return luaL_error(L, "%s: %d inputs, the program takes %d", p->name,
+                                                          (int)lua_rawlen(L, 2), p->nin);
+  dev_kop op = {.kind = DEV_OP_FUSED, .fprog = p};
+  int ndim, idx[DEV_MAXIN];
+  int64_t shape[DEV_MAXDIM];
+  run_inputs(L, p, &op, &ndim, shape, idx);
+  for (int i = 0; i < p->nparam; i++) {
+    lua_rawgeti(L, 3, i + 1);
+    dev_scalar *s = &op.fparam[i];
+    if (lua_isinteger(L, -1)) { s->is_int = 1; s->i = lua_tointeger(L, -1); s->f = (double)s->i; }
+    else if (lua_type(L, -1) == LUA_TNUMBER) s->f = lua_tonumber(L, -1);
+    else return luaL_error(L, "%s: parameter %d is not a number", p->name, i + 1);
+    lua_pop(L, 1);
+  }
+  gpu_tensor *o = bind_tensor_out(L, 4, 5, bind_check_tensor(L, idx[0]), p->node[p->n - 1].dtype, ndim, shape,
+                                  p->name);
+  op.out = o->v;
+  dev_stream *s = bind_stream(L, 5);
+  dev_ctx *ctx = dev_stream_ctx(s);
+  bind_call_site(L, ctx, p->name);
+  if (site) dev_set_site(ctx, site);
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), p->name);
+  return 1;
+}
+
+/* count() -> programs interned so far (each a cache miss) */
+static int fuse_count(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)dev_fprog_count());
+  return 1;
+}
+
+/* gpu.fuse(fn, opts): stdlib/gpu/fuse.lua's */
+static int fuse_entry(lua_State *L) {
+  int n = lua_gettop(L);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "gpu.fuse");
+  lua_call(L, 1, 1);
+  lua_insert(L, 1);
+  lua_call(L, n, 1);
+  return 1;
+}
+
+const luaL_Reg bind_fuse_funcs[] = {
+  {"fuse", fuse_entry},
+  {NULL, NULL}
+};
+
+static int open_core(lua_State *L) {
+  static const luaL_Reg core[] = {
+    {"ops", fuse_ops}, {"program", fuse_program}, {"run", fuse_run}, {"count", fuse_count}, {NULL, NULL}
+  };
+  luaL_newlib(L, core);
+  return 1;
+}
+
+void bind_fuse_preload(lua_State *L) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(L, open_core);
+  lua_setfield(L, -2, "gpu._fuse");
+  lua_pop(L, 1);
+}

@@ -1,0 +1,167 @@
+/* DEV_OP_FUSED on the host: a block-wise interpreter over the program's
+ * nodes (device.h: dev_fprog).  The next BLK elements of each input are
+ * gathered into a block of its compute type, each node runs the op's own
+ * block loop of cpu_ops.c (the scalar functions of scalar.h) into a block of
+ * its own, and the last node's block is stored.  A node whose dtype is
+ * narrower than its compute type (f16, bf16, i8, u8, i32, bool) is rounded
+ * to it (stored into and loaded back from a scratch array), so every value
+ * is the one the unfused op would have written: the results are the
+ * unfused ops' bit for bit.  Number operands are made into blocks once per
+ * run, as the unfused op makes its number operand (cpu_scalar_to). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "cpu_priv.h"
+#include "scalar.h"
+#include "util.h"
+
+typedef struct run {
+  const dev_fprog *p;
+  block *val;        /* one per node */
+  block *num;        /* a number operand of a node, as its op takes it: 3 per node */
+  walk in[DEV_MAXIN];
+  char scratch[BLK * 8];
+} run;
+
+static int is_num(const dev_fnode *x) { return x->kind == DEV_FN_CONST || x->kind == DEV_FN_PARAM; }
+
+/* dtypes held exactly by their compute type need no rounding */
+static int narrow(dev_dtype t) { return t != DEV_F32 && t != DEV_F64 && t != DEV_I64; }
+
+static void round_to(run *r, dev_dtype t, block *b, int64_t k)
+{
+  if (!narrow(t)) return;
+  store_run(class_of(t), t, r->scratch, 1, k, b);
+  load_run(class_of(t), t, r->scratch, 1, k, b);
+}
+
+/* b's n values from class `from` to class `to` (exact but for double to
+ * float, which only where's condition and casts need, with 0/1 and the
+ * cast's own rule) */
+static void convert(cclass from, cclass to, const block *b, block *o, int64_t n)
+{
+  int64_t i;
+  if (from == to) { if (b != o) memcpy(o, b, (size_t)n * class_size(to)); return; }
+  for (i = 0; i < n; i++) {
+    double v = from == C_FLOAT ? (double)b->f[i] : from == C_DOUBLE ? b->d[i] : (double)b->i[i];
+    if (to == C_FLOAT) o->f[i] = (float)v;
+    else if (to == C_DOUBLE) o->d[i] = v;
+    else o->i[i] = b->i[i];   /* only int to int reaches here */
+  }
+}
+
+/* The number operands' blocks: each as the op reading it takes a number of
+ * its dtype t (a comparison sees it as t holds it, as the binding does). */
+static void make_numbers(run *r, const dev_kop *op)
+{
+  const dev_fprog *p = r->p;
+  for (int i = 0; i < p->n; i++) {
+    const dev_fnode *x = &p->node[i];
+    int nop = x->kind == DEV_FN_BINARY ? 2 : x->kind == DEV_FN_TERNARY ? 3 : 0;
+    const dev_opinfo *o = x->kind == DEV_FN_BINARY ? dev_binop_info(x->code) : dev_terop_info(x->code);
+    dev_dtype t = x->dtype;
+    if (nop == 2 && o->to_bool) t = p->node[is_num(&p->node[x->a[0]]) ? x->a[1] : x->a[0]].dtype;
+    for (int j = 0; j < nop; j++) {
+      const dev_fnode *a = &p->node[x->a[j]];
+      if (!is_num(a)) continue;
+      dev_scalar s = a->kind == DEV_FN_CONST ? a->k : op->fparam[a->index];
+      if (nop == 2 && o->to_bool) s = dev_scalar_as(s, t);
+      cpu_scalar_to(s, t, &r->num[i * 3 + j]);
+    }
+  }
+}
+
+static const block *operand(run *r, int i, int j)
+{
+  int a = r->p->node[i].a[j];
+  return is_num(&r->p->node[a]) ? &r->num[i * 3 + j] : &r->val[a];
+}
+
+/* Node i over the block's k elements; -1 on an integer division by zero. */
+static int eval(run *r, int i, int64_t k)
+{
+  const dev_fnode *x = &r->p->node[i];
+  block *v = &r->val[i];
+  cclass c = class_of(x->dtype), ca;
+  dev_dtype at;
+  switch (x->kind) {
+  case DEV_FN_INPUT:
+    walk_load(&r->in[x->index], x->dtype, c, k, v);
+    cpu_pad8(c, v, k);
+    return 0;
+  case DEV_FN_UNARY:
+    at = r->p->node[x->a[0]].dtype;
+    cpu_unop_block(x->code, class_of(at), operand(r, i, 0), v, k);
+    break;
+  case DEV_FN_BINARY:
+    at = r->p->node[x->a[is_num(&r->p->node[x->a[0]])]].dtype;
+    if (cpu_binop_block(x->code, class_of(at), operand(r, i, 0), operand(r, i, 1), v, k) > 0) return -1;
+    break;
+  case DEV_FN_TERNARY: {
+    const block *cond = operand(r, i, 0);
+    if (dev_terop_info(x->code)->flags & DEV_OPF_COND) {
+      /* the condition (0/1) in the compute type, as the unfused op loads it */
+      convert(C_INT, c, cond, (block *)r->scratch, (k + 7) & ~(int64_t)7);
+      cond = (const block *)r->scratch;
+    }
+    cpu_terop_block(x->code, c, cond, operand(r, i, 1), operand(r, i, 2), v, k);
+    break;
+  }
+  case DEV_FN_CAST:
+    /* as the unfused cast: integers exact as int64, floats through double */
+    at = r->p->node[x->a[0]].dtype;
+    ca = class_of(at) == C_INT ? C_INT : C_DOUBLE;
+    convert(class_of(at), ca, &r->val[x->a[0]], v, (k + 7) & ~(int64_t)7);
+    store_run(ca, x->dtype, r->scratch, 1, k, v);
+    load_run(c, x->dtype, r->scratch, 1, k, v);
+    cpu_pad8(c, v, k);
+    return 0;
+  default:
+    return 0;
+  }
+  round_to(r, x->dtype, v, k);
+  return 0;
+}
+
+static const char *zdiv_op(const dev_fprog *p)
+{
+  for (int i = 0; i < p->n; i++)
+    if (p->node[i].kind == DEV_FN_BINARY && (dev_binop_info(p->node[i].code)->flags & DEV_OPF_ZDIV))
+      return dev_binop_name(p->node[i].code);
+  return "div";
+}
+
+int cpu_run_fused(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_fprog *p = op->fprog;
+  const dev_view *out = &op->out;
+  int64_t n = dev_view_numel(out), done, k;
+  int zdiv = -1, rc = 0;
+  walk wo;
+  if (!p || op->nin != p->nin) return fail_msg(err, errlen, "fused: bad program");
+  if (check_view(out, "out", err, errlen)) return -1;
+  for (int i = 0; i < op->nin; i++)
+    if (check_view(&op->in[i], "in", err, errlen)) return -1;
+  run *r = malloc(sizeof *r);
+  block *mem = malloc((size_t)p->n * 4 * sizeof(block));
+  if (!r || !mem) { free(r); free(mem); return fail_msg(err, errlen, "%s: out of memory", p->name); }
+  r->p = p;
+  r->val = mem;
+  r->num = mem + p->n;
+  make_numbers(r, op);
+  for (int i = 0; i < op->nin; i++) walk_init(&r->in[i], &op->in[i]);
+  walk_init(&wo, out);
+  for (done = 0; done < n; done += k) {
+    k = min64(BLK, n - done);
+    for (int i = 0; i < p->n; i++)
+      if (eval(r, i, k) && zdiv < 0) zdiv = i;
+    walk_store(&wo, out->dtype, class_of(out->dtype), k, &r->val[p->n - 1]);
+  }
+  if (zdiv >= 0)
+    rc = fail_msg(err, errlen, "%s: integer division by zero", dev_binop_name(p->node[zdiv].code));
+  (void)zdiv_op;
+  free(mem);
+  free(r);
+  return rc;
+}
