@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sched.h>
 #include <time.h>
@@ -49,6 +50,42 @@ typedef struct item {
   unsigned tgen;                /* the tracing session it was enqueued in, 0: none */
   char site[DEV_SITE_LEN];
 } item;
+
+/* Items are recycled: an item holds a whole dev_kop (DEV_MAXIN views, about
+ * 1.6 KB), past glibc's per-thread cache, and allocating each op's anew
+ * cost about 900 instructions per op in malloc's slow paths (callgrind,
+ * 2026-11-28).  Kept are at most ITEM_POOL, reachable from item_pool. */
+#define ITEM_POOL 256
+static pthread_mutex_t item_mu = PTHREAD_MUTEX_INITIALIZER;
+static item *item_pool;
+static int item_npool;
+
+static item *item_new(void) {
+  pthread_mutex_lock(&item_mu);
+  item *it = item_pool;
+  if (it) {
+    item_pool = it->next;
+    item_npool--;
+  }
+  pthread_mutex_unlock(&item_mu);
+  if (!it) return calloc(1, sizeof *it);
+  /* all but op, which only IT_OP reads and h_submit sets whole */
+  memset(it, 0, offsetof(item, op));
+  memset((char *)it + offsetof(item, launch), 0, sizeof *it - offsetof(item, launch));
+  return it;
+}
+
+static void item_free(item *it) {
+  pthread_mutex_lock(&item_mu);
+  if (item_npool < ITEM_POOL) {
+    it->next = item_pool;
+    item_pool = it;
+    item_npool++;
+    it = NULL;
+  }
+  pthread_mutex_unlock(&item_mu);
+  free(it);
+}
 
 typedef struct hstream {
   dev_ctx *ctx;
@@ -270,7 +307,7 @@ static void *worker(void *arg) {
 
     run_item(hs, it);
     advance(hs, it->seq);
-    free(it);
+    item_free(it);
   }
   return NULL;
 }
@@ -295,7 +332,7 @@ static int push(dev_stream *s, item *it) {
   int rc = start(s);
   if (rc) {
     free(it->launch);
-    free(it);
+    item_free(it);
     return rc;
   }
   memcpy(it->site, s->ctx->site, sizeof it->site);  /* both DEV_SITE_LEN, NUL-terminated */
@@ -312,7 +349,7 @@ static int push(dev_stream *s, item *it) {
 
 static int push_wait(dev_stream *s, hstream *target, uint64_t pos) {
   if (atomic_load(&target->done) >= pos) return DEV_OK;
-  item *it = calloc(1, sizeof *it);
+  item *it = item_new();
   if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a wait");
   it->kind = IT_WAIT;
   it->target = target;
@@ -470,10 +507,10 @@ static int h_event_record(dev_event *e, dev_stream *s) {
     return DEV_OK;
   }
   hrec *r = calloc(1, sizeof *r);
-  item *it = calloc(1, sizeof *it);
+  item *it = item_new();
   if (!r || !it) {
     free(r);
-    free(it);
+    item_free(it);
     return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory recording an event");
   }
   atomic_init(&r->refs, 2);     /* the event and the queued item */
@@ -536,10 +573,10 @@ static void h_comm_close(dev_ctx *ctx) {
 static int h_coll(dev_stream *s, const dev_coll *c, int n, uint64_t seq) {
   int rc = legacy_order(s);
   if (rc) return rc;
-  item *it = calloc(1, sizeof *it);
+  item *it = item_new();
   dev_coll *copy = malloc((size_t)n * sizeof *copy);
   if (!it || !copy) {
-    free(it);
+    item_free(it);
     free(copy);
     return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a collective");
   }
@@ -574,14 +611,14 @@ static int h_group_open(dev_ctx *ctx, dev_group *g, int color, int key) {
 static int h_submit(dev_stream *s, const dev_kop *op) {
   int rc = legacy_order(s);
   if (rc) return rc;
-  item *it = calloc(1, sizeof *it);
+  item *it = item_new();
   if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing an op");
   it->kind = IT_OP;
   it->op = *op;
   if (op->kind == DEV_OP_LAUNCH) {
     /* runs later: the argument values must outlive the caller's arrays */
     if (!(it->launch = dev_launch_dup(op->launch))) {
-      free(it);
+      item_free(it);
       return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a launch");
     }
     it->op.launch = it->launch;
@@ -593,7 +630,7 @@ static int h_submit(dev_stream *s, const dev_kop *op) {
 static int h_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
   int rc = legacy_order(s);
   if (rc) return rc;
-  item *it = calloc(1, sizeof *it);
+  item *it = item_new();
   if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a copy");
   it->kind = IT_OP;
   it->op = *op;
@@ -632,10 +669,10 @@ static int h_graph_launch(dev_stream *s, const dev_gexec *gx, uint64_t seq) {
   int rc = legacy_order(s);
   if (rc == DEV_OK) rc = start(s);
   if (rc) return rc;
-  item *it = calloc(1, sizeof *it);
+  item *it = item_new();
   if (!it) return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a graph replay");
   if ((rc = graph_recs(s, gx, &it->recs))) {
-    free(it);
+    item_free(it);
     return rc;
   }
   for (int i = 0, k = 0; it->recs && i < gx->n; i++) {
