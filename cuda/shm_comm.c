@@ -768,3 +768,15 @@ void shm_comm_set_options(shm_comm *c, int check, double timeout_s) {
   if (timeout_s > 0) c->timeout = timeout_s;
   pthread_mutex_unlock(&c->mu);
 }
+
+void shm_comm_where(shm_comm *c, char *out, size_t len) {
+  double wait = c->world > 2 ? 1.0 / (c->world - 1) : 1.0;
+  if (wait < 0.2) wait = 0.2;
+  for (int q = 0; q < c->world; q++) {
+    size_t at = strlen(out);
+    int pid = atomic_load(&c->ranks[q].pid);
+    if (q == c->rank || pid <= 0 || at + 1 >= len) continue;
+    char here[256];
+    if (where_ask(pid, here, sizeof here, wait)) snprintf(out + at, len - at, "; rank %d %s", wr(c, q), here);
+  }
+}
