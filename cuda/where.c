@@ -10,11 +10,13 @@
 #include "where.h"
 
 /* By hand, without stdio: where_note_c runs in a signal handler. */
-static size_t put(char *buf, size_t at, size_t len, const char *s) {
-  while (s && *s && at + 1 < len) buf[at++] = *s++;
+static size_t put_n(char *buf, size_t at, size_t len, const char *s, size_t most) {
+  for (size_t i = 0; s && i < most && s[i] && at + 1 < len; i++) buf[at++] = s[i];
   buf[at] = 0;
   return at;
 }
+
+static size_t put(char *buf, size_t at, size_t len, const char *s) { return put_n(buf, at, len, s, (size_t)-1); }
 
 static size_t put_uint(char *buf, size_t at, size_t len, unsigned v) {
   char d[16];
@@ -45,7 +47,8 @@ void where_note_c(dev_ctx *ctx) {
   size_t at = put(msg, 0, sizeof msg, "is in C");
   if (ctx && ctx->site[0]) {
     at = put(msg, at, sizeof msg, " (a wait, a sleep or a C call); its last gpu call was at ");
-    at = put(msg, at, sizeof msg, ctx->site);
+    /* the main thread may be writing it: at most its buffer, maybe torn */
+    at = put_n(msg, at, sizeof msg, ctx->site, sizeof ctx->site);
   } else {
     at = put(msg, at, sizeof msg, " (a sleep, a wait or a C call)");
   }
