@@ -109,6 +109,7 @@ static void join(lua_State *L, const char *fname, int o, int defer) {
     j.ri.timeout_s = lua_tonumber(L, o);
   }
   if (o && !lua_isnil(L, o + 1)) j.ri.check = lua_toboolean(L, o + 1);
+  bind_where_arm(L, ctx);
   bind_site(L, ctx);
   BIND_CHECK(L, ctx, dev_comm_init(ctx, &j.ri), fname);
 }

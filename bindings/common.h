@@ -108,6 +108,8 @@ void *bind_new_udata(lua_State *L, const bind_type *ty, size_t size, int nuv);
 gpu_state *bind_state(lua_State *L);
 static inline dev_ctx *bind_ctx(lua_State *L) { return bind_state(L)->ctx; }
 
+/* Answer a peer's "where are you?" (bindings/where.c); once per process. */
+void bind_where_arm(lua_State *L, dev_ctx *ctx);
 /* Record the calling script line into ops enqueued next. */
 void bind_site(lua_State *L, dev_ctx *ctx);
 /* bind_site, and name the API call for the sync policy's messages: before

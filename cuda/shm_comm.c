@@ -24,6 +24,7 @@
 #include "devpriv.h"
 #include "shm_comm.h"
 #include "util.h"
+#include "where.h"
 
 #define HC_MAGIC 0x67706c7561636f6dULL
 #define HC_SLOT ((size_t)1 << 20)     /* bytes per rank per step */
@@ -160,9 +161,13 @@ static int wait_phase(shm_comm *c, uint64_t p, const char *what, char *err, size
       if (atomic_load_explicit(&c->ranks[q].phase, memory_order_acquire) < p) who = q;
     if (who < 0) return 0;
     if (alive(c, who, what, err, errlen)) return -1;
-    if (now_s() - t0 > c->timeout)
-      return fail_msg(err, errlen, "timed out after %.0f s: rank %d never reached %s (set GPULUA_COMM_TIMEOUT to wait "
-                  "longer)", c->timeout, wr(c, who), what);
+    if (now_s() - t0 > c->timeout) {
+      char at[256];
+      if (!where_ask(atomic_load(&c->ranks[who].pid), at, sizeof at, 1.0))
+        snprintf(at, sizeof at, "did not say where it is");
+      return fail_msg(err, errlen, "timed out after %.0f s: rank %d never reached %s; rank %d %s (set "
+                      "GPULUA_COMM_TIMEOUT to wait longer)", c->timeout, wr(c, who), what, wr(c, who), at);
+    }
     bell_wait(c, seen);
   }
 }
@@ -762,4 +767,16 @@ void shm_comm_set_options(shm_comm *c, int check, double timeout_s) {
   c->check = check;
   if (timeout_s > 0) c->timeout = timeout_s;
   pthread_mutex_unlock(&c->mu);
+}
+
+void shm_comm_where(shm_comm *c, char *out, size_t len) {
+  double wait = c->world > 2 ? 1.0 / (c->world - 1) : 1.0;
+  if (wait < 0.2) wait = 0.2;
+  for (int q = 0; q < c->world; q++) {
+    size_t at = strlen(out);
+    int pid = atomic_load(&c->ranks[q].pid);
+    if (q == c->rank || pid <= 0 || at + 1 >= len) continue;
+    char here[256];
+    if (where_ask(pid, here, sizeof here, wait)) snprintf(out + at, len - at, "; rank %d %s", wr(c, q), here);
+  }
 }

@@ -32,6 +32,10 @@ int shm_comm_check(shm_comm *c, uint64_t seq, const dev_coll *g, int n, char *er
 int shm_comm_fail(shm_comm *c, uint64_t seq, const char *why);
 int shm_comm_gone(shm_comm *c, const uint64_t *mask, uint64_t need, const char *what, char *err, size_t errlen);
 void shm_comm_set_done(shm_comm *c, uint64_t done);
+/* Where the other ranks are now, asked of each (cuda/where.h), appended to
+ * out as "; rank R is at f.lua:12 ...": for a timeout that cannot tell which
+ * rank is missing (NCCL's). */
+void shm_comm_where(shm_comm *c, char *out, size_t len);
 /* a later gpu.init_comm's options, for the collectives enqueued after it */
 void shm_comm_set_options(shm_comm *c, int check, double timeout_s);
 

@@ -374,6 +374,7 @@ static int watch_why(cuda_comm *c, char *why, size_t n) {
     snprintf(why, n, "timed out: %s (enqueued at %s)%s did not finish within %.0f s; a rank did not call it "
              "or called another collective (GPULUA_COMM_CHECK=1 compares every collective across ranks; "
              "GPULUA_COMM_TIMEOUT waits longer)", what, last->site, alsofrom, c->timeout);
+    if (c->side) shm_comm_where(c->side, why, n);
     return 1;
   }
   return 0;
@@ -383,7 +384,7 @@ static void watch_once(cuda_comm *c) {
   watch_mark(c);
   watch_reap(c);
   if (!c->npend || !c->comm) return;
-  char why[900];
+  char why[1600];
   if (!watch_why(c, why, sizeof why)) return;
   strncat(why, "; the communicator is aborted", sizeof why - strlen(why) - 1);
   /* reported first: the abort ends NCCL's kernels, and a thread waiting on

@@ -924,6 +924,15 @@ static void signals_restore(const struct sigaction *old, const struct sigaction 
   sig_wfd = -1;
 }
 
+/* A rank killed while asked where it is (cuda/where.h) leaves files there. */
+static void where_cleanup(int pid) {
+  static const char *const suffix[] = {"", ".c", ".ask", ".tmp"};
+  char path[128];
+  for (int i = 0; i < 4; i++)
+    if (snprintf(path, sizeof path, "/dev/shm/gpulua-where-%u-%d%s", (unsigned)getuid(), pid, suffix[i]) > 0)
+      unlink(path);
+}
+
 /* Starts the ranks one by one (no more once the job stops), then runs the
  * job to its end; the exit status. */
 static int job_run(struct job *j) {
@@ -942,6 +951,8 @@ static int job_run(struct job *j) {
   /* a rank stopped while the ranks were meeting leaves the job's shared
    * memory behind */
   gpulua_job_cleanup(j->port, j->opt->nnodes * j->opt->nproc);
+  for (int i = 0; i < j->n; i++)
+    if (j->r[i].pid > 0) where_cleanup((int)j->r[i].pid);
   return status;
 }
 

@@ -1,0 +1,43 @@
+-- Run by tests/ranks_where.lua: rank 1 fails to reach the second world
+-- all_reduce in the way arg[1] names; rank 0's timeout message must say
+-- where rank 1 is.  The test finds the lines marked "-- HERE".
+local gpu = require "gpu"
+local mode, r = arg[1], gpu.rank
+local t = gpu.ones({ 4 })
+gpu.all_reduce(t)
+if r == 1 then
+  if mode == "loop" then
+    local x = 0
+    while true do x = x + 1 end -- HERE loop
+  elseif mode == "c" then
+    os.execute("sleep 4") -- HERE c
+  elseif mode == "other" then
+    -- waits in a collective of a group whose other rank never comes
+    local g = gpu.new_group({ 1, 2 })
+    g:all_reduce(t) -- HERE other
+    gpu.synchronize()
+  elseif mode == "exit" then
+    os.exit(3)
+  elseif mode == "left" then
+    os.exit(0)
+  end
+elseif mode == "other" and r == 2 then
+  gpu.new_group({ 1, 2 })
+  os.execute("sleep 4")
+  os.exit(0)
+elseif mode == "other" then
+  gpu.new_group({ 1, 2 })
+end
+if mode == "group" then
+  local g = gpu.new_group({ 0, 1 }, { name = "pair" })
+  if r == 1 then
+    local x = 0
+    while true do x = x + 1 end -- HERE group
+  end
+  if r <= 1 then g:all_reduce(t) end
+  gpu.synchronize()
+  os.exit(0)
+end
+gpu.all_reduce(t)
+gpu.synchronize()
+print("rank " .. r .. " survived")
