@@ -403,8 +403,24 @@ static int h_open(dev_ctx *ctx, int device) {
   return dev_stage_config(ctx, 0);
 }
 
+/* Frees the kept items: the module may be unloaded after its last context
+ * (lua5.4 closes gpu.so), which would leave them unreachable. */
+static void item_drain(void) {
+  pthread_mutex_lock(&item_mu);
+  item *it = item_pool;
+  item_pool = NULL;
+  item_npool = 0;
+  pthread_mutex_unlock(&item_mu);
+  while (it) {
+    item *next = it->next;
+    free(it);
+    it = next;
+  }
+}
+
 static void h_close(dev_ctx *ctx) {
   dev_stage_shutdown(ctx);
+  item_drain();
   free(ctx->bk_state);
   ctx->bk_state = NULL;
 }
