@@ -413,6 +413,11 @@ local function run_unfused(pr, args, out, stream)
   local scope <close> = stream and gpu.using(stream) or nil
   local r = replay(pr, args)
   if out then
+    -- the fused op's own check, so that both paths say the same
+    local so, sr = table.concat(out.shape, ","), table.concat(r.shape, ",")
+    if so ~= sr or out.dtype ~= r.dtype then
+      error(string.format("bad option 'out' (%s {%s} does not match the result %s {%s})", out.dtype, so, r.dtype, sr), 0)
+    end
     out:copy(r)
     return out
   end
