@@ -2,7 +2,8 @@
  * method each, made from the rows (sum, mean, argmax, argmin, any, all,
  * prod, var, std, norm, logsumexp; max and min are tensor_elementwise.c's,
  * which call the reduction without an operand).  Each takes {dim =,
- * keepdim =, out =, stream =}; var and std also unbiased, norm p.  Then the
+ * keepdim =, out =, stream =}, or the dim first: t:sum(2 [, opts]); var
+ * and std also unbiased, norm p.  Then the
  * ops along one dim that keep its size, not reductions: cumsum, softmax,
  * log_softmax.  Dims are 1-based; the device layer takes them 0-based. */
 #include "tensor.h"
@@ -24,8 +25,16 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
   static const char *const var[] = {"dim", "keepdim", "unbiased", "out", "stream", NULL};
   static const char *const norm[] = {"dim", "keepdim", "p", "out", "stream", NULL};
   int extra = code == DEV_RED_VAR || code == DEV_RED_STD || code == DEV_RED_NORM;
-  /* slots: o dim, o + 1 keepdim, o + 2 unbiased or p (extra), then out, stream */
-  int o = bind_read_opts(L, 2, code == DEV_RED_NORM ? norm : extra ? var : plain);
+  /* slots: o dim, o + 1 keepdim, o + 2 unbiased or p (extra), then out, stream;
+   * the dim may come first, as t:sum(2) or t:sum(2, {keepdim = true}) */
+  int pos = lua_type(L, 2) == LUA_TNUMBER;
+  int o = bind_read_opts(L, pos ? 3 : 2, code == DEV_RED_NORM ? norm : extra ? var : plain);
+  if (pos) {
+    if (!lua_isnil(L, o) && !lua_rawequal(L, o, 2))
+      luaL_error(L, "%s: dim given twice (%s, and %s in the options)", fname, lua_tostring(L, 2),
+                 luaL_tolstring(L, o, NULL));
+    lua_copy(L, 2, o);
+  }
   int out = o + 2 + extra, stream = out + 1;
   dev_dtype in = t->v.dtype;
   if (!(dev_dtype_class(in) & info->classes))
@@ -76,13 +85,14 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
 DEV_REDUCE_OPS(REDUCE_FUNC)
 #undef REDUCE_FUNC
 
-/* t:cumsum(dim [, opts]); t:softmax(dim [, opts]) or t:softmax{dim =, ...} */
+/* t:cumsum(dim [, opts]) or t:cumsum{dim =, ...}; softmax the same */
 static int along(lua_State *L, dev_opkind kind, int code, const char *fname) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   static const char *const dim_out[] = {"dim", "out", "stream", NULL};
-  /* t:softmax{dim =, ...}: slots o dim, then out; else out from opts at 3 */
+  /* t:softmax{dim =, ...}, t:cumsum{dim =, ...}: slots o dim, then out;
+   * else out from opts at 3 */
   int o = 0, out, dim;
-  if (kind == DEV_OP_SOFTMAX && lua_istable(L, 2)) {
+  if (lua_istable(L, 2)) {
     o = bind_read_opts(L, 2, dim_out);
     if (lua_isnil(L, o)) luaL_error(L, "%s: option 'dim' is required", fname);
   }

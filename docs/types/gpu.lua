@@ -1408,56 +1408,67 @@ function Tensor:matmul(b, opts) end
 -- reductions: a tensor result, no sync
 
 ---Sum (i64 for integers and bool).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
 ---@return gpu.Tensor
 function Tensor:sum(opts) end
 
 ---Mean (f64 for integers).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
 ---@return gpu.Tensor
 function Tensor:mean(opts) end
 
 ---Product (i64 for integers and bool).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
 ---@return gpu.Tensor
 function Tensor:prod(opts) end
 
 ---1-based i64 index of the first largest element.
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
 ---@return gpu.Tensor
 function Tensor:argmax(opts) end
 
 ---1-based i64 index of the first smallest element.
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
 ---@return gpu.Tensor
 function Tensor:argmin(opts) end
 
 ---Whether any element is nonzero (bool).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
 ---@return gpu.Tensor
 function Tensor:any(opts) end
 
 ---Whether every element is nonzero (bool).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
 ---@return gpu.Tensor
 function Tensor:all(opts) end
 
 ---Variance (float dtypes).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.VarOpts): gpu.Tensor
 ---@param opts? gpu.VarOpts
 ---@return gpu.Tensor
 function Tensor:var(opts) end
 
 ---Standard deviation (float dtypes).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.VarOpts): gpu.Tensor
 ---@param opts? gpu.VarOpts
 ---@return gpu.Tensor
 function Tensor:std(opts) end
 
 ---p-norm (float dtypes).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.NormOpts): gpu.Tensor
 ---@param opts? gpu.NormOpts
 ---@return gpu.Tensor
 function Tensor:norm(opts) end
 
 ---`log(sum(exp(t)))`, max-shifted (float dtypes).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
 ---@return gpu.Tensor
 function Tensor:logsumexp(opts) end
@@ -1465,6 +1476,7 @@ function Tensor:logsumexp(opts) end
 -- along one dim
 
 ---Running sum along `dim` (i64 for integers and bool).
+---@overload fun(self: gpu.Tensor, opts: gpu.SoftmaxOpts): gpu.Tensor
 ---@param dim integer
 ---@param opts? gpu.OutOpts
 ---@return gpu.Tensor
