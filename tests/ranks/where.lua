@@ -12,8 +12,11 @@ if r == 1 then
   elseif mode == "c" then
     os.execute("sleep 4") -- HERE c
   elseif mode == "other" then
-    -- waits in a collective of a group whose other rank never comes
+    -- waits in a collective of a group whose other rank never comes; it
+    -- starts a second after rank 0's wait, so that rank 0's timeout comes
+    -- first (at the same time, rank 1 could give up first and exit)
     local g = gpu.new_group({ 1, 2 })
+    os.execute("sleep 1")
     g:all_reduce(t) -- HERE other
     gpu.synchronize()
   elseif mode == "exit" then
