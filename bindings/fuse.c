@@ -105,8 +105,10 @@ static int fuse_program(lua_State *L) {
 }
 
 /* The run's inputs (the table at 2) pushed, checked, broadcast into op. */
-static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, int *ndim, int64_t *shape, int *idx) {
-  const dev_view *v[DEV_MAXIN];
+static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *fa, int *ndim, int64_t *shape,
+                       int *idx) {
+  const dev_view *v[DEV_FMAXIN];
+  dev_view bv[DEV_FMAXIN];
   gpu_tensor *first = NULL;
   for (int i = 0; i < p->nin; i++) {
     lua_rawgeti(L, 2, i + 1);
@@ -116,7 +118,7 @@ static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, int *ndim,
     else first = t;
     v[i] = &t->v;
   }
-  if (bind_tensor_broadcast(p->nin, v, op->in, ndim, shape)) {
+  if (bind_tensor_broadcast(p->nin, v, bv, ndim, shape)) {
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     for (int i = 0; i < p->nin; i++) {
@@ -127,6 +129,10 @@ static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, int *ndim,
     }
     luaL_pushresult(&b);
     luaL_error(L, "%s: the inputs' shapes %s cannot be broadcast together", p->name, lua_tostring(L, -1));
+  }
+  for (int i = 0; i < p->nin; i++) {
+    if (i < DEV_MAXIN) op->in[i] = bv[i];
+    else fa->xin[i - DEV_MAXIN] = bv[i];
   }
   op->nin = p->nin;
 }
@@ -142,13 +148,15 @@ static int fuse_run(lua_State *L) {
   lua_settop(L, 6);
   if ((int)lua_rawlen(L, 2) != p->nin) return luaL_error(L, "%s: %d inputs, the program takes %d", p->name,
                                                           (int)lua_rawlen(L, 2), p->nin);
-  dev_kop op = {.kind = DEV_OP_FUSED, .fprog = p};
-  int ndim, idx[DEV_MAXIN];
+  dev_fargs fa;
+  dev_kop op = {.kind = DEV_OP_FUSED, .fprog = p, .fargs = &fa};
+  int ndim, idx[DEV_FMAXIN];
   int64_t shape[DEV_MAXDIM];
-  run_inputs(L, p, &op, &ndim, shape, idx);
+  run_inputs(L, p, &op, &fa, &ndim, shape, idx);
   for (int i = 0; i < p->nparam; i++) {
     lua_rawgeti(L, 3, i + 1);
-    dev_scalar *s = &op.fparam[i];
+    dev_scalar *s = &fa.param[i];
+    *s = (dev_scalar){0};
     if (lua_isinteger(L, -1)) { s->is_int = 1; s->i = lua_tointeger(L, -1); s->f = (double)s->i; }
     else if (lua_type(L, -1) == LUA_TNUMBER) s->f = lua_tonumber(L, -1);
     else return luaL_error(L, "%s: parameter %d is not a number", p->name, i + 1);

@@ -20,7 +20,7 @@ typedef struct run {
   const dev_fprog *p;
   block *val;        /* one per node */
   block *num;        /* a number operand of a node, as its op takes it: 3 per node */
-  walk in[DEV_MAXIN];
+  walk in[DEV_FMAXIN];
   char scratch[BLK * 8];
 } run;
 
@@ -65,7 +65,7 @@ static void make_numbers(run *r, const dev_kop *op)
     for (int j = 0; j < nop; j++) {
       const dev_fnode *a = &p->node[x->a[j]];
       if (!is_num(a)) continue;
-      dev_scalar s = a->kind == DEV_FN_CONST ? a->k : op->fparam[a->index];
+      dev_scalar s = a->kind == DEV_FN_CONST ? a->k : op->fargs->param[a->index];
       if (nop == 2 && o->to_bool) s = dev_scalar_as(s, t);
       cpu_scalar_to(s, t, &r->num[i * 3 + j]);
     }
@@ -141,8 +141,9 @@ int cpu_run_fused(const dev_kop *op, char *err, size_t errlen)
   walk wo;
   if (!p || op->nin != p->nin) return fail_msg(err, errlen, "fused: bad program");
   if (check_view(out, "out", err, errlen)) return -1;
+  if ((op->nin > DEV_MAXIN || p->nparam) && !op->fargs) return fail_msg(err, errlen, "fused: no arguments");
   for (int i = 0; i < op->nin; i++)
-    if (check_view(&op->in[i], "in", err, errlen)) return -1;
+    if (check_view(dev_kop_in(op, i), "in", err, errlen)) return -1;
   run *r = malloc(sizeof *r);
   block *mem = malloc((size_t)p->n * 4 * sizeof(block));
   if (!r || !mem) { free(r); free(mem); return fail_msg(err, errlen, "%s: out of memory", p->name); }
@@ -150,7 +151,7 @@ int cpu_run_fused(const dev_kop *op, char *err, size_t errlen)
   r->val = mem;
   r->num = mem + p->n;
   make_numbers(r, op);
-  for (int i = 0; i < op->nin; i++) walk_init(&r->in[i], &op->in[i]);
+  for (int i = 0; i < op->nin; i++) walk_init(&r->in[i], dev_kop_in(op, i));
   walk_init(&wo, out);
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);

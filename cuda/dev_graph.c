@@ -98,6 +98,7 @@ static int grow(dev_ctx *ctx, void **p, int *cap, int need, size_t elsize) {
 static void free_nodes(dev_gnode *nodes, int n) {
   for (int i = 0; i < n; i++) {
     if (nodes[i].kind == DEV_GN_OP && nodes[i].op.kind == DEV_OP_LAUNCH) free((void *)nodes[i].op.launch);
+    if (nodes[i].kind == DEV_GN_OP) free((void *)nodes[i].op.fargs);
     if (nodes[i].kind == DEV_GN_COLL) {
       dev_group_release(nodes[i].coll[0].group);
       free(nodes[i].coll);
@@ -241,7 +242,7 @@ static int hold_module(dev_graph *g, dev_module *m) {
 int graph_records(const dev_kop *op) {
   if (op->kind == DEV_OP_LAUNCH || op->kind == DEV_OP_SLEEP || op->out.buf->kind == DEV_MEM_DEVICE) return 1;
   for (int i = 0; i < op->nin; i++)
-    if (op->in[i].buf->kind == DEV_MEM_DEVICE) return 1;
+    if (dev_kop_in(op, i)->buf->kind == DEV_MEM_DEVICE) return 1;
   return 0;
 }
 
@@ -249,15 +250,15 @@ int graph_submit(dev_stream *s, const dev_kop *op) {
   dev_ctx *ctx = s->ctx;
   dev_graph *g = ctx->capture;
   if (s->capture != g) return not_member(ctx, s);
-  dev_buf *bufs[1 + DEV_MAXIN];
-  unsigned char wr[1 + DEV_MAXIN];
+  dev_buf *bufs[1 + DEV_FMAXIN];
+  unsigned char wr[1 + DEV_FMAXIN];
   int nb = 0;
   const dev_launch *l = op->kind == DEV_OP_LAUNCH ? op->launch : NULL;
   if (!l && op->kind != DEV_OP_SLEEP) {
     bufs[nb] = op->out.buf;
     wr[nb++] = 1;
     for (int i = 0; i < op->nin; i++) {
-      bufs[nb] = op->in[i].buf;
+      bufs[nb] = dev_kop_in(op, i)->buf;
       wr[nb++] = 0;
     }
   }
@@ -269,9 +270,21 @@ int graph_submit(dev_stream *s, const dev_kop *op) {
   dev_gnode *nd = add_node(g, DEV_GN_OP, m);
   if (!nd) return DEV_ERR_NOMEM;
   nd->op = *op;
+  nd->op.fargs = NULL;
+  if (op->fargs) {
+    /* the caller's, as a launch's arguments: the node owns a copy */
+    dev_fargs *fa = malloc(sizeof *fa);
+    if (!fa) {
+      g->n--;
+      return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory capturing a fused op");
+    }
+    *fa = *op->fargs;
+    nd->op.fargs = fa;
+  }
   if (l) {
     /* the caller's argument arrays go when it returns: the node owns a copy */
     if (!(nd->op.launch = dev_launch_dup(l))) {
+      free((void *)nd->op.fargs);
       g->n--;
       return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory capturing a launch");
     }
@@ -287,6 +300,7 @@ int graph_submit(dev_stream *s, const dev_kop *op) {
 fail:
   /* what was held stays held (released with the graph); the node goes */
   if (l) free((void *)nd->op.launch);
+  free((void *)nd->op.fargs);
   g->n--;
   return rc;
 }

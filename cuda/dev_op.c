@@ -250,7 +250,7 @@ static int check_copy(dev_ctx *ctx, const dev_kop *op) {
  * when it was interned). */
 static int check_fused(dev_ctx *ctx, const dev_kop *op) {
   const dev_fprog *p = op->fprog;
-  if (!p || op->nin != p->nin || p->nparam > DEV_FPARAMS)
+  if (!p || op->nin != p->nin || p->nparam > DEV_FPARAMS || ((op->nin > DEV_MAXIN || p->nparam) && !op->fargs))
     return dev_fail(ctx, DEV_ERR_INVALID, "fused: bad program or operands");
   if (op->out.dtype != p->node[p->n - 1].dtype)
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: the output's dtype is %s, the result's %s", p->name,
@@ -258,7 +258,8 @@ static int check_fused(dev_ctx *ctx, const dev_kop *op) {
   for (int i = 0; i < p->n; i++) {
     const dev_fnode *x = &p->node[i];
     if (x->kind != DEV_FN_INPUT) continue;
-    if (op->in[x->index].dtype != x->dtype || !same_shape(&op->in[x->index], &op->out))
+    const dev_view *v = dev_kop_in(op, x->index);
+    if (v->dtype != x->dtype || !same_shape(v, &op->out))
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: input %d: dtype or shape mismatch", p->name, x->index + 1);
   }
   return DEV_OK;
@@ -292,12 +293,12 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
   unsigned fl = kinds[op->kind].flags;
   if (fl & DEV_OPK_NOVIEWS) return kinds[op->kind].check(ctx, op);
   /* before anything reads in[] */
-  int maxin = (fl & DEV_OPK_NOIN) ? 0 : (int)(sizeof op->in / sizeof op->in[0]);
+  int maxin = (fl & DEV_OPK_NOIN) ? 0 : op->kind == DEV_OP_FUSED && op->fargs ? DEV_FMAXIN : DEV_MAXIN;
   if (op->nin < 0 || op->nin > maxin)
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operand count %d", kinds[op->kind].name, op->nin);
   if ((rc = dev_check_view(ctx, &op->out, "output")) || (rc = dev_check_writable(ctx, &op->out))) return rc;
   for (int i = 0; i < op->nin; i++)
-    if ((rc = dev_check_view(ctx, &op->in[i], "input"))) return rc;
+    if ((rc = dev_check_view(ctx, dev_kop_in(op, i), "input"))) return rc;
   return kinds[op->kind].check(ctx, op);
 }
 
@@ -460,7 +461,8 @@ static int alias_plan(const dev_kop *op) {
   unsigned fl = kinds[op->kind].flags;
   if (fl & (DEV_OPK_NOIN | DEV_OPK_NOVIEWS | DEV_OPK_MEMMOVE)) return ALIAS_NONE;
   for (int i = 0; i < op->nin; i++)
-    if (views_overlap(&op->out, &op->in[i]) && !((fl & DEV_OPK_INPLACE) && same_view(&op->out, &op->in[i])))
+    if (views_overlap(&op->out, dev_kop_in(op, i)) &&
+        !((fl & DEV_OPK_INPLACE) && same_view(&op->out, dev_kop_in(op, i))))
       return op->kind == DEV_OP_INDEX && op->code == DEV_IDX_SCATTER_ADD ? ALIAS_IN : ALIAS_OUT;
   return ALIAS_NONE;
 }
@@ -486,23 +488,30 @@ static int copy_view(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const dev
  * temporaries. */
 static int submit_unaliased(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int plan) {
   dev_kop k = *op;
-  dev_buf *tmp[1 + DEV_MAXIN] = {NULL};
+  dev_fargs fa;   /* a fused op's: its inputs may change too */
+  if (op->fargs) {
+    fa = *op->fargs;
+    k.fargs = &fa;
+  }
+  dev_view *kin[DEV_FMAXIN];
+  for (int i = 0; i < op->nin; i++) kin[i] = (dev_view *)dev_kop_in(&k, i);
+  dev_buf *tmp[1 + DEV_FMAXIN] = {NULL};
   dev_memkind kind = host_visible(op->out.buf) ? op->out.buf->kind : DEV_MEM_DEVICE;
   int rc = DEV_OK;
   for (int i = 0; i < op->nin; i++)
-    if (!host_visible(op->in[i].buf)) kind = DEV_MEM_DEVICE;
+    if (!host_visible(dev_kop_in(op, i)->buf)) kind = DEV_MEM_DEVICE;
   if (plan == ALIAS_OUT) {
     rc = temp_view(ctx, s, &op->out, kind, &k.out, &tmp[0]);
     if (rc == DEV_OK) rc = dev_submit(ctx, s, &k);
     if (rc == DEV_OK) rc = copy_view(ctx, s, &op->out, &k.out);
   } else {
     for (int i = 0; i < op->nin && rc == DEV_OK; i++)
-      if (views_overlap(&op->out, &op->in[i]) &&
-          (rc = temp_view(ctx, s, &op->in[i], kind, &k.in[i], &tmp[1 + i])) == DEV_OK)
-        rc = copy_view(ctx, s, &k.in[i], &op->in[i]);
+      if (views_overlap(&op->out, dev_kop_in(op, i)) &&
+          (rc = temp_view(ctx, s, dev_kop_in(op, i), kind, kin[i], &tmp[1 + i])) == DEV_OK)
+        rc = copy_view(ctx, s, kin[i], dev_kop_in(op, i));
     if (rc == DEV_OK) rc = dev_submit(ctx, s, &k);
   }
-  for (int i = 0; i <= DEV_MAXIN; i++) dev_buf_release(tmp[i]);
+  for (int i = 0; i <= DEV_FMAXIN; i++) dev_buf_release(tmp[i]);
   return rc;
 }
 
@@ -527,8 +536,8 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   if (op->kind == DEV_OP_LAUNCH) return submit_launch(ctx, s, op);
   /* the output, then the tensor operands (validated: nin of them) */
   int nb = op->kind == DEV_OP_SLEEP ? 0 : 1 + op->nin;
-  const dev_view *views[1 + DEV_MAXIN] = {&op->out};
-  for (int i = 0; i < DEV_MAXIN; i++) views[1 + i] = &op->in[i];
+  const dev_view *views[1 + DEV_FMAXIN] = {&op->out};
+  for (int i = 1; i < nb; i++) views[i] = dev_kop_in(op, i - 1);
   int all_host = nb > 0;
   for (int i = 0; i < nb; i++)
     if (!host_visible(views[i]->buf)) all_host = 0;
@@ -556,7 +565,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     pageable = hb != NULL;
   }
   if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
-  dev_buf *bufs[1 + DEV_MAXIN] = {NULL};
+  dev_buf *bufs[1 + DEV_FMAXIN] = {NULL};
   for (int i = 0; i < nb; i++) bufs[i] = views[i]->buf;
   if ((rc = fence_op_bufs(s, bufs, nb))) return rc;
   if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;

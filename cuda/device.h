@@ -387,7 +387,8 @@ enum {
   DEV_F_SCALAR3 = 8        /* ternary: operand 3 is s1 */
 };
 
-#define DEV_MAXIN 8   /* tensor operands of an op, packed from in[0] */
+#define DEV_MAXIN 3   /* tensor operands held in a dev_kop, packed from in[0] */
+#define DEV_FMAXIN 8  /* tensor operands of a fused op: in[], then its fargs' xin[] */
 #define DEV_FPARAMS 8 /* number parameters of a fused op */
 
 /* A fused op's program (DEV_OP_FUSED): nodes in order, each reading only
@@ -403,13 +404,17 @@ typedef struct dev_fnode {
   int code;        /* UNARY, BINARY, TERNARY: the op of ops.h */
   dev_dtype dtype; /* of the value (INPUT, the ops, CAST: the target) */
   int a[3];        /* operands: earlier nodes (unary one, binary two, ternary three) */
-  int index;       /* INPUT: in[index]; PARAM: fparam[index] */
+  int index;       /* INPUT: operand index (dev_kop_in); PARAM: fargs->param[index] */
   dev_scalar k;    /* CONST */
 } dev_fnode;
 typedef struct dev_fprog {
   char name[DEV_SITE_LEN];   /* in messages and traces */
   int n, nin, nparam;
+#ifndef __CUDACC_RTC__
   dev_fnode node[];
+#else
+  dev_fnode node[1];   /* NVRTC (fused kernels include this file) has no flexible arrays */
+#endif
 } dev_fprog;
 /* The interned program of these nodes, checked (operands, dtype rules of
  * ops.h); NULL with a message in err. */
@@ -430,8 +435,23 @@ typedef struct dev_kop {
   double ms;               /* DEV_OP_SLEEP */
   const struct dev_launch *launch;   /* DEV_OP_LAUNCH */
   const struct dev_fprog *fprog;     /* DEV_OP_FUSED */
-  dev_scalar fparam[DEV_FPARAMS];    /* DEV_OP_FUSED */
+  const struct dev_fargs *fargs;     /* DEV_OP_FUSED: the caller's, until dev_submit returns */
 } dev_kop;
+
+/* What a fused op has past a dev_kop's own fields: its operands past in[]
+ * and its number parameters.  Kept out of dev_kop, which every op of every
+ * kind fills, copies and queues: eight inline views cost each built-in op on
+ * the cuda backend about 0.3 us (bench/RESULTS.md, 2026-11-28).  Whoever
+ * keeps an op past dev_submit (a queue, a graph) keeps a copy. */
+typedef struct dev_fargs {
+  dev_view xin[DEV_FMAXIN - DEV_MAXIN];
+  dev_scalar param[DEV_FPARAMS];
+} dev_fargs;
+
+/* Operand i of op (i < op->nin), wherever it is kept. */
+static inline const dev_view *dev_kop_in(const dev_kop *op, int i) {
+  return i < DEV_MAXIN ? &op->in[i] : &op->fargs->xin[i - DEV_MAXIN];
+}
 
 /* Validate and enqueue on stream s (NULL: default stream).  If every buffer
  * the op touches is host-visible (pinned/host) the op runs on the calling

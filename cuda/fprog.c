@@ -61,7 +61,7 @@ static int check(const dev_fnode *nd, int n, int *nin, int *nparam, char *err, s
     const dev_fnode *x = &nd[i];
     switch (x->kind) {
     case DEV_FN_INPUT:
-      if (x->index != *nin || x->index >= DEV_MAXIN || (unsigned)x->dtype >= DEV_NDTYPE)
+      if (x->index != *nin || x->index >= DEV_FMAXIN || (unsigned)x->dtype >= DEV_NDTYPE)
         return fail(err, errlen, i, "bad input (more than 8 tensors?)", 0, 0);
       (*nin)++;
       break;

@@ -174,8 +174,9 @@
  *              in[0]; out no smaller than in[0] along the other dims.
  *            s0 is free for a backend (cuda: the op's tag in its error flag)
  *   FUSED    out = fprog's result (device.h: dev_fprog), a chain of the
- *            elementwise ops above; in[] its tensor inputs (each of out's
- *            shape, broadcast with stride 0), fparam[] its number parameters
+ *            elementwise ops above; its tensor inputs (each of out's shape,
+ *            broadcast with stride 0) are in[], then fargs->xin[]
+ *            (dev_kop_in), its number parameters fargs->param[]
  */
 #define DEV_OPK_NOIN 1u
 #define DEV_OPK_NOVIEWS 2u

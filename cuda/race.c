@@ -381,7 +381,7 @@ static int op_at(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit, uin
         if ((rc = one(ctx, s, l->bufs[i], l->writes[i] != 0, name, commit, pass, pos))) return rc;
     } else if (op->kind != DEV_OP_SLEEP) {
       for (int i = 0; i < op->nin; i++)
-        if ((rc = one(ctx, s, op->in[i].buf, 0, name, commit, pass, pos))) return rc;
+        if ((rc = one(ctx, s, dev_kop_in(op, i)->buf, 0, name, commit, pass, pos))) return rc;
       if ((rc = one(ctx, s, op->out.buf, 1, name, commit, pass, pos))) return rc;
     }
   }

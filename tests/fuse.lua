@@ -314,6 +314,49 @@ T.test("inside gpu.graph: one node, replayed", function()
   g:close()
 end)
 
+-- A fused op's operands past the first three and its parameters are kept
+-- apart from the op (device.h: dev_fargs): queued, captured and replayed
+-- they must be the call's own, not whatever the caller's stack holds next.
+T.test("eight inputs and eight parameters: queued, captured, replayed", function()
+  local f = gpu.fuse(function(a, b, c, d, e, g, h, k, p1, p2, p3, p4, p5, p6, p7, p8)
+    return a * p1 + b * p2 + c * p3 + d * p4 + e * p5 + g * p6 + h * p7 + k * p8
+  end, { name = "wide" })
+  local function unfused(x, p)
+    local r = x[1] * p[1]
+    for i = 2, 8 do r = r + x[i] * p[i] end
+    return r
+  end
+  local x = {}
+  for i = 1, 8 do x[i] = tensor("f32", { 3, 700 }, false, i) end
+  local p = { 1.5, -2, 3, 0.25, 7, -1, 2.5, 11 }
+  local function call(out)
+    local args = { x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], table.unpack(p) }
+    if out then args[#args + 1] = { out = out } end
+    return f(table.unpack(args))
+  end
+  local want = unfused(x, p)
+  local rs = {}
+  for i = 1, 4 do rs[i] = call() end   -- several queued at once
+  for i = 1, 4 do check(rs[i], want, "queued call " .. i) end
+  local y = gpu.empty({ 3, 700 })
+  local g = gpu.graph(function() call(y) end)
+  if gpu.backend == "host" then T.is(g.nodes, 1, "one node in the capture") end
+  for round = 1, 2 do
+    y:fill(0)
+    g:launch()
+    gpu.synchronize()
+    check(y, want, "the replay's result, round " .. round)
+  end
+  -- the capture holds its own parameters: a later call with others leaves it
+  p[8] = -4
+  check(call(), unfused(x, p), "a call with another parameter")
+  y:fill(0)
+  g:launch()
+  gpu.synchronize()
+  check(y, want, "the replay keeps the captured parameters")
+  g:close()
+end)
+
 T.test("in tasks, on their streams", function()
   local f = gpu.fuse(function(a, b) return a * b + 1 end)
   local x, y = tensor("f32", { 2, 600 }), tensor("f32", { 2, 600 }, false, 2)

@@ -49,7 +49,7 @@ static int op_touches_host(const dev_kop *op) {
   }
   if (op->out.buf->kind != DEV_MEM_DEVICE) return 1;
   for (int i = 0; i < op->nin; i++)
-    if (op->in[i].buf->kind != DEV_MEM_DEVICE) return 1;
+    if (dev_kop_in(op, i)->buf->kind != DEV_MEM_DEVICE) return 1;
   return 0;
 }
 

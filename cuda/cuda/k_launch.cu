@@ -8,10 +8,10 @@ extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size
 {
   if (op == NULL || env == NULL) return fail_msg(err, errlen, "cuk_launch: no op or environment");
   if (!env->checked && op->kind != DEV_OP_SLEEP) {
-    static const char *const names[DEV_MAXIN] = {"in[0]", "in[1]", "in[2]", "in[3]", "in[4]", "in[5]", "in[6]", "in[7]"};
+    static const char *const names[DEV_FMAXIN] = {"in[0]", "in[1]", "in[2]", "in[3]", "in[4]", "in[5]", "in[6]", "in[7]"};
     if (k_check_view(&op->out, "out", err, errlen)) return -1;
-    for (int i = 0; i < op->nin && i < DEV_MAXIN; i++)
-      if (k_check_view(&op->in[i], names[i], err, errlen)) return -1;
+    for (int i = 0; i < op->nin && i < DEV_FMAXIN; i++)
+      if (k_check_view(dev_kop_in(op, i), names[i], err, errlen)) return -1;
   }
   switch (op->kind) {
   case DEV_OP_FILL: return k_fill(op, env, err, errlen);
@@ -27,9 +27,8 @@ extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size
   case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return k_rows(op, env, err, errlen);
   case DEV_OP_INDEX: return k_index(op, env, err, errlen);
   case DEV_OP_LAUNCH: break;   /* run-time kernels: launched by the backend */
-  case DEV_OP_FUSED:
-    return fail_msg(err, errlen, "%s: fused calls do not run on the cuda backend yet (gpu.fuse: host only in this build)",
-                    op->fprog ? op->fprog->name : "fused");
+  case DEV_OP_FUSED:   /* NVRTC's kernels: launched by the backend (modules.c) */
+    return fail_msg(err, errlen, "%s: a fused op is launched by the backend", op->fprog ? op->fprog->name : "fused");
   }
   return fail_msg(err, errlen, "unknown op kind %d", (int)op->kind);
 }

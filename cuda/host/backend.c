@@ -38,6 +38,7 @@ typedef struct item {
   uint64_t seq;
   dev_kop op;                   /* IT_OP */
   dev_launch *launch;           /* IT_OP of a launch: the copy op.launch points to */
+  dev_fargs *fargs;             /* IT_OP of a fused op: the copy op.fargs points to */
   dev_stage_job *stage;         /* IT_OP of a staged copy (referenced) */
   struct hstream *target;       /* IT_WAIT */
   uint64_t pos;
@@ -51,41 +52,8 @@ typedef struct item {
   char site[DEV_SITE_LEN];
 } item;
 
-/* Items are recycled: an item holds a whole dev_kop (DEV_MAXIN views, about
- * 1.6 KB), past glibc's per-thread cache, and allocating each op's anew
- * cost about 900 instructions per op in malloc's slow paths (callgrind,
- * 2026-11-28).  Kept are at most ITEM_POOL, reachable from item_pool. */
-#define ITEM_POOL 256
-static pthread_mutex_t item_mu = PTHREAD_MUTEX_INITIALIZER;
-static item *item_pool;
-static int item_npool;
-
-static item *item_new(void) {
-  pthread_mutex_lock(&item_mu);
-  item *it = item_pool;
-  if (it) {
-    item_pool = it->next;
-    item_npool--;
-  }
-  pthread_mutex_unlock(&item_mu);
-  if (!it) return calloc(1, sizeof *it);
-  /* all but op, which only IT_OP reads and h_submit sets whole */
-  memset(it, 0, offsetof(item, op));
-  memset((char *)it + offsetof(item, launch), 0, sizeof *it - offsetof(item, launch));
-  return it;
-}
-
-static void item_free(item *it) {
-  pthread_mutex_lock(&item_mu);
-  if (item_npool < ITEM_POOL) {
-    it->next = item_pool;
-    item_pool = it;
-    item_npool++;
-    it = NULL;
-  }
-  pthread_mutex_unlock(&item_mu);
-  free(it);
-}
+static item *item_new(void) { return calloc(1, sizeof(item)); }
+static void item_free(item *it) { free(it); }
 
 typedef struct hstream {
   dev_ctx *ctx;
@@ -260,6 +228,7 @@ static void run_item(hstream *hs, item *it) {
                      dev_op_name(&it->op), msg);
     if (it->tgen) trace_item(hs, it, t0);
     free(it->launch);
+    free(it->fargs);
     dev_stage_release(it->stage);
     break;
   }
@@ -332,6 +301,7 @@ static int push(dev_stream *s, item *it) {
   int rc = start(s);
   if (rc) {
     free(it->launch);
+    free(it->fargs);
     item_free(it);
     return rc;
   }
@@ -403,24 +373,8 @@ static int h_open(dev_ctx *ctx, int device) {
   return dev_stage_config(ctx, 0);
 }
 
-/* Frees the kept items: the module may be unloaded after its last context
- * (lua5.4 closes gpu.so), which would leave them unreachable. */
-static void item_drain(void) {
-  pthread_mutex_lock(&item_mu);
-  item *it = item_pool;
-  item_pool = NULL;
-  item_npool = 0;
-  pthread_mutex_unlock(&item_mu);
-  while (it) {
-    item *next = it->next;
-    free(it);
-    it = next;
-  }
-}
-
 static void h_close(dev_ctx *ctx) {
   dev_stage_shutdown(ctx);
-  item_drain();
   free(ctx->bk_state);
   ctx->bk_state = NULL;
 }
@@ -638,6 +592,14 @@ static int h_submit(dev_stream *s, const dev_kop *op) {
       return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a launch");
     }
     it->op.launch = it->launch;
+  }
+  if (op->fargs) {
+    if (!(it->fargs = malloc(sizeof *it->fargs))) {
+      item_free(it);
+      return dev_fail(s->ctx, DEV_ERR_NOMEM, "out of memory queueing a fused op");
+    }
+    *it->fargs = *op->fargs;
+    it->op.fargs = it->fargs;
   }
   return push(s, it);
 }

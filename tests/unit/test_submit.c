@@ -47,6 +47,30 @@ int main(void) {
       ok(rc == DEV_ERR_INVALID && msg != NULL && strstr(msg, "operand") != NULL,
          "%s with %d inputs is refused: %s", kinds[k].name, bad_nin[j], msg ? msg : "(none)");
     }
+  /* A fused op's operands past in[] live in its fargs: without them, more
+   * than DEV_MAXIN operands are refused, never read from past the op. */
+  dev_fnode nodes[DEV_FMAXIN * 2];
+  int nn = 0;
+  for (int i = 0; i < DEV_MAXIN + 1; i++) nodes[nn++] = (dev_fnode){.kind = DEV_FN_INPUT, .dtype = DEV_F32, .index = i};
+  for (int i = 1; i < DEV_MAXIN + 1; i++) {
+    int prev = i == 1 ? 0 : nn - 1;
+    nodes[nn] = (dev_fnode){.kind = DEV_FN_BINARY, .code = DEV_BIN_ADD, .dtype = DEV_F32, .a = {prev, i}};
+    nn++;
+  }
+  const dev_fprog *p = dev_fprog_intern("sum4", nodes, nn, err, sizeof err);
+  ok(p != NULL, "a program of %d inputs: %s", DEV_MAXIN + 1, p ? "interned" : err);
+  if (p) {
+    dev_kop f = op_on(DEV_OP_FUSED, b, DEV_MAXIN + 1);
+    f.fprog = p;
+    int rc = dev_submit(ctx, s, &f);
+    const char *msg = dev_errmsg(ctx);
+    ok(rc == DEV_ERR_INVALID, "fused, %d inputs, no fargs: refused (%s)", DEV_MAXIN + 1, msg ? msg : "(none)");
+    dev_fargs fa;
+    memset(&fa, 0, sizeof fa);
+    fa.xin[0] = f.out;
+    f.fargs = &fa;
+    ok(dev_submit(ctx, s, &f) == DEV_OK && dev_synchronize(ctx) == DEV_OK, "with its fargs: runs");
+  }
   dev_kop fill = op_on(DEV_OP_FILL, b, 0);
   ok(dev_submit(ctx, s, &fill) == DEV_OK && dev_synchronize(ctx) == DEV_OK, "a well-formed fill still runs");
   dev_buf_release(b);
