@@ -13,7 +13,8 @@
 #   make test-asan   the suite in a separate ASan+UBSan build, build-asan/
 #   make test-gpu    on a GPU machine: the suite and tests/gpu on the cuda backend
 #   make check-cuda  build everything with CUDA=1 in build-cuda/ (CI: the CUDA
-#                    code keeps compiling with -Werror where no GPU is)
+#                    code keeps compiling with -Werror where no GPU is), then
+#                    every op as a fused kernel through NVRTC (no GPU needed)
 #   make test-gpu-sanitize  the same under compute-sanitizer (memcheck on every
 #                    file; racecheck and synccheck on the kernel tests), by
 #                    tests/gpu_sanitize.sh
@@ -168,7 +169,9 @@ endif
 # -fPIC: one set of objects serves libgpulua.a, libgpulua.so and gpu.so.
 ALL_CFLAGS = -std=c11 -Wall -Wextra -Werror $(OPT) $(SAN) -fPIC -fno-semantic-interposition -pthread -MMD -MP $(DEFS) $(or $(OBJ_INCLUDES),$(INCLUDES)) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
-NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) $(FATBIN_FLAGS) -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fno-semantic-interposition -MMD -MP -Icuda $(NVCC_EXTRA)
+# -fmad=false: no FMA across two roundings; a fused op (cuda/cuda/fgen.c)
+# must give the unfused ops' results, and the host backend has no FMA.
+NVCCFLAGS = -std=c++17 -O3 -fmad=false $(CUDA_ARCH) $(FATBIN_FLAGS) -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fno-semantic-interposition -MMD -MP -Icuda $(NVCC_EXTRA)
 SYSLIBS := $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------
@@ -192,7 +195,7 @@ LUA_TESTS := $(sort $(wildcard tests/*.lua) $(wildcard tests/gpu/*.lua))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_OBJ := $(call obj,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC)) $(BUILD)/obj/gen/stdlib.o \
-           $(BUILD)/obj/gen/hk_rt.o
+           $(BUILD)/obj/gen/hk_rt.o $(if $(CUDA_FOUND),$(BUILD)/obj/gen/fused_hdr.o)
 CLI_OBJ := $(call obj,$(CLI_SRC))
 CTESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 PTY_TOOL := $(BUILD)/tests/tools/pty
@@ -288,6 +291,21 @@ $(BUILD)/gen/hk_rt.c: cuda/host/cuda_device_rt.h $(filter-out cuda/host/cuda_dev
 	  awk '/^#include "cuda_device_[a-z_]*\.h"$$/ { f = $$2; gsub(/"/, "", f); f = "cuda/host/" f; \
 	         while ((getline l < f) > 0) print l; close(f); next } { print }' $< | \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'; echo ';'; } > $@.tmp && mv $@.tmp $@
+
+# The headers a fused kernel includes (cuda/cuda/fgen.c), embedded for NVRTC,
+# which reads no files: each one C string under the name it is included by.
+FUSED_HDRS := cuda/cuda/k_elem.cuh cuda/device.h cuda/ops.h cuda/scalar.h
+$(BUILD)/obj/gen/fused_hdr.o: $(BUILD)/gen/fused_hdr.c $(BUILD)/cflags
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/fused_hdr.c: $(FUSED_HDRS)
+	@mkdir -p $(@D)
+	{ echo '/* generated from $^ */'; echo 'const int cuda_fused_hdr_count = $(words $^);'; \
+	  echo 'const char *const cuda_fused_hdr_names[] = {'; for f in $^; do echo "\"$${f##*/}\","; done; echo '};'; \
+	  echo 'const char *const cuda_fused_hdr_texts[] = {'; \
+	  for f in $^; do sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $$f; echo ','; done; \
+	  echo '};'; } > $@.tmp && mv $@.tmp $@
 
 $(EMBED): $(BUILD)/obj/interp/tools/embed_stdlib.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LUA_A) -lm -ldl
@@ -482,8 +500,12 @@ test-gpu-sanitize: $(SUITE_DEPS)
 # (-Werror, as every build): the whole CUDA build, bench references
 # included, in its own dir, so a host build beside it is left alone.
 CUDA_CHECK_BUILD := build-cuda
+# Then every op of the table, as a fused kernel, through NVRTC (which runs
+# on the CPU): the code generation of gpu.fuse, checked without a GPU.
 check-cuda:
-	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(CUDA_CHECK_BUILD) CUDA=1 all
+	@$(MAKE) --no-print-directory GPULUA_QUIET=1 BUILD=$(CUDA_CHECK_BUILD) CUDA=1 all \
+	  $(CUDA_CHECK_BUILD)/tests/cuda/nvrtc_fused
+	$(CUDA_CHECK_BUILD)/tests/cuda/nvrtc_fused
 
 run example: $(RUN_DEPS)
 	$(BIN) scripts/overlap.lua

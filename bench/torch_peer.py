@@ -587,7 +587,11 @@ def bench_fuse(s):
     except ImportError:
         print("note fuse fuse rows: no CuPy, no cupy.fuse column", flush=True)
         return
-    cgelu = cupy.fuse(gelu9)
+    def gelu9_cupy(x):
+        """the same 9 ops; cupy.fuse traces functions (cupy.tanh), not methods"""
+        return (cupy.tanh((x * x * x * 0.044715 + x) * 0.7978845608) + 1) * x * 0.5
+
+    cgelu = cupy.fuse(gelu9_cupy)
     x = cupy.random.rand(n, dtype=cupy.float32) * 2 - 1
     cgelu(x)
     cs = cupy.cuda.Stream(non_blocking=True)
@@ -622,6 +626,8 @@ def main():
         return 1
     print(f"info torch {torch.__version__} on {torch.cuda.get_device_name(0)}", flush=True)
     s, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    # TORCH_PEER_ONLY=fuse,ops: only those sections (a quick look, not make bench)
+    only = [x for x in os.environ.get("TORCH_PEER_ONLY", "").split(",") if x]
     for name, fn in (("launch", lambda: bench_launch(s)), ("alloc", bench_alloc), ("loop_1g", bench_loop_1g),
                      ("copy", lambda: bench_copy(s, s2)),
                      ("pageable", bench_pageable), ("seeds_loop", bench_seeds),
@@ -630,6 +636,8 @@ def main():
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
                      ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL)),
                      ("graph_node", lambda: bench_graph(s))):
+        if only and name not in only:
+            continue
         try:
             fn()
         except Exception as e:  # one section's failure should not hide the others

@@ -104,14 +104,16 @@ static int fuse_program(lua_State *L) {
   return 1;
 }
 
-/* The run's inputs (the table at 2) pushed, checked, broadcast into op. */
+/* The run's inputs (args[map[i]]: the tables at 2 and 3) pushed, checked,
+ * broadcast into op. */
 static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *fa, int *ndim, int64_t *shape,
                        int *idx) {
   const dev_view *v[DEV_FMAXIN];
   dev_view bv[DEV_FMAXIN];
   gpu_tensor *first = NULL;
   for (int i = 0; i < p->nin; i++) {
-    lua_rawgeti(L, 2, i + 1);
+    lua_rawgeti(L, 3, i + 1);
+    lua_rawget(L, 2);
     gpu_tensor *t = bind_check_tensor(L, -1);
     idx[i] = lua_gettop(L);
     if (first) bind_tensor_same_kind(L, idx[i], first, t);
@@ -137,24 +139,38 @@ static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs 
   op->nin = p->nin;
 }
 
-/* run(prog, inputs, params, out, stream, site) -> the result: one
- * DEV_OP_FUSED op on the stream (out: nil, or a tensor to write) */
+/* "file:line" of the Lua function `level` up the stack into site ("" when
+ * it has no line): done here, not with debug.getinfo, which makes a table
+ * per call. */
+static void site_at(lua_State *L, int level, char *site, size_t n) {
+  lua_Debug ar;
+  site[0] = 0;
+  if (lua_getstack(L, level, &ar) && lua_getinfo(L, "Sl", &ar) && ar.currentline > 0)
+    snprintf(site, n, "%s:%d", ar.short_src, ar.currentline);
+}
+
+/* run(prog, args, ins, params, out, stream, level) -> the result: one
+ * DEV_OP_FUSED op on the stream, of inputs args[ins[i]] and parameters
+ * args[params[i]] (out: nil, or a tensor to write); its site is the line
+ * of the Lua function `level` up the stack from run. */
 static int fuse_run(lua_State *L) {
   luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
   const dev_fprog *p = lua_touserdata(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TTABLE);
-  const char *site = luaL_optstring(L, 6, NULL);
+  luaL_checktype(L, 4, LUA_TTABLE);
+  int level = (int)luaL_optinteger(L, 7, 0);
   lua_settop(L, 6);
-  if ((int)lua_rawlen(L, 2) != p->nin) return luaL_error(L, "%s: %d inputs, the program takes %d", p->name,
-                                                          (int)lua_rawlen(L, 2), p->nin);
+  if ((int)lua_rawlen(L, 3) != p->nin) return luaL_error(L, "%s: %d inputs, the program takes %d", p->name,
+                                                          (int)lua_rawlen(L, 3), p->nin);
   dev_fargs fa;
   dev_kop op = {.kind = DEV_OP_FUSED, .fprog = p, .fargs = &fa};
   int ndim, idx[DEV_FMAXIN];
   int64_t shape[DEV_MAXDIM];
   run_inputs(L, p, &op, &fa, &ndim, shape, idx);
   for (int i = 0; i < p->nparam; i++) {
-    lua_rawgeti(L, 3, i + 1);
+    lua_rawgeti(L, 4, i + 1);
+    lua_rawget(L, 2);
     dev_scalar *s = &fa.param[i];
     *s = (dev_scalar){0};
     if (lua_isinteger(L, -1)) { s->is_int = 1; s->i = lua_tointeger(L, -1); s->f = (double)s->i; }
@@ -162,14 +178,47 @@ static int fuse_run(lua_State *L) {
     else return luaL_error(L, "%s: parameter %d is not a number", p->name, i + 1);
     lua_pop(L, 1);
   }
-  gpu_tensor *o = bind_tensor_out(L, 4, 5, bind_check_tensor(L, idx[0]), p->node[p->n - 1].dtype, ndim, shape,
+  gpu_tensor *o = bind_tensor_out(L, 5, 6, bind_check_tensor(L, idx[0]), p->node[p->n - 1].dtype, ndim, shape,
                                   p->name);
   op.out = o->v;
-  dev_stream *s = bind_stream(L, 5);
+  dev_stream *s = bind_stream(L, 6);
   dev_ctx *ctx = dev_stream_ctx(s);
   bind_call_site(L, ctx, p->name);
-  if (site) dev_set_site(ctx, site);
+  if (level > 0) {
+    char site[DEV_SITE_LEN];
+    site_at(L, level, site, sizeof site);
+    dev_set_site(ctx, site);
+  }
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), p->name);
+  return 1;
+}
+
+/* key(args, n) -> the signature of a call's n arguments (the trace cache's
+ * key): each tensor's dtype, rank and which dims are 1, "n" for a number;
+ * nil and the bad argument's number for anything else. */
+static int fuse_key(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int n = (int)luaL_checkinteger(L, 2);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 1; i <= n; i++) {
+    int t = lua_rawgeti(L, 1, i);
+    gpu_tensor *x = t == LUA_TUSERDATA ? bind_test_tensor(L, -1) : NULL;
+    lua_pop(L, 1);
+    if (t == LUA_TNUMBER) {
+      luaL_addchar(&b, 'n');
+    } else if (x) {
+      luaL_addchar(&b, (char)('A' + x->v.dtype));
+      luaL_addchar(&b, (char)('0' + x->v.ndim));
+      for (int d = 0; d < x->v.ndim; d++) luaL_addchar(&b, x->v.shape[d] == 1 ? '1' : '*');
+    } else {
+      lua_pushnil(L);
+      lua_pushinteger(L, i);
+      return 2;
+    }
+    luaL_addchar(&b, ';');
+  }
+  luaL_pushresult(&b);
   return 1;
 }
 
@@ -197,7 +246,8 @@ const luaL_Reg bind_fuse_funcs[] = {
 
 static int open_core(lua_State *L) {
   static const luaL_Reg core[] = {
-    {"ops", fuse_ops}, {"program", fuse_program}, {"run", fuse_run}, {"count", fuse_count}, {NULL, NULL}
+    {"ops", fuse_ops}, {"program", fuse_program}, {"run", fuse_run}, {"key", fuse_key},
+    {"count", fuse_count}, {NULL, NULL}
   };
   luaL_newlib(L, core);
   return 1;

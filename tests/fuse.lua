@@ -119,7 +119,7 @@ local function every_op()
 end
 
 T.test("every op of the table x every dtype it takes: fused == unfused, bit for bit", every_op)
-T.test("the same through the unfused replay (the cuda backend's path for now)", function()
+T.test("the same through the unfused replay (what a fused call must equal)", function()
   core.unfused = true
   local ok, err = pcall(every_op)
   core.unfused = false
@@ -183,11 +183,7 @@ T.test("one op: gpu.stats counts one launch for a chain of nine", function()
   gelu(x)
   local l0 = gpu.stats().launches
   gelu(x)
-  if gpu.backend == "host" then
-    T.is(gpu.stats().launches - l0, 1, "one launch")
-  else
-    T.skip("one launch", "the cuda backend runs fused calls op by op for now")
-  end
+  T.is(gpu.stats().launches - l0, 1, "one launch")
 end)
 
 T.test("writing into given tensors: out = w, in place and otherwise", function()
@@ -283,15 +279,9 @@ T.test("integer division by zero raises at the next sync, naming the call's line
   local ok, err = pcall(function() f(a, b); gpu.synchronize() end)
   T.ok(not ok, "raised")
   err = tostring(err)
-  if gpu.backend == "host" then
-    T.ok(err:find("floor_divide: integer division by zero", 1, true), "names the op")
-    T.ok(err:find("idiv", 1, true), "names the fused call")
-    T.ok(err:find("fuse.lua:" .. line, 1, true) ~= nil, "names the call's line")
-  else
-    -- op by op, the unfused ops' own message: cuda's names no op
-    T.ok(err:find("integer division by zero", 1, true), "the unfused ops' message")
-    T.skip("names the fused call and its line", "the cuda backend runs fused calls op by op for now")
-  end
+  T.ok(err:find("floor_divide: integer division by zero", 1, true), "names the op")
+  T.ok(err:find("idiv", 1, true), "names the fused call")
+  T.ok(err:find("fuse.lua:" .. line, 1, true) ~= nil, "names the call's line")
   if not ok then T.diag(err) end
   local g = gpu.fuse(function(x, s) return x // s end)
   T.raises(function() g(a, 0) end, "integer division by zero", "a zero parameter raises at the call")
@@ -302,11 +292,7 @@ T.test("inside gpu.graph: one node, replayed", function()
   local x = tensor("f32", { 2, 600 })
   local y = gpu.empty({ 2, 600 })
   local g = gpu.graph(function() f(x, 3, { out = y }) end)
-  if gpu.backend == "host" then
-    T.is(g.nodes, 1, "one node in the capture")
-  else
-    T.skip("one node in the capture", "the cuda backend runs fused calls op by op for now")
-  end
+  T.is(g.nodes, 1, "one node in the capture")
   y:fill(0)
   g:launch()
   gpu.synchronize()
@@ -340,7 +326,7 @@ T.test("eight inputs and eight parameters: queued, captured, replayed", function
   for i = 1, 4 do check(rs[i], want, "queued call " .. i) end
   local y = gpu.empty({ 3, 700 })
   local g = gpu.graph(function() call(y) end)
-  if gpu.backend == "host" then T.is(g.nodes, 1, "one node in the capture") end
+  T.is(g.nodes, 1, "one node in the capture")
   for round = 1, 2 do
     y:fill(0)
     g:launch()
@@ -392,8 +378,7 @@ print("unreachable")
 ]])
   local out = T.run("", "--check races " .. script)
   T.ok(out:find("ordered ok\ttrue", 1, true), "an ordered script runs")
-  local named = gpu.backend ~= "host" or out:find("expadd", 1, true)   -- cuda: op by op for now
-  T.ok(named and out:find("race", 1, true) and not out:find("unreachable", 1, true),
+  T.ok(out:find("expadd", 1, true) and out:find("race", 1, true) and not out:find("unreachable", 1, true),
        "the race is refused, naming the call")
   if not out:find("expadd", 1, true) then T.diag(out) end
 end)

@@ -6,6 +6,7 @@
 #define GPULUA_CUDA_CU_H
 
 #include "devpriv.h"
+#include "util.h"
 
 /* cuda/cuda/nvrtc.c, the cuda backend's compile: src for arch ("sm_90").  On
  * failure returns -1 with a message in err and, for a compile error, NVRTC's
@@ -14,6 +15,29 @@
 int dev_nvrtc_compile(dev_ctx *ctx, const char *src, const char *name, const char *arch,
                       const char *const *opts, int nopts, const char *const *exprs, int nexprs,
                       int use_cache, dev_kimage *img, char **log, char *err, size_t errlen);
+/* The same, src able to #include the headers given by name (NVRTC's own
+ * mechanism: no files), which are part of the cache key. */
+typedef struct dev_nvrtc_headers {
+  int n;
+  const char *const *names, *const *texts;
+} dev_nvrtc_headers;
+int dev_nvrtc_compile_h(const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
+                        const char *const *exprs, int nexprs, const dev_nvrtc_headers *h, int use_cache,
+                        dev_kimage *img, char **log, char *err, size_t errlen);
+
+/* cuda/cuda/fgen.c: DEV_OP_FUSED.  source writes the CUDA C++ of a fused
+ * program's kernel `gf` (vec: for every view contiguous and 16-byte aligned;
+ * else any layout); compile makes it a cubin for arch through NVRTC with
+ * the element headers (k_elem.cuh and what it includes, embedded at build
+ * time), the disk cache first.  Neither needs a GPU. */
+int cuda_fused_source(const dev_fprog *p, int vec, sbuf *src, char *err, size_t errlen);
+int cuda_fused_compile(const dev_fprog *p, int vec, const char *arch, dev_kimage *img, char **log, char *err,
+                       size_t errlen);
+/* The same for a source of fused kernels (several programs' at once, in a
+ * test), and how many number operands p's kernels take (gf_args). */
+int cuda_fused_compile_src(const char *src, const char *name, const char *arch, dev_kimage *img, char **log,
+                           char *err, size_t errlen);
+int cuda_fused_numbers(const dev_fprog *p);
 
 /* cuda/cuda/nccl.c: the CUDA backend's collectives over NCCL.  open joins
  * the job (and the sideband of the ranks of one node); connect creates the

@@ -28,6 +28,14 @@ typedef struct cuk_env {
  * pinned host memory (reachable through unified addressing). */
 int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);
 
+/* DEV_OP_FUSED: the one parameter of its kernels (gf_args of
+ * cuda/cuda/fgen.c) into buf (cap bytes; *len used), ztag what an integer
+ * division by zero sets env->err_flag to, whether the vector
+ * kernel applies (*vec: every view contiguous, 16-byte aligned) and the
+ * grid of 256-thread blocks. */
+int cuk_fused_args(const dev_kop *op, const cuk_env *env, int ztag, void *buf, size_t cap, size_t *len, int *vec,
+                   unsigned *grid, char *err, size_t errlen);
+
 /* One kernel of each module (each k_*.cu), the commonest ops first: the
  * backend's loader (loader.c) loads the rest of their modules from these.
  * Fills out[0..max) and returns how many. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "rt.h"
 
 int cuda_module_load(dev_ctx *ctx, const void *image, size_t len, void **impl) {
@@ -75,4 +76,136 @@ int cuda_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n) {
   *names = out;
   *n = (int)count;
   return DEV_OK;
+}
+
+/* ---- fused programs' kernels (DEV_OP_FUSED) ------------------------------- */
+
+/* A program's modules, loaded in this context: its kernel for any layout
+ * [0] and for contiguous views [1] (fgen.c), each compiled when first
+ * needed. */
+typedef struct cfused {
+  struct cfused *next;
+  const dev_fprog *p;
+  cudaLibrary_t lib[2];
+  cudaKernel_t k[2];
+} cfused;
+
+static cfused **fused_slot(cstate *cs, const dev_fprog *p) {
+  return &cs->fused[((uintptr_t)p >> 6) % NFUSED];
+}
+
+/* p's entry, made when new (NULL: out of memory) */
+static cfused *fused_get(cstate *cs, const dev_fprog *p) {
+  cfused **slot = fused_slot(cs, p);
+  for (cfused *f = *slot; f; f = f->next)
+    if (f->p == p) return f;
+  cfused *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  f->p = p;
+  f->next = *slot;
+  *slot = f;
+  return f;
+}
+
+/* Programs are interned (one per content, never freed), so the pointer is
+ * the key.  The compile goes through the disk cache of compiled kernels,
+ * whose key holds the source, the headers and NVRTC's version. */
+static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, cudaKernel_t *out) {
+  cstate *cs = CS(ctx);
+  cfused *f = fused_get(cs, p);
+  if (!f) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory loading a fused kernel");
+  if ((*out = f->k[vec])) return DEV_OK;
+  int major = 0, minor = 0;
+  CK(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cs->device), "device info");
+  CK(ctx, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, cs->device), "device info");
+  char arch[32], err[512];
+  snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+  dev_kimage img;
+  char *log = NULL;
+  if (cuda_fused_compile(p, vec, arch, &img, &log, err, sizeof err)) {
+    int rc = dev_fail(ctx, DEV_ERR_DEVICE, "%s: the fused kernel did not compile: %s%s%.1500s", p->name, err,
+                      log ? "\n" : "", log ? log : "");
+    free(log);
+    return rc;
+  }
+  cudaLibrary_t lib = NULL;
+  cudaKernel_t k = NULL;
+  cudaError_t e = cudaLibraryLoadData(&lib, img.data, NULL, NULL, 0, NULL, NULL, 0);
+  dev_kimage_free(&img);
+  if (e == cudaSuccess) e = cudaLibraryGetKernel(&k, lib, "gf");
+  if (e != cudaSuccess) {
+    if (lib) cudaLibraryUnload(lib);
+    char what[DEV_SITE_LEN + 64];
+    snprintf(what, sizeof what, "%s: loading the fused kernel", p->name);
+    return cuda_fail(ctx, e, what);
+  }
+  f->lib[vec] = lib;
+  *out = f->k[vec] = k;
+  return DEV_OK;
+}
+
+/* op's kernel parameter into buf, and its kernel, compiled if need be */
+static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag, void *buf, size_t cap,
+                       cudaKernel_t *k, unsigned *grid) {
+  cstate *cs = CS(ctx);
+  cuk_env env = {st, cs->flag_dev, cs->sm_count, 1};
+  size_t len;
+  int vec;
+  char msg[256];
+  if (cuk_fused_args(op, &env, tag, buf, cap, &len, &vec, grid, msg, sizeof msg))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
+  return fused_kernel(ctx, op->fprog, vec, k);
+}
+
+int cuda_fused_prepare(dev_ctx *ctx, const dev_kop *op) {
+  _Alignas(16) char buf[4096];
+  cudaKernel_t k;
+  unsigned grid;
+  return fused_setup(ctx, NULL, op, 1, buf, sizeof buf, &k, &grid);
+}
+
+#define ZDIV_MSG(E, name, cls, res, fl) [DEV_BIN_##E] = #name ": integer division by zero",
+static const char *const zdiv_msg[DEV_NBINOP] = {DEV_BINARY_OPS(ZDIV_MSG)};
+#undef ZDIV_MSG
+
+/* The flag's value for an integer division by zero in op: a tag naming
+ * its program's first op that can divide by zero (as the host names the
+ * op); 1, no name, when none can. */
+static int fused_tag(dev_ctx *ctx, const dev_kop *op) {
+  const dev_fprog *p = op->fprog;
+  for (int i = 0; i < p->n; i++) {
+    const dev_fnode *x = &p->node[i];
+    if (x->kind == DEV_FN_BINARY && (dev_binop_info(x->code)->flags & DEV_OPF_ZDIV) &&
+        !dev_dtype_is_float(x->dtype))
+      return cuda_tag_op(ctx, op, zdiv_msg[x->code]);
+  }
+  return 1;
+}
+
+int cuda_fused_launch(dev_ctx *ctx, cudaStream_t st, const dev_kop *op) {
+  _Alignas(16) char buf[4096];
+  cudaKernel_t k;
+  unsigned grid;
+  int rc = fused_setup(ctx, st, op, fused_tag(ctx, op), buf, sizeof buf, &k, &grid);
+  if (rc) return rc;
+  void *args[1] = {buf};
+  cudaError_t e = cudaLaunchKernel((const void *)k, (dim3){grid, 1, 1}, (dim3){256, 1, 1}, args, 0, st);
+  if (e != cudaSuccess) {
+    char what[DEV_SITE_LEN + 32];
+    snprintf(what, sizeof what, "fused '%s'", op->fprog->name);
+    return cuda_fail(ctx, e, what);
+  }
+  return DEV_OK;
+}
+
+void cuda_fused_free(dev_ctx *ctx) {
+  cstate *cs = CS(ctx);
+  for (int i = 0; i < NFUSED; i++)
+    while (cs->fused[i]) {
+      cfused *f = cs->fused[i];
+      cs->fused[i] = f->next;
+      for (int v = 0; v < 2; v++)
+        if (f->lib[v] && cudaLibraryUnload(f->lib[v]) != cudaSuccess) cudaGetLastError();
+      free(f);
+    }
 }

@@ -105,7 +105,7 @@ static int nv_options(const char *arch, const char *const *opts, int nopts, cons
 
 /* The cache key: everything that decides the output. */
 static void nv_key(sbuf *key, const char *src, const char *name, const char **all, int nall,
-                   const char *const *exprs, int nexprs)
+                   const char *const *exprs, int nexprs, const dev_nvrtc_headers *h)
 {
   char ver[64];
   snprintf(ver, sizeof ver, "nvrtc %d.%d", nv.major, nv.minor);
@@ -114,6 +114,11 @@ static void nv_key(sbuf *key, const char *src, const char *name, const char **al
   for (int i = 0; i < nall; i++) sb_key(key, all[i]);
   sb_key(key, "--");
   for (int i = 0; i < nexprs; i++) sb_key(key, exprs[i]);
+  sb_key(key, "--");
+  for (int i = 0; h && i < h->n; i++) {
+    sb_key(key, h->names[i]);
+    sb_key(key, h->texts[i]);
+  }
   sb_key(key, "--");
   sb_key(key, src);
 }
@@ -146,14 +151,14 @@ static int nv_image(nvrtc_program prog, const char *const *exprs, int nexprs, de
 /* Compiles src into img through a new program; NVRTC's log in *log for a
  * compile error. */
 static int nv_build(const char *src, const char *name, const char **all, int nall, const char *const *exprs,
-                    int nexprs, dev_kimage *img, char **log, char *err, size_t errlen)
+                    int nexprs, const dev_nvrtc_headers *h, dev_kimage *img, char **log, char *err, size_t errlen)
 {
   nvrtc_program prog = NULL;
   int rc = -1;
 #ifdef __SANITIZE_ADDRESS__
   nvrtc_result nv_r_;
 #endif
-  nvrtc_result r = NV_CALL(nv.create(&prog, src, name, 0, NULL, NULL));
+  nvrtc_result r = NV_CALL(nv.create(&prog, src, name, h ? h->n : 0, h ? h->texts : NULL, h ? h->names : NULL));
   if (r) { fail_msg(err, errlen, "nvrtcCreateProgram: %s", nv.error_string(r)); goto out; }
   for (int i = 0; i < nexprs; i++) {
     if ((r = nv.add_name(prog, exprs[i]))) {
@@ -182,6 +187,13 @@ int dev_nvrtc_compile(dev_ctx *ctx, const char *src, const char *name, const cha
                       int use_cache, dev_kimage *img, char **log, char *err, size_t errlen)
 {
   (void)ctx;
+  return dev_nvrtc_compile_h(src, name, arch, opts, nopts, exprs, nexprs, NULL, use_cache, img, log, err, errlen);
+}
+
+int dev_nvrtc_compile_h(const char *src, const char *name, const char *arch, const char *const *opts, int nopts,
+                        const char *const *exprs, int nexprs, const dev_nvrtc_headers *h, int use_cache,
+                        dev_kimage *img, char **log, char *err, size_t errlen)
+{
   memset(img, 0, sizeof *img);
   if (log) *log = NULL;
   if (nexprs < 0 || nopts < 0) return fail_msg(err, errlen, "bad arguments");
@@ -200,7 +212,7 @@ int dev_nvrtc_compile(dev_ctx *ctx, const char *src, const char *name, const cha
   if (nv_options(arch, opts, nopts, all, &nall, archopt, incopt, err, errlen)) return -1;
 
   sbuf key = {0};
-  nv_key(&key, src, name, all, nall, exprs, nexprs);
+  nv_key(&key, src, name, all, nall, exprs, nexprs, h);
   if (key.oom) { free(key.p); return fail_msg(err, errlen, "out of memory"); }
 
   char dirbuf[1024], path[1200];
@@ -216,7 +228,7 @@ int dev_nvrtc_compile(dev_ctx *ctx, const char *src, const char *name, const cha
     snprintf(img->note, sizeof img->note, "%s", note);
   }
 
-  int rc = nv_build(src, name, all, nall, exprs, nexprs, img, log, err, errlen);
+  int rc = nv_build(src, name, all, nall, exprs, nexprs, h, img, log, err, errlen);
   if (rc == 0 && dir)
     dev_kcache_write(dir, path, MAGIC, key.p, key.n, img, img->note, img->note[0] ? 0 : sizeof img->note);
   if (rc) dev_kimage_free(img);

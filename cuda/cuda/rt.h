@@ -17,6 +17,7 @@
 #define NNOTIFY 16
 #define NTAGGED 64             /* index ops remembered, to name one given a bad index */
 #define NSPARE 16              /* closed streams kept for reuse, per kind */
+#define NFUSED 64              /* buckets of the fused programs' kernels */
 
 typedef struct marker { cudaEvent_t ev; uint64_t covered; } marker;
 
@@ -48,8 +49,9 @@ typedef struct cstate {
   int device;
   cudaStream_t side;           /* allocations and frees (nonblocking, no kernels) */
   int *flag_host, *flag_dev;   /* mapped pinned: set by kernels on integer division by zero (1),
-                                  or to an index op's tag (an index out of range) */
-  struct { int tag; const char *name; char site[DEV_SITE_LEN]; } tagged[NTAGGED];
+                                  or to an index op's tag (an index out of range), or to a
+                                  fused op's (a division by zero in it) */
+  struct { int tag; const char *name, *what; char site[DEV_SITE_LEN]; } tagged[NTAGGED];
   int next_tag;                /* the index ops enqueued so far: tags 2, 3, ... */
   int sm_count;
   int launch_blocking;
@@ -80,6 +82,9 @@ typedef struct cstate {
    * C on an H100, bench/RESULTS.md 2026-11-25). */
   cudaStream_t spare[2][2][NSPARE];
   int nspare[2][2];
+  /* fused programs' kernels (modules.c), by program: each compiled once
+   * per process run (then from the disk cache) and loaded once here */
+  struct cfused *fused[NFUSED];
 } cstate;
 
 static inline cstream *CST(dev_stream *s) { return s->impl; }
@@ -96,6 +101,18 @@ int cuda_fail(dev_ctx *ctx, cudaError_t e, const char *what);
 /* cublas.c: out = a @ b for the float dtypes; cuBLAS loaded (also before a
  * capture: cuda_capture_prepare) */
 int cuda_matmul(dev_stream *s, const dev_kop *op);
+
+/* The tag an op's kernel sets the flag to when it fails, remembered with
+ * its name, site and `what` went wrong (a string that outlives the context):
+ * the error names them. */
+int cuda_tag_op(dev_ctx *ctx, const dev_kop *op, const char *what);
+
+/* modules.c: a fused op (DEV_OP_FUSED) on stream st, its kernel (of the
+ * op's layout) compiled and loaded on first use (cuda_fused_prepare: before
+ * a capture). */
+int cuda_fused_prepare(dev_ctx *ctx, const dev_kop *op);
+int cuda_fused_launch(dev_ctx *ctx, cudaStream_t st, const dev_kop *op);
+void cuda_fused_free(dev_ctx *ctx);
 int cuda_load_cublas(dev_ctx *ctx);
 
 /* modules.c: the backend's module_load, module_unload, kernel_get and

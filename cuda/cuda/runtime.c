@@ -94,24 +94,27 @@ static void check_flag(dev_ctx *ctx) {
       dev_async_fail(ctx, "integer division by zero in a queued op");
       return;
     }
-    /* an index op's tag: named as the host backend names a failed op */
+    /* an index op's or a fused op's tag: named as the host backend names a
+     * failed op */
     for (int i = 0; i < NTAGGED; i++)
       if (cs->tagged[i].tag == v) {
-        dev_async_fail(ctx, "%s%s'%s' failed: index out of range", cs->tagged[i].site,
-                       *cs->tagged[i].site ? ": " : "", cs->tagged[i].name);
+        dev_async_fail(ctx, "%s%s'%s' failed: %s", cs->tagged[i].site, *cs->tagged[i].site ? ": " : "",
+                       cs->tagged[i].name, cs->tagged[i].what);
         return;
       }
-    dev_async_fail(ctx, "index out of range in a queued op");
+    dev_async_fail(ctx, "an index out of range or an integer division by zero in a queued op");
   }
 }
 
-/* The tag an index op sets the flag to, remembered with its name and site. */
-static int tag_op(dev_ctx *ctx, const dev_kop *op) {
+/* The tag an op sets the flag to, remembered with its name, site and what
+ * went wrong (a string that outlives the context). */
+int cuda_tag_op(dev_ctx *ctx, const dev_kop *op, const char *what) {
   cstate *cs = CS(ctx);
   int tag = 2 + cs->next_tag, i = cs->next_tag % NTAGGED;
   cs->next_tag = (cs->next_tag + 1) % 1000000000;
   cs->tagged[i].tag = tag;
   cs->tagged[i].name = dev_op_name(op);
+  cs->tagged[i].what = what;
   memcpy(cs->tagged[i].site, ctx->site, sizeof cs->tagged[i].site);
   return tag;
 }
@@ -260,6 +263,7 @@ static void c_close(dev_ctx *ctx) {
   cudaDeviceSynchronize();
   /* every staged copy's host functions have run: its threads may go */
   dev_stage_shutdown(ctx);
+  cuda_fused_free(ctx);
   for (int i = 0; i < cs->nev; i++) cudaEventDestroy(cs->evpool[i]);
   free(cs->evpool);
   if (cs->cublas) cs->cublas_destroy(cs->cublas);
@@ -784,13 +788,14 @@ static int c_dispatch(dev_stream *s, const dev_kop *op) {
   if (op->kind == DEV_OP_LAUNCH) return c_launch(s, op->launch);
   if (op->kind == DEV_OP_COPY) return c_copy(s, op);
   if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) return cuda_matmul(s, op);
+  if (op->kind == DEV_OP_FUSED) return cuda_fused_launch(ctx, c->st, op);
   cuk_env env = {c->st, cs->flag_dev, cs->sm_count, 1 /* checked by dev_submit */};
   char msg[256];
   dev_kop tagged;
   if (op->kind == DEV_OP_INDEX) {
     /* its tag rides in s0, which the index ops do not use */
     tagged = *op;
-    tagged.s0 = (dev_scalar){1, tag_op(ctx, op), 0};
+    tagged.s0 = (dev_scalar){1, cuda_tag_op(ctx, op, "index out of range"), 0};
     op = &tagged;
   }
   return cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)
@@ -861,6 +866,7 @@ static int c_stage_copy(dev_stream *s, const dev_kop *op, dev_stage_job *j) {
  * allocates outside stream order). */
 int cuda_capture_prepare(dev_ctx *ctx, const dev_kop *op) {
   if (op->kind == DEV_OP_MATMUL && dev_dtype_is_float(op->out.dtype)) return cuda_load_cublas(ctx);
+  if (op->kind == DEV_OP_FUSED) return cuda_fused_prepare(ctx, op);
   return DEV_OK;
 }
 

@@ -358,28 +358,16 @@ local function trace(self, args, n)
 end
 
 -- The signature: each argument's dtype, rank and dims of size 1; numbers
--- as "n".
+-- as "n" (made in C: this runs on every call).
 local function signature(args, n)
-  local parts = {}
-  for i = 1, n do
-    local v = args[i]
-    if type(v) == "number" then
-      parts[i] = "n"
-    elseif type(v) == "userdata" and v.dtype then
-      local s = v.shape
-      local p = { v.dtype, #s }
-      for d = 1, #s do p[#p + 1] = s[d] == 1 and "1" or "*" end
-      parts[i] = table.concat(p, ",")
-    else
-      raise("argument %d: gpu.Tensor or number expected, got %s", i, type(v))
-    end
-  end
-  return table.concat(parts, ";")
+  local key, bad = core.key(args, n)
+  if not key then raise("argument %d: gpu.Tensor or number expected, got %s", bad, type(args[bad])) end
+  return key
 end
 
--- Until the cuda backend compiles fused programs: the program's ops one by
--- one, the unfused calls themselves (the same results; one op each).  Tests
--- take this path on the host too with require("gpu._fuse").unfused = true.
+-- The program's ops one by one, the unfused calls themselves (the same
+-- results; one op each): what a fused call must equal.  Tests take this
+-- path with require("gpu._fuse").unfused = true.
 local by_code = { [UNARY] = {}, [BINARY] = {}, [TERNARY] = {} }
 for _, row in ipairs(rows) do
   by_code[row.kind == "unary" and UNARY or row.kind == "binary" and BINARY or TERNARY][row.code] = row
@@ -471,8 +459,6 @@ function Fused.__call(self, ...)
     local v = number_for(args[u[1]], u[2], u[3])
     if u[4] and class(u[2]) ~= "F" and v == 0 then raise("%s: integer division by zero", u[3]) end
   end
-  local info = debug.getinfo(2, "Sl")
-  local site = info and info.currentline > 0 and (info.short_src .. ":" .. info.currentline) or nil
   local outs = o and o.out
   local single = #entry.progs == 1
   if outs ~= nil and not single and (type(outs) ~= "table" or #outs ~= #entry.progs) then
@@ -480,15 +466,13 @@ function Fused.__call(self, ...)
   end
   local results = {}
   for j, pr in ipairs(entry.progs) do
-    local ins, params = {}, {}
-    for i, a in ipairs(pr.ins) do ins[i] = args[a] end
-    for i, a in ipairs(pr.params) do params[i] = args[a] end
     local out = outs
     if not single and outs ~= nil then out = outs[j] end
     local ok, r
     local eout = not pr.reduce and out or nil   -- a reduction's out is the reduction's
-    if gpu.backend == "host" and not core.unfused then
-      ok, r = pcall(run, pr.p, ins, params, eout, o and o.stream, site)
+    if not core.unfused then
+      -- the site: 3 levels up from run (pcall, this function, its caller)
+      ok, r = pcall(run, pr.p, args, pr.ins, pr.params, eout, o and o.stream, 3)
     else
       ok, r = pcall(run_unfused, pr, args, eout, o and o.stream)
     end

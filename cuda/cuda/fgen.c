@@ -1,0 +1,242 @@
+/* The CUDA of a fused program (DEV_OP_FUSED, device.h: dev_fprog), and its
+ * compile through NVRTC.  No GPU is needed here: CI compiles every op of the
+ * table this way (tests/cuda/nvrtc_fused.c).
+ *
+ * Each node becomes one statement that calls the built-in op's own element
+ * function of k_elem.cuh (kun, kbin, kter, k_cast, k_load/k_store,
+ * k_scalar), so that a fused call equals the unfused ops bit for bit.  Floating-point contraction is off here and in
+ * the built-in kernels (the Makefile's -fmad=false): an FMA across two ops
+ * would round once where the unfused ops round twice.
+ *
+ * Each node's value is kept in its op's compute type, rounded to its dtype
+ * (k_round: what the next op would load of the stored result).
+ *
+ * Two variants of the kernel `gf` per program, each compiled when first
+ * needed: one for every view contiguous and 16-byte aligned, which moves 16
+ * bytes per load of its widest dtype, one for any layout (broadcast inputs
+ * have stride 0) through k_at.  It takes one parameter, gf_args: the views
+ * as k_view makes them (contiguous: their first elements' addresses; the
+ * driver copies each launch's parameters, so they are kept small), the
+ * element count, the division-by-zero flag and its tag, then one number per
+ * number operand, already in the compute type of the op that reads it
+ * (k_fused.cu fills it).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu.h"
+#include "util.h"
+
+/* The headers a fused kernel includes, embedded at build time
+ * ($(BUILD)/gen/fused_hdr.c): k_elem.cuh, device.h, ops.h, scalar.h. */
+extern const char *const cuda_fused_hdr_names[];
+extern const char *const cuda_fused_hdr_texts[];
+extern const int cuda_fused_hdr_count;
+
+/* Stand-ins for the C headers they include: NVRTC has none, and the
+ * element layer needs only these names.  (Its math functions are NVRTC's
+ * own built-ins, as in any kernel it compiles.) */
+static const char shim_stdint[] =
+    "#pragma once\n"
+    "typedef signed char int8_t; typedef unsigned char uint8_t;\n"
+    "typedef short int16_t; typedef unsigned short uint16_t;\n"
+    "typedef int int32_t; typedef unsigned int uint32_t;\n"
+    "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
+    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n"
+    "#define INT8_MIN (-128)\n#define INT8_MAX 127\n#define UINT8_MAX 255\n"
+    "#define INT16_MIN (-32768)\n#define INT16_MAX 32767\n#define UINT16_MAX 65535\n"
+    "#define INT32_MIN (-2147483647 - 1)\n#define INT32_MAX 2147483647\n#define UINT32_MAX 4294967295U\n"
+    "#define INT64_MIN (-9223372036854775807LL - 1)\n#define INT64_MAX 9223372036854775807LL\n"
+    "#define UINT64_MAX 18446744073709551615ULL\n";
+static const char shim_stddef[] =
+    "#pragma once\n"
+    "typedef unsigned long size_t; typedef long ptrdiff_t;\n"
+    "#ifndef NULL\n#define NULL 0\n#endif\n"
+    "#define offsetof(t, m) __builtin_offsetof(t, m)\n";
+static const char shim_limits[] =
+    "#pragma once\n"
+    "#define CHAR_BIT 8\n#define INT_MAX 2147483647\n#define INT_MIN (-INT_MAX - 1)\n"
+    "#define LLONG_MAX 9223372036854775807LL\n#define LLONG_MIN (-LLONG_MAX - 1)\n";
+static const char shim_empty[] = "#pragma once\n";
+
+#define DT(t) [DEV_##t] = "DEV_" #t
+static const char *const dt_enum[DEV_NDTYPE] = {DT(F32), DT(F64), DT(F16), DT(BF16), DT(I8),
+                                                DT(U8),  DT(I32), DT(I64), DT(BOOL)};
+#undef DT
+#define OPNAME(E, name, cls, res, fl) [DEV_UN_##E] = "DEV_UN_" #E,
+static const char *const un_enum[DEV_NUNOP] = {DEV_UNARY_OPS(OPNAME)};
+#undef OPNAME
+#define OPNAME(E, name, cls, res, fl) [DEV_BIN_##E] = "DEV_BIN_" #E,
+static const char *const bin_enum[DEV_NBINOP] = {DEV_BINARY_OPS(OPNAME)};
+#undef OPNAME
+#define OPNAME(E, name, cls, res, fl) [DEV_TER_##E] = "DEV_TER_" #E,
+static const char *const ter_enum[DEV_NTEROP] = {DEV_TERNARY_OPS(OPNAME)};
+#undef OPNAME
+
+static int is_num(const dev_fnode *x) { return x->kind == DEV_FN_CONST || x->kind == DEV_FN_PARAM; }
+static int is_int(dev_dtype t) { return t != DEV_F32 && t != DEV_F64 && t != DEV_F16 && t != DEV_BF16; }
+static const char *knum_field(dev_dtype t) { return t == DEV_F64 ? "d" : is_int(t) ? "i" : "f"; }
+static int dsize(dev_dtype t) { return (int)dev_dtype_size(t); }
+
+/* The dtype an op's operands are loaded as (the compute type's dtype): a
+ * comparison's is its tensor operand's, the others' their own. */
+static dev_dtype operand_dtype(const dev_fprog *p, const dev_fnode *x) {
+  if (x->kind == DEV_FN_BINARY) return p->node[x->a[is_num(&p->node[x->a[0]])]].dtype;
+  if (x->kind == DEV_FN_UNARY || x->kind == DEV_FN_CAST) return p->node[x->a[0]].dtype;
+  return x->dtype;
+}
+
+int cuda_fused_numbers(const dev_fprog *p) {
+  int q = 0;
+  for (int i = 0; i < p->n; i++) {
+    const dev_fnode *x = &p->node[i];
+    int nop = x->kind == DEV_FN_BINARY ? 2 : x->kind == DEV_FN_TERNARY ? 3 : x->kind == DEV_FN_UNARY ? 1 : 0;
+    for (int j = 0; j < nop; j++) q += is_num(&p->node[x->a[j]]);
+  }
+  return q;
+}
+
+/* Operand j of node i in its op's compute type, into b (q: the next number). */
+static void operand(sbuf *b, const dev_fprog *p, int i, int j, dev_dtype t, int *q) {
+  int a = p->node[i].a[j];
+  if (is_num(&p->node[a])) sb_printf(b, "a.num[%d].%s", (*q)++, knum_field(t));
+  else sb_printf(b, "v%d", a);
+}
+
+/* Node i of p as one statement of gf_elem, into b (q: the next number). */
+static int node_stmt(sbuf *b, const dev_fprog *p, int i, int *q, char *err, size_t errlen) {
+  const dev_fnode *x = &p->node[i];
+  const char *to = dt_enum[x->dtype];
+  dev_dtype t = operand_dtype(p, x);
+  switch (x->kind) {
+  case DEV_FN_INPUT: sb_printf(b, "  kt<%s>::C v%d = k_load<%s>(x%d);\n", to, i, to, x->index); break;
+  case DEV_FN_CONST: case DEV_FN_PARAM: break;
+  case DEV_FN_UNARY:
+    if ((unsigned)x->code >= DEV_NUNOP) return fail_msg(err, errlen, "%s: bad op", p->name);
+    sb_printf(b, "  kt<%s>::C v%d = k_round<%s>(kun<%s>::f(", to, i, to, un_enum[x->code]);
+    operand(b, p, i, 0, t, q);
+    sb_str(b, "));\n");
+    break;
+  case DEV_FN_BINARY: {
+    if ((unsigned)x->code >= DEV_NBINOP) return fail_msg(err, errlen, "%s: bad op", p->name);
+    const dev_opinfo *o = dev_binop_info(x->code);
+    sb_printf(b, "  kt<%s>::C l%d = ", dt_enum[t], i);
+    operand(b, p, i, 0, t, q);
+    sb_printf(b, ", r%d = ", i);
+    operand(b, p, i, 1, t, q);
+    sb_str(b, ";\n");
+    if ((o->flags & DEV_OPF_ZDIV) && is_int(t)) sb_printf(b, "  if (r%d == 0) z = 1;\n", i);
+    sb_printf(b, "  kt<%s>::C v%d = k_round<%s>(kbin<%s>::f(l%d, r%d));\n", to, i, to, bin_enum[x->code], i, i);
+    break;
+  }
+  case DEV_FN_TERNARY: {
+    if ((unsigned)x->code >= DEV_NTEROP) return fail_msg(err, errlen, "%s: bad op", p->name);
+    const dev_opinfo *o = dev_terop_info(x->code);
+    sb_printf(b, "  kt<%s>::C v%d = k_round<%s>(kter<%s>::f(", to, i, to, ter_enum[x->code]);
+    for (int j = 0; j < 3; j++) {
+      if (j) sb_str(b, ", ");
+      /* a condition: bool, 0/1 in the compute type */
+      if (j == 0 && (o->flags & DEV_OPF_COND)) sb_printf(b, "(kt<%s>::C)v%d", to, x->a[0]);
+      else operand(b, p, i, j, t, q);
+    }
+    sb_str(b, "));\n");
+    break;
+  }
+  case DEV_FN_CAST:
+    /* the unfused cast, from the value stored (exactly: it is rounded) */
+    sb_printf(b, "  kt<%s>::C v%d = k_load<%s>(k_cast<%s, %s>(k_store<%s>(v%d)));\n", to, i, to, dt_enum[t], to,
+              dt_enum[t], x->a[0]);
+    break;
+  default: return fail_msg(err, errlen, "%s: bad node %d", p->name, i + 1);
+  }
+  return 0;
+}
+
+int cuda_fused_source(const dev_fprog *p, int vec, sbuf *b, char *err, size_t errlen) {
+  int nin = p->nin, nnum = cuda_fused_numbers(p), q = 0, widest = 1;
+  const dev_fnode *last = &p->node[p->n - 1];
+  const char *in_dt[DEV_FMAXIN] = {0};
+  const char *out_dt = dt_enum[last->dtype];
+  for (int i = 0; i < p->n; i++)
+    if (p->node[i].kind == DEV_FN_INPUT) {
+      in_dt[p->node[i].index] = dt_enum[p->node[i].dtype];
+      if (dsize(p->node[i].dtype) > widest) widest = dsize(p->node[i].dtype);
+    }
+  if (dsize(last->dtype) > widest) widest = dsize(last->dtype);
+  for (int k = 0; k < nin; k++)
+    if (!in_dt[k]) return fail_msg(err, errlen, "%s: input %d is never read", p->name, k + 1);
+  sb_printf(b, "// gpu.fuse: %s (%s)\n#include \"k_elem.cuh\"\n\n", p->name, vec ? "contiguous" : "any layout");
+  sb_str(b, "union knum { float f; double d; int64_t i; };\n");
+  /* the views as kernels take them, or (contiguous) their first elements */
+  const char *view = vec ? "char *" : "kview ";
+  sb_printf(b, "struct gf_args { %sout; %sin[%d]; int64_t n; int *zflag; int ztag; knum num[%d]; };\n\n", view, view,
+            nin, nnum > 0 ? nnum : 1);
+  /* the element function: the program, one statement per node, each value
+   * in its op's compute type rounded to its dtype (k_round) */
+  sb_printf(b, "static __device__ __forceinline__ kt<%s>::S gf_elem(const gf_args &a", out_dt);
+  for (int k = 0; k < nin; k++) sb_printf(b, ", kt<%s>::S x%d", in_dt[k], k);
+  sb_str(b, ", int &z)\n{\n");
+  for (int i = 0; i < p->n; i++)
+    if (node_stmt(b, p, i, &q, err, errlen)) return -1;
+  sb_printf(b, "  return k_store<%s>(v%d);\n}\n\n", out_dt, p->n - 1);
+  sb_str(b, "extern \"C\" __global__ void __launch_bounds__(256) gf(const gf_args a)\n{\n"
+            "  int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x, i = tid;\n"
+            "  int z = 0;\n");
+  if (!vec) {
+    /* any layout */
+    sb_printf(b, "  for (; i < a.n; i += nth)\n    *k_at<kt<%s>::S>(a.out, i) = gf_elem(a", out_dt);
+    for (int k = 0; k < nin; k++) sb_printf(b, ", *k_at<kt<%s>::S>(a.in[%d], i)", in_dt[k], k);
+  } else {
+    /* contiguous and aligned: V elements a step, 16 bytes of the widest dtype */
+    int V = 16 / widest;
+    sb_printf(b, "  const int64_t nv = a.n / %d;\n  for (; i < nv; i += nth) {\n", V);
+    for (int k = 0; k < nin; k++)
+      sb_printf(b, "    kpack<kt<%s>::S, %d> p%d = ((const kpack<kt<%s>::S, %d> *)a.in[%d])[i];\n", in_dt[k], V, k,
+                in_dt[k], V, k);
+    sb_printf(b, "    kpack<kt<%s>::S, %d> r;\n#pragma unroll\n    for (int j = 0; j < %d; j++) r.x[j] = gf_elem(a",
+              out_dt, V, V);
+    for (int k = 0; k < nin; k++) sb_printf(b, ", p%d.x[j]", k);
+    sb_printf(b, ", z);\n    ((kpack<kt<%s>::S, %d> *)a.out)[i] = r;\n  }\n", out_dt, V);
+    sb_printf(b, "  for (i = nv * %d + tid; i < a.n; i += nth)\n    ((kt<%s>::S *)a.out)[i] = gf_elem(a", V, out_dt);
+    for (int k = 0; k < nin; k++) sb_printf(b, ", ((const kt<%s>::S *)a.in[%d])[i]", in_dt[k], k);
+  }
+  sb_str(b, ", z);\n  if (z && a.zflag) *a.zflag = a.ztag;\n}\n");
+  if (b->oom) return fail_msg(err, errlen, "%s: out of memory", p->name);
+  return 0;
+}
+
+int cuda_fused_compile_src(const char *src, const char *name, const char *arch, dev_kimage *img, char **log,
+                           char *err, size_t errlen) {
+  enum { MAXH = 16 };
+  const char *names[MAXH], *texts[MAXH];
+  int n = 0;
+  for (int i = 0; i < cuda_fused_hdr_count && n < MAXH - 5; i++, n++) {
+    names[n] = cuda_fused_hdr_names[i];
+    texts[n] = cuda_fused_hdr_texts[i];
+  }
+  names[n] = "stdint.h", texts[n++] = shim_stdint;
+  names[n] = "stddef.h", texts[n++] = shim_stddef;
+  names[n] = "limits.h", texts[n++] = shim_limits;
+  names[n] = "string.h", texts[n++] = shim_empty;
+  names[n] = "math.h", texts[n++] = shim_empty;
+  dev_nvrtc_headers h = {n, names, texts};
+  /* -default-device: device.h's declarations are not host functions to NVRTC */
+  static const char *const opts[] = {"--fmad=false", "-default-device", "-diag-suppress=20044"};
+  return dev_nvrtc_compile_h(src, name, arch, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0, &h, 1, img, log,
+                             err, errlen);
+}
+
+int cuda_fused_compile(const dev_fprog *p, int vec, const char *arch, dev_kimage *img, char **log, char *err,
+                       size_t errlen) {
+  sbuf src = {0};
+  if (cuda_fused_source(p, vec, &src, err, errlen)) {
+    free(src.p);
+    return -1;
+  }
+  char name[DEV_SITE_LEN + 16];
+  snprintf(name, sizeof name, "%s.cu", p->name);
+  int rc = cuda_fused_compile_src(src.p, name, arch, img, log, err, errlen);
+  free(src.p);
+  return rc;
+}
