@@ -371,6 +371,33 @@ if have_gpu and want("startup") then
   end
 end
 
+-- issue 32: the first call of a fused function in a fresh process, with an
+-- empty kernel cache (NVRTC compiles) and then from the disk cache
+if have_gpu and want("startup") then
+  io.write("== first fused call\n")
+  local cold, cached = {}, {}
+  for r = 1, 3 do
+    local dir = os.tmpname()
+    os.remove(dir)
+    local cmd = "GPULUA_KERNEL_CACHE=" .. dir .. " " .. GPULUA .. " --device cuda " .. HERE .. "/fuse_first.lua"
+    for _, into in ipairs({ cold, cached }) do
+      local out, ok = sh("exec env " .. cmd)
+      local ms = tonumber(out:match("fuse_first (%d+%.?%d*)"))
+      if not (ok and ms) then
+        show("gpulua", out)
+        fail("fuse_first: " .. cmd .. " failed")
+        break
+      end
+      into[r] = ms
+    end
+    sh("rm -rf '" .. dir .. "'")
+  end
+  if #cold == 3 and #cached == 3 then
+    put("fuse_first_cold", "gpulua", B.median(cold), "ms", "first call of a fused GELU, new process, empty kernel cache")
+    put("fuse_first_cached", "gpulua", B.median(cached), "ms", "the same, the kernel in the disk cache")
+  end
+end
+
 -- host start-up: wall time of `gpulua -e ""` on the host backend
 if want("startup") then
   io.write("== start-up\n")
@@ -483,6 +510,8 @@ local ORDER = {
   { "fuse_gelu_1", "le_ratio", 1.25, raw_gpulua = "fuse_add1_1", label = "%s (raw C column: gpulua's t + 1)" },
   { "fuse_gelu_1_cupy", "le_torch", 1.0, gpulua_from = "fuse_gelu_1", label = "%s (PyTorch column: cupy.fuse)" },
   { "fuse_first_call" },
+  { "fuse_first_cold" },     -- reported: compile cost, cold and from the disk cache
+  { "fuse_first_cached" },
   -- bench/kernels.lua: a run-time kernel within 2x of the built-in op of the same work
   { "kernel_add" },
   { "kernel_add_builtin" },
