@@ -112,6 +112,9 @@ static inline dev_ctx *bind_ctx(lua_State *L) { return bind_state(L)->ctx; }
 void bind_where_arm(lua_State *L, dev_ctx *ctx);
 /* Record the calling script line into ops enqueued next. */
 void bind_site(lua_State *L, dev_ctx *ctx);
+/* The same from `from` levels up (a library function in Lua between the
+ * script and the binding: gpu.fuse's call is 3 up from its run). */
+void bind_site_from(lua_State *L, dev_ctx *ctx, int from);
 /* bind_site, and name the API call for the sync policy's messages: before
  * every call that may make the host wait for the device (fname static). */
 static inline void bind_call_site(lua_State *L, dev_ctx *ctx, const char *fname) {

@@ -139,20 +139,11 @@ static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs 
   op->nin = p->nin;
 }
 
-/* "file:line" of the Lua function `level` up the stack into site ("" when
- * it has no line): done here, not with debug.getinfo, which makes a table
- * per call. */
-static void site_at(lua_State *L, int level, char *site, size_t n) {
-  lua_Debug ar;
-  site[0] = 0;
-  if (lua_getstack(L, level, &ar) && lua_getinfo(L, "Sl", &ar) && ar.currentline > 0)
-    snprintf(site, n, "%s:%d", ar.short_src, ar.currentline);
-}
-
 /* run(prog, args, ins, params, out, stream, level) -> the result: one
  * DEV_OP_FUSED op on the stream, of inputs args[ins[i]] and parameters
- * args[params[i]] (out: nil, or a tensor to write); its site is the line
- * of the Lua function `level` up the stack from run. */
+ * args[params[i]] (out: nil, or a tensor to write); its site is the
+ * nearest line of a Lua function from `level` up the stack from run (not
+ * debug.getinfo's table, made per call). */
 static int fuse_run(lua_State *L) {
   luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
   const dev_fprog *p = lua_touserdata(L, 1);
@@ -183,12 +174,8 @@ static int fuse_run(lua_State *L) {
   op.out = o->v;
   dev_stream *s = bind_stream(L, 6);
   dev_ctx *ctx = dev_stream_ctx(s);
-  bind_call_site(L, ctx, p->name);
-  if (level > 0) {
-    char site[DEV_SITE_LEN];
-    site_at(L, level, site, sizeof site);
-    dev_set_site(ctx, site);
-  }
+  bind_site_from(L, ctx, level > 0 ? level : 1);
+  dev_set_call(ctx, p->name);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), p->name);
   return 1;
 }

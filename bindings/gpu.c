@@ -22,14 +22,16 @@ gpu_state *bind_state(lua_State *L) {
   return st;
 }
 
-void bind_site(lua_State *L, dev_ctx *ctx) {
+void bind_site(lua_State *L, dev_ctx *ctx) { bind_site_from(L, ctx, 1); }
+
+void bind_site_from(lua_State *L, dev_ctx *ctx, int from) {
   lua_Debug ar;
   char site[DEV_SITE_LEN];
   site[0] = 0;
   /* The nearest Lua function up the stack is the script line that did it.
    * Formatted by hand: this runs for every op, and snprintf was a fifth of
    * the cost of enqueueing one. */
-  for (int level = 1; lua_getstack(L, level, &ar); level++) {
+  for (int level = from; lua_getstack(L, level, &ar); level++) {
     lua_getinfo(L, "Sl", &ar);
     if (ar.currentline > 0) {
       char digits[16];

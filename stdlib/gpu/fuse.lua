@@ -357,14 +357,6 @@ local function trace(self, args, n)
   return { progs = progs, uses = tr.uses }
 end
 
--- The signature: each argument's dtype, rank and dims of size 1; numbers
--- as "n" (made in C: this runs on every call).
-local function signature(args, n)
-  local key, bad = core.key(args, n)
-  if not key then raise("argument %d: gpu.Tensor or number expected, got %s", bad, type(args[bad])) end
-  return key
-end
-
 -- The program's ops one by one, the unfused calls themselves (the same
 -- results; one op each): what a fused call must equal.  Tests take this
 -- path with require("gpu._fuse").unfused = true.
@@ -426,62 +418,82 @@ function Fused:stats()
   return { traces = self.traces, calls = self.calls }
 end
 
+-- One result of a call: its op, then its trailing reduction; ok, result or
+-- error.  The site of the op: 4 levels up from run (pcall, this function,
+-- Fused.__call, its caller).
+local function run_one(pr, args, out, stream)
+  local ok, r
+  local eout = not pr.reduce and out or nil   -- a reduction's out is the reduction's
+  if not core.unfused then
+    ok, r = pcall(run, pr.p, args, pr.ins, pr.params, eout, stream, 4)
+  else
+    ok, r = pcall(run_unfused, pr, args, eout, stream)
+  end
+  if ok and pr.reduce then ok, r = pcall(reduce, pr, r, out, stream) end
+  return ok, r
+end
+
+-- The hot path of every call: nothing here makes a table but the
+-- arguments' (the signature is made in C, the site too).
 function Fused.__call(self, ...)
   local n = select("#", ...)
   local args = { ... }
-  for i = 1, n do
-    -- called inside another fused function: traced into it
-    if getmetatable(args[i]) == Tracer or getmetatable(args[i]) == Param then
-      local last = args[n]
-      if type(last) == "table" and getmetatable(last) == nil then
-        refuse("options (out, stream) of a fused call inside another")
-      end
-      return self.fn(...)
-    end
-  end
-  local o
-  if n > 0 and type(args[n]) == "table" then
-    o = args[n]
+  local o = args[n]
+  if type(o) == "table" and getmetatable(o) == nil then
     args[n] = nil
     n = n - 1
+  else
+    o = nil
+  end
+  -- the signature (the trace cache's key): each argument's dtype, rank and
+  -- dims of size 1, "n" for a number
+  local key, bad = core.key(args, n)
+  if not key then
+    for i = 1, n do
+      -- called inside another fused function: traced into it
+      if getmetatable(args[i]) == Tracer or getmetatable(args[i]) == Param then
+        if o then refuse("options (out, stream) of a fused call inside another") end
+        return self.fn(...)
+      end
+    end
+    raise("argument %d: gpu.Tensor or number expected, got %s", bad, type(args[bad]))
+  end
+  local out, stream
+  if o then
     for k in pairs(o) do
       if k ~= "out" and k ~= "stream" then raise("%s: unknown option '%s' (expected: out, stream)", self.name, tostring(k)) end
     end
+    out, stream = o.out, o.stream
   end
-  local key = signature(args, n)
   local entry = self.cache[key]
   if not entry then
     entry = trace(self, args, n)
     self.cache[key] = entry
   end
   self.calls = self.calls + 1
-  for _, u in ipairs(entry.uses) do
+  local uses = entry.uses
+  for i = 1, #uses do
+    local u = uses[i]
     local v = number_for(args[u[1]], u[2], u[3])
     if u[4] and class(u[2]) ~= "F" and v == 0 then raise("%s: integer division by zero", u[3]) end
   end
-  local outs = o and o.out
-  local single = #entry.progs == 1
-  if outs ~= nil and not single and (type(outs) ~= "table" or #outs ~= #entry.progs) then
-    raise("%s: out must be a list of %d tensors (one per result)", self.name, #entry.progs)
+  local progs = entry.progs
+  local np = #progs
+  if np == 1 then
+    local ok, r = run_one(progs[1], args, out, stream)
+    if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
+    return r
+  end
+  if out ~= nil and (type(out) ~= "table" or #out ~= np) then
+    raise("%s: out must be a list of %d tensors (one per result)", self.name, np)
   end
   local results = {}
-  for j, pr in ipairs(entry.progs) do
-    local out = outs
-    if not single and outs ~= nil then out = outs[j] end
-    local ok, r
-    local eout = not pr.reduce and out or nil   -- a reduction's out is the reduction's
-    if not core.unfused then
-      -- the site: 3 levels up from run (pcall, this function, its caller)
-      ok, r = pcall(run, pr.p, args, pr.ins, pr.params, eout, o and o.stream, 3)
-    else
-      ok, r = pcall(run_unfused, pr, args, eout, o and o.stream)
-    end
-    if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
-    if pr.reduce then ok, r = pcall(reduce, pr, r, out, o and o.stream) end
+  for j = 1, np do
+    local ok, r = run_one(progs[j], args, out and out[j], stream)
     if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
     results[j] = r
   end
-  return table.unpack(results, 1, #entry.progs)
+  return table.unpack(results, 1, np)
 end
 
 -- gpu.fuse(fn [, opts]): opts.name names the op in traces and messages
