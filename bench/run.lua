@@ -306,6 +306,22 @@ local function allreduce(n, raw)
                                       .. "median of %d runs): direct %.1f us, replayed from a graph %.1f us (%.2fx)",
                                       n, B.quick and 100 or 1000, #per.direct, d, g, g / d)
   end
+  -- the tensor-parallel block of scripts/tensor_parallel.lua (TP 2, x DP
+  -- n/2): forward, backward and update per step, reported (no target yet)
+  if n % 2 == 0 then
+    local tp, steps = {}, B.quick and 20 or 200
+    for _ = 1, (B.quick and 1 or 3) do
+      local cmd = string.format("%s%s -n %d --no-prefix %s scripts/tensor_parallel.lua %d", AR_ENV, GPULUA, n, DEV, steps)
+      local out = run_program("gpulua", cmd)
+      local us = out:find("check ok", 1, true) and tonumber(out:match("tensor_parallel: ([%d.]+) us per step"))
+      if us then tp[#tp + 1] = us end
+    end
+    if #tp > 0 then
+      notes[#notes + 1] = string.format("tensor-parallel block on %d ranks (scripts/tensor_parallel.lua: TP 2 x DP %d, "
+                                        .. "D 64, F 256, batch 32 per DP group, %d steps, median of %d runs): %.1f us "
+                                        .. "per step (forward, backward, update)", n, n // 2, steps, #tp, B.median(tp))
+    end
+  end
   notes[#notes + 1] = string.format("all_reduce n=%d (f32 sum, out of place%s): time per call in us, "
                                     .. "gpulua/raw NCCL: %s; warm-up %d, timed calls per size %s", n,
                                     have_gpu and ", NCCL_NVLS_ENABLE=0" or "", table.concat(times, ", "),
@@ -318,6 +334,7 @@ if have_gpu and want("allreduce") then
   local have_nccl_ref = select(2, sh("test -x " .. quote(NCCL_REF)))
   if ngpu < 2 then
     notes[#notes + 1] = string.format("all_reduce sweep skipped: %d GPU%s here, it needs 2", ngpu, ngpu == 1 and "" or "s")
+    notes[#notes + 1] = "tensor-parallel block (scripts/tensor_parallel.lua) skipped: it needs 2 GPUs"
   else
     if not have_nccl_ref then
       notes[#notes + 1] = "all_reduce: " .. NCCL_REF .. " is missing (built by `make` where the toolkit has nccl.h and "

@@ -1,4 +1,5 @@
-/* gpu.Tensor matmul: gpu.matmul(a, b) and a:matmul(b), 2-D or batched. */
+/* gpu.Tensor matmul: gpu.matmul(a, b) and a:matmul(b), 2-D or batched;
+ * bmm, outer, dot and einsum, compositions in stdlib/gpu/einsum.lua. */
 #include "tensor.h"
 
 /* v as a 3-D view of batch size nb: a 2-D one (or a batch of one) repeats
@@ -57,14 +58,44 @@ static int t_matmul(lua_State *L) {
   return 1;
 }
 
+/* The Lua half of name (stdlib/gpu/einsum.lua) called with this call's
+ * arguments, the values from index first on checked to be tensors.  Its
+ * errors carry no position: raised again here, they name the script's
+ * line. */
+static int lua_half(lua_State *L, const char *name, int first) {
+  int n = lua_gettop(L);
+  if (n < first + (first == 1)) luaL_argerror(L, n + 1, "gpu.Tensor expected, got no value");
+  for (int i = first; i <= n; i++) bind_check_tensor(L, i);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "gpu.einsum");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, name);
+  lua_replace(L, -2);
+  lua_insert(L, 1);
+  if (lua_pcall(L, n, 1, 0) != LUA_OK) {
+    if (lua_type(L, -1) != LUA_TSTRING) return lua_error(L);
+    return luaL_error(L, "%s", lua_tostring(L, -1));
+  }
+  return 1;
+}
+
+/* gpu.bmm(a, b) / a:bmm(b): {B, n, k} @ {B, k, m}, no broadcast */
+static int t_bmm(lua_State *L) { if (lua_gettop(L) > 2) lua_settop(L, 2); return lua_half(L, "bmm", 1); }
+/* gpu.outer(a, b) / a:outer(b): 1-D a, b -> {#a, #b} */
+static int t_outer(lua_State *L) { if (lua_gettop(L) > 2) lua_settop(L, 2); return lua_half(L, "outer", 1); }
+/* gpu.dot(a, b) / a:dot(b): 1-D a, b -> a 0-dim tensor */
+static int t_dot(lua_State *L) { if (lua_gettop(L) > 2) lua_settop(L, 2); return lua_half(L, "dot", 1); }
+/* gpu.einsum(spec, a, ...) */
+static int t_einsum(lua_State *L) { return lua_half(L, "einsum", 2); }
+
 /* ---- methods ---------------------------------------------------------- */
 
 const luaL_Reg bind_tensor_matmul_methods[] = {
-  {"matmul", t_matmul},
+  {"matmul", t_matmul}, {"bmm", t_bmm}, {"outer", t_outer}, {"dot", t_dot},
   {NULL, NULL}
 };
 
 const luaL_Reg bind_tensor_matmul_funcs[] = {
-  {"matmul", t_matmul},
+  {"matmul", t_matmul}, {"bmm", t_bmm}, {"outer", t_outer}, {"dot", t_dot}, {"einsum", t_einsum},
   {NULL, NULL}
 };

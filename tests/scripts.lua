@@ -68,6 +68,11 @@ T.test("rank scripts under the launcher", function()
     -- the held-out loss falls below half its start; every rank ends with the same parameters
     { 2, "scripts/ddp_mlp.lua", "ddp_mlp: 2 ranks x 64 examples, 300 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
     { 4, "scripts/ddp_mlp.lua 200", "ddp_mlp: 4 ranks x 64 examples, 200 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
+    -- tensor parallelism: TP 2, and TP 2 x DP 2, each against the block on one rank
+    { 2, "scripts/tensor_parallel.lua", "tensor_parallel: TP 2 x DP 1 on 2 ranks, batch 32 per DP group, 50 steps: "
+      .. "loss [%d.]+ %-> [%d.]+, max diff to one rank [%d.e+-]+ %(tolerance 1e%-04%): check ok" },
+    { 4, "scripts/tensor_parallel.lua 30", "tensor_parallel: TP 2 x DP 2 on 4 ranks, batch 32 per DP group, 30 steps: "
+      .. "loss [%d.]+ %-> [%d.]+, max diff to one rank [%d.e+-]+ %(tolerance 1e%-04%): check ok" },
     -- the step captured in a graph (both all_reduces in it), replayed
     { 2, "scripts/ddp_mlp.lua 300 64 graph", "ddp_mlp: 2 ranks x 64 examples, 300 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
   } do
@@ -81,15 +86,38 @@ T.test("rank scripts under the launcher", function()
       if not ok then T.diag(out) end
       -- the replayed step trains as the direct one: the same losses
       local loss = out:match("(loss [%d.]+ %-> [%d.]+)")
-      if c[1] == 2 then ddp_loss[dev] = ddp_loss[dev] or {} end
-      if c[1] == 2 and loss then ddp_loss[dev][#ddp_loss[dev] + 1] = loss end
+      local ddp2 = c[1] == 2 and c[2]:find("ddp_mlp", 1, true)
+      if ddp2 then ddp_loss[dev] = ddp_loss[dev] or {} end
+      if ddp2 and loss then ddp_loss[dev][#ddp_loss[dev] + 1] = loss end
     end
   end
   for dev, l in pairs(ddp_loss) do
     T.is(l[2], l[1], "ddp_mlp on 2 ranks (" .. dev .. "): the graph's replays give the direct steps' losses")
   end
-  local out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
+  local out, ok = run("", "-n 3 --device host scripts/tensor_parallel.lua 2")
+  T.ok(not ok and out:find("tensor_parallel: runs with %-n 2 or %-n 4 %(TP groups of 2%), got 3 rank%(s%)") ~= nil,
+       "tensor_parallel.lua refuses a world of 3")
+  out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
   T.ok(not ok and out:find("runs with %-n 2") ~= nil, "rank_pipeline.lua refuses a world of 3")
+end)
+
+T.test("scripts/tensor_parallel.lua: timing and TP_TRACE", function()
+  for _, n in ipairs { 2, 4 } do
+    local base = os.tmpname()
+    local out, ok = run("TP_TRACE=" .. base, string.format("-n %d --device host scripts/tensor_parallel.lua 3", n))
+    T.ok(ok and out:find("check ok", 1, true), "-n " .. n .. ": a 3-step run checks ok")
+    T.ok(out:find("tensor_parallel: [%d.]+ us per step %(forward, backward, update; steps 2 to 3%)") ~= nil,
+         "... prints its time per step")
+    for rank = 0, n - 1 do
+      local f = io.open(string.format("%s.rank%d.svg", base, rank))
+      local svg = f and f:read("a") or ""
+      if f then f:close() end
+      T.ok(svg:find("all_reduce", 1, true) ~= nil, string.format("... rank %d's trace shows its all_reduces", rank))
+      os.remove(string.format("%s.rank%d.svg", base, rank))
+    end
+    os.remove(base)
+    if not ok then T.diag(out) end
+  end
 end)
 
 T.done()

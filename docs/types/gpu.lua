@@ -470,6 +470,31 @@ function gpu.stack(list, dim, opts) end
 ---@return gpu.Tensor
 function gpu.matmul(a, b, opts) end
 
+---Batched matrix product `{B, n, k} @ {B, k, m}`, no broadcast (torch.bmm).
+---@param a gpu.Tensor
+---@param b gpu.Tensor
+---@return gpu.Tensor
+function gpu.bmm(a, b) end
+
+---Outer product of two 1-D tensors: `r[i][j] = a[i] * b[j]`.
+---@param a gpu.Tensor
+---@param b gpu.Tensor
+---@return gpu.Tensor
+function gpu.outer(a, b) end
+
+---Dot product of two 1-D tensors of one size: a 0-dim tensor.
+---@param a gpu.Tensor
+---@param b gpu.Tensor
+---@return gpu.Tensor
+function gpu.dot(a, b) end
+
+---Einstein summation, as `numpy.einsum`: `gpu.einsum("bij,bjk->bik", a, b)`;
+---without `->` the output is the indices that appear once, sorted.
+---@param spec string
+---@param ... gpu.Tensor
+---@return gpu.Tensor
+function gpu.einsum(spec, ...) end
+
 ---`cond ? a : b` elementwise, all broadcast together.
 ---@param cond gpu.Tensor a bool tensor
 ---@param a gpu.Tensor|gpu.scalar
@@ -1404,6 +1429,21 @@ function Tensor:clamp_(lo, hi, opts) end
 ---@param opts? gpu.OutOpts
 ---@return gpu.Tensor
 function Tensor:matmul(b, opts) end
+
+---Batched matrix product (see `gpu.bmm`).
+---@param b gpu.Tensor
+---@return gpu.Tensor
+function Tensor:bmm(b) end
+
+---Outer product of two 1-D tensors (see `gpu.outer`).
+---@param b gpu.Tensor
+---@return gpu.Tensor
+function Tensor:outer(b) end
+
+---Dot product of two 1-D tensors, a 0-dim tensor (see `gpu.dot`).
+---@param b gpu.Tensor
+---@return gpu.Tensor
+function Tensor:dot(b) end
 
 -- reductions: a tensor result, no sync
 
