@@ -410,6 +410,7 @@ T.test("the example scripts are race-free under the checker", function()
     { "-n 4", "scripts/ring.lua 1000" },
     { "-n 2", "scripts/rank_pipeline.lua 9 1000" },
     { "-n 2", "scripts/ddp_mlp.lua 20" },
+    { "-n 2", "scripts/ddp_mlp.lua 5 16 accum=3" },
   }
   for _, c in ipairs(cases) do
     for _, how in ipairs { { "GPULUA_CHECK=", "--check races" }, { "GPULUA_CHECK=races", "" } } do

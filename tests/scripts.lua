@@ -70,6 +70,9 @@ T.test("rank scripts under the launcher", function()
     { 4, "scripts/ddp_mlp.lua 200", "ddp_mlp: 4 ranks x 64 examples, 200 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
     -- the step captured in a graph (both all_reduces in it), replayed
     { 2, "scripts/ddp_mlp.lua 300 64 graph", "ddp_mlp: 2 ranks x 64 examples, 300 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
+    -- gradient accumulation: one step of 4 micro-batches is one step on the 4-times batch
+    { 2, "scripts/ddp_mlp.lua 20 16 accum=4", "ddp_mlp: accumulation: 4 micro%-batches of 16 vs one batch of 64: parameters differ by [%d.e+-]+ %(tolerance [%d.e+-]+%): check ok" },
+    { 4, "scripts/ddp_mlp.lua 10 8 accum=3", "ddp_mlp: accumulation: 3 micro%-batches of 8 vs one batch of 24: parameters differ by [%d.e+-]+ %(tolerance [%d.e+-]+%): check ok" },
   } do
     -- on the host backend always; on cuda too (NCCL) where there are GPUs enough
     local devices = { "host" }
@@ -90,6 +93,11 @@ T.test("rank scripts under the launcher", function()
   end
   local out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
   T.ok(not ok and out:find("runs with %-n 2") ~= nil, "rank_pipeline.lua refuses a world of 3")
+  for _, bad in ipairs { "accum=0", "accum=x", "accum=1.5", "20 16 graph accum=2" } do
+    out, ok = run("", "--device host scripts/ddp_mlp.lua " .. bad)
+    T.ok(not ok and out:find("scripts/ddp_mlp.lua:%d+: ddp_mlp: accum=") ~= nil, "ddp_mlp.lua refuses " .. bad .. " at its line")
+    if ok then T.diag(out) end
+  end
 end)
 
 T.done()
