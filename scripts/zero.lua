@@ -68,8 +68,11 @@ local P0 = lay:flatten(P)                           -- the start, for the second
 local function adam(p, g, m, v, t)
   m:lerp_(g, 1 - B1)                                 -- m = B1 m + (1 - B1) g
   v:lerp_(g:mul(g), 1 - B2)                          -- v = B2 v + (1 - B2) g^2
-  local denom = v:sqrt():mul_(1 / math.sqrt(1 - B2 ^ t)):add_(EPS)
-  p:sub_(m:div(denom):mul_(LR / (1 - B1 ^ t)))
+  -- p -= LR m^ / (sqrt(v^) + EPS), with the bias corrections folded into
+  -- two numbers (as torch.optim.Adam does): one pass over v fewer
+  local c2 = math.sqrt(1 - B2 ^ t)
+  local denom = v:sqrt():add_(EPS * c2)
+  p:sub_(m:div(denom):mul_(LR * c2 / (1 - B1 ^ t)))
 end
 
 -- ---- one training run: stage 0 (DDP), 1 or 2 ---------------------------------
