@@ -16,7 +16,8 @@
 -- With accum=K, gradient accumulation: a step runs K micro-batches of the
 -- batch size each, adds their gradients in the buckets, and all-reduces only
 -- after the last one.  The script then checks that one accumulated step
--- gives the parameters of one step on the K-times batch.
+-- gives the parameters of one step on the K-times batch.  (Direct steps
+-- only: with graph, accum= is refused.)
 --
 -- With `graph`, the step (forward, backward, both all_reduces, the update)
 -- is captured once with gpu.graph and replayed: each step then only draws
