@@ -18,7 +18,7 @@
 -- host backend's targets of bench/alloc.lua are judged); BENCH_RESULTS=FILE
 -- where to append the table (default: bench/RESULTS.md for a full run on a
 -- GPU, nowhere otherwise); BENCH_TORCH=0 skips the PyTorch peer;
--- BENCH_ONLY=ops,allreduce,startup,torch runs only the parts named.
+-- BENCH_ONLY=ops,allreduce,zero,startup,torch runs only the parts named.
 --
 -- The exit status is 1 when a result check failed (or a measured program
 -- died); a missed target shows as MISS and does not change it.  This
@@ -350,6 +350,48 @@ elseif B.quick and want("allreduce") then
   notes[#notes + 1] = "all_reduce n=2 ran on the host backend (shared memory), a smoke test: no GPU, no raw NCCL column"
 end
 
+-- ---- issue 36: DDP and ZeRO-2 of scripts/zero.lua's model, on 2 GPUs ------------
+
+-- scripts/zero.lua runs both in one job from the same start (6 Linear(4096,
+-- 4096), batch 64 per rank, Adam) and checks ZeRO against DDP; the PyTorch
+-- column is bench/torch_peer.py's DistributedDataParallel and
+-- ZeroRedundancyOptimizer of the same model.  The median of 3 runs.
+if (have_gpu or B.quick) and want("zero") then
+  local ngpu = 0
+  if have_gpu then
+    local out, ok = sh(GPULUA .. " --device cuda -e 'io.write(gpu.device_count())'")
+    ngpu = ok and tonumber(out:match("^%s*(%d+)%s*$")) or 0
+  end
+  if have_gpu and ngpu < 2 then
+    notes[#notes + 1] = string.format("zero rows skipped: %d GPU%s here, they need 2", ngpu, ngpu == 1 and "" or "s")
+  else
+    io.write("== DDP and ZeRO-2 steps, 2 ranks\n")
+    local size = B.quick and " width=256 layers=3 batch=16 steps=5" or " steps=30"
+    local ddp, z2, mem, dmem = {}, {}, nil, nil
+    for _ = 1, (B.quick and 1 or 3) do
+      local out, ok = run_program("gpulua", string.format("%s%s -n 2 --no-prefix %s scripts/zero.lua stage=2%s", AR_ENV,
+                                                          GPULUA, DEV, size))
+      local d, z = out:match("zero: DDP ([%d.]+) us per step, ZeRO%-2 ([%d.]+) us per step")
+      if ok and d and out:find("check ok", 1, true) then
+        ddp[#ddp + 1], z2[#z2 + 1] = tonumber(d), tonumber(z)
+        dmem, mem = out:match("optimizer state per rank: DDP ([%d.]+) MiB, ZeRO%-2 ([%d.]+) MiB")
+      else
+        fail("gpulua: scripts/zero.lua stage=2 on 2 ranks: no check ok line")
+      end
+    end
+    local what = B.quick and "3 x Linear(256, 256), batch 16 per rank" or "6 x Linear(4096, 4096), batch 64 per rank"
+    if #ddp > 0 then
+      put("zero_ddp_step", "gpulua", B.median(ddp), "us", "DDP step on 2 ranks, " .. what .. ", Adam")
+      put("zero2_step", "gpulua", B.median(z2), "us", "ZeRO-2 step on 2 ranks, " .. what .. ", Adam")
+      put("zero2_optim_mem", "gpulua", tonumber(mem), "MiB", "ZeRO-2: optimizer state per rank")
+      put("zero2_optim_share", "gpulua", tonumber(mem) / tonumber(dmem), "x", "ZeRO-2: optimizer state / DDP's, per rank")
+      notes[#notes + 1] = string.format("zero rows: scripts/zero.lua stage=2%s on 2 ranks, median of %d runs; "
+                                        .. "optimizer state measured with gpu.memory() (allocator size classes "
+                                        .. "included), DDP's %s MiB", size, #ddp, dmem)
+    end
+  end
+end
+
 -- process start -> first finished kernel: the clock before starting the
 -- child, against the clock the child prints once its kernel is done.  The
 -- programs alternate, one start of each per round (11 rounds after a
@@ -544,6 +586,11 @@ local ORDER = {
   { "graph_node", "le_ratio", 1.05 },
   { "first_kernel", "le_ratio", 1.10 },   -- issue 17: start-up to the first finished kernel
   { "startup_host", "le_abs", 20 },
+  -- issue 36: DDP and ZeRO-2 of a 100.7M-parameter MLP on 2 GPUs, against PyTorch's
+  { "zero_ddp_step", "le_torch", 1.0 },
+  { "zero2_step", "le_torch", 1.0, label = "%s (PyTorch: ZeroRedundancyOptimizer)" },
+  { "zero2_optim_mem" },
+  { "zero2_optim_share", "le_abs", 0.5625 },
 }
 
 -- the all_reduce rows after the matmul rows

@@ -620,6 +620,89 @@ def bench_fuse(s):
         row("fuse_gelu_1_cupy", per_call(lambda: cgelu(one)), "us", "cupy.fuse'd GELU, 1 element, per call")
 
 
+# ---- issue 36: DDP and ZeRO of scripts/zero.lua's model, on 2 GPUs ----------
+
+ZERO_WIDTH, ZERO_LAYERS, ZERO_BATCH = (1024, 2, 16) if QUICK else (4096, 6, 64)
+ZERO_WARM, ZERO_STEPS = (2, 5) if QUICK else (3, 20)
+
+
+def zero_rank(rank, world, port, kind):
+    """one rank of the DDP or ZeroRedundancyOptimizer run; rank 0 prints the rows"""
+    import torch.distributed as dist
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        dev = torch.device("cuda", rank)
+        d, b = ZERO_WIDTH, ZERO_BATCH
+        torch.manual_seed(1)   # the same start on every rank (DDP broadcasts it anyway)
+        layers = []
+        for i in range(ZERO_LAYERS):
+            layers.append(torch.nn.Linear(d, d))
+            if i < ZERO_LAYERS - 1:
+                layers.append(torch.nn.ReLU())
+        model = DDP(torch.nn.Sequential(*layers).to(dev), device_ids=[rank])
+        teacher = torch.randn(d, d, device=dev) / d ** 0.5
+        if kind == "ddp":
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        else:
+            opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(1000 + rank)
+
+        def step():
+            x = torch.randn(b, d, device=dev, generator=gen)
+            y = x @ teacher
+            opt.zero_grad(set_to_none=True)
+            loss = (model(x) - y).pow(2).sum() * (0.5 / b)   # scripts/zero.lua's loss
+            loss.backward()
+            opt.step()
+            return loss
+
+        first = step().item()
+        for _ in range(ZERO_WARM - 1):
+            step()
+        torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(ZERO_STEPS):
+            last = step()
+        torch.cuda.synchronize()
+        us = (time.perf_counter() - t0) / ZERO_STEPS * 1e6
+        # the optimizer state this rank holds: Adam's tensors (m, v, step)
+        inner = opt.optim if kind == "zero" else opt
+        state = sum(t.numel() * t.element_size() for st in inner.state.values()
+                    for t in st.values() if torch.is_tensor(t))
+        t = torch.tensor([us], device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)   # the slowest rank's time per step
+        if rank == 0:
+            n = sum(p.numel() for p in model.parameters())
+            what = f"{ZERO_LAYERS} x Linear({d}, {d}), {n / 1e6:.1f}M parameters, batch {b} per rank, Adam"
+            key = "zero_ddp" if kind == "ddp" else "zero2"
+            name = "DistributedDataParallel" if kind == "ddp" else "DDP + ZeroRedundancyOptimizer"
+            row(key + "_step", t.item(), "us", f"{name} step on {world} GPUs, {what}")
+            row(key + "_optim_mem", state / (1 << 20), "MiB", f"{name}: optimizer state per rank")
+            check(key, last.item() < first, f"loss {first} -> {last.item()}")
+            print(f"note {key} {key} torch: {name}, {world} ranks, warm-up {ZERO_WARM} steps, "
+                  f"{ZERO_STEPS} timed; loss {first:.4g} -> {last.item():.4g}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def bench_zero():
+    if torch.cuda.device_count() < 2:
+        print("note zero zero torch: skipped, it needs 2 GPUs", flush=True)
+        return
+    import socket
+    import torch.multiprocessing as mp
+    for kind in ("ddp", "zero"):
+        with socket.socket() as sock:   # a free port for the rendezvous
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        mp.spawn(zero_rank, args=(2, port, kind), nprocs=2, join=True)
+
+
 def main():
     if not torch.cuda.is_available():
         print("check torch FAILED no CUDA device", flush=True)
@@ -635,7 +718,7 @@ def main():
                      ("fuse", lambda: bench_fuse(s)),
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
                      ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL)),
-                     ("graph_node", lambda: bench_graph(s))):
+                     ("graph_node", lambda: bench_graph(s)), ("zero", bench_zero)):
         if only and name not in only:
             continue
         try:

@@ -6,12 +6,18 @@
 -- while layer 1's backward computes.  Rank 0 prints the loss as it falls;
 -- at the end every rank checks that all ranks hold the same parameters.
 --
---   gpulua -n 2 scripts/ddp_mlp.lua [steps] [batch per rank] [graph]
+--   gpulua -n 2 scripts/ddp_mlp.lua [steps] [batch per rank] [graph] [accum=K]
 --   gpulua -n 2 --trace step.svg scripts/ddp_mlp.lua 20   -- see the overlap
 --
 -- DDP_MLP_TRACE=PATH writes the timeline of the last step alone, one SVG
 -- per rank (PATH.rankR.svg): layer 2's all_reduce on the comm stream
 -- beside layer 1's backward on the compute stream.
+--
+-- With accum=K, gradient accumulation: a step runs K micro-batches of the
+-- batch size each, adds their gradients in the buckets, and all-reduces only
+-- after the last one.  The script then checks that one accumulated step
+-- gives the parameters of one step on the K-times batch.  (Direct steps
+-- only: with graph, accum= is refused.)
 --
 -- With `graph`, the step (forward, backward, both all_reduces, the update)
 -- is captured once with gpu.graph and replayed: each step then only draws
@@ -21,10 +27,22 @@
 -- loss = mean over the batch of -log_softmax(z)[label].
 local gpu = require "gpu"
 
-local steps = tonumber(arg[1]) or 300
-local B = tonumber(arg[2]) or 64          -- examples per rank and step
-local GRAPH = arg[3] == "graph"
-if arg[3] and not GRAPH then error("ddp_mlp: the third argument is 'graph' or nothing, not '" .. arg[3] .. "'") end
+-- positional arguments first; accum=K may stand anywhere after them
+local pos, ACCUM = {}, 1
+for _, a in ipairs(arg) do
+  local k = a:match("^accum=(.*)$")
+  if k then
+    ACCUM = math.tointeger(tonumber(k))
+    if not ACCUM or ACCUM < 1 then error("ddp_mlp: accum= takes a positive integer, not '" .. k .. "'") end
+  else
+    pos[#pos + 1] = a
+  end
+end
+local steps = tonumber(pos[1]) or 300
+local B = tonumber(pos[2]) or 64          -- examples per rank and micro-batch
+local GRAPH = pos[3] == "graph"
+if pos[3] and not GRAPH then error("ddp_mlp: the third argument is 'graph' or nothing, not '" .. pos[3] .. "'") end
+if GRAPH and ACCUM > 1 then error("ddp_mlp: accum= runs without graph") end
 local D, H, C = 32, 64, 8                 -- input, hidden, classes
 local LR = 0.5
 local r, w = gpu.rank or 0, gpu.world_size or 1
@@ -37,10 +55,10 @@ local _ <close> = gpu.using(compute)      -- every op below, unless it names com
 
 local T1 = gpu.randn({ D, 4 * H }, { seed = 7 })
 local T2 = gpu.randn({ 4 * H, C }, { seed = 8 })
-local function batch(step)
-  -- the same (step, rank) gives the same batch; ranks never share
-  -- examples; step 0 is the held-out batch, the same on every rank
-  local seed = step == 0 and 1 or 1000003 * step + r + 2
+local function batch(step, micro)
+  -- the same (step, micro-batch, rank) gives the same batch; ranks never
+  -- share examples; step 0 is the held-out batch, the same on every rank
+  local seed = step == 0 and 1 or 1000003 * step + 1009 * ((micro or 1) - 1) + r + 2
   local x = gpu.randn({ B, D }, { seed = seed })
   local logits = gpu.matmul(gpu.matmul(x, T1):relu(), T2)
   local y = logits:argmax({ dim = 2, keepdim = true })   -- {B, 1}, 1-based
@@ -71,30 +89,45 @@ local function reduce_async(l, cs)
   l.ready = comm:record()
 end
 
--- one step on batch (x, y); cs is the current stream
-local function step_on(x, y, cs)
+-- write (add, if acc) into the buckets the gradient of the loss over n
+-- examples, of which (x, y) are some; the last micro-batch of a step
+-- (last) starts the all_reduces
+local function backward(x, y, n, acc, last, cs)
   -- forward
   local h = gpu.matmul(x, L1.W):add_(L1.b)
   local a = h:relu()
   local z = gpu.matmul(a, L2.W):add_(L2.b)
   local logp = z:log_softmax({ dim = 2 })
-  -- backward: dz = (softmax(z) - onehot(y)) / B
+  -- backward: dz = (softmax(z) - onehot(y)) / n
   local onehot = y:eq(classes):to("f32")                       -- {B, C}
-  local dz = logp:exp():sub_(onehot):mul_(1 / B)
-  gpu.matmul(a:t(), dz, { out = L2.dW })
-  dz:sum({ dim = 1, out = L2.db })
-  reduce_async(L2, cs)                        -- layer 2's bucket goes ...
+  local dz = logp:exp():sub_(onehot):mul_(1 / n)
+  -- the first micro-batch writes the buckets, the others add to them
+  local function mm(p, q, g) if acc then g:add_(gpu.matmul(p, q)) else gpu.matmul(p, q, { out = g }) end end
+  local function colsum(t, g) if acc then g:add_(t:sum({ dim = 1 })) else t:sum({ dim = 1, out = g }) end end
+  mm(a:t(), dz, L2.dW)
+  colsum(dz, L2.db)
+  if last then reduce_async(L2, cs) end       -- layer 2's bucket goes ...
   local da = gpu.matmul(dz, L2.W:t())         -- ... while layer 1's backward runs
   local dh = gpu.where(h:gt(0), da, 0)
-  gpu.matmul(x:t(), dh, { out = L1.dW })
-  dh:sum({ dim = 1, out = L1.db })
-  reduce_async(L1, cs)
+  mm(x:t(), dh, L1.dW)
+  colsum(dh, L1.db)
+  if last then reduce_async(L1, cs) end
+end
+
+-- one step on the micro-batches xs[k], ys[k] (k = 1..#xs), all of n examples
+local function step_on_micro(xs, ys, n, cs)
+  for k = 1, #xs do backward(xs[k], ys[k], n, k > 1, k == #xs, cs) end
   -- update with the averaged gradients
   for _, l in ipairs { L2, L1 } do
     cs:wait(l.ready)
     l.W:sub_(l.dW:mul(LR))
     l.b:sub_(l.db:mul(LR))
   end
+end
+
+-- one step on batch (x, y); cs is the current stream
+local function step_on(x, y, cs)
+  step_on_micro({ x }, { y }, x.shape[1], cs)
 end
 
 local step
@@ -110,8 +143,9 @@ if GRAPH then
   end
 else
   step = function(i)   -- i >= 1: batch 0 is held out
-    local x, y = batch(i)
-    step_on(x, y, compute)
+    local xs, ys = {}, {}
+    for k = 1, ACCUM do xs[k], ys[k] = batch(i, k) end
+    step_on_micro(xs, ys, ACCUM * B, compute)
   end
 end
 
@@ -178,12 +212,44 @@ gpu.all_reduce(hi, { op = "max" })
 gpu.all_reduce(lo, { op = "min" })
 local spread = hi:sub(lo):abs():max():item()
 local same = spread == 0
+
+-- accumulation: one step of K micro-batches must give the parameters of one
+-- step on the K-times batch.  Not bit for bit: each gradient entry, a sum of
+-- n = K*B terms, is added in another order (K partial sums, then their sum);
+-- two f32 orders of n additions differ by at most about n * 2^-24 times the
+-- sum of the terms' magnitudes, which is below 4 here (each term is an input
+-- or activation, |.| < 4 for these inputs, times dz, |dz| <= 1/n summed over
+-- n terms).  Times LR: the tolerance.
+local ACC_TOL = ACCUM * B * 2^-24 * 4 * LR
+local acc_diff
+if ACCUM > 1 then
+  local start = params:clone()
+  local function flat() return gpu.cat({ L1.W:reshape({ -1 }), L1.b, L2.W:reshape({ -1 }), L2.b }, 1) end
+  local function restore()
+    local o = 0
+    for _, p in ipairs { L1.W, L1.b, L2.W, L2.b } do
+      p:copy(start:narrow(1, o + 1, p:numel()):view(p.shape))
+      o = o + p:numel()
+    end
+  end
+  local xs, ys = {}, {}
+  for k = 1, ACCUM do xs[k], ys[k] = batch(steps + 1, k) end
+  step_on_micro(xs, ys, ACCUM * B, compute)
+  local p_acc = flat()
+  restore()
+  step_on_micro({ gpu.cat(xs, 1) }, { gpu.cat(ys, 1) }, ACCUM * B, compute)
+  acc_diff = p_acc:sub(flat()):abs():max():item()
+  if r == 0 then
+    print(string.format("ddp_mlp: accumulation: %d micro-batches of %d vs one batch of %d: parameters differ by %.3g (tolerance %g): %s",
+                        ACCUM, B, ACCUM * B, acc_diff, ACC_TOL, acc_diff <= ACC_TOL and "check ok" or "check FAILED"))
+  end
+end
 -- the threshold: half the initial held-out loss, after 100 steps or more
 -- (a short run, e.g. for a trace, checks the parameters only)
 local learned = steps < 100 or last < first / 2
 if r == 0 then
-  print(string.format("ddp_mlp: %d ranks x %d examples, %d steps: loss %.4f -> %.4f, parameters %s: %s",
-                      w, B, steps, first, last, same and "equal on every rank" or "DIFFER",
+  print(string.format("ddp_mlp: %d ranks x %d examples%s, %d steps: loss %.4f -> %.4f, parameters %s: %s",
+                      w, B, ACCUM > 1 and string.format(" x %d micro-batches", ACCUM) or "", steps, first, last, same and "equal on every rank" or "DIFFER",
                       (same and learned) and "check ok" or "check FAILED"))
 end
 if r == 0 and per_step then
@@ -192,4 +258,7 @@ if r == 0 and per_step then
 end
 if not (same and learned) then
   error(string.format("rank %d: loss %.4f -> %.4f, parameter spread across ranks %g", r, first, last, spread))
+end
+if acc_diff and not (acc_diff <= ACC_TOL) then
+  error(string.format("rank %d: an accumulated step differs from one step on the K-times batch by %g", r, acc_diff))
 end

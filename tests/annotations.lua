@@ -19,6 +19,7 @@ local FILES = {
   { path = "gpu.lua", module = "gpu" },
   { path = "gpu/trace.lua", module = "gpu.trace" },
   { path = "gpu/pipeline.lua", module = "gpu.pipeline" },
+  { path = "gpu/dist.lua", module = "gpu.dist" },
   { path = "gpu/test.lua", module = "gpu.test" },
 }
 
@@ -416,6 +417,7 @@ T.test("module gpu.trace", function()
 end)
 T.test("module gpu.pipeline", function() check_module("gpu.pipeline", require "gpu.pipeline") end)
 T.test("module gpu.test", function() check_module("gpu.test", T) end)
+T.test("module gpu.dist", function() check_module("gpu.dist", require "gpu.dist") end)
 
 -- ---- userdata types --------------------------------------------------------------
 

@@ -134,6 +134,12 @@ local function sig_name(sig)
   if n then return "pipeline." .. n end
   n = sig:match("^T%.([%a_][%w_]*)")
   if n then return "T." .. n end
+  n = sig:match("^dist%.([%a_][%w_]*)")
+  if n then return "dist." .. n end
+  n = sig:match("^lay:([%a_][%w_]*)")
+  if n then return "dist.Layout:" .. n end
+  n = sig:match("^red:([%a_][%w_]*)")
+  if n then return "dist.Reducer:" .. n end
   local obj, sep, m = sig:match("^(%a+)([:.])([%a_][%w_]*)")
   if obj and OBJECTS[obj] then return OBJECTS[obj] .. sep .. m end
   return nil
@@ -207,6 +213,12 @@ local function exported()
   keys_of(gpu.trace, "gpu.trace.", out)
   keys_of(require "gpu.pipeline", "pipeline.", out)
   keys_of(T, "T.", out)
+  local dist = require "gpu.dist"
+  keys_of(dist, "dist.", out)
+  keys_of(getmetatable(dist.layout({ { { 1 } } })), "dist.Layout:", out, { __index = true })
+  local red = dist.reducer()
+  keys_of(getmetatable(red), "dist.Reducer:", out, { __index = true })
+  red.stream:close()
   local t = gpu.zeros({2})
   local s = gpu.stream()
   local ev = gpu.event()
@@ -246,7 +258,7 @@ local GROUPS = {
   { "gpu.Event", "^gpu%.Event" }, { "gpu.Graph", "^gpu%.Graph" },
   { "gpu.Task", "^gpu%.Task" }, { "gpu.Kernel", "^gpu%.Kernel" },
   { "ranges (gpu.range)", "^gpu%.range[:.]" },
-  { "gpu.pipeline", "^pipeline%." }, { "gpu.test", "^T%." },
+  { "gpu.pipeline", "^pipeline%." }, { "gpu.dist", "^dist[.:]" }, { "gpu.test", "^T%." },
 }
 local SHOWN = { ["gpu.Tensor"] = "t", ["gpu.Stream"] = "s", ["gpu.Event"] = "ev", ["gpu.Graph"] = "g",
                 ["gpu.Task"] = "task", ["gpu.Kernel"] = "k", ["gpu.range"] = "r" }
@@ -271,6 +283,7 @@ local function make_index(list)
         local shown = e.name:gsub("^(gpu%.%u%a*)([:.])", function(ty, sep) return SHOWN[ty] .. sep end)
         shown = shown:gsub("^(gpu%.range)([:.])", function(ty, sep) return SHOWN[ty] .. sep end)
         shown = shown:gsub("^pipeline%.", "pipeline.")
+        shown = shown:gsub("^dist%.Layout:", "lay:"):gsub("^dist%.Reducer:", "red:")
         items[#items + 1] = string.format("[`%s`](lua-api.md#%s)", shown, e.anchor)
       end
       out[#out + 1] = ""

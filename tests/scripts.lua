@@ -75,6 +75,15 @@ T.test("rank scripts under the launcher", function()
       .. "loss [%d.]+ %-> [%d.]+, max diff to one rank [%d.e+-]+ %(tolerance 1e%-04%): check ok" },
     -- the step captured in a graph (both all_reduces in it), replayed
     { 2, "scripts/ddp_mlp.lua 300 64 graph", "ddp_mlp: 2 ranks x 64 examples, 300 steps: loss [%d.]+ %-> [%d.]+, parameters equal on every rank: check ok" },
+    -- ZeRO stages 1 and 2 against DDP: the same losses and parameters, 1/N of the state
+    { 2, "scripts/zero.lua stage=1 width=64 layers=3 steps=8 batch=16", "zero: ZeRO%-1 vs DDP: parameters differ by [%d.e+-]+ at most .*parameters equal on every rank: check ok" },
+    { 2, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16", "zero: ZeRO%-2 vs DDP: parameters differ by [%d.e+-]+ at most .*parameters equal on every rank: check ok" },
+    { 4, "scripts/zero.lua stage=1 width=64 layers=3 steps=8 batch=16", "zero: ZeRO%-1 vs DDP: parameters differ by [%d.e+-]+ at most .*parameters equal on every rank: check ok" },
+    { 4, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16", "zero: ZeRO%-2 vs DDP: parameters differ by [%d.e+-]+ at most .*parameters equal on every rank: check ok" },
+    { 4, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16", "zero: optimizer state per rank: DDP [%d.]+ MiB, ZeRO%-2 [%d.]+ MiB %(0%.2[45]%d of DDP's, 1/4 = 0%.250" },
+    -- gradient accumulation: one step of 4 micro-batches is one step on the 4-times batch
+    { 2, "scripts/ddp_mlp.lua 20 16 accum=4", "ddp_mlp: accumulation: 4 micro%-batches of 16 vs one batch of 64: parameters differ by [%d.e+-]+ %(tolerance [%d.e+-]+%): check ok" },
+    { 4, "scripts/ddp_mlp.lua 10 8 accum=3", "ddp_mlp: accumulation: 3 micro%-batches of 8 vs one batch of 24: parameters differ by [%d.e+-]+ %(tolerance [%d.e+-]+%): check ok" },
   } do
     -- on the host backend always; on cuda too (NCCL) where there are GPUs enough
     local devices = { "host" }
@@ -99,6 +108,28 @@ T.test("rank scripts under the launcher", function()
        "tensor_parallel.lua refuses a world of 3")
   out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
   T.ok(not ok and out:find("runs with %-n 2") ~= nil, "rank_pipeline.lua refuses a world of 3")
+  for _, bad in ipairs { "stage=3", "steps=0", "width=x", "depth=2", "6" } do
+    out, ok = run("", "--device host scripts/zero.lua " .. bad)
+    T.ok(not ok and out:find("scripts/zero.lua:%d+: zero: ") ~= nil, "zero.lua refuses " .. bad .. " at its line")
+    if ok then T.diag(out) end
+  end
+  -- ZERO_TRACE: the reduce-scatters of the traced step, beside the backward's compute
+  local path = os.tmpname()
+  out, ok = run("ZERO_TRACE=" .. path, "-n 2 --device host scripts/zero.lua stage=2 width=64 layers=3 steps=3 batch=8")
+  T.ok(ok and out:find("zero: traced step: 3 reduce_scatters ran [%d.]+ us, [%d.]+ us of it beside compute ops") ~= nil,
+       "ZERO_TRACE: the traced step's 3 reduce_scatters")
+  for rk = 0, 1 do
+    local f = io.open(string.format("%s.rank%d.svg", path, rk))
+    T.ok(f and f:read("a"):find("reduce_scatter", 1, true) ~= nil, "... and rank " .. rk .. "'s SVG shows them")
+    if f then f:close() end
+    os.remove(string.format("%s.rank%d.svg", path, rk))
+  end
+  os.remove(path)
+  for _, bad in ipairs { "accum=0", "accum=x", "accum=1.5", "20 16 graph accum=2" } do
+    out, ok = run("", "--device host scripts/ddp_mlp.lua " .. bad)
+    T.ok(not ok and out:find("scripts/ddp_mlp.lua:%d+: ddp_mlp: accum=") ~= nil, "ddp_mlp.lua refuses " .. bad .. " at its line")
+    if ok then T.diag(out) end
+  end
 end)
 
 T.test("scripts/tensor_parallel.lua: timing and TP_TRACE", function()
