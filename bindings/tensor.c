@@ -331,6 +331,14 @@ int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim) {
   return (int)(d < 0 ? d + ndim : d - 1);
 }
 
+/* The one message for an index out of range, worded as bind_tensor_dim's:
+ * it shows the range, so that it says where indices start. */
+const char *bind_push_index_range(lua_State *L, const char *what, lua_Integer i, int d, lua_Integer n, int neg) {
+  if (n == 0) return lua_pushfstring(L, "%s %I out of range for dim %d of size 0 (empty)", what, i, d + 1);
+  if (neg) return lua_pushfstring(L, "%s %I out of range for dim %d of size %I (1..%I, or -%I..-1)", what, i, d + 1, n, n, n);
+  return lua_pushfstring(L, "%s %I out of range for dim %d of size %I (1..%I)", what, i, d + 1, n, n);
+}
+
 /* Kernels take operands from one memory: the device, or host memory (pinned
  * and pageable mix: such ops run on the calling thread). */
 static int compatible(dev_memkind a, dev_memkind b) {

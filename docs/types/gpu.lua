@@ -340,21 +340,24 @@ function gpu.event(opts) end
 -- tensors
 
 ---An uninitialised tensor.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.TensorOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.TensorOpts): gpu.Tensor
 function gpu.empty(shape, opts) end
 
 ---A tensor of zeros.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.TensorOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.TensorOpts): gpu.Tensor
 function gpu.zeros(shape, opts) end
 
 ---A tensor of ones.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.TensorOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.TensorOpts): gpu.Tensor
 function gpu.ones(shape, opts) end
 
 ---A tensor filled with `v`.
@@ -375,15 +378,17 @@ function gpu.full(shape, v, opts) end
 function gpu.arange(start, stop, step, opts) end
 
 ---Uniform random values in `[low, high)`.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.RandOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.RandOpts): gpu.Tensor
 function gpu.rand(shape, opts) end
 
 ---Normal random values.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.RandnOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.RandnOpts): gpu.Tensor
 function gpu.randn(shape, opts) end
 
 ---Random integers in `[lo, hi)` (`hi` exclusive).
@@ -401,9 +406,10 @@ function gpu.randint(lo, hi, shape, opts) end
 function gpu.tensor(values, opts) end
 
 ---An uninitialised tensor in pinned host memory.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.PinnedOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.PinnedOpts): gpu.Tensor
 function gpu.pinned(shape, opts) end
 
 ---`n` values from `a` to `b`, the last exactly `b`.
