@@ -528,7 +528,7 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg *const method_sets[] = {
   methods, bind_tensor_copy_methods, bind_tensor_view_methods, bind_tensor_elementwise_methods,
   bind_tensor_reduce_methods, bind_tensor_index_methods, bind_tensor_matmul_methods,
-  bind_tensor_table_methods, bind_tensor_compose_methods, NULL
+  bind_tensor_table_methods, bind_tensor_compose_methods, bind_tensor_shape_methods, NULL
 };
 
 /* The module's functions (gpu.zeros, gpu.where, ...), by concern. */

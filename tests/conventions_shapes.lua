@@ -29,6 +29,7 @@ T.test("views: sizes as numbers, -1 inferred", function()
   T.is(t:reshape(12, -1).shape, { 12, 5 }, "reshape(12, -1)")
   T.is(t:view(12, 5):permute(2, 1).shape, { 5, 12 }, "permute(2, 1)")
   T.is(gpu.ones(3, 1):expand(3, 4).shape, { 3, 4 }, "expand(3, 4)")
+  T.is(t:view(3, 4, 5):tile(1, 2, 1).shape, { 3, 8, 5 }, "tile(1, 2, 1)")
 end)
 
 T.test("0-dim shapes in every shape-taking call", function()
@@ -45,6 +46,7 @@ T.test("0-dim shapes in every shape-taking call", function()
   T.is(s:expand({}).shape, {}, "expand{} of a 0-dim tensor")
   T.is(s:expand(2, 3):totable(), { { 2.5, 2.5, 2.5 }, { 2.5, 2.5, 2.5 } }, "expand of a 0-dim tensor")
   T.is(s:view(1, 1).shape, { 1, 1 }, "view of a 0-dim tensor")
+  T.is(s:tile({}).shape, {}, "tile{} of a 0-dim tensor")
   T.is(s:permute({}).shape, {}, "permute{} of a 0-dim tensor")
   T.raises_at(function() gpu.ones(2):view({}) end, "shape {} (1 elements) does not match {2} (2 elements)",
               "view{} of two elements")
@@ -77,6 +79,7 @@ T.test("index messages show the range: indices start at 1", function()
   T.raises_at(function() gpu.zeros(0):get(1) end, "index 1 out of range for dim 1 of size 0 %(empty%)", "an empty dim")
   T.raises(function() t:index_select(1, gpu.tensor({ 0 })):sum():item() end, "index out of range %(0 not in 1..3%)",
            "index_select: 0 (asynchronous: at the next sync)")
+  T.raises_at(function() t:size(0) end, "dim 0 out of range for a 2%-dim tensor %(1..2, or %-2..%-1%)", "size(0)")
 end)
 
 T.test("dtype synonyms", function()
