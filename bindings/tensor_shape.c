@@ -169,29 +169,31 @@ static int t_amin(lua_State *L) { return extreme(L, "amin"); }
  * dims of 1).  An expanded view of t, copied. */
 static int t_tile(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
-  int64_t reps[DEV_MAXDIM], in[DEV_MAXDIM], mid[2 * DEV_MAXDIM], ex[2 * DEV_MAXDIM], out[DEV_MAXDIM];
+  int64_t reps[DEV_MAXDIM], mid[2 * DEV_MAXDIM], ex[2 * DEV_MAXDIM], out[DEV_MAXDIM];
   int nr = bind_tensor_ints(L, 2, reps, "reps"), nd = t->v.ndim;
-  int n = nr > nd ? nr : nd;
+  int n = nr > nd ? nr : nd, m = 0;
   for (int k = 0; k < nr; k++)
     if (reps[k] < 0) luaL_argerror(L, 2, lua_pushfstring(L, "reps[%d] must be non-negative, got %I", k + 1,
                                                           (lua_Integer)reps[k]));
   int64_t total = 1;
   for (int k = 0; k < n; k++) {
-    int64_t r = k < n - nr ? 1 : reps[k - (n - nr)];
-    in[k] = k < n - nd ? 1 : t->v.shape[k - (n - nd)];
-    mid[2 * k] = 1, mid[2 * k + 1] = in[k];
-    ex[2 * k] = r, ex[2 * k + 1] = in[k];
-    out[k] = r * in[k];
+    int64_t r = k < n - nr ? 1 : reps[k - (n - nr)], in = k < n - nd ? 1 : t->v.shape[k - (n - nd)];
+    /* a dim of size 1 expands as it is; another gets a dim of reps before it */
+    if (in == 1) mid[m] = 1, ex[m++] = r;
+    else {
+      if (r != 1) mid[m] = 1, ex[m++] = r;
+      mid[m] = ex[m] = in, m++;
+    }
+    out[k] = r * in;
     if (out[k] && (__builtin_mul_overflow(total, out[k], &total) || total > ((int64_t)1 << 56)))
       luaL_argerror(L, 2, "the result is too large");
+    if (m > DEV_MAXDIM)
+      luaL_argerror(L, 2, lua_pushfstring(L, "too many dims: the dims and the reps other than 1 come to more "
+                                             "than %d", DEV_MAXDIM));
   }
-  if (2 * n > DEV_MAXDIM) {
-    /* too many dims for the expanded view: one dim at a time via cat */
-    return luaL_error(L, "tile: at most %d dims", DEV_MAXDIM / 2);
-  }
-  int a = push_ints(L, 2 * n, mid);
+  int a = push_ints(L, m, mid);
   int v = call(L, "reshape", 1, &a, 1);
-  int b = push_ints(L, 2 * n, ex);
+  int b = push_ints(L, m, ex);
   v = call(L, "expand", v, &b, 1);
   v = call(L, "clone", v, NULL, 0);
   int c = push_ints(L, n, out);

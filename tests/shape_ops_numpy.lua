@@ -33,6 +33,8 @@ T.test("bad input: clear errors at the script's line", function()
   T.raises_at(function() t:tile(-1) end, "reps%[1%] must be non%-negative, got %-1", "tile(-1)")
   T.raises_at(function() t:tile() end, "reps expected", "tile()")
   T.raises_at(function() t:tile(1.5) end, "reps%[1%] must be an integer, got 1.5", "tile(1.5)")
+  T.raises_at(function() gpu.zeros(2, 2, 2, 2, 2):tile(2, 2, 2, 2, 2) end,
+              "too many dims: the dims and the reps other than 1 come to more than 8", "tile: too many dims")
   T.raises_at(function() gpu.zeros(2, 2, 2):diag() end, "diag: needs a 1%-D or 2%-D tensor, got 3 dims", "diag of 3-D")
   T.raises_at(function() gpu.tensor(1.0):diag() end, "diag: needs a 1%-D or 2%-D tensor, got 0 dims", "diag of 0-D")
   T.raises_at(function() t:diag(0.5) end, "diagonal", "diag(0.5)")
@@ -188,6 +190,14 @@ for _, dt in ipairs(T.dtypes) do
     c0("amax()", "amax", { {}, false }, s:amax())
     c0("amin{} keepdim", "amin", { {}, true }, s:amin({}, { keepdim = true }))
   end
+end
+
+-- tile with many dims: a dim of size 1 or a rep of 1 costs no extra dim
+for _, dt in ipairs { "f32", "i8", "bool" } do
+  local x = rand(dt, { 2, 1, 3, 1, 2, 1, 2 })
+  case("tile of 7 dims " .. dt, "tile", { x }, { 1, 3, 2, 1, 1, 2, 1 }, x:tile(1, 3, 2, 1, 1, 2, 1))
+  local y = rand(dt, { 1, 1, 1, 1, 1, 1, 1, 2 })
+  case("tile of 8 dims " .. dt, "tile", { y }, { 2, 1, 3, 1, 1, 1, 4, 1 }, y:tile(2, 1, 3, 1, 1, 1, 4, 1))
 end
 
 -- NaN: amax and amin propagate it, as NumPy
