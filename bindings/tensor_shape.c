@@ -313,13 +313,11 @@ static int t_masked_select(lua_State *L) {
   int64_t *idx = lua_newuserdatauv(L, (size_t)(count + 1) * 8, 0), at = 0;
   for (int64_t i = 0; i < n; i++)
     if (mk[i]) idx[at++] = i + 1;
-  int ui = lua_gettop(L);
   lua_pushinteger(L, -1);
   int minus1 = lua_gettop(L);
   int flat = call(L, "reshape", tv, &minus1, 1);
   push_i64(L, 1, &count, idx, "masked_select");
   int ii = lua_gettop(L);
-  (void)ui;
   lua_pushinteger(L, 1);
   int one = lua_gettop(L);
   int args[2] = {one, ii};
