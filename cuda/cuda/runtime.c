@@ -97,8 +97,8 @@ static void check_flag(dev_ctx *ctx) {
     /* an index op's tag: named as the host backend names a failed op */
     for (int i = 0; i < NTAGGED; i++)
       if (cs->tagged[i].tag == v) {
-        dev_async_fail(ctx, "%s%s'%s' failed: index out of range (not in 1..size: indices start at 1)",
-                       cs->tagged[i].site, *cs->tagged[i].site ? ": " : "", cs->tagged[i].name);
+        dev_async_fail(ctx, "%s%s'%s' failed: index out of range", cs->tagged[i].site,
+                       *cs->tagged[i].site ? ": " : "", cs->tagged[i].name);
         return;
       }
     dev_async_fail(ctx, "index out of range in a queued op");
