@@ -331,6 +331,14 @@ int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim) {
   return (int)(d < 0 ? d + ndim : d - 1);
 }
 
+/* The one message for an index out of range, worded as bind_tensor_dim's:
+ * it shows the range, so that it says where indices start. */
+const char *bind_push_index_range(lua_State *L, const char *what, lua_Integer i, int d, lua_Integer n, int neg) {
+  if (n == 0) return lua_pushfstring(L, "%s %I out of range for dim %d of size 0 (empty)", what, i, d + 1);
+  if (neg) return lua_pushfstring(L, "%s %I out of range for dim %d of size %I (1..%I, or -%I..-1)", what, i, d + 1, n, n, n);
+  return lua_pushfstring(L, "%s %I out of range for dim %d of size %I (1..%I)", what, i, d + 1, n, n);
+}
+
 /* Kernels take operands from one memory: the device, or host memory (pinned
  * and pageable mix: such ops run on the calling thread). */
 static int compatible(dev_memkind a, dev_memkind b) {
@@ -520,7 +528,7 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg *const method_sets[] = {
   methods, bind_tensor_copy_methods, bind_tensor_view_methods, bind_tensor_elementwise_methods,
   bind_tensor_reduce_methods, bind_tensor_index_methods, bind_tensor_matmul_methods,
-  bind_tensor_table_methods, bind_tensor_compose_methods, NULL
+  bind_tensor_table_methods, bind_tensor_compose_methods, bind_tensor_shape_methods, NULL
 };
 
 /* The module's functions (gpu.zeros, gpu.where, ...), by concern. */

@@ -54,6 +54,8 @@ static inline int64_t bind_numel_of(int ndim, const int64_t *shape) {
 /* A 1-based (or negative) dim at idx as 0-based, the one dim reader: errors
  * name argument arg, or option 'dim' when arg is 0, and give the range. */
 int bind_tensor_dim(lua_State *L, int idx, int arg, int ndim);
+/* "index i out of range for dim d+1 of size n (1..n[, or -n..-1])", pushed */
+const char *bind_push_index_range(lua_State *L, const char *what, lua_Integer i, int d, lua_Integer n, int neg);
 /* The integer at idx, else an argument error ("integer <what> expected"). */
 lua_Integer bind_tensor_int(lua_State *L, int idx, const char *what);
 /* Integers from a table at arg, or the arguments arg..top (a shape, a list
@@ -113,7 +115,7 @@ void bind_fuse_preload(lua_State *L);
 /* Each concern's methods and module functions, assembled by tensor.c. */
 extern const luaL_Reg bind_tensor_copy_methods[], bind_tensor_view_methods[], bind_tensor_elementwise_methods[],
     bind_tensor_reduce_methods[], bind_tensor_index_methods[], bind_tensor_matmul_methods[],
-    bind_tensor_table_methods[], bind_tensor_compose_methods[];
+    bind_tensor_table_methods[], bind_tensor_compose_methods[], bind_tensor_shape_methods[];
 extern const luaL_Reg bind_tensor_new_funcs[], bind_tensor_table_funcs[], bind_tensor_elementwise_funcs[],
     bind_tensor_matmul_funcs[], bind_tensor_compose_funcs[];
 extern const luaL_Reg bind_tensor_elementwise_meta[];   /* __add ... __unm */

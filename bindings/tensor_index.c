@@ -29,8 +29,7 @@ static dev_view element_view(lua_State *L, gpu_tensor *t, int first, int nidx, c
     lua_Integer i = lua_tointegerx(L, first + d, &isint);
     if (!isint) luaL_typeerror(L, first + d, "integer index");
     if (i < 1 || i > t->v.shape[d])
-      luaL_argerror(L, first + d, lua_pushfstring(L, "index %I out of range for dim %d of size %I",
-                                                  i, d + 1, (lua_Integer)t->v.shape[d]));
+      luaL_argerror(L, first + d, bind_push_index_range(L, "index", i, d, t->v.shape[d], 0));
     v.offset += (size_t)((i - 1) * t->v.stride[d]) * dev_dtype_size(t->v.dtype);
   }
   v.ndim = 0;

@@ -12,23 +12,28 @@
 
 /* ---- from a shape: empty, zeros, ones, full, pinned -------------------- */
 
-/* shape: a table of non-negative integers or one integer (0: a zero-sized dim) */
-static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) {
-  int ndim;
+/* shape at idx: a table of non-negative integers (empty: a 0-dim tensor)
+ * or integers; many: every number from idx on is a size, as
+ * torch.zeros(3, 4), else one number is a 1-dim shape (gpu.full(n, v)).
+ * *next: the argument after the shape. */
+static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what, int many, int *next) {
+  int ndim, istable = lua_type(L, idx) == LUA_TTABLE;
   if (lua_type(L, idx) == LUA_TNUMBER) {
     ndim = 1;
-    lua_pushvalue(L, idx);
-  } else if (lua_type(L, idx) == LUA_TTABLE) {
+    while (many && lua_type(L, idx + ndim) == LUA_TNUMBER) ndim++;
+    if (ndim > DEV_MAXDIM) luaL_argerror(L, idx, lua_pushfstring(L, "%s has %d dims (at most %d)", what, ndim, DEV_MAXDIM));
+  } else if (istable) {
     size_t n = lua_rawlen(L, idx);
     if (n > DEV_MAXDIM) luaL_argerror(L, idx, lua_pushfstring(L, "%s has %d dims (at most %d)", what, (int)n, DEV_MAXDIM));
     ndim = (int)n;
   } else {
     return luaL_typeerror(L, idx, "shape table or integer");
   }
+  *next = istable ? idx + 1 : idx + ndim;
   int64_t total = 1;
   for (int d = 0; d < ndim; d++) {
-    if (lua_type(L, idx) == LUA_TTABLE) lua_rawgeti(L, idx, d + 1);
-    else lua_pushvalue(L, -1);
+    if (istable) lua_rawgeti(L, idx, d + 1);
+    else lua_pushvalue(L, idx + d);
     int isint;
     lua_Integer v = lua_tointegerx(L, -1, &isint);
     if (!isint) {
@@ -46,7 +51,6 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *what) 
     shape[d] = v;
     lua_pop(L, 1);
   }
-  if (lua_type(L, idx) == LUA_TNUMBER) lua_pop(L, 1);
   return ndim;
 }
 
@@ -55,9 +59,9 @@ const char *const bind_new_opts[] = {"dtype", "device", "stream", NULL};
 
 static int fill_new(lua_State *L, const char *fname, int value_kind) {
   int64_t shape[DEV_MAXDIM];
-  int ndim = check_shape(L, 1, shape, "shape");
+  int next, ndim = check_shape(L, 1, shape, "shape", value_kind != 2, &next);
   if (value_kind == 2 && lua_isnone(L, 2)) luaL_typeerror(L, 2, "number");
-  int o = bind_read_opts(L, value_kind == 2 ? 3 : 2, bind_new_opts), stream = o + 2;
+  int o = bind_read_opts(L, value_kind == 2 ? 3 : next, bind_new_opts), stream = o + 2;
   dev_dtype dt = bind_check_dtype(L, o, DEV_F32);
   dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
   bind_stream(L, stream);  /* a bad stream option raises before allocating */
@@ -85,9 +89,9 @@ static int tensor_full(lua_State *L) { return fill_new(L, "full", 2); }
 
 static int tensor_pinned(lua_State *L) {
   int64_t shape[DEV_MAXDIM];
-  int ndim = check_shape(L, 1, shape, "shape");
+  int next, ndim = check_shape(L, 1, shape, "shape", 1, &next);
   static const char *const names[] = {"dtype", NULL};
-  dev_dtype dt = bind_check_dtype(L, bind_read_opts(L, 2, names), DEV_F32);
+  dev_dtype dt = bind_check_dtype(L, bind_read_opts(L, next, names), DEV_F32);
   bind_new_tensor(L, DEV_MEM_PINNED, dt, ndim, shape, 0, "pinned");
   return 1;
 }
@@ -247,11 +251,11 @@ static void finite_bound(lua_State *L, double v, const char *name) {
 static int random_new(lua_State *L, int normal) {
   const char *fname = normal ? "randn" : "rand";
   int64_t shape[DEV_MAXDIM];
-  int ndim = check_shape(L, 1, shape, "shape");
+  int next, ndim = check_shape(L, 1, shape, "shape", 1, &next);
   static const char *const normal_opts[] = {"dtype", "device", "stream", "mean", "std", "seed", NULL};
   static const char *const uniform_opts[] = {"dtype", "device", "stream", "low", "high", "seed", NULL};
   /* slots: o dtype, o + 1 device, o + 2 stream, o + 3 and o + 4 the bounds, o + 5 seed */
-  int o = bind_read_opts(L, 2, normal ? normal_opts : uniform_opts), stream = o + 2;
+  int o = bind_read_opts(L, next, normal ? normal_opts : uniform_opts), stream = o + 2;
   dev_dtype dt = bind_check_dtype(L, o, DEV_F32);
   dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
   bind_stream(L, stream);

@@ -42,6 +42,33 @@ static void flatten(lua_State *L, int idx, int d, int ndim, const int64_t *shape
   }
 }
 
+/* The leaves' kinds under idx, as bits: 1 a float, 2 an integer, 4 a boolean
+ * (anything else is left to flatten's checks). */
+static int leaf_kinds(lua_State *L, int idx, int d, int ndim, const int64_t *shape) {
+  if (d == ndim) {
+    if (lua_type(L, idx) == LUA_TBOOLEAN) return 4;
+    if (lua_type(L, idx) == LUA_TNUMBER) return lua_isinteger(L, idx) ? 2 : 1;
+    return 0;
+  }
+  if (lua_type(L, idx) != LUA_TTABLE) return 0;
+  luaL_checkstack(L, 2, "tensor too deep");
+  int kinds = 0;
+  for (int64_t i = 1; i <= shape[d] && !(kinds & 1); i++) {
+    lua_rawgeti(L, idx, i);
+    kinds |= leaf_kinds(L, lua_gettop(L), d + 1, ndim, shape);
+    lua_pop(L, 1);
+  }
+  return kinds;
+}
+
+/* The dtype NumPy and PyTorch give such values: f32 when a float is among
+ * them (or none at all), else i64 when an integer is, else bool. */
+static dev_dtype default_dtype(lua_State *L, int ndim, const int64_t *shape) {
+  int kinds = leaf_kinds(L, 1, 0, ndim, shape);
+  if (kinds & 1 || kinds == 0) return DEV_F32;
+  return kinds & 2 ? DEV_I64 : DEV_BOOL;
+}
+
 /* gpu.tensor(values, opts): nested tables (or one number) of Lua values */
 static int bind_tensor_from(lua_State *L) {
   int64_t shape[DEV_MAXDIM];
@@ -50,10 +77,10 @@ static int bind_tensor_from(lua_State *L) {
   if (ty != LUA_TTABLE && ty != LUA_TNUMBER && ty != LUA_TBOOLEAN)
     return luaL_typeerror(L, 1, "table or number");
   int o = bind_read_opts(L, 2, bind_new_opts), stream = o + 2;
-  dev_dtype dt = bind_check_dtype(L, o, DEV_F32);
+  infer_shape(L, 1, &ndim, shape);
+  dev_dtype dt = bind_check_dtype(L, o, lua_isnil(L, o) ? default_dtype(L, ndim, shape) : DEV_F32);
   dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
   bind_stream(L, stream);
-  infer_shape(L, 1, &ndim, shape);
   int64_t n = 1;
   for (int d = 0; d < ndim; d++)
     if (__builtin_mul_overflow(n, shape[d], &n) || n > ((int64_t)1 << 31))

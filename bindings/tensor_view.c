@@ -164,7 +164,7 @@ static int t_select(lua_State *L) {
   int d = bind_tensor_dim(L, 2, 2, t->v.ndim);
   lua_Integer i = bind_tensor_int(L, 3, "index"), n = t->v.shape[d];
   if (i < -n || i == 0 || i > n)
-    luaL_argerror(L, 3, lua_pushfstring(L, "index %I out of range for dim %d of size %I", i, d + 1, n));
+    luaL_argerror(L, 3, bind_push_index_range(L, "index", i, d, n, 1));
   if (i < 0) i += n + 1;
   gpu_tensor *r = bind_tensor_view_of(L, 1);
   r->v.offset += (size_t)((i - 1) * r->v.stride[d]) * dev_dtype_size(r->v.dtype);
@@ -277,8 +277,7 @@ static int t_narrow(lua_State *L) {
   lua_Integer start = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
   /* length 0 is an empty view; it may start just past the end */
   if (start < 1 || start > t->v.shape[d] + (len == 0))
-    luaL_argerror(L, 3, lua_pushfstring(L, "start %I out of range for dim %d of size %I", start,
-                                        d + 1, (lua_Integer)t->v.shape[d]));
+    luaL_argerror(L, 3, bind_push_index_range(L, "start", start, d, t->v.shape[d], 0));
   if (len < 0)
     luaL_argerror(L, 4, lua_pushfstring(L, "length must be non-negative, got %I", len));
   if (len > t->v.shape[d] - (start - 1))
@@ -290,27 +289,12 @@ static int t_narrow(lua_State *L) {
   return 1;
 }
 
+/* t:view(shape) or t:view(n1, n2, ...): t's elements with a new shape, no
+ * copy (t must be contiguous); one size may be -1, {} is 0-dim */
 static int t_view(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int64_t shape[DEV_MAXDIM];
-  int ndim;
-  if (lua_type(L, 2) == LUA_TTABLE) {
-    size_t len = lua_rawlen(L, 2);
-    if (len < 1 || len > DEV_MAXDIM) luaL_argerror(L, 2, "shape must have 1 to 8 dims");
-    ndim = (int)len;
-  } else {
-    ndim = lua_gettop(L) - 1;
-    if (ndim < 1 || ndim > DEV_MAXDIM) luaL_argerror(L, 2, "shape expected");
-  }
-  for (int d = 0; d < ndim; d++) {
-    int isint;
-    if (lua_type(L, 2) == LUA_TTABLE) lua_rawgeti(L, 2, d + 1);
-    else lua_pushvalue(L, d + 2);
-    lua_Integer v = lua_tointegerx(L, -1, &isint);
-    lua_pop(L, 1);
-    if (!isint) luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a non-negative integer or -1", d + 1));
-    shape[d] = v;
-  }
+  int ndim = bind_tensor_ints(L, 2, shape, "shape");
   bind_infer_shape(L, 2, ndim, shape, &t->v);
   if (!dev_view_contiguous(&t->v))
     luaL_error(L, "view: tensor is not contiguous (use t:contiguous():view(...))");

@@ -154,7 +154,7 @@ for name, ref in pairs {
 end
 diff = math.max(diff, y_last:sub(rows(ry)):abs():max():item(), dx_last:sub(rows(rdx)):abs():max():item())
 -- the largest difference on any rank
-local worst = gpu.tensor({ diff })
+local worst = gpu.tensor({ diff }, { dtype = "f32" })
 gpu.all_reduce(worst, { op = "max" })
 diff = worst:item()
 -- a short run (a trace, say) checks the difference only

@@ -158,7 +158,7 @@ end)
 T.test("ops mixing kinds of memory", function()
   local d = gpu.ones({3})
   local p = gpu.pinned({3}):fill(2)
-  local h = gpu.tensor({ 1, 2, 3 }, { device = "host" })
+  local h = gpu.tensor({ 1, 2, 3 }, { dtype = "f32", device = "host" })
   T.raises_at(function() return d + p end, "pinned memory, expected device", "device + pinned raises, naming both")
   T.raises_at(function() return gpu.matmul(d:view { 1, 3 }, h:view { 3, 1 }) end, "host memory",
               "matmul of device and host raises")

@@ -445,7 +445,7 @@ T.test("host memory in a capture", function()
   local d = gpu.zeros({ 4 })
   local msg = T.raises(function() gpu.graph(function()
     -- made and filled at capture (host work runs once, there): the graph's constant
-    local c = gpu.tensor({ 1, 2, 3, 4 }, { device = "pinned" })
+    local c = gpu.tensor({ 1, 2, 3, 4 }, { dtype = "f32", device = "pinned" })
     local q = gpu.pinned({ 4 })
     q:copy(c)                                   -- host memory only: runs now
     T.is(q:totable(), { 1, 2, 3, 4 }, "an op on host memory alone ran at capture")

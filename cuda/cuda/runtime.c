@@ -795,7 +795,7 @@ static int c_dispatch(dev_stream *s, const dev_kop *op) {
   if (op->kind == DEV_OP_INDEX) {
     /* its tag rides in s0, which the index ops do not use */
     tagged = *op;
-    tagged.s0 = (dev_scalar){1, cuda_tag_op(ctx, op, "index out of range"), 0};
+    tagged.s0 = (dev_scalar){1, cuda_tag_op(ctx, op, "index out of range (indices start at 1)"), 0};
     op = &tagged;
   }
   return cuk_launch(op, &env, msg, sizeof msg) ? dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", dev_op_name(op), msg)

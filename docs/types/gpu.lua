@@ -154,6 +154,9 @@
 ---@field dim? integer the dim to reduce (default: every dim)
 ---@field keepdim? boolean keep the reduced dim with size 1
 
+---@class gpu.AmaxOpts
+---@field keepdim? boolean keep the reduced dims with size 1
+
 ---@class gpu.VarOpts: gpu.ReduceOpts
 ---@field unbiased? boolean divide by n - 1 (default true)
 
@@ -340,21 +343,24 @@ function gpu.event(opts) end
 -- tensors
 
 ---An uninitialised tensor.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.TensorOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.TensorOpts): gpu.Tensor
 function gpu.empty(shape, opts) end
 
 ---A tensor of zeros.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.TensorOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.TensorOpts): gpu.Tensor
 function gpu.zeros(shape, opts) end
 
 ---A tensor of ones.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.TensorOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.TensorOpts): gpu.Tensor
 function gpu.ones(shape, opts) end
 
 ---A tensor filled with `v`.
@@ -375,15 +381,17 @@ function gpu.full(shape, v, opts) end
 function gpu.arange(start, stop, step, opts) end
 
 ---Uniform random values in `[low, high)`.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.RandOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.RandOpts): gpu.Tensor
 function gpu.rand(shape, opts) end
 
 ---Normal random values.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.RandnOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.RandnOpts): gpu.Tensor
 function gpu.randn(shape, opts) end
 
 ---Random integers in `[lo, hi)` (`hi` exclusive).
@@ -401,9 +409,10 @@ function gpu.randint(lo, hi, shape, opts) end
 function gpu.tensor(values, opts) end
 
 ---An uninitialised tensor in pinned host memory.
----@param shape gpu.shape
+---@param shape gpu.shape a table, or the sizes as numbers: (3, 4 [, opts])
 ---@param opts? gpu.PinnedOpts
 ---@return gpu.Tensor
+---@overload fun(n1: integer, ...: integer|gpu.PinnedOpts): gpu.Tensor
 function gpu.pinned(shape, opts) end
 
 ---`n` values from `a` to `b`, the last exactly `b`.
@@ -704,6 +713,22 @@ function Tensor:nbytes() end
 ---@return boolean
 function Tensor:is_contiguous() end
 
+---The shape as a new table, or the size of one dim.
+---@overload fun(self: gpu.Tensor): integer[]
+---@param dim integer 1-based; negative from the end
+---@return integer
+function Tensor:size(dim) end
+
+---The strides in elements as a table, or the stride of one dim.
+---@overload fun(self: gpu.Tensor): integer[]
+---@param dim integer 1-based; negative from the end
+---@return integer
+function Tensor:stride(dim) end
+
+---The number of dims.
+---@return integer
+function Tensor:dim() end
+
 ---The value of a one-element tensor (a sync).
 ---@param opts? gpu.StreamOpts
 ---@return number|boolean
@@ -782,6 +807,23 @@ function Tensor:narrow(dim, start, len) end
 ---@param ... integer
 ---@return gpu.Tensor
 function Tensor:view(shape, ...) end
+
+---Dims start..end (default 1, -1) merged into one, as reshape (a view when it can be).
+---@param start? integer
+---@param end_? integer
+---@return gpu.Tensor
+function Tensor:flatten(start, end_) end
+
+---t repeated reps[k] times along dim k, as torch.tile (a new tensor).
+---@param reps integer[]|integer a table, or the counts as arguments
+---@param ... integer
+---@return gpu.Tensor
+function Tensor:tile(reps, ...) end
+
+---A 1-D t on diagonal k of a square matrix of zeros, or a 2-D t's diagonal k (a copy).
+---@param k? integer above the main diagonal when > 0 (default 0)
+---@return gpu.Tensor
+function Tensor:diag(k) end
 
 ---A view when the strides allow it, else a contiguous copy; one -1 inferred.
 ---@param shape integer[]|integer a table, or the sizes as arguments
@@ -1453,6 +1495,20 @@ function Tensor:dot(b) end
 ---@return gpu.Tensor
 function Tensor:sum(opts) end
 
+---The max over one dim or a table of dims (nil or {}: all), as torch.amax; NaN propagates.
+---@overload fun(self: gpu.Tensor, opts: gpu.AmaxOpts): gpu.Tensor
+---@param dims? integer|integer[]
+---@param opts? gpu.AmaxOpts
+---@return gpu.Tensor
+function Tensor:amax(dims, opts) end
+
+---The min over one dim or a table of dims (nil or {}: all), as torch.amin; NaN propagates.
+---@overload fun(self: gpu.Tensor, opts: gpu.AmaxOpts): gpu.Tensor
+---@param dims? integer|integer[]
+---@param opts? gpu.AmaxOpts
+---@return gpu.Tensor
+function Tensor:amin(dims, opts) end
+
 ---Mean (f64 for integers).
 ---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.ReduceOpts): gpu.Tensor
 ---@param opts? gpu.ReduceOpts
@@ -1542,6 +1598,15 @@ function Tensor:log_softmax(dim, opts) end
 ---@param opts? gpu.OutOpts
 ---@return gpu.Tensor
 function Tensor:index_select(dim, idx, opts) end
+
+---The 1-based indices of the nonzero elements, N x ndim i64 (a sync: it needs N).
+---@return gpu.Tensor
+function Tensor:nonzero() end
+
+---The elements where the bool mask (broadcast) is true, 1-D (a sync: it needs the count).
+---@param mask gpu.Tensor
+---@return gpu.Tensor
+function Tensor:masked_select(mask) end
 
 ---`r[p] = t[p with p[dim] = idx[p]]`, `r` of idx's shape.
 ---@param dim integer

@@ -41,9 +41,9 @@ local function fresh()
   }
 end
 local function fill(b, k)
-  local v = gpu.tensor(input(r, k, N))
+  local v = gpu.tensor(input(r, k, N), { dtype = "f32" })
   for _, name in ipairs { "sum", "max", "bc", "red", "ag_in", "p_send" } do b[name]:copy(v) end
-  b.rs_in:copy(gpu.tensor(input(r, k, N * w)))
+  b.rs_in:copy(gpu.tensor(input(r, k, N * w), { dtype = "f32" }))
 end
 local function results(b)
   local t = {}

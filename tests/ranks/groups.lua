@@ -32,7 +32,7 @@ local function val(q, i) return (q + 1) * 10 + i end
 
 T.test("two groups run every collective at the same time", function()
   local n = 3
-  local function mk(q) local t = {} for i = 1, n do t[i] = val(q, i) end return gpu.tensor(t) end
+  local function mk(q) local t = {} for i = 1, n do t[i] = val(q, i) end return gpu.tensor(t, { dtype = "f32" }) end
   local t = mk(r)
   mine:all_reduce(t)
   local want = {}
@@ -59,7 +59,7 @@ T.test("two groups run every collective at the same time", function()
   local rs = gpu.empty({ n })
   local src = {}
   for i = 1, 2 * n do src[i] = r * 100 + i end
-  mine:reduce_scatter(rs, gpu.tensor(src))
+  mine:reduce_scatter(rs, gpu.tensor(src, { dtype = "f32" }))
   for i = 1, n do want[i] = members[1] * 100 + members[2] * 100 + 2 * (mine.rank * n + i) end
   T.is(rs:totable(), want, "reduce_scatter: block g.rank of the group's sum")
   local got = gpu.empty({ n })
