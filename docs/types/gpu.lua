@@ -163,6 +163,16 @@
 ---@class gpu.SoftmaxOpts: gpu.OutOpts
 ---@field dim? integer the dim (required when the options are the first argument)
 
+---@class gpu.SortOpts: gpu.StreamOpts
+---@field dim? integer the dim to sort along (default: the last)
+---@field descending? boolean largest first (NaN first); default false (NaN last)
+---@field stable? boolean accepted; every sort is stable (equal values keep their order)
+
+---@class gpu.TopkOpts: gpu.StreamOpts
+---@field dim? integer the dim to select along (default: the last)
+---@field largest? boolean the k largest (default true), else the k smallest
+---@field sorted? boolean accepted; the result is always in order
+
 ---@class gpu.ToOpts
 ---@field device? gpu.device memory of the result
 ---@field dtype? gpu.dtype dtype of the result
@@ -1481,6 +1491,36 @@ function Tensor:logsumexp(opts) end
 ---@param opts? gpu.OutOpts
 ---@return gpu.Tensor
 function Tensor:cumsum(dim, opts) end
+
+---Running product along `dim` (i64 for integers and bool).
+---@overload fun(self: gpu.Tensor, opts: gpu.SoftmaxOpts): gpu.Tensor
+---@param dim integer
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:cumprod(dim, opts) end
+
+---Sorted along `dim` (default the last): the values and their 1-based
+---positions (i64). Stable; NaN sorts last (first when descending).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.SortOpts): gpu.Tensor, gpu.Tensor
+---@param opts? gpu.SortOpts
+---@return gpu.Tensor values
+---@return gpu.Tensor indices
+function Tensor:sort(opts) end
+
+---The 1-based positions (i64) that sort `dim`, as `t:sort`'s second result.
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.SortOpts): gpu.Tensor
+---@param opts? gpu.SortOpts
+---@return gpu.Tensor
+function Tensor:argsort(opts) end
+
+---The k largest (or smallest) along `dim` (default the last), in order:
+---values and 1-based positions (i64).
+---@overload fun(self: gpu.Tensor, k: integer, dim: integer, opts?: gpu.TopkOpts): gpu.Tensor, gpu.Tensor
+---@param k integer 0..size of dim
+---@param opts? gpu.TopkOpts
+---@return gpu.Tensor values
+---@return gpu.Tensor indices
+function Tensor:topk(k, opts) end
 
 ---Softmax along `dim` (float dtypes); also `t:softmax{dim =}`.
 ---@param dim integer|gpu.SoftmaxOpts
