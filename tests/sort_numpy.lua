@@ -1,4 +1,5 @@
--- sort, argsort, topk and cumprod against NumPy (issue 34): every dtype,
+-- sort, argsort, topk, cumprod, flip, roll, tril and triu against NumPy
+-- (issue 34): every dtype,
 -- NaN, infinities, signed zeros and ties, along every dim, strided inputs,
 -- rows longer than the GPU's shared-memory chunk, empty and 0-dim tensors,
 -- and the errors of bad dims and k.  Runs on whichever backend the suite
@@ -116,6 +117,44 @@ for _, dt in ipairs(DTYPES) do
   end
 end
 
+-- flip, roll, tril, triu: exact; contiguous, strided, batched, empty
+local function axes(dims, nd)
+  local r = {}
+  for i, d in ipairs(dims) do r[i] = tostring(d > 0 and d - 1 or nd + d) end
+  return "(" .. table.concat(r, ", ") .. (#r == 1 and ",)" or ")")
+end
+for _, dt in ipairs(DTYPES) do
+  seed = seed + 1
+  local m = tensor(dt, { 4, 5, 6 }, seed)
+  local inputs = { { m, "" }, { m:narrow(3, 2, 4):transpose(1, 3), " strided" }, { tensor(dt, { 3, 0, 2 }, seed), " empty" } }
+  for _, inp in ipairs(inputs) do
+    local x, tag = inp[1], dt .. inp[2]
+    for _, dims in ipairs { { 1 }, { -1 }, { 1, 3 }, { 3, 2, 1 } } do
+      case("flip " .. axes(dims, 3) .. " " .. tag, "flip", dt, x, { x:flip(dims) }, string.format("{'axis': %s}", axes(dims, 3)))
+    end
+    case("flip one dim as a number " .. tag, "flip", dt, x, { x:flip(2) }, "{'axis': (1,)}")
+    for _, sh in ipairs { { 1, { 1 } }, { -2, { 3 } }, { 7, { 2 } }, { { 1, -3 }, { 1, 3 } }, { { 2, 5, -1 }, { 3, 2, 1 } } } do
+      local shifts, dims = sh[1], sh[2]
+      local shpy = type(shifts) == "table" and "(" .. table.concat(shifts, ", ") .. ")" or tostring(shifts)
+      case("roll " .. shpy .. " " .. axes(dims, 3) .. " " .. tag, "roll", dt, x, { x:roll(shifts, dims) },
+           string.format("{'shift': %s, 'axis': %s}", shpy, axes(dims, 3)))
+    end
+    for _, sh in ipairs { 0, 3, -4, 121 } do
+      case("roll flat " .. sh .. " " .. tag, "roll", dt, x, { x:roll(sh) }, string.format("{'shift': %d, 'axis': None}", sh))
+    end
+    for _, k in ipairs { 0, 1, -2, 7, -9 } do
+      case("tril " .. k .. " " .. tag, "tril", dt, x, { x:tril(k) }, string.format("{'k': %d}", k))
+      case("triu " .. k .. " " .. tag, "triu", dt, x, { x:triu(k) }, string.format("{'k': %d}", k))
+    end
+  end
+  local sq = tensor(dt, { 5, 7 }, seed + 1)
+  case("tril default " .. dt, "tril", dt, sq, { sq:tril() }, "{'k': 0}")
+  case("triu default " .. dt, "triu", dt, sq, { sq:triu() }, "{'k': 0}")
+  local z = gpu.tensor(values(dt, 1, seed)[1], { dtype = dt })
+  case("flip 0-dim " .. dt, "flip", dt, z, { z:flip({}) }, "{'axis': ()}")
+  case("roll 0-dim " .. dt, "roll", dt, z, { z:roll(3) }, "{'shift': 3, 'axis': None}")
+end
+
 local ORACLE = [=[
 import sys
 import numpy as np
@@ -194,6 +233,15 @@ def C(name, op, dt, x, res, o):
                 return results.append((name, "result dtype %s" % got[0].dtype))
             err = close(got[0], ref, dt)
             return results.append((name, err))
+        if op in ("flip", "roll", "tril", "triu"):
+            if op == "flip":
+                ref = np.flip(x, axis=o["axis"]) if x.ndim else x
+            elif op == "roll":
+                ref = np.roll(x, o["shift"], axis=o["axis"])
+            else:
+                ref = getattr(np, op)(x, o["k"])
+            return results.append((name, same(got[0], np.asarray(ref).astype(got[0].dtype)) if got[0].dtype == x.dtype
+                                   else "dtype %s" % got[0].dtype))
         idx = order(x, o["axis"], o["desc"])
         if x.ndim == 0:
             val = x
@@ -221,7 +269,7 @@ for name, err in results:
     print("ok\t%s" % name if err is None else "fail\t%s\t%s" % (name, err))
 ]=]
 
-O:check("sort, argsort, topk, cumprod against NumPy", ORACLE)
+O:check("sort, argsort, topk, cumprod, flip, roll, tril, triu against NumPy", ORACLE)
 
 T.test("sort: forms, result dtypes, stable flag", function()
   local x = gpu.tensor({ { 3, 1, 2 }, { 1, 1, 0 } }, { dtype = "f32" })
@@ -257,6 +305,21 @@ T.test("bad input: dims, k and options named, at the script's line", function()
   T.raises_at(function() return x:cumprod { dim = 3 } end, "dim 3 out of range", "cumprod dim out of range")
   T.raises_at(function() return x:cumprod(1, { out = gpu.ones({ 2, 3 }, { dtype = "i32" }) }) end,
               "does not match the result", "cumprod into an out of another dtype")
+end)
+
+T.test("flip, roll, tril, triu: bad input named, at the script's line", function()
+  local x = gpu.ones({ 2, 3 })
+  T.raises_at(function() return x:flip(3) end, "dim 3 out of range for a 2%-dim tensor", "flip dim out of range")
+  T.raises_at(function() return x:flip({ 1, -2 }) end, "flip: dim 1 given twice", "flip a dim twice")
+  T.raises_at(function() return x:flip("a") end, "integer or table of dims expected", "flip dims a string")
+  T.raises_at(function() return x:flip({ 1.5 }) end, "integer dim expected", "flip a fractional dim")
+  T.raises_at(function() return x:roll({ 1, 2 }, { 1 }) end, "roll: 2 shifts for 1 dims", "roll shifts and dims differ")
+  T.raises_at(function() return x:roll({ 1, 2 }) end, "roll: 2 shifts without dims", "roll shifts without dims")
+  T.raises_at(function() return x:roll(0.5, 1) end, "integer shift expected", "roll a fractional shift")
+  T.raises_at(function() return x:roll(1, 0) end, "dim 0 out of range", "roll dim 0")
+  T.raises_at(function() return gpu.ones({ 3 }):tril() end, "tril needs a tensor of at least 2 dims", "tril of 1-D")
+  T.raises_at(function() return x:triu(0.5) end, "integer k expected", "triu a fractional k")
+  T.raises_at(function() return x:triu(1, { colour = 1 }) end, "unknown option 'colour'", "triu's options")
 end)
 
 O:close()

@@ -1522,6 +1522,35 @@ function Tensor:argsort(opts) end
 ---@return gpu.Tensor indices
 function Tensor:topk(k, opts) end
 
+---A copy with the elements in reverse order along each of `dims`.
+---@param dims integer|integer[]
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor
+function Tensor:flip(dims, opts) end
+
+---A copy with the elements moved by `shifts` along `dims`, wrapping around;
+---without `dims`, over the flattened tensor.
+---@overload fun(self: gpu.Tensor, shifts: integer|integer[], opts?: gpu.StreamOpts): gpu.Tensor
+---@param shifts integer|integer[]
+---@param dims integer|integer[]
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor
+function Tensor:roll(shifts, dims, opts) end
+
+---A copy with the elements above diagonal `k` of the last two dims zeroed.
+---@overload fun(self: gpu.Tensor, opts?: gpu.StreamOpts): gpu.Tensor
+---@param k integer the diagonal (default 0; > 0 above the main one)
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor
+function Tensor:tril(k, opts) end
+
+---A copy with the elements below diagonal `k` of the last two dims zeroed.
+---@overload fun(self: gpu.Tensor, opts?: gpu.StreamOpts): gpu.Tensor
+---@param k integer the diagonal (default 0; > 0 above the main one)
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor
+function Tensor:triu(k, opts) end
+
 ---Softmax along `dim` (float dtypes); also `t:softmax{dim =}`.
 ---@param dim integer|gpu.SoftmaxOpts
 ---@param opts? gpu.OutOpts

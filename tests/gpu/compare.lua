@@ -421,7 +421,7 @@ T.test("prod, argmin, var, std, norm, logsumexp: whole, along every dim, strided
   end
 end)
 
-T.test("cumprod, sort, argsort, topk: every dtype, every dim, the chunk sizes, strided", function()
+T.test("cumprod, sort, argsort, topk, flip, roll, tril, triu: every dtype, the chunk sizes, strided", function()
   for _, dt in ipairs(ALL) do
     local d, h = inputs(dt, { 17, 9, 65 }, 121, -2, 3)
     if isfloat(dt) then d, h = inputs(dt, { 17, 9, 65 }, 121, 0.6, 1.5) end
@@ -450,6 +450,14 @@ T.test("cumprod, sort, argsort, topk: every dtype, every dim, the chunk sizes, s
       same(tv, tvh, string.format("topk %d %s rows of %d", k, dt, n), 0)
       same(ti, tih, string.format("topk %d indices %s rows of %d", k, dt, n), 0)
     end
+  end
+  for _, dt in ipairs(ALL) do
+    local x, xh = inputs(dt, { 6, 7, 9 }, 125, -9, 9)
+    same(x:flip({ 1, 3 }), xh:flip({ 1, 3 }), "flip " .. dt, 0)
+    same(x:roll({ 2, -3 }, { 2, 3 }), xh:roll({ 2, -3 }, { 2, 3 }), "roll " .. dt, 0)
+    same(x:narrow(3, 2, 5):roll(4), xh:narrow(3, 2, 5):roll(4), "roll flat strided " .. dt, 0)
+    same(x:tril(1), xh:tril(1), "tril " .. dt, 0)
+    same(x:triu(-1), xh:triu(-1), "triu " .. dt, 0)
   end
   local big, bigh = inputs("f32", { 1 << 20 }, 124)
   same(big:argsort(), bigh:argsort(), "argsort of 1M f32", 0)
