@@ -65,8 +65,10 @@ sort_chunk(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_
       key[e] = sort_key<T>(pi, sin, at, desc);
     }
     __syncthreads();
-    for (int k = kk ? SORT_CHUNK : 2; k <= p2; k <<= 1) {
-      for (int j = k >> 1; j > 0; j >>= 1) {
+    /* a merge's last steps: j from SORT_CHUNK / 2, whatever n (a short last
+     * chunk pairs fewer); a sort: every merge up to p2 */
+    for (int k = kk ? 2 * SORT_CHUNK : 2; k <= (kk ? 2 * SORT_CHUNK : p2); k <<= 1) {
+      for (int j = (kk ? SORT_CHUNK : k) >> 1; j > 0; j >>= 1) {
         int flip = !kk && j == k >> 1;
         for (int q = threadIdx.x; q < p2 / 2; q += blockDim.x) {
           int i = (q / j) * 2 * j + q % j, l = flip ? i ^ (k - 1) : i + j;
@@ -79,7 +81,6 @@ sort_chunk(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_
         }
         __syncthreads();
       }
-      if (kk) break;
     }
     for (int e = threadIdx.x; e < n; e += blockDim.x) po[(c0 + e) * sout] = pos[e] + 1;
     __syncthreads();
