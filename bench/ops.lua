@@ -16,6 +16,9 @@
 --   fuse_gelu_1, fuse_add1_1: one call on 1 element, us per call (host clock
 --   over many calls, then a sync), the fused GELU against the built-in t + 1
 --   fuse_first_call: the first call of a new fused function (trace, compile)
+--   sort_1m   x:sort() of 1M f32 (values and i64 indices), us
+--   sort_64x1m  x:sort() of 64 rows of 1M f32 (quick: 2 rows), us
+--   topk_16   x:topk(16) of 64 rows of 1M f32 (quick: 2 rows), us
 -- Event timing around each op, warm-up, median of the repeats, as
 -- bench/copy.lua; each result spot-checked.
 package.path = (arg[0]:match("^(.*)/") or ".") .. "/?.lua;" .. package.path
@@ -202,6 +205,24 @@ B.guard("softmax_4096", function()
   B.row("softmax_4096", ms * 1e3, "us", string.format("softmax over rows, %d x %d f32", rows, cols))
   local sum = out:narrow(1, rows // 2 + 1, 1):sum(o):item()
   B.check("softmax_4096", math.abs(sum - 1) < 1e-4, string.format("a row sums to %.7f", sum))
+end)
+
+-- sort and topk (issue 34): PyTorch's time on the same input is the bar
+B.guard("sort", function()
+  local len = 1 << 20
+  local rows = bytes >= (256 << 20) and 64 or 2
+  local x1 = gpu.rand({ len }, { seed = 21, stream = s })
+  local xm = gpu.rand({ rows, len }, { seed = 22, stream = s })
+  local ms = timed(function() x1:sort(o) end)
+  B.row("sort_1m", ms * 1e3, "us", "sort of 1M f32, values and indices")
+  local v = x1:sort(o)
+  B.check("sort_1m", v:get(1) <= v:get(2) and v:get(len - 1) <= v:get(len), "the ends are in order")
+  ms = timed(function() xm:sort(o) end)
+  B.row("sort_64x1m", ms * 1e3, "us", string.format("sort of %d rows of 1M f32, values and indices", rows))
+  ms = timed(function() xm:topk(16, o) end)
+  B.row("topk_16", ms * 1e3, "us", string.format("topk(16) of %d rows of 1M f32", rows))
+  local tv = xm:topk(16, o)
+  B.check("topk_16", tv:get(1, 1) == xm:narrow(1, 1, 1):max(o):item(), "the first is the row's max")
 end)
 
 B.finish()

@@ -560,6 +560,10 @@ local ORDER = {
   { "op_transpose", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "op_gather", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "softmax_4096", "le_torch", 1.0 },
+  -- issue 34: sort and topk against PyTorch on the same input
+  { "sort_1m", "le_torch", 1.0 },
+  { "sort_64x1m", "le_torch", 1.0 },
+  { "topk_16", "le_torch", 1.0 },
   -- issue 32: gpu.fuse; the PyTorch column is torch.compile (rows *_cupy: cupy.fuse)
   { "fuse_gelu_f32", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "fuse_gelu_f32", "ge_torch", 1.0, label = "%s (PyTorch column: torch.compile)" },

@@ -380,6 +380,23 @@ def bench_ops(s):
         check("softmax_4096", err < 1e-4, f"a row sums to 1 +- {err:.3g}")
         del a, b, c, cond, out, m, mt, src, idx, g, x, y
         torch.cuda.synchronize()
+        # sort and topk (issue 34): 1M f32, 64 rows of 1M (quick: 2), k = 16
+        ln = 1 << 20
+        rows = 64 if COPY_BYTES >= (256 << 20) else 2
+        x1 = torch.rand(ln, device="cuda")
+        xm = torch.rand(rows, ln, device="cuda")
+        ms = timed_ms(s, lambda: torch.sort(x1, stable=True), COPY_WARM, COPY_REPS)
+        row("sort_1m", ms * 1e3, "us", "sort of 1M f32, values and indices")
+        v = torch.sort(x1, stable=True).values
+        check("sort_1m", bool((v[1:] >= v[:-1]).all().item()), "in order")
+        ms = timed_ms(s, lambda: torch.sort(xm, dim=1, stable=True), COPY_WARM, COPY_REPS)
+        row("sort_64x1m", ms * 1e3, "us", f"sort of {rows} rows of 1M f32, values and indices")
+        ms = timed_ms(s, lambda: torch.topk(xm, 16, dim=1), COPY_WARM, COPY_REPS)
+        row("topk_16", ms * 1e3, "us", f"topk(16) of {rows} rows of 1M f32")
+        tv = torch.topk(xm, 16, dim=1).values
+        check("topk_16", tv[0, 0].item() == xm[0].max().item(), "the first is the row's max")
+        del x1, xm, v, tv
+        torch.cuda.synchronize()
 
 
 def bench_matmul(s):

@@ -12,7 +12,10 @@
  *                         permute expand squeeze unsqueeze split chunk
  *   tensor_elementwise.c  the ops of cuda/ops.h (generated from its rows), their
  *                         metamethods, where, clamp; max/min
- *   tensor_reduce.c       the reductions of cuda/ops.h (generated), cumsum, softmax
+ *   tensor_reduce.c       the reductions of cuda/ops.h (generated), cumsum, cumprod,
+ *                         softmax
+ *   tensor_sort.c         sort argsort topk
+ *   tensor_reorder.c      flip roll (index_select, copies of views), tril triu
  *   tensor_index.c        item get set, index_select gather scatter_add_, masked_fill
  *   tensor_matmul.c       matmul
  *   tensor_compose.c      ops made of the table's ops: isclose allclose nan_to_num
@@ -528,7 +531,8 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg *const method_sets[] = {
   methods, bind_tensor_copy_methods, bind_tensor_view_methods, bind_tensor_elementwise_methods,
   bind_tensor_reduce_methods, bind_tensor_index_methods, bind_tensor_matmul_methods,
-  bind_tensor_table_methods, bind_tensor_compose_methods, bind_tensor_shape_methods, NULL
+  bind_tensor_table_methods, bind_tensor_compose_methods, bind_tensor_shape_methods, bind_tensor_sort_methods,
+  bind_tensor_reorder_methods, NULL
 };
 
 /* The module's functions (gpu.zeros, gpu.where, ...), by concern. */

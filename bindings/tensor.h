@@ -115,7 +115,8 @@ void bind_fuse_preload(lua_State *L);
 /* Each concern's methods and module functions, assembled by tensor.c. */
 extern const luaL_Reg bind_tensor_copy_methods[], bind_tensor_view_methods[], bind_tensor_elementwise_methods[],
     bind_tensor_reduce_methods[], bind_tensor_index_methods[], bind_tensor_matmul_methods[],
-    bind_tensor_table_methods[], bind_tensor_compose_methods[], bind_tensor_shape_methods[];
+    bind_tensor_table_methods[], bind_tensor_compose_methods[], bind_tensor_shape_methods[],
+    bind_tensor_sort_methods[], bind_tensor_reorder_methods[];
 extern const luaL_Reg bind_tensor_new_funcs[], bind_tensor_table_funcs[], bind_tensor_elementwise_funcs[],
     bind_tensor_matmul_funcs[], bind_tensor_compose_funcs[];
 extern const luaL_Reg bind_tensor_elementwise_meta[];   /* __add ... __unm */

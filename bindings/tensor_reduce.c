@@ -85,7 +85,7 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
 DEV_REDUCE_OPS(REDUCE_FUNC)
 #undef REDUCE_FUNC
 
-/* t:cumsum(dim [, opts]) or t:cumsum{dim =, ...}; softmax the same */
+/* t:cumsum(dim [, opts]) or t:cumsum{dim =, ...}; cumprod, softmax the same */
 static int along(lua_State *L, dev_opkind kind, int code, const char *fname) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   static const char *const dim_out[] = {"dim", "out", "stream", NULL};
@@ -117,7 +117,8 @@ static int along(lua_State *L, dev_opkind kind, int code, const char *fname) {
   return 1;
 }
 
-static int t_cumsum(lua_State *L) { return along(L, DEV_OP_CUMSUM, 0, "cumsum"); }
+static int t_cumsum(lua_State *L) { return along(L, DEV_OP_CUMSUM, DEV_CUM_SUM, "cumsum"); }
+static int t_cumprod(lua_State *L) { return along(L, DEV_OP_CUMSUM, DEV_CUM_PROD, "cumprod"); }
 static int t_softmax(lua_State *L) { return along(L, DEV_OP_SOFTMAX, DEV_SOFTMAX, "softmax"); }
 static int t_log_softmax(lua_State *L) { return along(L, DEV_OP_SOFTMAX, DEV_LOG_SOFTMAX, "log_softmax"); }
 
@@ -126,7 +127,7 @@ static int t_log_softmax(lua_State *L) { return along(L, DEV_OP_SOFTMAX, DEV_LOG
 #define REDUCE_REG(E, name, cls, res) {#name, t_red_##name},
 const luaL_Reg bind_tensor_reduce_methods[] = {
   DEV_REDUCE_OPS(REDUCE_REG)
-  {"cumsum", t_cumsum}, {"softmax", t_softmax}, {"log_softmax", t_log_softmax},
+  {"cumsum", t_cumsum}, {"cumprod", t_cumprod}, {"softmax", t_softmax}, {"log_softmax", t_log_softmax},
   {NULL, NULL}
 };
 #undef REDUCE_REG

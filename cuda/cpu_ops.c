@@ -570,6 +570,7 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
   case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return cpu_run_rows(op, err, errlen);
   case DEV_OP_INDEX: return run_index(op, err, errlen);
+  case DEV_OP_SORT: return cpu_run_sort(op, err, errlen);
   case DEV_OP_FUSED: return cpu_run_fused(op, err, errlen);
   case DEV_OP_SLEEP: return run_sleep(op->ms);
   case DEV_OP_LAUNCH:

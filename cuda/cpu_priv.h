@@ -320,6 +320,13 @@ static inline int run_fill(const dev_kop *op, char *err, size_t errlen)
 /* cpu_reduce.c: DEV_OP_REDUCE; DEV_OP_CUMSUM and DEV_OP_SOFTMAX */
 int cpu_run_reduce(const dev_kop *op, char *err, size_t errlen);
 int cpu_run_rows(const dev_kop *op, char *err, size_t errlen);
+/* f(a's run, b's run) for each pair of runs along op->dim of in[0] and out,
+ * which have one shape (in C order of the other dims); strides in elements */
+typedef int (*cpu_row_fn)(char *a, int64_t sa, char *b, int64_t sb, int64_t len, const dev_kop *op, char *err,
+                          size_t errlen);
+int cpu_each_row(const dev_kop *op, cpu_row_fn f, char *err, size_t errlen);
+/* cpu_sort.c: DEV_OP_SORT */
+int cpu_run_sort(const dev_kop *op, char *err, size_t errlen);
 /* cpu_ops.c: a number operand in t's compute type, over a whole block;
  * zeroes b's slots from n up to the next multiple of 8; the ops of ops.h
  * over a block of n (binop_block: how many integer divisions by zero) */

@@ -227,10 +227,7 @@ int cpu_run_reduce(const dev_kop *op, char *err, size_t errlen)
 
 /* f(a's run, b's run) for each pair of runs along dim of a and b, which have
  * one shape (in C order of the other dims). */
-typedef int (*row_fn)(char *a, int64_t sa, char *b, int64_t sb, int64_t len, const dev_kop *op, char *err,
-                      size_t errlen);
-
-static int each_row(const dev_kop *op, row_fn f, char *err, size_t errlen)
+int cpu_each_row(const dev_kop *op, cpu_row_fn f, char *err, size_t errlen)
 {
   const dev_view *a = &op->in[0], *b = &op->out;
   dev_view oa, ob;
@@ -253,14 +250,16 @@ static int each_row(const dev_kop *op, row_fn f, char *err, size_t errlen)
   return 0;
 }
 
-/* Floats add up in double, integers and bool in wrapping int64. */
+/* Floats add up (or multiply) in double, integers and bool in wrapping
+ * int64. */
 static int cumsum_row(char *a, int64_t sa, char *b, int64_t sb, int64_t len, const dev_kop *op, char *err,
                       size_t errlen)
 {
   dev_dtype ti = op->in[0].dtype, to = op->out.dtype;
   cclass c = class_of(ti) == C_INT ? C_INT : C_DOUBLE;
-  double acc = 0;
-  uint64_t iacc = 0;
+  int prod = op->code == DEV_CUM_PROD;
+  double acc = prod;
+  uint64_t iacc = (uint64_t)prod;
   int64_t done, k, j;
   walk wi, wo;
   block x;
@@ -271,7 +270,9 @@ static int cumsum_row(char *a, int64_t sa, char *b, int64_t sb, int64_t len, con
   for (done = 0; done < len; done += k) {
     k = min64(BLK, len - done);
     walk_load(&wi, ti, c, k, &x);
-    if (c == C_INT) for (j = 0; j < k; j++) x.i[j] = sc_wrap64(iacc += (uint64_t)x.i[j]);
+    if (prod && c == C_INT) for (j = 0; j < k; j++) x.i[j] = sc_wrap64(iacc *= (uint64_t)x.i[j]);
+    else if (prod) for (j = 0; j < k; j++) x.d[j] = acc *= x.d[j];
+    else if (c == C_INT) for (j = 0; j < k; j++) x.i[j] = sc_wrap64(iacc += (uint64_t)x.i[j]);
     else for (j = 0; j < k; j++) x.d[j] = acc += x.d[j];
     walk_store(&wo, to, c, k, &x);
   }
@@ -318,7 +319,7 @@ static int softmax_row(char *a, int64_t sa, char *b, int64_t sb, int64_t len, co
 int cpu_run_rows(const dev_kop *op, char *err, size_t errlen)
 {
   const dev_view *src = &op->in[0], *out = &op->out;
-  const char *name = op->kind == DEV_OP_CUMSUM ? "cumsum" : op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
+  const char *name = dev_op_name(op);
   if (check_view(out, "out", err, errlen) || check_view(src, "in[0]", err, errlen)) return -1;
   if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || src->ndim != out->ndim)
     return fail_msg(err, errlen, "%s: bad dim or shape", name);
@@ -326,10 +327,10 @@ int cpu_run_rows(const dev_kop *op, char *err, size_t errlen)
     if (src->shape[d] != out->shape[d]) return fail_msg(err, errlen, "%s: shapes differ", name);
   if (op->kind == DEV_OP_CUMSUM) {
     if (out->dtype != (class_of(src->dtype) == C_INT ? DEV_I64 : src->dtype))
-      return fail_msg(err, errlen, "cumsum: bad result dtype %s", dev_dtype_name(out->dtype));
-    return each_row(op, cumsum_row, err, errlen);
+      return fail_msg(err, errlen, "%s: bad result dtype %s", name, dev_dtype_name(out->dtype));
+    return cpu_each_row(op, cumsum_row, err, errlen);
   }
   if (class_of(src->dtype) == C_INT || out->dtype != src->dtype)
     return fail_msg(err, errlen, "%s: needs a float dtype, not %s", name, dev_dtype_name(src->dtype));
-  return each_row(op, softmax_row, err, errlen);
+  return cpu_each_row(op, softmax_row, err, errlen);
 }

@@ -183,7 +183,8 @@ static int check_along(dev_ctx *ctx, const dev_kop *op) {
   dev_dtype it = src->dtype;
   const char *name = dev_op_name(op);
   if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || !same_shape(src, &op->out) ||
-      (op->kind == DEV_OP_SOFTMAX && (unsigned)op->code > DEV_LOG_SOFTMAX))
+      (op->kind == DEV_OP_SOFTMAX && (unsigned)op->code > DEV_LOG_SOFTMAX) ||
+      (op->kind == DEV_OP_CUMSUM && (unsigned)op->code > DEV_CUM_PROD))
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dim, shape or op", name);
   if (op->kind == DEV_OP_SOFTMAX && !dev_dtype_is_float(it))
     return dev_fail(ctx, DEV_ERR_UNSUPPORTED, "%s is not supported for %s", name, dev_dtype_name(it));
@@ -193,6 +194,16 @@ static int check_along(dev_ctx *ctx, const dev_kop *op) {
 }
 #define check_cumsum check_along
 #define check_softmax check_along
+
+/* sort: the 1-based positions along dim, i64, of in[0]'s shape */
+static int check_sort(dev_ctx *ctx, const dev_kop *op) {
+  const dev_view *src = &op->in[0];
+  if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || !same_shape(src, &op->out) ||
+      (unsigned)op->code > (DEV_SORT_DESCENDING | DEV_SORT_STABLE))
+    return dev_fail(ctx, DEV_ERR_INVALID, "sort: bad dim, shape or flags");
+  if (op->out.dtype != DEV_I64) return dev_fail(ctx, DEV_ERR_INVALID, "sort: the result must be i64");
+  return DEV_OK;
+}
 
 static int check_index(dev_ctx *ctx, const dev_kop *op) {
   dev_dtype t = op->out.dtype;

@@ -344,6 +344,11 @@ typedef enum { DEV_REDUCE_OPS(DEV_OP_ENUM_RED) DEV_NREDOP } dev_redop;
  * dtype (gpu.randint) */
 typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL, DEV_RAND_INT } dev_randkind;
 typedef enum { DEV_SOFTMAX, DEV_LOG_SOFTMAX } dev_softkind;
+/* DEV_OP_CUMSUM: a running sum or product */
+typedef enum { DEV_CUM_SUM, DEV_CUM_PROD } dev_cumkind;
+/* DEV_OP_SORT's flags (its code) */
+#define DEV_SORT_DESCENDING 1
+#define DEV_SORT_STABLE 2
 /* DEV_OP_INDEX: select is gather with the index broadcast (see dev_opkind) */
 typedef enum { DEV_IDX_SELECT, DEV_IDX_GATHER, DEV_IDX_SCATTER_ADD, DEV_NIDX } dev_idxkind;
 

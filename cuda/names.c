@@ -21,6 +21,7 @@ const char *dev_op_name(const dev_kop *op) {
   case DEV_OP_BINARY: return dev_binop_name(op->code);
   case DEV_OP_TERNARY: return dev_terop_name(op->code);
   case DEV_OP_REDUCE: return dev_redop_name(op->code);
+  case DEV_OP_CUMSUM: return op->code == DEV_CUM_PROD ? "cumprod" : "cumsum";
   case DEV_OP_SOFTMAX: return op->code == DEV_LOG_SOFTMAX ? "log_softmax" : "softmax";
   case DEV_OP_INDEX:
     return op->code == DEV_IDX_SELECT ? "index_select" : op->code == DEV_IDX_GATHER ? "gather" : "scatter_add_";

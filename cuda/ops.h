@@ -159,8 +159,9 @@
  *   COPY     out = in[0], same dtype, same numel; flat element order
  *   SLEEP    hold the stream for ms milliseconds
  *   LAUNCH   a run-time kernel: see dev_launch
- *   CUMSUM   out = running sum of in[0] along dim (same shape; i64 for integer
- *            and bool sources, floats keep their dtype)
+ *   CUMSUM   code = dev_cumkind; out = running sum or product of in[0] along
+ *            dim (same shape; i64 for integer and bool sources, floats keep
+ *            their dtype)
  *   SOFTMAX  code = dev_softkind; out = softmax or log_softmax of in[0] along
  *            dim, float dtypes, same shape
  *   INDEX    code = dev_idxkind; dim the 0-based dim; indices 1-based, one
@@ -173,6 +174,10 @@
  *              in[0]'s shape, in place; in[1] of out's dtype, no smaller than
  *              in[0]; out no smaller than in[0] along the other dims.
  *            s0 is free for a backend (cuda: the op's tag in its error flag)
+ *   SORT     code = DEV_SORT_* flags; out (i64, in[0]'s shape) = the 1-based
+ *            positions along dim of in[0]'s elements in sorted order: NaN
+ *            above every number (last ascending, first descending); equal
+ *            keys keep their order (every sort is stable)
  *   FUSED    out = fprog's result (device.h: dev_fprog), a chain of the
  *            elementwise ops above; its tensor inputs (each of out's shape,
  *            broadcast with stride 0) are in[], then fargs->xin[]
@@ -198,6 +203,7 @@
   X(CUMSUM, cumsum, 0)                                  \
   X(SOFTMAX, softmax, 0)                                \
   X(INDEX, index, 0)                                    \
+  X(SORT, sort, 0)                                      \
   X(FUSED, fused, DEV_OPK_INPLACE)
 
 /* ---- reading the columns ------------------------------------------------- */

@@ -1,8 +1,8 @@
 -- One calling convention for dims (issue 34, item 1, first slice): every
 -- reduction takes its dim first or in the options table, t:sum(2),
 -- t:sum(2, {keepdim = true}), t:sum{dim = 2, keepdim = true}, with the same
--- result; the row ops (cumsum, softmax, log_softmax) take dim first or
--- {dim =}.  A dim given both ways must agree; bad dims get the one range
+-- result; the row ops (cumsum, cumprod, softmax, log_softmax) take dim
+-- first or {dim =}; sort, argsort and topk too, the last dim by default.  A dim given both ways must agree; bad dims get the one range
 -- message, which says where indices start.  max and min keep their number
 -- operand (t:max(2) is the elementwise max with 2).
 local gpu = require "gpu"
@@ -43,6 +43,27 @@ T.test("row ops: dim first or {dim =}", function()
   local o = gpu.empty({ 2, 3, 4 }, { dtype = "f64" })
   T.ok(m:cumsum { dim = 3, out = o } == o, "cumsum{dim =, out =} returns out")
   same(o, m:cumsum(3), "into out")
+  same(m:cumprod(2), m:cumprod { dim = 2 }, "cumprod")
+end)
+
+T.test("sort, argsort, topk: dim first, in the options, or the last by default", function()
+  for d = -3, 3 do
+    if d ~= 0 then
+      local v1, i1 = m:sort(d, { descending = true })
+      local v2, i2 = m:sort { dim = d, descending = true }
+      same(v1, v2, "sort(" .. d .. ") values")
+      same(i1, i2, "sort(" .. d .. ") indices")
+      same(m:argsort(d), m:argsort { dim = d }, "argsort(" .. d .. ")")
+      local t1, j1 = m:topk(2, d)
+      local t2, j2 = m:topk(2, { dim = d })
+      same(t1, t2, "topk(2, " .. d .. ") values")
+      same(j1, j2, "topk(2, " .. d .. ") indices")
+    end
+  end
+  same(m:argsort(), m:argsort(3), "the last dim by default")
+  T.raises(function() m:argsort(2, { dim = 1 }) end, "argsort: dim given twice (2, and 1 in the options)",
+           "two dims that differ")
+  T.raises(function() m:topk(1, 2, { dim = 1 }) end, "topk: dim given twice", "topk's two dims")
 end)
 
 T.test("max and min keep their operand", function()

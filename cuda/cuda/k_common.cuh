@@ -265,6 +265,7 @@ const void *k_module_rand(void);
 const void *k_module_rows(void);
 const void *k_module_matmul_int(void);
 const void *k_module_sleep(void);
+const void *k_module_sort(void);
 
 int k_fill(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_fill.cu */
 int k_arange(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);   /* k_fill.cu */
@@ -278,6 +279,7 @@ int k_matmul_int(const dev_kop *op, const cuk_env *env, char *err, size_t errlen
 int k_sleep(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);    /* k_sleep.cu */
 int k_rows(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_softmax.cu: CUMSUM, SOFTMAX */
 int k_index(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);    /* k_index.cu */
+int k_sort(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);     /* k_sort.cu */
 
 /* Shared by the files: out = in (same dtype and numel) and out = s. */
 int k_copy_views(const dev_view *out, const dev_view *in, const cuk_env *env, char *err, size_t errlen);

@@ -26,6 +26,7 @@ extern "C" int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size
   case DEV_OP_SLEEP: return k_sleep(op, env, err, errlen);
   case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return k_rows(op, env, err, errlen);
   case DEV_OP_INDEX: return k_index(op, env, err, errlen);
+  case DEV_OP_SORT: return k_sort(op, env, err, errlen);
   case DEV_OP_LAUNCH: break;   /* run-time kernels: launched by the backend */
   case DEV_OP_FUSED:   /* NVRTC's kernels: launched by the backend (modules.c) */
     return fail_msg(err, errlen, "%s: a fused op is launched by the backend", op->fprog ? op->fprog->name : "fused");
@@ -37,7 +38,7 @@ extern "C" int cuk_modules(const void **out, int max)
 {
   const void *all[] = {k_module_fill(),    k_module_copy(),  k_module_binary(), k_module_unary(),
                        k_module_reduce(),  k_module_ternary(), k_module_index(), k_module_rand(),
-                       k_module_rows(),    k_module_matmul_int(), k_module_sleep()};
+                       k_module_rows(),    k_module_matmul_int(), k_module_sleep(), k_module_sort()};
   int n = 0;
   for (size_t i = 0; i < sizeof all / sizeof all[0] && n < max; i++) out[n++] = all[i];
   return n;

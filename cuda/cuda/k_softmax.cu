@@ -1,7 +1,7 @@
 /* Ops along one dim, one row at a time: DEV_OP_SOFTMAX (softmax and
  * log_softmax, float dtypes, computed in float for f32/f16/bf16 and in
- * double for f64) and DEV_OP_CUMSUM (floats add up in double, integers and
- * bool in wrapping int64, as on the host).
+ * double for f64) and DEV_OP_CUMSUM, cumsum and cumprod (floats add up or
+ * multiply in double, integers and bool in wrapping int64, as on the host).
  *
  * A row is len elements from k_off(outer, r) at stride rstride (each of in
  * and out has its own).  Softmax keeps the row in registers: a warp per
@@ -10,7 +10,7 @@
  * row is contiguous and aligned; the max and the sum of exp(x - max) are
  * warp-shuffle reductions (and across warps through shared memory), so the
  * row is read once and written once.  Longer rows: a block per row, an
- * online (max, sum) pass and a pass that writes.  Cumsum: a warp per row,
+ * online (max, sum) pass and a pass that writes.  Cumsum and cumprod: a warp per row,
  * 32 elements at a time scanned with shuffles and a carry; a thread per row
  * (sequential) when rows are strided and their starts neighbours. */
 #include "k_common.cuh"
@@ -193,8 +193,15 @@ __device__ __forceinline__ uint64_t shfl_idx(uint64_t v, int l)
   return (uint64_t)__shfl_sync(0xffffffffu, (unsigned long long)v, l);
 }
 
+/* The scan's step and its identity: a sum, or a product (cumprod). */
+template <bool PROD, typename A> __device__ __forceinline__ A scan_op(A a, A b)
+{
+  if constexpr (PROD) return a * b;
+  else return a + b;
+}
+
 /* A warp per row, 32 elements at a time. */
-template <int T>
+template <int T, bool PROD>
 __global__ void __launch_bounds__(K_THREADS)
 cumsum_warp(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows)
 {
@@ -205,16 +212,16 @@ cumsum_warp(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64
   for (int64_t r = w; r < nrows; r += nw) {
     const typename K::S *pi = (const typename K::S *)oin.p + k_off(oin, r);
     typename K::SO *po = (typename K::SO *)oout.p + k_off(oout, r);
-    A carry = 0;
+    A carry = (A)PROD;
     for (int64_t b = 0; b < len; b += 32) {
       int64_t e = b + lane;
-      A x = e < len ? K::load(pi[e * sin]) : (A)0;
+      A x = e < len ? K::load(pi[e * sin]) : (A)PROD;
       K_UNROLL
       for (int o = 1; o < 32; o <<= 1) {
         A y = shfl_up(x, o);
-        if (lane >= o) x += y;
+        if (lane >= o) x = scan_op<PROD>(x, y);
       }
-      x += carry;
+      x = scan_op<PROD>(x, carry);
       if (e < len) po[e * sout] = K::store(x);
       carry = shfl_idx(x, 31);
     }
@@ -222,7 +229,7 @@ cumsum_warp(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64
 }
 
 /* A thread per row, in order along it. */
-template <int T>
+template <int T, bool PROD>
 __global__ void __launch_bounds__(K_THREADS)
 cumsum_seq(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows)
 {
@@ -231,9 +238,9 @@ cumsum_seq(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_
   for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < nrows; r += (int64_t)gridDim.x * blockDim.x) {
     const typename K::S *pi = (const typename K::S *)oin.p + k_off(oin, r);
     typename K::SO *po = (typename K::SO *)oout.p + k_off(oout, r);
-    A acc = 0;
+    A acc = (A)PROD;
     for (int64_t e = 0; e < len; e++) {
-      acc += K::load(pi[e * sin]);
+      acc = scan_op<PROD>(acc, K::load(pi[e * sin]));
       po[e * sout] = K::store(acc);
     }
   }
@@ -271,16 +278,17 @@ int k_rows(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   if (op->kind == DEV_OP_CUMSUM) {
     /* strided runs whose starts are neighbours: a thread each reads along with its neighbours */
     int seq = sin != 1 && oin.stride[oin.ndim - 1] == 1 && nrows >= 32 * (int64_t)sm;
+    int prod = op->code == DEV_CUM_PROD;
+    unsigned wgrid = (unsigned)min64(cdiv(nrows * 32, K_THREADS), (int64_t)sm * 16);
     int rc = k_dispatch(src->dtype, [&](auto tag) {
       constexpr int T = decltype(tag)::value;
-      if (seq)
-        cumsum_seq<T><<<k_blocks(nrows, env), K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
-      else
-        cumsum_warp<T><<<(unsigned)min64(cdiv(nrows * 32, K_THREADS), (int64_t)sm * 16), K_THREADS, 0, st>>>(
-            oin, sin, oout, sout, len, nrows);
+      if (seq && prod) cumsum_seq<T, true><<<k_blocks(nrows, env), K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
+      else if (seq) cumsum_seq<T, false><<<k_blocks(nrows, env), K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
+      else if (prod) cumsum_warp<T, true><<<wgrid, K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
+      else cumsum_warp<T, false><<<wgrid, K_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows);
       return 0;
     });
-    if (rc == -2) return fail_msg(err, errlen, "cumsum: bad dtype %d", (int)src->dtype);
+    if (rc == -2) return fail_msg(err, errlen, "%s: bad dtype %d", prod ? "cumprod" : "cumsum", (int)src->dtype);
     K_LAUNCHED();
     return 0;
   }

@@ -24,7 +24,7 @@ typedef struct cuk_env {
 
 /* Every dev_kop kind except MATMUL on float dtypes (cuBLAS, in the backend):
  * FILL ARANGE RAND UNARY (incl. cast) BINARY TERNARY REDUCE COPY (strided,
- * same dtype) SLEEP CUMSUM SOFTMAX INDEX, and MATMUL for integer dtypes.  Views point to device memory or to
+ * same dtype) SLEEP CUMSUM SOFTMAX INDEX SORT, and MATMUL for integer dtypes.  Views point to device memory or to
  * pinned host memory (reachable through unified addressing). */
 int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);
 

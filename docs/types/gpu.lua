@@ -166,6 +166,16 @@
 ---@class gpu.SoftmaxOpts: gpu.OutOpts
 ---@field dim? integer the dim (required when the options are the first argument)
 
+---@class gpu.SortOpts: gpu.StreamOpts
+---@field dim? integer the dim to sort along (default: the last)
+---@field descending? boolean largest first (NaN first); default false (NaN last)
+---@field stable? boolean accepted; every sort is stable (equal values keep their order)
+
+---@class gpu.TopkOpts: gpu.StreamOpts
+---@field dim? integer the dim to select along (default: the last)
+---@field largest? boolean the k largest (default true), else the k smallest
+---@field sorted? boolean accepted; the result is always in order
+
 ---@class gpu.ToOpts
 ---@field device? gpu.device memory of the result
 ---@field dtype? gpu.dtype dtype of the result
@@ -1577,6 +1587,65 @@ function Tensor:logsumexp(opts) end
 ---@param opts? gpu.OutOpts
 ---@return gpu.Tensor
 function Tensor:cumsum(dim, opts) end
+
+---Running product along `dim` (i64 for integers and bool).
+---@overload fun(self: gpu.Tensor, opts: gpu.SoftmaxOpts): gpu.Tensor
+---@param dim integer
+---@param opts? gpu.OutOpts
+---@return gpu.Tensor
+function Tensor:cumprod(dim, opts) end
+
+---Sorted along `dim` (default the last): the values and their 1-based
+---positions (i64). Stable; NaN sorts last (first when descending).
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.SortOpts): gpu.Tensor, gpu.Tensor
+---@param opts? gpu.SortOpts
+---@return gpu.Tensor values
+---@return gpu.Tensor indices
+function Tensor:sort(opts) end
+
+---The 1-based positions (i64) that sort `dim`, as `t:sort`'s second result.
+---@overload fun(self: gpu.Tensor, dim: integer, opts?: gpu.SortOpts): gpu.Tensor
+---@param opts? gpu.SortOpts
+---@return gpu.Tensor
+function Tensor:argsort(opts) end
+
+---The k largest (or smallest) along `dim` (default the last), in order:
+---values and 1-based positions (i64).
+---@overload fun(self: gpu.Tensor, k: integer, dim: integer, opts?: gpu.TopkOpts): gpu.Tensor, gpu.Tensor
+---@param k integer 0..size of dim
+---@param opts? gpu.TopkOpts
+---@return gpu.Tensor values
+---@return gpu.Tensor indices
+function Tensor:topk(k, opts) end
+
+---A copy with the elements in reverse order along each of `dims`.
+---@param dims integer|integer[]
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor
+function Tensor:flip(dims, opts) end
+
+---A copy with the elements moved by `shifts` along `dims`, wrapping around;
+---without `dims`, over the flattened tensor.
+---@overload fun(self: gpu.Tensor, shifts: integer|integer[], opts?: gpu.StreamOpts): gpu.Tensor
+---@param shifts integer|integer[]
+---@param dims integer|integer[]
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor
+function Tensor:roll(shifts, dims, opts) end
+
+---A copy with the elements above diagonal `k` of the last two dims zeroed.
+---@overload fun(self: gpu.Tensor, opts?: gpu.StreamOpts): gpu.Tensor
+---@param k integer the diagonal (default 0; > 0 above the main one)
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor
+function Tensor:tril(k, opts) end
+
+---A copy with the elements below diagonal `k` of the last two dims zeroed.
+---@overload fun(self: gpu.Tensor, opts?: gpu.StreamOpts): gpu.Tensor
+---@param k integer the diagonal (default 0; > 0 above the main one)
+---@param opts? gpu.StreamOpts
+---@return gpu.Tensor
+function Tensor:triu(k, opts) end
 
 ---Softmax along `dim` (float dtypes); also `t:softmax{dim =}`.
 ---@param dim integer|gpu.SoftmaxOpts

@@ -421,6 +421,52 @@ T.test("prod, argmin, var, std, norm, logsumexp: whole, along every dim, strided
   end
 end)
 
+T.test("cumprod, sort, argsort, topk, flip, roll, tril, triu: every dtype, the chunk sizes, strided", function()
+  for _, dt in ipairs(ALL) do
+    local d, h = inputs(dt, { 17, 9, 65 }, 121, -2, 3)
+    if isfloat(dt) then d, h = inputs(dt, { 17, 9, 65 }, 121, 0.6, 1.5) end
+    for dim = 1, 3 do
+      same(d:cumprod(dim), h:cumprod(dim), "cumprod " .. dt .. " dim " .. dim, isfloat(dt) and RTOL[dt] * 8 or nil)
+    end
+    -- small integers and floats for ties; exact: the order is total
+    local x, xh = inputs(dt, { 17, 9, 65 }, 122, -9, 9)
+    for dim = 1, 3 do
+      for _, desc in ipairs { false, true } do
+        local v, i = x:sort { dim = dim, descending = desc }
+        local vh, ih = xh:sort { dim = dim, descending = desc }
+        local tag = string.format(" %s dim %d%s", dt, dim, desc and " descending" or "")
+        same(v, vh, "sort values" .. tag, 0)
+        same(i, ih, "sort indices" .. tag, 0)
+      end
+      same(x:narrow(3, 3, 60):argsort(dim), xh:narrow(3, 3, 60):argsort(dim), "argsort strided " .. dt .. " dim " .. dim, 0)
+    end
+    -- one block, several chunks, global merges; unaligned lengths
+    for _, n in ipairs { 1, 31, 2048, 2049, 5000, 70000 } do
+      local r, rh = inputs(dt, { 3, n }, 123 + n, -9, 9)
+      same(r:argsort(), rh:argsort(), string.format("argsort %s rows of %d", dt, n), 0)
+      local k = math.min(n, 16)
+      local tv, ti = r:topk(k)
+      local tvh, tih = rh:topk(k)
+      same(tv, tvh, string.format("topk %d %s rows of %d", k, dt, n), 0)
+      same(ti, tih, string.format("topk %d indices %s rows of %d", k, dt, n), 0)
+    end
+  end
+  for _, dt in ipairs(ALL) do
+    local x, xh = inputs(dt, { 6, 7, 9 }, 125, -9, 9)
+    same(x:flip({ 1, 3 }), xh:flip({ 1, 3 }), "flip " .. dt, 0)
+    same(x:roll({ 2, -3 }, { 2, 3 }), xh:roll({ 2, -3 }, { 2, 3 }), "roll " .. dt, 0)
+    same(x:narrow(3, 2, 5):roll(4), xh:narrow(3, 2, 5):roll(4), "roll flat strided " .. dt, 0)
+    same(x:tril(1), xh:tril(1), "tril " .. dt, 0)
+    same(x:triu(-1), xh:triu(-1), "triu " .. dt, 0)
+  end
+  local big, bigh = inputs("f32", { 1 << 20 }, 124)
+  same(big:argsort(), bigh:argsort(), "argsort of 1M f32", 0)
+  local s = gpu.tensor({ { 0 / 0, 1, -0.0, 0.0, -1 / 0, 0 / 0, 1 / 0, 1 } })
+  for _, desc in ipairs { false, true } do
+    same(s:argsort { descending = desc }, s:to("pinned"):argsort { descending = desc }, "argsort special values", 0)
+  end
+end)
+
 T.test("cumsum, softmax, log_softmax along every dim, long rows, strided", function()
   for _, dt in ipairs(ALL) do
     local d, h = inputs(dt, { 17, 9, 65 }, 111, -9, 9)

@@ -1,0 +1,165 @@
+/* DEV_OP_SORT: the 1-based positions of each run along dim in sorted order,
+ * written into out (i64).  Keys are made so that unsigned order is the
+ * sort's order (NaN above every number; descending inverts them), and ties
+ * go by position, so the order is total and the sort stable, like the
+ * host's (cpu_sort.c).
+ *
+ * A bitonic network in the form that sorts any length n: the first step of
+ * each merge compares i with its mirror i ^ (k - 1), the later ones i with
+ * i + j, all ascending, and a partner at n or beyond (a virtual +inf) is
+ * skipped.  Runs of up to SORT_CHUNK go through shared memory, a block each.
+ * Longer runs: each chunk is sorted that way, then every merge of size
+ * k > SORT_CHUNK does its steps with j >= SORT_CHUNK in global memory (one
+ * launch each, on the positions in out, the keys read again from in) and
+ * the rest in shared memory.  A first version: n log^2 n work, where a
+ * radix sort (cub's segmented sort) would do better on long rows. */
+#include "k_common.cuh"
+
+K_MODULE(sort)
+
+#define SORT_CHUNK 2048
+#define SORT_THREADS 1024
+
+template <int T> __device__ __forceinline__ uint64_t sort_key(const typename kt<T>::S *pi, int64_t sin, int64_t e,
+                                                              int desc)
+{
+  uint64_t k;
+  if constexpr (kt<T>::cls == KC_INT) {
+    k = (uint64_t)k_load_i<T>(pi[e * sin]) ^ (1ull << 63);
+  } else {
+    double d = k_load_d<T>(pi[e * sin]);
+    if (d != d) {
+      k = ~0ull;
+    } else {
+      uint64_t u = (uint64_t)__double_as_longlong(d + 0.0);   /* -0 as +0 */
+      k = u >> 63 ? ~u : u | (1ull << 63);
+    }
+  }
+  return desc ? ~k : k;
+}
+
+__device__ __forceinline__ bool sort_less(uint64_t ka, int64_t ia, uint64_t kb, int64_t ib)
+{
+  return ka < kb || (ka == kb && ia < ib);
+}
+
+/* One block per chunk of a run: kk == 0 sorts the chunk (its positions
+ * 0-based from the chunk's start), kk > SORT_CHUNK does the steps j <
+ * SORT_CHUNK of the merge of size kk on the positions already in out. */
+template <int T>
+__global__ void __launch_bounds__(SORT_THREADS)
+sort_chunk(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows, int64_t kk, int desc)
+{
+  __shared__ uint64_t key[SORT_CHUNK];
+  __shared__ int64_t pos[SORT_CHUNK];
+  int64_t nchunks = (len + SORT_CHUNK - 1) / SORT_CHUNK;
+  for (int64_t b = blockIdx.x; b < nrows * nchunks; b += gridDim.x) {
+    int64_t r = b / nchunks, c0 = (b % nchunks) * SORT_CHUNK;
+    const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
+    int64_t *po = (int64_t *)oout.p + k_off(oout, r);
+    int n = (int)min(len - c0, (int64_t)SORT_CHUNK), p2 = 1;
+    while (p2 < n) p2 <<= 1;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+      int64_t at = kk ? po[(c0 + e) * sout] - 1 : c0 + e;
+      pos[e] = at;
+      key[e] = sort_key<T>(pi, sin, at, desc);
+    }
+    __syncthreads();
+    /* a merge's last steps: j from SORT_CHUNK / 2, whatever n (a short last
+     * chunk pairs fewer); a sort: every merge up to p2 */
+    for (int k = kk ? 2 * SORT_CHUNK : 2; k <= (kk ? 2 * SORT_CHUNK : p2); k <<= 1) {
+      for (int j = (kk ? SORT_CHUNK : k) >> 1; j > 0; j >>= 1) {
+        int flip = !kk && j == k >> 1;
+        for (int q = threadIdx.x; q < p2 / 2; q += blockDim.x) {
+          int i = (q / j) * 2 * j + q % j, l = flip ? i ^ (k - 1) : i + j;
+          if (l < n && sort_less(key[l], pos[l], key[i], pos[i])) {
+            uint64_t tk = key[i];
+            int64_t tp = pos[i];
+            key[i] = key[l], pos[i] = pos[l];
+            key[l] = tk, pos[l] = tp;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    for (int e = threadIdx.x; e < n; e += blockDim.x) po[(c0 + e) * sout] = pos[e] + 1;
+    __syncthreads();
+  }
+}
+
+/* One step (k, j) of a merge over whole runs, on the positions in out. */
+template <int T>
+__global__ void __launch_bounds__(K_THREADS)
+sort_step(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t p2, int64_t nrows, int64_t k,
+          int64_t j, int desc)
+{
+  int64_t half = p2 / 2;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < nrows * half;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = t / half, q = t % half;
+    int64_t i = (q / j) * 2 * j + q % j, l = j == k / 2 ? i ^ (k - 1) : i + j;
+    if (l >= len) continue;
+    const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
+    int64_t *po = (int64_t *)oout.p + k_off(oout, r);
+    int64_t a = po[i * sout] - 1, b = po[l * sout] - 1;
+    if (sort_less(sort_key<T>(pi, sin, b, desc), b, sort_key<T>(pi, sin, a, desc), a)) {
+      po[i * sout] = b + 1;
+      po[l * sout] = a + 1;
+    }
+  }
+}
+
+/* The other dims of v (as a kview) and the run along dim. */
+static kview sort_outer(const dev_view *v, int dim, int64_t *len, int64_t *rstride)
+{
+  dev_view o = *v;
+  *len = v->shape[dim];
+  *rstride = v->stride[dim];
+  for (int d = dim; d + 1 < v->ndim; d++) {
+    o.shape[d] = v->shape[d + 1];
+    o.stride[d] = v->stride[d + 1];
+  }
+  o.ndim--;
+  return k_view(&o);
+}
+
+template <int T>
+static int sort_runs(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows, int desc,
+                     const cuk_env *env, char *err, size_t errlen)
+{
+  cudaStream_t st = k_stream(env);
+  int64_t nchunks = (len + SORT_CHUNK - 1) / SORT_CHUNK, p2 = 1;
+  unsigned grid = (unsigned)(nrows * nchunks < INT32_MAX ? nrows * nchunks : INT32_MAX);
+  int threads = len >= 2 * SORT_THREADS ? SORT_THREADS : len <= 64 ? 32 : ((int)(len + 63) / 64) * 32;
+  sort_chunk<T><<<grid, threads, 0, st>>>(oin, sin, oout, sout, len, nrows, 0, desc);
+  K_LAUNCHED();
+  while (p2 < len) p2 <<= 1;
+  for (int64_t k = 2 * SORT_CHUNK; k <= p2; k <<= 1) {
+    for (int64_t j = k / 2; j >= SORT_CHUNK; j /= 2) {
+      sort_step<T><<<k_blocks(nrows * (p2 / 2), env), K_THREADS, 0, st>>>(oin, sin, oout, sout, len, p2, nrows, k,
+                                                                          j, desc);
+      K_LAUNCHED();
+    }
+    sort_chunk<T><<<grid, SORT_THREADS, 0, st>>>(oin, sin, oout, sout, len, nrows, k, desc);
+    K_LAUNCHED();
+  }
+  return 0;
+}
+
+int k_sort(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
+{
+  const dev_view *src = &op->in[0], *out = &op->out;
+  int dim = op->dim, desc = op->code & DEV_SORT_DESCENDING;
+  int64_t len, sin, sout;
+  if (dim < 0 || dim >= src->ndim || src->ndim != out->ndim || out->dtype != DEV_I64)
+    return fail_msg(err, errlen, "sort: bad dim %d or result dtype", dim);
+  kview oin = sort_outer(src, dim, &len, &sin), oout = sort_outer(out, dim, &len, &sout);
+  int64_t nrows = dev_view_numel(src) / (len > 0 ? len : 1);
+  if (len == 0 || nrows == 0) return 0;
+  int rc = k_dispatch(src->dtype, [&](auto tag) {
+    constexpr int T = decltype(tag)::value;
+    return sort_runs<T>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+  });
+  if (rc == -2) return fail_msg(err, errlen, "sort: bad dtype %d", (int)src->dtype);
+  return rc;
+}
