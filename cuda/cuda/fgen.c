@@ -97,59 +97,86 @@ int cuda_fused_numbers(const dev_fprog *p) {
   return q;
 }
 
-/* Operand j of node i in its op's compute type, into b (q: the next number). */
-static void operand(sbuf *b, const dev_fprog *p, int i, int j, dev_dtype t, int *q) {
+/* Operand j of node i in its op's compute type, into b (q: the next number;
+ * sfx: which element of a pair). */
+static void operand(sbuf *b, const dev_fprog *p, int i, int j, dev_dtype t, int *q, const char *sfx) {
   int a = p->node[i].a[j];
   if (is_num(&p->node[a])) sb_printf(b, "a.num[%d].%s", (*q)++, knum_field(t));
-  else sb_printf(b, "v%d", a);
+  else sb_printf(b, "v%d%s", a, sfx);
 }
 
-/* Node i of p as one statement of gf_elem, into b (q: the next number). */
-static int node_stmt(sbuf *b, const dev_fprog *p, int i, int *q, char *err, size_t errlen) {
+/* Node i of p as one statement of gf_elem, into b (q: the next number).
+ * sfx names the element of a pair (gf_elem2: "a", "b"; else ""); raw
+ * leaves an op's result unrounded: the pair is rounded at once after. */
+static int node_stmt(sbuf *b, const dev_fprog *p, int i, int *q, const char *sfx, int raw, char *err,
+                     size_t errlen) {
   const dev_fnode *x = &p->node[i];
   const char *to = dt_enum[x->dtype];
+  const char *rnd = raw ? "" : "k_round<", *rto = raw ? "" : to, *rgt = raw ? "" : ">";
   dev_dtype t = operand_dtype(p, x);
   switch (x->kind) {
-  case DEV_FN_INPUT: sb_printf(b, "  kt<%s>::C v%d = k_load<%s>(x%d);\n", to, i, to, x->index); break;
+  case DEV_FN_INPUT: sb_printf(b, "  kt<%s>::C v%d%s = k_load<%s>(x%d%s);\n", to, i, sfx, to, x->index, sfx); break;
   case DEV_FN_CONST: case DEV_FN_PARAM: break;
   case DEV_FN_UNARY:
     if ((unsigned)x->code >= DEV_NUNOP) return fail_msg(err, errlen, "%s: bad op", p->name);
-    sb_printf(b, "  kt<%s>::C v%d = k_round<%s>(kun<%s>::f(", to, i, to, un_enum[x->code]);
-    operand(b, p, i, 0, t, q);
+    sb_printf(b, "  kt<%s>::C v%d%s = %s%s%s(kun<%s>::f(", to, i, sfx, rnd, rto, rgt, un_enum[x->code]);
+    operand(b, p, i, 0, t, q, sfx);
     sb_str(b, "));\n");
     break;
   case DEV_FN_BINARY: {
     if ((unsigned)x->code >= DEV_NBINOP) return fail_msg(err, errlen, "%s: bad op", p->name);
     const dev_opinfo *o = dev_binop_info(x->code);
-    sb_printf(b, "  kt<%s>::C l%d = ", dt_enum[t], i);
-    operand(b, p, i, 0, t, q);
-    sb_printf(b, ", r%d = ", i);
-    operand(b, p, i, 1, t, q);
+    sb_printf(b, "  kt<%s>::C l%d%s = ", dt_enum[t], i, sfx);
+    operand(b, p, i, 0, t, q, sfx);
+    sb_printf(b, ", r%d%s = ", i, sfx);
+    operand(b, p, i, 1, t, q, sfx);
     sb_str(b, ";\n");
-    if ((o->flags & DEV_OPF_ZDIV) && is_int(t)) sb_printf(b, "  if (r%d == 0) z = 1;\n", i);
-    sb_printf(b, "  kt<%s>::C v%d = k_round<%s>(kbin<%s>::f(l%d, r%d));\n", to, i, to, bin_enum[x->code], i, i);
+    if ((o->flags & DEV_OPF_ZDIV) && is_int(t)) sb_printf(b, "  if (r%d%s == 0) z = 1;\n", i, sfx);
+    sb_printf(b, "  kt<%s>::C v%d%s = %s%s%s(kbin<%s>::f(l%d%s, r%d%s));\n", to, i, sfx, rnd, rto, rgt,
+              bin_enum[x->code], i, sfx, i, sfx);
     break;
   }
   case DEV_FN_TERNARY: {
     if ((unsigned)x->code >= DEV_NTEROP) return fail_msg(err, errlen, "%s: bad op", p->name);
     const dev_opinfo *o = dev_terop_info(x->code);
-    sb_printf(b, "  kt<%s>::C v%d = k_round<%s>(kter<%s>::f(", to, i, to, ter_enum[x->code]);
+    sb_printf(b, "  kt<%s>::C v%d%s = %s%s%s(kter<%s>::f(", to, i, sfx, rnd, rto, rgt, ter_enum[x->code]);
     for (int j = 0; j < 3; j++) {
       if (j) sb_str(b, ", ");
       /* a condition: bool, 0/1 in the compute type */
-      if (j == 0 && (o->flags & DEV_OPF_COND)) sb_printf(b, "(kt<%s>::C)v%d", to, x->a[0]);
-      else operand(b, p, i, j, t, q);
+      if (j == 0 && (o->flags & DEV_OPF_COND)) sb_printf(b, "(kt<%s>::C)v%d%s", to, x->a[0], sfx);
+      else operand(b, p, i, j, t, q, sfx);
     }
     sb_str(b, "));\n");
     break;
   }
   case DEV_FN_CAST:
     /* the unfused cast, from the value stored (exactly: it is rounded) */
-    sb_printf(b, "  kt<%s>::C v%d = k_load<%s>(k_cast<%s, %s>(k_store<%s>(v%d)));\n", to, i, to, dt_enum[t], to,
-              dt_enum[t], x->a[0]);
+    sb_printf(b, "  kt<%s>::C v%d%s = k_load<%s>(k_cast<%s, %s>(k_store<%s>(v%d%s)));\n", to, i, sfx, to, dt_enum[t],
+              to, dt_enum[t], x->a[0], sfx);
     break;
   default: return fail_msg(err, errlen, "%s: bad node %d", p->name, i + 1);
   }
+  return 0;
+}
+
+/* gf_elem2: two elements at once, the program's statements for each, and
+ * each op's two results rounded together (k_round2: one packed conversion
+ * for bf16 and f16, whose conversions bound a chain's speed). */
+static int elem2(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt, const char *out_dt, char *err,
+                 size_t errlen) {
+  int q = 0;
+  sb_str(b, "static __device__ __forceinline__ void gf_elem2(const gf_args &a");
+  for (int k = 0; k < nin; k++) sb_printf(b, ", kt<%s>::S x%da, kt<%s>::S x%db", in_dt[k], k, in_dt[k], k);
+  sb_printf(b, ", kt<%s>::S &ra, kt<%s>::S &rb, int &z)\n{\n", out_dt, out_dt);
+  for (int i = 0; i < p->n; i++) {
+    const dev_fnode *x = &p->node[i];
+    int q0 = q, op = x->kind == DEV_FN_UNARY || x->kind == DEV_FN_BINARY || x->kind == DEV_FN_TERNARY;
+    if (node_stmt(b, p, i, &q, "a", op, err, errlen)) return -1;
+    q = q0;
+    if (node_stmt(b, p, i, &q, "b", op, err, errlen)) return -1;
+    if (op) sb_printf(b, "  k_round2<%s>(v%da, v%db);\n", dt_enum[x->dtype], i, i);
+  }
+  sb_printf(b, "  ra = k_store<%s>(v%da);\n  rb = k_store<%s>(v%db);\n}\n\n", out_dt, p->n - 1, out_dt, p->n - 1);
   return 0;
 }
 
@@ -178,8 +205,9 @@ int cuda_fused_source(const dev_fprog *p, int vec, sbuf *b, char *err, size_t er
   for (int k = 0; k < nin; k++) sb_printf(b, ", kt<%s>::S x%d", in_dt[k], k);
   sb_str(b, ", int &z)\n{\n");
   for (int i = 0; i < p->n; i++)
-    if (node_stmt(b, p, i, &q, err, errlen)) return -1;
+    if (node_stmt(b, p, i, &q, "", 0, err, errlen)) return -1;
   sb_printf(b, "  return k_store<%s>(v%d);\n}\n\n", out_dt, p->n - 1);
+  if (vec && elem2(b, p, nin, in_dt, out_dt, err, errlen)) return -1;
   sb_str(b, "extern \"C\" __global__ void __launch_bounds__(256) gf(const gf_args a)\n{\n"
             "  int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x, i = tid;\n"
             "  int z = 0;\n");
@@ -194,10 +222,10 @@ int cuda_fused_source(const dev_fprog *p, int vec, sbuf *b, char *err, size_t er
     for (int k = 0; k < nin; k++)
       sb_printf(b, "    kpack<kt<%s>::S, %d> p%d = ((const kpack<kt<%s>::S, %d> *)a.in[%d])[i];\n", in_dt[k], V, k,
                 in_dt[k], V, k);
-    sb_printf(b, "    kpack<kt<%s>::S, %d> r;\n#pragma unroll\n    for (int j = 0; j < %d; j++) r.x[j] = gf_elem(a",
+    sb_printf(b, "    kpack<kt<%s>::S, %d> r;\n#pragma unroll\n    for (int j = 0; j < %d; j += 2) gf_elem2(a",
               out_dt, V, V);
-    for (int k = 0; k < nin; k++) sb_printf(b, ", p%d.x[j]", k);
-    sb_printf(b, ", z);\n    ((kpack<kt<%s>::S, %d> *)a.out)[i] = r;\n  }\n", out_dt, V);
+    for (int k = 0; k < nin; k++) sb_printf(b, ", p%d.x[j], p%d.x[j + 1]", k, k);
+    sb_printf(b, ", r.x[j], r.x[j + 1], z);\n    ((kpack<kt<%s>::S, %d> *)a.out)[i] = r;\n  }\n", out_dt, V);
     sb_printf(b, "  for (i = nv * %d + tid; i < a.n; i += nth)\n    ((kt<%s>::S *)a.out)[i] = gf_elem(a", V, out_dt);
     for (int k = 0; k < nin; k++) sb_printf(b, ", ((const kt<%s>::S *)a.in[%d])[i]", in_dt[k], k);
   }

@@ -196,6 +196,27 @@ template <int T> KH typename kt<T>::C k_round(typename kt<T>::C c)
   }
 }
 
+/* k_round of two values at once: for bf16 and f16 one packed conversion
+ * each way, as two of k_round's (the same rounding, to nearest even). */
+template <int T> KH void k_round2(typename kt<T>::C &a, typename kt<T>::C &b)
+{
+#ifdef __CUDA_ARCH__
+  if constexpr (T == DEV_BF16) {
+    float2 f = __bfloat1622float2(__floats2bfloat162_rn(a, b));
+    a = f.x;
+    b = f.y;
+    return;
+  } else if constexpr (T == DEV_F16) {
+    float2 f = __half22float2(__floats2half2_rn(a, b));
+    a = f.x;
+    b = f.y;
+    return;
+  }
+#endif
+  a = k_round<T>(a);
+  b = k_round<T>(b);
+}
+
 KH int k_esize(int t)
 {
   switch (t) {
