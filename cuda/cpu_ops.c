@@ -227,6 +227,71 @@ void cpu_pad8(cclass c, block *b, int64_t n)
   memset((char *)b + (size_t)n * sz, 0, (size_t)(round8(n) - n) * sz);
 }
 
+/* ---- vector math: glibc's libmvec ----------------------------------------
+ * The float functions of the op table are the C library's on the host
+ * (docs/lua-api.md: within a few ulps of CUDA's, not bit for bit).  On
+ * x86-64 glibc (2.35 and later) the same library has vector versions of
+ * them, libmvec (part of libc6: no other dependency): 4 floats or 2 doubles
+ * a call, at most 4 ulps off (glibc's manual), specials (NaN, inf, -0) kept.
+ * It is loaded with dlopen at the first such op, as OpenBLAS is; without it
+ * the loops call the scalar functions.  The same table serves every path
+ * (plain ops, blocks, gpu.fuse), so fused and unfused results stay equal. */
+#if defined(__x86_64__) && defined(__GLIBC__)
+#define HAVE_MVEC 1
+#include <dlfcn.h>
+#include <emmintrin.h>
+#include <pthread.h>
+
+typedef __m128 (*mvec_f4)(__m128);
+typedef __m128d (*mvec_d2)(__m128d);
+static struct { mvec_f4 f[DEV_NUNOP]; mvec_d2 d[DEV_NUNOP]; } mvec;
+static pthread_once_t mvec_once = PTHREAD_ONCE_INIT;
+
+static void mvec_load(void)
+{
+  static const struct { int code; const char *name; } fns[] = {
+    {DEV_UN_EXP, "exp"}, {DEV_UN_LOG, "log"}, {DEV_UN_TANH, "tanh"}, {DEV_UN_SIN, "sin"},
+    {DEV_UN_COS, "cos"}, {DEV_UN_LOG1P, "log1p"}, {DEV_UN_EXPM1, "expm1"}, {DEV_UN_LOG2, "log2"},
+    {DEV_UN_LOG10, "log10"}, {DEV_UN_EXP2, "exp2"}, {DEV_UN_TAN, "tan"}, {DEV_UN_ASIN, "asin"},
+    {DEV_UN_ACOS, "acos"}, {DEV_UN_ATAN, "atan"}, {DEV_UN_SINH, "sinh"}, {DEV_UN_COSH, "cosh"},
+    {DEV_UN_ERF, "erf"},
+  };
+  void *lib = dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL);
+  char sym[64];
+  if (!lib) return;
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    snprintf(sym, sizeof sym, "_ZGVbN4v_%sf", fns[i].name);
+    *(void **)&mvec.f[fns[i].code] = dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "_ZGVbN2v_%s", fns[i].name);
+    *(void **)&mvec.d[fns[i].code] = dlsym(lib, sym);
+  }
+}
+
+/* 1 when op code ran over x[0..n) (n a multiple of 8) through libmvec. */
+static int mvec_unop_f(int code, const float *x, float *r, int64_t n)
+{
+  mvec_f4 fn;
+  if ((unsigned)code >= DEV_NUNOP) return 0;
+  pthread_once(&mvec_once, mvec_load);
+  if (!(fn = mvec.f[code])) return 0;
+  for (int64_t i = 0; i < n; i += 4) _mm_storeu_ps(r + i, fn(_mm_loadu_ps(x + i)));
+  return 1;
+}
+
+static int mvec_unop_d(int code, const double *x, double *r, int64_t n)
+{
+  mvec_d2 fn;
+  if ((unsigned)code >= DEV_NUNOP) return 0;
+  pthread_once(&mvec_once, mvec_load);
+  if (!(fn = mvec.d[code])) return 0;
+  for (int64_t i = 0; i < n; i += 2) _mm_storeu_pd(r + i, fn(_mm_loadu_pd(x + i)));
+  return 1;
+}
+#else
+static int mvec_unop_f(int code, const float *x, float *r, int64_t n) { (void)code; (void)x; (void)r; (void)n; return 0; }
+static int mvec_unop_d(int code, const double *x, double *r, int64_t n) { (void)code; (void)x; (void)r; (void)n; return 0; }
+#endif
+
 /* One array function per compute type C (f, d, i) and arity; r points to
  * the result array (int64 for a bool result). */
 #define UN_LOOP(C, T, RT)                                                                          \
@@ -236,6 +301,7 @@ void cpu_pad8(cclass c, block *b, int64_t n)
     int64_t *restrict rb = rv;                                                                     \
     (void)r; (void)rb;                                                                             \
     n = MULT8(n);                                                                                  \
+    if (MVEC_##C(code, x, rv, n)) return;                                                          \
     switch (code) { UN_CASES_##C default: break; }                                                 \
   }
 #define UN_F(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_UN_##E: \
@@ -244,6 +310,9 @@ void cpu_pad8(cclass c, block *b, int64_t n)
   for (int64_t i = 0; i < n; i++) RES_##res(r, rb)[i] = sc_##name##_d(x[i]); break;)
 #define UN_I(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_UN_##E: \
   for (int64_t i = 0; i < n; i++) rb[i] = sc_##name##_i(x[i]); break;)
+#define MVEC_f(code, x, r, n) mvec_unop_f(code, x, r, n)
+#define MVEC_d(code, x, r, n) mvec_unop_d(code, x, r, n)
+#define MVEC_i(code, x, r, n) 0
 #define UN_CASES_f DEV_UNARY_OPS(UN_F)
 #define UN_CASES_d DEV_UNARY_OPS(UN_D)
 #define UN_CASES_i DEV_UNARY_OPS(UN_I)
