@@ -175,4 +175,43 @@ T.test("vector math: specials and accuracy, f32 and f64, every size", function()
   end
 end)
 
+-- sum and mean of a contiguous f32/f64 tensor read it in place, the same
+-- order (8 running sums in double) as the block path over a strided view
+T.test("sum and mean: contiguous equals strided, NaN and inf kept", function()
+  for _, dt in ipairs({ "f32", "f64" }) do
+    for _, n in ipairs(SIZES) do
+      -- finite values of many magnitudes: another order of the adds shows in the last bits
+      local v = {}
+      for i = 1, n do v[i] = math.sin(i) * 10 ^ (i % 9 - 4) end
+      local c = gpu.tensor(v, { dtype = dt })
+      local wide = gpu.zeros({ n, 2 }, { dtype = dt })
+      wide:narrow(2, 1, 1):copy(c:view({ n, 1 }))
+      local s = wide:narrow(2, 1, 1)
+      local a, b = c:sum():item(), s:sum():item()
+      T.ok(same({ a }, { b }), string.format("sum %s n=%d: %s vs %s", dt, n, a, b))
+      a, b = c:mean():item(), s:mean():item()
+      T.ok(same({ a }, { b }), string.format("mean %s n=%d", dt, n))
+    end
+    local v = {}
+    for i = 1, 1027 do v[i] = i % 3 == 0 and 0.1 or -0.05 end
+    local want = 0
+    for i = 1, #v do want = want + v[i] end
+    local t = gpu.tensor(v, { dtype = dt })
+    T.near(t:sum():item(), want, dt == "f32" and 1e-5 or 1e-12, dt .. " sum of 1027 values")
+    for _, at in ipairs({ 1, 8, 9, 1027 }) do
+      local w = gpu.tensor(v, { dtype = dt })
+      w:narrow(1, at, 1):fill(0 / 0)
+      local r = w:sum():item()
+      T.ok(r ~= r, string.format("%s: a NaN at %d makes the sum NaN", dt, at))
+      w:narrow(1, at, 1):fill(math.huge)
+      T.is(w:sum():item(), math.huge, string.format("%s: inf at %d", dt, at))
+      if at > 1 then
+        w:narrow(1, 1, 1):fill(-math.huge)
+        r = w:sum():item()
+        T.ok(r ~= r, string.format("%s: inf and -inf (at 1, %d) give NaN", dt, at))
+      end
+    end
+  end
+end)
+
 T.done()
