@@ -469,6 +469,33 @@ static int64_t binary_direct(int code, cclass c, const char *x, const char *y, c
   return zeros;
 }
 
+/* A large contiguous op in chunks over the host's threads (cpu_par.c): the
+ * chunks start at multiples of BLK, so only the last one has a tail. */
+typedef struct direct_job {
+  int code, left;
+  cclass c;
+  const char *x, *y;
+  const block *s;
+  char *r;
+  _Atomic int64_t zeros;
+} direct_job;
+
+static void unary_chunk(void *arg, int64_t lo, int64_t hi)
+{
+  direct_job *j = arg;
+  size_t esz = class_size(j->c);
+  unary_direct(j->code, j->c, j->x + lo * esz, j->r + lo * esz, hi - lo);
+}
+
+static void binary_chunk(void *arg, int64_t lo, int64_t hi)
+{
+  direct_job *j = arg;
+  size_t esz = class_size(j->c);
+  int64_t z = binary_direct(j->code, j->c, j->x + lo * esz, j->y ? j->y + lo * esz : NULL, j->s, j->left,
+                            j->r + lo * esz, hi - lo);
+  if (z) j->zeros += z;
+}
+
 /* The op's dtype rule (ops.h), as dev_op.c's validate has it. */
 static int check_classes(const dev_opinfo *o, dev_dtype t, char *err, size_t errlen)
 {
@@ -506,8 +533,8 @@ static int run_unary(const dev_kop *op, char *err, size_t errlen)
     return fail_msg(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(in->dtype), dev_dtype_name(t));
   if (check_classes(o, in->dtype, err, errlen)) return -1;
   if (!o->to_bool && direct_ok(out, in, 1)) {
-    unary_direct(op->code, c, dev_view_ptr(in), dev_view_ptr(out), n);
-    return 0;
+    direct_job j = {.code = op->code, .c = c, .x = dev_view_ptr(in), .r = dev_view_ptr(out)};
+    return cpu_par_for(n, BLK, unary_chunk, &j, err, errlen);
   }
   rc = o->to_bool ? C_INT : c;
   for (done = 0; done < n; done += k) {
@@ -548,9 +575,10 @@ static int run_binary(const dev_kop *op, char *err, size_t errlen)
   rc = o->to_bool ? C_INT : c;
   if (scalar) cpu_scalar_to(op->s0, t, left ? &x : &y);
   if (!o->to_bool && direct_ok(out, op->in, scalar ? 1 : 2)) {
-    zeros = binary_direct(op->code, c, dev_view_ptr(&op->in[0]), scalar ? NULL : dev_view_ptr(&op->in[1]),
-                          left ? &x : &y, left, dev_view_ptr(out), n);
-    return zeros > 0 ? fail_msg(err, errlen, "integer division by zero") : 0;
+    direct_job j = {.code = op->code, .left = left, .c = c, .x = dev_view_ptr(&op->in[0]),
+                    .y = scalar ? NULL : dev_view_ptr(&op->in[1]), .s = left ? &x : &y, .r = dev_view_ptr(out)};
+    if (cpu_par_for(n, BLK, binary_chunk, &j, err, errlen)) return -1;
+    return j.zeros > 0 ? fail_msg(err, errlen, "integer division by zero") : 0;
   }
   walk_init(&wo, out);
   walk_init(&wa, &op->in[0]);

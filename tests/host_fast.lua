@@ -214,4 +214,42 @@ T.test("sum and mean: contiguous equals strided, NaN and inf kept", function()
   end
 end)
 
+-- Large contiguous ops are split over the host's threads (cuda/cpu_par.c,
+-- from 2^16 elements, in chunks of multiples of 512): sizes around the split
+-- threshold and ragged ends, compared with the block path, with
+-- GPULUA_HOST_THREADS=1 (no split), and a division by zero in the last chunk.
+T.test("threaded split: boundaries equal the block path", function()
+  for _, n in ipairs({ 65535, 65536, 65537, 65536 + 512 * 7 + 3, 200003 }) do
+    local a, as = pair("f32", n)
+    local b, bs = pair("f32", n, 5)
+    check(a:tanh(), as:tanh(), "tanh f32 n=" .. n)
+    check(a + b, as + bs, "a + b f32 n=" .. n)
+    check(2 - a, 2 - as, "2 - a f32 n=" .. n)
+    local i, is = pair("i64", n)
+    check(i * 3, is * 3, "i64 * 3 n=" .. n)
+  end
+  local n = 200003
+  local a = gpu.arange(1, n + 1)
+  local d = gpu.ones({ n }, { dtype = "i64" })
+  d:narrow(1, n, 1):fill(0)
+  T.raises_at(function() local _ = (a // d):totable() end, "division by zero", "a zero in the last chunk raises")
+  d:narrow(1, n, 1):fill(1)
+  d:narrow(1, 70000, 1):fill(0)
+  T.raises_at(function() local _ = (a % d):totable() end, "division by zero", "a zero in a middle chunk raises")
+end)
+
+if gpu.backend == "host" then
+  T.test("GPULUA_HOST_THREADS: one thread gives the same results; a bad value is an error at the line", function()
+    local script = "local x = gpu.arange(0, 300001, {dtype = 'f64'}) / 7 " ..
+                   "io.write(string.format('%a %a', (x:sin() * 3 + x):sum():item(), x:exp():max():item()))"
+    local one, ok1 = T.run("GPULUA_HOST_THREADS=1", "--device host -e " .. string.format("%q", script))
+    local many, ok2 = T.run("GPULUA_HOST_THREADS=4", "--device host -e " .. string.format("%q", script))
+    T.ok(ok1 and ok2 and one == many and one ~= "", "1 and 4 threads: " .. one .. " / " .. many)
+    local out, ok = T.run("GPULUA_HOST_THREADS=many",
+                          "--device host -e \"local x = gpu.ones({100000})\nlocal y = x + 1\nprint(y:sum():item())\"")
+    T.ok(not ok and out:find("GPULUA_HOST_THREADS='many' is not a number of threads", 1, true) ~= nil
+         and out:find(":2: 'add' failed", 1, true) ~= nil, "bad count: " .. out)
+  end)
+end
+
 T.done()
