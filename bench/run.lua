@@ -113,7 +113,7 @@ end
 
 -- ---- what answers here ----------------------------------------------------
 
-local backend = (sh(GPULUA .. " -e 'io.write(gpu.backend)'"))
+local backend = (sh(GPULUA .. " --device auto -e 'io.write(gpu.backend)'"))
 local have_gpu = backend == "cuda"
 local device, driver = "host backend (no GPU)", ""
 if have_gpu then
