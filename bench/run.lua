@@ -18,7 +18,7 @@
 -- host backend's targets of bench/alloc.lua are judged); BENCH_RESULTS=FILE
 -- where to append the table (default: bench/RESULTS.md for a full run on a
 -- GPU, nowhere otherwise); BENCH_TORCH=0 skips the PyTorch peer;
--- BENCH_ONLY=ops,allreduce,zero,startup,torch runs only the parts named.
+-- BENCH_ONLY=ops,allreduce,zero,startup,host,torch runs only the parts named.
 --
 -- The exit status is 1 when a result check failed (or a measured program
 -- died); a missed target shows as MISS and does not change it.  This
@@ -113,7 +113,7 @@ end
 
 -- ---- what answers here ----------------------------------------------------
 
-local backend = (sh(GPULUA .. " -e 'io.write(gpu.backend)'"))
+local backend = (sh(GPULUA .. " --device auto -e 'io.write(gpu.backend)'"))
 local have_gpu = backend == "cuda"
 local device, driver = "host backend (no GPU)", ""
 if have_gpu then
@@ -147,7 +147,7 @@ elseif not have_ref then
 end
 
 local DEV = have_gpu and "--device cuda" or "--device host"
--- BENCH_ONLY=part,part...: only those parts (ops, allreduce, startup, torch)
+-- BENCH_ONLY=part,part...: only those parts (ops, allreduce, zero, startup, host, torch)
 local ONLY = os.getenv("BENCH_ONLY") or ""
 local function want(part) return ONLY == "" or ("," .. ONLY .. ","):find("," .. part .. ",", 1, true) ~= nil end
 local run_scripts = (have_gpu or B.quick) and want("ops")
@@ -482,6 +482,23 @@ if want("startup") then
   end
 end
 
+-- the host backend beside NumPy on one thread (issue 32, item 5): on every
+-- machine, gpulua forced onto the host backend; NumPy's figures go in the
+-- raw C column of the table, so that the ratio is gpulua / NumPy
+if want("host") then
+  run_program("gpulua", GPULUA .. " --device host " .. HERE .. "/host.lua")
+  local py
+  for _, cand in ipairs({ os.getenv("GPULUA_PYTHON") or "", "python3", "/usr/bin/python3" }) do
+    if cand ~= "" and select(2, sh(cand .. " -c 'import numpy'")) then py = cand break end
+  end
+  if py then
+    run_program("raw", "env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 " .. py .. " " .. HERE .. "/numpy_peer.py")
+    notes[#notes + 1] = "host_* rows: the raw C column is NumPy on one thread (bench/numpy_peer.py), same run"
+  else
+    notes[#notes + 1] = "host_* rows: no python3 with numpy found (GPULUA_PYTHON names one): no NumPy column"
+  end
+end
+
 if have_gpu and os.getenv("BENCH_TORCH") ~= "0" and want("torch") then
   local _, ok = sh("python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'")
   if ok then
@@ -595,6 +612,15 @@ local ORDER = {
   { "zero2_step", "le_torch", 1.0, label = "%s (PyTorch: ZeroRedundancyOptimizer)" },
   { "zero2_optim_mem" },
   { "zero2_optim_share", "le_abs", 0.5625 },
+  -- the host backend against NumPy (the raw C column): every built-in op at
+  -- least as fast, the fused GELU at least 3x as fast
+  { "host_add1", "le_ratio", 1.0 },
+  { "host_exp", "le_ratio", 1.0 },
+  { "host_tanh", "le_ratio", 1.0 },
+  { "host_chain3", "le_ratio", 1.0 },
+  { "host_gelu", "le_ratio", 1.0 },
+  { "host_gelu_fused", "le_ratio", 1 / 3 },
+  { "host_sum", "le_ratio", 1.0 },
 }
 
 -- the all_reduce rows after the matmul rows

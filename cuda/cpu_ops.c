@@ -205,15 +205,19 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
   return 0;
 }
 
-/* The ops of ops.h over a block: one case per row and compute type, each a
+/* The ops of ops.h over arrays: one case per row and compute type, each a
  * plain loop over the row's scalar function (scalar.h).  The loops run over
  * whole groups of 8 elements, which lets the compiler vectorise them at -O2
- * (no scalar remainder): pad8 zeroes an operand's slots past n up to there.
- * A bool result (0/1) goes to r's int64 array.  Kept out of line: inlined
- * into the walkers' loops, gcc (12, -O2) no longer vectorises them. */
-#define RES_SAME(m) m
-#define RES_BOOL(m) i
-#define BLOCK_FN __attribute__((noinline))
+ * (no scalar remainder): the array functions take n a multiple of 8, the
+ * block functions round up (pad8 zeroes an operand's slots past n up to
+ * there).  A bool result (0/1) goes to an int64 array.  Kept out of line:
+ * inlined into the walkers' loops, gcc (12, -O2) no longer vectorises them.
+ * The arrays are a block's, or the tensors' own memory where the operands
+ * are contiguous in a dtype that is its own compute type (direct_ok). */
+#define RES_SAME(same, b) same
+#define RES_BOOL(same, b) b
+#define ARRAY_FN static __attribute__((noinline))
+#define MULT8(n) ((n) & ~(int64_t)7)
 
 static inline int64_t round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
@@ -223,115 +227,273 @@ void cpu_pad8(cclass c, block *b, int64_t n)
   memset((char *)b + (size_t)n * sz, 0, (size_t)(round8(n) - n) * sz);
 }
 
-BLOCK_FN void cpu_unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n)
+/* ---- vector math: glibc's libmvec ----------------------------------------
+ * The float functions of the op table are the C library's on the host
+ * (docs/lua-api.md: within a few ulps of CUDA's, not bit for bit).  On
+ * x86-64 glibc (2.35 and later) the same library has vector versions of
+ * them, libmvec (part of libc6: no other dependency): 4 floats or 2 doubles
+ * a call, at most 4 ulps off (glibc's manual), specials (NaN, inf, -0) kept.
+ * It is loaded with dlopen at the first such op, as OpenBLAS is; without it
+ * the loops call the scalar functions.  The same table serves every path
+ * (plain ops, blocks, gpu.fuse), so fused and unfused results stay equal. */
+#if defined(__x86_64__) && defined(__GLIBC__)
+#define HAVE_MVEC 1
+#include <dlfcn.h>
+#include <emmintrin.h>
+#include <pthread.h>
+
+typedef __m128 (*mvec_f4)(__m128);
+typedef __m128d (*mvec_d2)(__m128d);
+static struct { mvec_f4 f[DEV_NUNOP]; mvec_d2 d[DEV_NUNOP]; } mvec;
+static pthread_once_t mvec_once = PTHREAD_ONCE_INIT;
+
+static void mvec_load(void)
 {
-  int64_t i;
+  static const struct { int code; const char *name; } fns[] = {
+    {DEV_UN_EXP, "exp"}, {DEV_UN_LOG, "log"}, {DEV_UN_TANH, "tanh"}, {DEV_UN_SIN, "sin"},
+    {DEV_UN_COS, "cos"}, {DEV_UN_LOG1P, "log1p"}, {DEV_UN_EXPM1, "expm1"}, {DEV_UN_LOG2, "log2"},
+    {DEV_UN_LOG10, "log10"}, {DEV_UN_EXP2, "exp2"}, {DEV_UN_TAN, "tan"}, {DEV_UN_ASIN, "asin"},
+    {DEV_UN_ACOS, "acos"}, {DEV_UN_ATAN, "atan"}, {DEV_UN_SINH, "sinh"}, {DEV_UN_COSH, "cosh"},
+    {DEV_UN_ERF, "erf"},
+  };
+  void *lib = dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL);
+  char sym[64];
+  if (!lib) return;
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    snprintf(sym, sizeof sym, "_ZGVbN4v_%sf", fns[i].name);
+    *(void **)&mvec.f[fns[i].code] = dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "_ZGVbN2v_%s", fns[i].name);
+    *(void **)&mvec.d[fns[i].code] = dlsym(lib, sym);
+  }
+}
+
+/* 1 when op code ran over x[0..n) (n a multiple of 8) through libmvec. */
+static int mvec_unop_f(int code, const float *x, float *r, int64_t n)
+{
+  mvec_f4 fn;
+  if ((unsigned)code >= DEV_NUNOP) return 0;
+  pthread_once(&mvec_once, mvec_load);
+  if (!(fn = mvec.f[code])) return 0;
+  for (int64_t i = 0; i < n; i += 4) _mm_storeu_ps(r + i, fn(_mm_loadu_ps(x + i)));
+  return 1;
+}
+
+static int mvec_unop_d(int code, const double *x, double *r, int64_t n)
+{
+  mvec_d2 fn;
+  if ((unsigned)code >= DEV_NUNOP) return 0;
+  pthread_once(&mvec_once, mvec_load);
+  if (!(fn = mvec.d[code])) return 0;
+  for (int64_t i = 0; i < n; i += 2) _mm_storeu_pd(r + i, fn(_mm_loadu_pd(x + i)));
+  return 1;
+}
+#else
+static int mvec_unop_f(int code, const float *x, float *r, int64_t n) { (void)code; (void)x; (void)r; (void)n; return 0; }
+static int mvec_unop_d(int code, const double *x, double *r, int64_t n) { (void)code; (void)x; (void)r; (void)n; return 0; }
+#endif
+
+/* One array function per compute type C (f, d, i) and arity; r points to
+ * the result array (int64 for a bool result). */
+#define UN_LOOP(C, T, RT)                                                                          \
+  ARRAY_FN void unop_##C(int code, const T *restrict x, void *restrict rv, int64_t n)              \
+  {                                                                                                \
+    RT *restrict r = rv;                                                                           \
+    int64_t *restrict rb = rv;                                                                     \
+    (void)r; (void)rb;                                                                             \
+    n = MULT8(n);                                                                                  \
+    if (MVEC_##C(code, x, rv, n)) return;                                                          \
+    switch (code) { UN_CASES_##C default: break; }                                                 \
+  }
+#define UN_F(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_UN_##E: \
+  for (int64_t i = 0; i < n; i++) RES_##res(r, rb)[i] = sc_##name##_f(x[i]); break;)
+#define UN_D(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_UN_##E: \
+  for (int64_t i = 0; i < n; i++) RES_##res(r, rb)[i] = sc_##name##_d(x[i]); break;)
+#define UN_I(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_UN_##E: \
+  for (int64_t i = 0; i < n; i++) rb[i] = sc_##name##_i(x[i]); break;)
+#define MVEC_f(code, x, r, n) mvec_unop_f(code, x, r, n)
+#define MVEC_d(code, x, r, n) mvec_unop_d(code, x, r, n)
+#define MVEC_i(code, x, r, n) 0
+#define UN_CASES_f DEV_UNARY_OPS(UN_F)
+#define UN_CASES_d DEV_UNARY_OPS(UN_D)
+#define UN_CASES_i DEV_UNARY_OPS(UN_I)
+UN_LOOP(f, float, float)
+UN_LOOP(d, double, double)
+UN_LOOP(i, int64_t, int64_t)
+
+/* Returns how many integer divisions by zero there were (among the first n0). */
+#define BIN_LOOP(C, T, RT)                                                                         \
+  ARRAY_FN int64_t binop_##C(int code, const T *restrict x, const T *restrict y, void *restrict rv, \
+                             int64_t n, int64_t n0)                                                \
+  {                                                                                                \
+    RT *restrict r = rv;                                                                           \
+    int64_t *restrict rb = rv, zeros = 0;                                                          \
+    (void)r; (void)rb; (void)n0;                                                                   \
+    n = MULT8(n);                                                                                  \
+    switch (code) { BIN_CASES_##C default: break; }                                                \
+    return zeros;                                                                                  \
+  }
+#define BIN_F(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_BIN_##E: \
+  for (int64_t i = 0; i < n; i++) RES_##res(r, rb)[i] = sc_##name##_f(x[i], y[i]); break;)
+#define BIN_D(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_BIN_##E: \
+  for (int64_t i = 0; i < n; i++) RES_##res(r, rb)[i] = sc_##name##_d(x[i], y[i]); break;)
+#define BIN_I(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_BIN_##E: \
+  for (int64_t i = 0; i < n; i++) rb[i] = sc_##name##_i(x[i], y[i]); \
+  if ((fl) & DEV_OPF_ZDIV) for (int64_t i = 0; i < n0; i++) zeros += y[i] == 0; \
+  break;)
+#define BIN_CASES_f DEV_BINARY_OPS(BIN_F)
+#define BIN_CASES_d DEV_BINARY_OPS(BIN_D)
+#define BIN_CASES_i DEV_BINARY_OPS(BIN_I)
+BIN_LOOP(f, float, float)
+BIN_LOOP(d, double, double)
+BIN_LOOP(i, int64_t, int64_t)
+
+#define TER_LOOP(C, T)                                                                             \
+  ARRAY_FN void terop_##C(int code, const T *restrict x, const T *restrict y, const T *restrict z, \
+                          T *restrict r, int64_t n)                                                \
+  {                                                                                                \
+    n = MULT8(n);                                                                                  \
+    switch (code) { TER_CASES_##C default: break; }                                                \
+  }
+#define TER_F(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
+  for (int64_t i = 0; i < n; i++) r[i] = sc_##name##_f(x[i], y[i], z[i]); break;)
+#define TER_D(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
+  for (int64_t i = 0; i < n; i++) r[i] = sc_##name##_d(x[i], y[i], z[i]); break;)
+#define TER_I(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_TER_##E: \
+  for (int64_t i = 0; i < n; i++) r[i] = sc_##name##_i(x[i], y[i], z[i]); break;)
+#define TER_CASES_f DEV_TERNARY_OPS(TER_F)
+#define TER_CASES_d DEV_TERNARY_OPS(TER_D)
+#define TER_CASES_i DEV_TERNARY_OPS(TER_I)
+TER_LOOP(f, float)
+TER_LOOP(d, double)
+TER_LOOP(i, int64_t)
+
+void cpu_unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n)
+{
   n = round8(n);
   switch (c) {
-  case C_FLOAT:
-    switch (code) {
-#define U(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_UN_##E: \
-      for (i = 0; i < n; i++) r->RES_##res(f)[i] = sc_##name##_f(x->f[i]); break;)
-    DEV_UNARY_OPS(U)
-#undef U
-    default: break;
-    }
-    break;
-  case C_DOUBLE:
-    switch (code) {
-#define U(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_UN_##E: \
-      for (i = 0; i < n; i++) r->RES_##res(d)[i] = sc_##name##_d(x->d[i]); break;)
-    DEV_UNARY_OPS(U)
-#undef U
-    default: break;
-    }
-    break;
-  case C_INT:
-    switch (code) {
-#define U(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_UN_##E: \
-      for (i = 0; i < n; i++) r->i[i] = sc_##name##_i(x->i[i]); break;)
-    DEV_UNARY_OPS(U)
-#undef U
-    default: break;
-    }
-    break;
+  case C_FLOAT: unop_f(code, x->f, r, n); break;
+  case C_DOUBLE: unop_d(code, x->d, r, n); break;
+  case C_INT: unop_i(code, x->i, r, n); break;
   }
 }
 
 /* Returns how many integer divisions by zero there were. */
-BLOCK_FN int64_t cpu_binop_block(int code, cclass c, const block *restrict x, const block *restrict y,
-                             block *restrict r, int64_t n)
+int64_t cpu_binop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+                        block *restrict r, int64_t n)
 {
-  int64_t i, zeros = 0, n0 = n;
+  switch (c) {
+  case C_FLOAT: return binop_f(code, x->f, y->f, r, round8(n), n);
+  case C_DOUBLE: return binop_d(code, x->d, y->d, r, round8(n), n);
+  case C_INT: return binop_i(code, x->i, y->i, r, round8(n), n);
+  }
+  return 0;
+}
+
+void cpu_terop_block(int code, cclass c, const block *restrict x, const block *restrict y,
+                     const block *restrict z, block *restrict r, int64_t n)
+{
   n = round8(n);
   switch (c) {
-  case C_FLOAT:
-    switch (code) {
-#define B(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_BIN_##E: \
-      for (i = 0; i < n; i++) r->RES_##res(f)[i] = sc_##name##_f(x->f[i], y->f[i]); break;)
-    DEV_BINARY_OPS(B)
-#undef B
-    default: break;
-    }
-    break;
-  case C_DOUBLE:
-    switch (code) {
-#define B(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_BIN_##E: \
-      for (i = 0; i < n; i++) r->RES_##res(d)[i] = sc_##name##_d(x->d[i], y->d[i]); break;)
-    DEV_BINARY_OPS(B)
-#undef B
-    default: break;
-    }
-    break;
-  case C_INT:
-    switch (code) {
-#define B(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_BIN_##E: \
-      for (i = 0; i < n; i++) r->i[i] = sc_##name##_i(x->i[i], y->i[i]); \
-      if ((fl) & DEV_OPF_ZDIV) for (i = 0; i < n0; i++) zeros += y->i[i] == 0; \
-      break;)
-    DEV_BINARY_OPS(B)
-#undef B
-    default: break;
-    }
-    break;
+  case C_FLOAT: terop_f(code, x->f, y->f, z->f, r->f, n); break;
+  case C_DOUBLE: terop_d(code, x->d, y->d, z->d, r->d, n); break;
+  case C_INT: terop_i(code, x->i, y->i, z->i, r->i, n); break;
   }
+}
+
+/* ---- contiguous fast path ------------------------------------------------ */
+
+/* An elementwise op can run on the tensors' own memory when every operand
+ * is contiguous in out's dtype, that dtype is its own compute type (f32,
+ * f64, i64), the result is not bool, and out is either an operand itself or
+ * apart from it (a partly overlapping view keeps the block path's order). */
+static int direct_ok(const dev_view *out, const dev_view *in, int nin)
+{
+  dev_dtype t = out->dtype;
+  if ((t != DEV_F32 && t != DEV_F64 && t != DEV_I64) || dev_view_numel(out) == 0 || !dev_view_contiguous(out))
+    return 0;
+  for (int i = 0; i < nin; i++)
+    if (in[i].dtype != t || !dev_view_contiguous(&in[i]) ||
+        (dev_view_ptr(&in[i]) != dev_view_ptr(out) && views_overlap(out, &in[i])))
+      return 0;
+  return 1;
+}
+
+static int64_t binop_any(int code, cclass c, const void *x, const void *y, void *r, int64_t n, int64_t n0)
+{
+  switch (c) {
+  case C_FLOAT: return binop_f(code, x, y, r, n, n0);
+  case C_DOUBLE: return binop_d(code, x, y, r, n, n0);
+  case C_INT: return binop_i(code, x, y, r, n, n0);
+  }
+  return 0;
+}
+
+/* The last n % 8 elements go through blocks, so that no loop writes past n. */
+static void unary_direct(int code, cclass c, const char *x, char *r, int64_t n)
+{
+  size_t esz = class_size(c);
+  int64_t n8 = MULT8(n), k = n - n8;
+  block bx, br;
+  switch (c) {
+  case C_FLOAT: unop_f(code, (const float *)x, r, n8); break;
+  case C_DOUBLE: unop_d(code, (const double *)x, r, n8); break;
+  case C_INT: unop_i(code, (const int64_t *)x, r, n8); break;
+  }
+  if (k == 0) return;
+  memcpy(&bx, x + n8 * esz, (size_t)k * esz);
+  cpu_pad8(c, &bx, k);
+  cpu_unop_block(code, c, &bx, &br, k);
+  memcpy(r + n8 * esz, &br, (size_t)k * esz);
+}
+
+/* y NULL: the other operand is the scalar block s (left: s op x). */
+static int64_t binary_direct(int code, cclass c, const char *x, const char *y, const block *s, int left,
+                             char *r, int64_t n)
+{
+  size_t esz = class_size(c);
+  int64_t zeros = 0, n8 = MULT8(n), k = n - n8, step = y ? n8 : BLK;
+  block bx, by, br;
+  for (int64_t done = 0; done < n8; done += step) {
+    int64_t m = min64(step, n8 - done);
+    const void *a = x + done * esz, *b = y ? (const void *)(y + done * esz) : (const void *)s;
+    zeros += binop_any(code, c, left ? b : a, left ? a : b, r + done * esz, m, m);
+  }
+  if (k == 0) return zeros;
+  memcpy(left ? &by : &bx, x + n8 * esz, (size_t)k * esz);
+  if (y) memcpy(&by, y + n8 * esz, (size_t)k * esz);
+  else memcpy(left ? &bx : &by, s, sizeof *s);
+  cpu_pad8(c, &bx, k);
+  cpu_pad8(c, &by, k);
+  zeros += cpu_binop_block(code, c, &bx, &by, &br, k);
+  memcpy(r + n8 * esz, &br, (size_t)k * esz);
   return zeros;
 }
 
-BLOCK_FN void cpu_terop_block(int code, cclass c, const block *restrict x, const block *restrict y,
-                          const block *restrict z, block *restrict r, int64_t n)
+/* A large contiguous op in chunks over the host's threads (cpu_par.c): the
+ * chunks start at multiples of BLK, so only the last one has a tail. */
+typedef struct direct_job {
+  int code, left;
+  cclass c;
+  const char *x, *y;
+  const block *s;
+  char *r;
+  _Atomic int64_t zeros;
+} direct_job;
+
+static void unary_chunk(void *arg, int64_t lo, int64_t hi)
 {
-  int64_t i;
-  n = round8(n);
-  switch (c) {
-  case C_FLOAT:
-    switch (code) {
-#define T(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
-      for (i = 0; i < n; i++) r->f[i] = sc_##name##_f(x->f[i], y->f[i], z->f[i]); break;)
-    DEV_TERNARY_OPS(T)
-#undef T
-    default: break;
-    }
-    break;
-  case C_DOUBLE:
-    switch (code) {
-#define T(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
-      for (i = 0; i < n; i++) r->d[i] = sc_##name##_d(x->d[i], y->d[i], z->d[i]); break;)
-    DEV_TERNARY_OPS(T)
-#undef T
-    default: break;
-    }
-    break;
-  case C_INT:
-    switch (code) {
-#define T(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_TER_##E: \
-      for (i = 0; i < n; i++) r->i[i] = sc_##name##_i(x->i[i], y->i[i], z->i[i]); break;)
-    DEV_TERNARY_OPS(T)
-#undef T
-    default: break;
-    }
-    break;
-  }
+  direct_job *j = arg;
+  size_t esz = class_size(j->c);
+  unary_direct(j->code, j->c, j->x + lo * esz, j->r + lo * esz, hi - lo);
+}
+
+static void binary_chunk(void *arg, int64_t lo, int64_t hi)
+{
+  direct_job *j = arg;
+  size_t esz = class_size(j->c);
+  int64_t z = binary_direct(j->code, j->c, j->x + lo * esz, j->y ? j->y + lo * esz : NULL, j->s, j->left,
+                            j->r + lo * esz, hi - lo);
+  if (z) j->zeros += z;
 }
 
 /* The op's dtype rule (ops.h), as dev_op.c's validate has it. */
@@ -370,6 +532,10 @@ static int run_unary(const dev_kop *op, char *err, size_t errlen)
   if (o->to_bool ? t != DEV_BOOL : in->dtype != t)
     return fail_msg(err, errlen, "%s: dtype %s does not match %s", o->name, dev_dtype_name(in->dtype), dev_dtype_name(t));
   if (check_classes(o, in->dtype, err, errlen)) return -1;
+  if (!o->to_bool && direct_ok(out, in, 1)) {
+    direct_job j = {.code = op->code, .c = c, .x = dev_view_ptr(in), .r = dev_view_ptr(out)};
+    return cpu_par_for(n, BLK, unary_chunk, &j, err, errlen);
+  }
   rc = o->to_bool ? C_INT : c;
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
@@ -407,10 +573,16 @@ static int run_binary(const dev_kop *op, char *err, size_t errlen)
   }
   if (check_classes(o, t, err, errlen)) return -1;
   rc = o->to_bool ? C_INT : c;
+  if (scalar) cpu_scalar_to(op->s0, t, left ? &x : &y);
+  if (!o->to_bool && direct_ok(out, op->in, scalar ? 1 : 2)) {
+    direct_job j = {.code = op->code, .left = left, .c = c, .x = dev_view_ptr(&op->in[0]),
+                    .y = scalar ? NULL : dev_view_ptr(&op->in[1]), .s = left ? &x : &y, .r = dev_view_ptr(out)};
+    if (cpu_par_for(n, BLK, binary_chunk, &j, err, errlen)) return -1;
+    return j.zeros > 0 ? fail_msg(err, errlen, "integer division by zero") : 0;
+  }
   walk_init(&wo, out);
   walk_init(&wa, &op->in[0]);
-  if (scalar) cpu_scalar_to(op->s0, t, left ? &x : &y);
-  else walk_init(&wb, &op->in[1]);
+  if (!scalar) walk_init(&wb, &op->in[1]);
   for (done = 0; done < n; done += k) {
     k = min64(BLK, n - done);
     walk_load(&wa, t, c, k, left ? &y : &x);
