@@ -405,6 +405,87 @@ static void fix_elements(const npy_header *h, void *p) {
   }
 }
 
+/* Reads h's elements at h->data_offset of fd into a new tensor of kind
+ * pushed on the stack: device memory through a pinned staging buffer and a
+ * copy queued on the stream at slot stream, the other kinds directly.
+ * fname and path name the error. */
+static void load_data(lua_State *L, int fd, const npy_header *h, dev_memkind kind, int stream, const char *fname,
+                      const char *path) {
+  char err[512];
+  /* the device tensor first: out of device memory fails before the read */
+  int dst = 0;
+  if (kind == DEV_MEM_DEVICE) {
+    push_tensor(L, DEV_MEM_DEVICE, h);
+    dst = lua_gettop(L);
+  }
+  gpu_tensor *stage = push_tensor(L, kind == DEV_MEM_HOST ? DEV_MEM_HOST : DEV_MEM_PINNED, h);
+  int sidx = lua_gettop(L);
+  if (read_at(fd, stage->v.buf->ptr, h->nbytes, (off_t)h->data_offset) != 0) {
+    snprintf(err, sizeof err, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128)
+                                                      : "unexpected end of file (the file shrank)");
+    /* the memory goes now, not at the next collection */
+    drop(L, sidx);
+    if (dst) drop(L, dst);
+    luaL_error(L, "%s: %s: %s", fname, path, err);
+  }
+  fix_elements(h, stage->v.buf->ptr);
+  if (!dst) return;
+
+  dev_ctx *ctx = bind_ctx(L);
+  dev_stream *s = bind_stream(L, stream);
+  gpu_tensor *t = bind_check_tensor(L, dst);
+  stage = bind_check_tensor(L, sidx);
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
+  op.in[0] = stage->v;
+  bind_call_site(L, ctx, fname);
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), fname);
+  /* the staging buffer goes back to the pool once the copy has read it */
+  drop(L, sidx);
+  lua_settop(L, dst);
+}
+
+void bind_load_elements(lua_State *L, int fd, uint64_t off, dev_dtype dt, int ndim, const int64_t *shape,
+                        dev_memkind kind, int stream, const char *fname, const char *path) {
+  npy_header h;
+  memset(&h, 0, sizeof h);
+  h.dt = dt;
+  h.ndim = ndim;
+  int empty = 0;
+  size_t n = 1;
+  for (int d = 0; d < ndim; d++) {
+    h.shape[d] = shape[d];
+    empty |= shape[d] == 0;
+    n *= (size_t)(shape[d] ? shape[d] : 1);   /* the caller checked the size against the file's */
+  }
+  h.nbytes = empty ? 0 : n * dev_dtype_size(dt);
+  h.data_offset = (size_t)off;
+  load_data(L, fd, &h, kind, stream, fname, path);
+}
+
+int bind_open_read(lua_State *L, const char *path, const char *fname) {
+  npy_file *f = bind_new_udata(L, &bind_npy_file_type, sizeof *f, 0);
+  f->fd = -1;
+  lua_toclose(L, lua_gettop(L));   /* closed on return and on every error */
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer */
+  f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  char err[512];
+  if (f->fd < 0) {
+    os_error(err, sizeof err, "cannot open", path, errno);
+    luaL_error(L, "%s: %s", fname, err);
+  }
+  struct stat st;
+  if (fstat(f->fd, &st) != 0) {
+    os_error(err, sizeof err, "cannot stat", path, errno);
+    luaL_error(L, "%s: %s", fname, err);
+  }
+  if (!S_ISREG(st.st_mode)) luaL_error(L, "%s: %s: not a regular file (%s)", fname, path, file_kind(st.st_mode));
+  int fl = fcntl(f->fd, F_GETFL);
+  if (fl != -1) fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK);
+  return f->fd;
+}
+
+int bind_read_at(int fd, void *p, size_t n, uint64_t off) { return read_at(fd, p, n, (off_t)off); }
+
 /* gpu.load(path [, {device = "device"|"pinned"|"host", stream = s}]) */
 static int gpu_load(lua_State *L) {
   size_t plen;
@@ -429,37 +510,7 @@ static int gpu_load(lua_State *L) {
   npy_header h;
   memset(&h, 0, sizeof h);
   if (read_header(L, f->fd, &h, err, sizeof err)) return luaL_error(L, "load: %s: %s", path, err);
-
-  /* the device tensor first: out of device memory fails before the read */
-  int dst = 0;
-  if (kind == DEV_MEM_DEVICE) {
-    push_tensor(L, DEV_MEM_DEVICE, &h);
-    dst = lua_gettop(L);
-  }
-  gpu_tensor *stage = push_tensor(L, kind == DEV_MEM_HOST ? DEV_MEM_HOST : DEV_MEM_PINNED, &h);
-  int sidx = lua_gettop(L);
-  if (read_at(f->fd, stage->v.buf->ptr, h.nbytes, (off_t)h.data_offset) != 0) {
-    snprintf(err, sizeof err, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128)
-                                                      : "unexpected end of file (the file shrank)");
-    /* the memory goes now, not at the next collection */
-    drop(L, sidx);
-    if (dst) drop(L, dst);
-    return luaL_error(L, "load: %s: %s", path, err);
-  }
-  fix_elements(&h, stage->v.buf->ptr);
-  if (!dst) return 1;
-
-  dev_ctx *ctx = bind_ctx(L);
-  dev_stream *s = bind_stream(L, stream);
-  gpu_tensor *t = bind_check_tensor(L, dst);
-  stage = bind_check_tensor(L, sidx);
-  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
-  op.in[0] = stage->v;
-  bind_call_site(L, ctx, "load");
-  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), "load");
-  /* the staging buffer goes back to the pool once the copy has read it */
-  drop(L, sidx);
-  lua_settop(L, dst);
+  load_data(L, f->fd, &h, kind, stream, "load", path);
   return 1;
 }
 
@@ -507,10 +558,10 @@ static int write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
-/* Write header and data to a new file beside path, then rename it over
- * path: a failed save leaves path as it was.  0, or -1 with a message. */
-static int save_file(const char *path, const char *hdr, size_t hlen, const void *data, size_t n, char *err,
-                     size_t errlen) {
+/* Write the pieces to a new file beside path, then rename it over path: a
+ * failed save leaves path as it was.  0, or -1 with a message.  The other
+ * file formats (formats.c) write through it too. */
+int bind_write_file(const char *path, const bind_piece *pc, int npc, char *err, size_t errlen) {
   size_t plen = strlen(path);
   char *tmp = malloc(plen + 48);
   if (!tmp) {
@@ -521,7 +572,7 @@ static int save_file(const char *path, const char *hdr, size_t hlen, const void 
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   for (int i = 0; i < 16 && fd < 0; i++) {
-    unsigned long nonce = (unsigned long)ts.tv_nsec ^ ((unsigned long)(uintptr_t)data >> 4) ^ (unsigned long)i * 7919u;
+    unsigned long nonce = (unsigned long)ts.tv_nsec ^ ((unsigned long)(uintptr_t)pc >> 4) ^ (unsigned long)i * 7919u;
     snprintf(tmp, plen + 48, "%s.%ld.%lx.tmp", path, (long)getpid(), nonce);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
@@ -531,7 +582,9 @@ static int save_file(const char *path, const char *hdr, size_t hlen, const void 
     free(tmp);
     return -1;
   }
-  if (write_all(fd, hdr, hlen) || write_all(fd, data, n) || fsync(fd)) e = errno;
+  for (int i = 0; i < npc && !e; i++)
+    if (write_all(fd, pc[i].p, pc[i].n)) e = errno;
+  if (!e && fsync(fd)) e = errno;
   if (close(fd) && !e) e = errno;
   if (!e && rename(tmp, path)) e = errno;
   if (e) {
@@ -568,7 +621,8 @@ int bind_tensor_save(lua_State *L) {
   }
   char hdr[1024], err[512];
   size_t hlen = make_header(&t->v, hdr);
-  if (save_file(path, hdr, hlen, data, nbytes, err, sizeof err)) return luaL_error(L, "save: %s", err);
+  bind_piece pc[2] = {{hdr, hlen}, {data, nbytes}};
+  if (bind_write_file(path, pc, 2, err, sizeof err)) return luaL_error(L, "save: %s", err);
   lua_settop(L, 1);
   return 1;
 }
