@@ -504,7 +504,7 @@ FUZZ_SEEDS ?= 1 2 3
 FUZZ_MINIMIZE_SECONDS ?= 120
 FUZZ_CC ?= clang
 FUZZ_DIR := $(BUILD)/fuzz
-FUZZ_TARGETS := npy kernel_sig kcache
+FUZZ_TARGETS := npy safetensors kernel_sig kcache
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
                -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GNU_SOURCE \
@@ -532,6 +532,10 @@ fuzz-cc:
 $(FUZZ_DIR)/fuzz_npy: tests/fuzz/fuzz_npy.c bindings/npy.c cuda/dtype.c $(FUZZ_HDRS) | fuzz-cc
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_npy.c cuda/dtype.c $(LUA_A) -lm -ldl
+
+$(FUZZ_DIR)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c bindings/safetensors.c bindings/json.c cuda/dtype.c $(FUZZ_HDRS) | fuzz-cc
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_safetensors.c bindings/safetensors.c bindings/json.c cuda/dtype.c
 
 $(FUZZ_DIR)/fuzz_kernel_sig: tests/fuzz/fuzz_kernel_sig.c cuda/kernel_sig.c $(FUZZ_HDRS) | fuzz-cc
 	@mkdir -p $(@D)

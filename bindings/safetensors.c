@@ -276,13 +276,13 @@ int st_parse(const char *text, size_t len, uint64_t buflen, st_header *h, char *
   memset(h, 0, sizeof *h);
   json_init(&c, text, len, err, errlen);
   if (parse_top(&c, h)) goto fail;
-  qsort(h->t, h->n, sizeof *h->t, by_name);
+  if (h->n > 1) qsort(h->t, h->n, sizeof *h->t, by_name);
   for (size_t i = 1; i < h->n; i++)
     if (by_name(&h->t[i - 1], &h->t[i]) == 0) {
       snprintf(err, errlen, "duplicate tensor name '%.200s'", h->t[i].name);
       goto fail;
     }
-  qsort(h->meta, h->nmeta, sizeof *h->meta, meta_by_key);
+  if (h->nmeta > 1) qsort(h->meta, h->nmeta, sizeof *h->meta, meta_by_key);
   for (size_t i = 1; i < h->nmeta; i++)
     if (meta_by_key(&h->meta[i - 1], &h->meta[i]) == 0) {
       snprintf(err, errlen, "duplicate __metadata__ key '%.200s'", h->meta[i].key);
