@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "tensor.h"
+#include "npy.h"
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -52,16 +53,6 @@ static const struct npy_type {
 };
 #define NPY_NTYPES (sizeof npy_types / sizeof npy_types[0])
 
-typedef struct npy_header {
-  int major, minor;
-  size_t data_offset, nbytes;
-  dev_dtype dt;
-  int swap;                     /* big-endian elements: swapped after reading */
-  int fortran;
-  int ndim;
-  int64_t shape[DEV_MAXDIM];
-  char descr[40];               /* as written, for messages */
-} npy_header;
 
 /* ---- the file handle: a userdata that closes the descriptor -------------- */
 
@@ -285,30 +276,19 @@ static const char *file_kind(mode_t m) {
        : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
 }
 
-/* Reads and checks the preamble and header of the open file; sizes are
- * checked against the file's before anything they give is allocated. */
-static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t errlen) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    snprintf(err, errlen, "cannot stat the file: %s", strerror_r(errno, (char[128]){0}, 128));
-    return -1;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "not a regular file (%s)", file_kind(st.st_mode));
-    return -1;
-  }
-  /* opened O_NONBLOCK so that a FIFO could not block the open; a regular file reads as usual */
-  int fl = fcntl(fd, F_GETFL);
-  if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-  uint64_t size = (uint64_t)st.st_size;
+/* Reads and checks the preamble and header of a file of size bytes read
+ * through rd; sizes are checked against the file's before anything they
+ * give is allocated.  Lua-free: the .npz reader (formats.c) reads members
+ * of a zip through it. */
+int npy_read_header(npy_read_fn rd, void *ctx, uint64_t size, npy_header *h, char *err, size_t errlen) {
   unsigned char pre[12];
   size_t n = size < sizeof pre ? (size_t)size : sizeof pre;
-  if (read_at(fd, pre, n, 0) != 0) {
+  if (rd(ctx, pre, n, 0) != 0) {
     snprintf(err, errlen, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128) : "unexpected end of file");
     return -1;
   }
   if (n >= 4 && memcmp(pre, "PK\3\4", 4) == 0) {
-    snprintf(err, errlen, "not a .npy file (it is a zip archive: .npz files are not supported; unzip it)");
+    snprintf(err, errlen, "not a .npy file (it is a zip archive: for .npz files, gpu.load_npz)");
     return -1;
   }
   if (memcmp(pre, NPY_MAGIC, n < NPY_MAGIC_LEN ? n : NPY_MAGIC_LEN) != 0 || n == 0) {
@@ -343,14 +323,20 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
     snprintf(err, errlen, "header of %llu bytes is too large (at most %d)", (unsigned long long)hlen, NPY_MAX_HEADER);
     return -1;
   }
-  char *text = lua_newuserdatauv(L, (size_t)hlen + 1, 0);
-  if (read_at(fd, text, (size_t)hlen, (off_t)prefix) != 0) {
+  char *text = malloc((size_t)hlen + 1);
+  if (!text) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (rd(ctx, text, (size_t)hlen, prefix) != 0) {
     snprintf(err, errlen, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128) : "unexpected end of file");
+    free(text);
     return -1;
   }
   text[hlen] = 0;
-  if (parse_header(text, (size_t)hlen, h, err, errlen)) return -1;
-  lua_pop(L, 1);
+  int rc = parse_header(text, (size_t)hlen, h, err, errlen);
+  free(text);
+  if (rc) return -1;
   h->data_offset = prefix + (size_t)hlen;
   uint64_t have = size - h->data_offset;
   if (have != h->nbytes) {
@@ -363,6 +349,26 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
     return -1;
   }
   return 0;
+}
+
+static int fd_read(void *ctx, void *p, size_t n, uint64_t off) { return read_at(*(int *)ctx, p, n, (off_t)off); }
+
+/* npy_read_header on an open file, checked to be a regular file first. */
+static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t errlen) {
+  (void)L;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    snprintf(err, errlen, "cannot stat the file: %s", strerror_r(errno, (char[128]){0}, 128));
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "not a regular file (%s)", file_kind(st.st_mode));
+    return -1;
+  }
+  /* opened O_NONBLOCK so that a FIFO could not block the open; a regular file reads as usual */
+  int fl = fcntl(fd, F_GETFL);
+  if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return npy_read_header(fd_read, &fd, (uint64_t)st.st_size, h, err, errlen);
 }
 
 /* tests/fuzz/npy_header.c includes this file for the reader above alone. */
@@ -389,7 +395,7 @@ static void drop(lua_State *L, int idx) {
   }
 }
 
-static void fix_elements(const npy_header *h, void *p) {
+void npy_fix_elements(const npy_header *h, void *p) {
   size_t esz = dev_dtype_size(h->dt), n = h->nbytes / esz;
   unsigned char *c = p;
   if (h->swap) {
@@ -405,12 +411,12 @@ static void fix_elements(const npy_header *h, void *p) {
   }
 }
 
-/* Reads h's elements at h->data_offset of fd into a new tensor of kind
+/* Reads h's elements at h->data_offset through rd into a new tensor of kind
  * pushed on the stack: device memory through a pinned staging buffer and a
  * copy queued on the stream at slot stream, the other kinds directly.
  * fname and path name the error. */
-static void load_data(lua_State *L, int fd, const npy_header *h, dev_memkind kind, int stream, const char *fname,
-                      const char *path) {
+void bind_npy_load(lua_State *L, npy_read_fn rd, void *rctx, const npy_header *h, dev_memkind kind, int stream,
+                   const char *fname, const char *path) {
   char err[512];
   /* the device tensor first: out of device memory fails before the read */
   int dst = 0;
@@ -420,7 +426,7 @@ static void load_data(lua_State *L, int fd, const npy_header *h, dev_memkind kin
   }
   gpu_tensor *stage = push_tensor(L, kind == DEV_MEM_HOST ? DEV_MEM_HOST : DEV_MEM_PINNED, h);
   int sidx = lua_gettop(L);
-  if (read_at(fd, stage->v.buf->ptr, h->nbytes, (off_t)h->data_offset) != 0) {
+  if (h->nbytes && rd(rctx, stage->v.buf->ptr, h->nbytes, h->data_offset) != 0) {
     snprintf(err, sizeof err, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128)
                                                       : "unexpected end of file (the file shrank)");
     /* the memory goes now, not at the next collection */
@@ -428,7 +434,7 @@ static void load_data(lua_State *L, int fd, const npy_header *h, dev_memkind kin
     if (dst) drop(L, dst);
     luaL_error(L, "%s: %s: %s", fname, path, err);
   }
-  fix_elements(h, stage->v.buf->ptr);
+  npy_fix_elements(h, stage->v.buf->ptr);
   if (!dst) return;
 
   dev_ctx *ctx = bind_ctx(L);
@@ -459,7 +465,7 @@ void bind_load_elements(lua_State *L, int fd, uint64_t off, dev_dtype dt, int nd
   }
   h.nbytes = empty ? 0 : n * dev_dtype_size(dt);
   h.data_offset = (size_t)off;
-  load_data(L, fd, &h, kind, stream, fname, path);
+  bind_npy_load(L, fd_read, &fd, &h, kind, stream, fname, path);
 }
 
 int bind_open_read(lua_State *L, const char *path, const char *fname) {
@@ -510,7 +516,7 @@ static int gpu_load(lua_State *L) {
   npy_header h;
   memset(&h, 0, sizeof h);
   if (read_header(L, f->fd, &h, err, sizeof err)) return luaL_error(L, "load: %s: %s", path, err);
-  load_data(L, f->fd, &h, kind, stream, "load", path);
+  bind_npy_load(L, fd_read, &f->fd, &h, kind, stream, "load", path);
   return 1;
 }
 
