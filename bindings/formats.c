@@ -9,22 +9,34 @@
  * memory, the copy to the device queued on the stream.  Saving writes what
  * the safetensors package writes: the header padded with spaces to a
  * multiple of 8 bytes, the tensors' bytes in the header's order. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tensor.h"   /* first: npy.h declares its Lua half after lua.h */
+#include "npy.h"
 #include "safetensors.h"
-#include "tensor.h"
+#include "zip.h"
 
 /* ---- the parsed header: a userdata that frees it --------------------------- */
 
-typedef struct st_handle { const bind_type *tag; st_header h; } st_handle;
+typedef struct st_handle { const bind_type *tag; st_header h; zip_archive z; } st_handle;
 
 static int st_handle_close(lua_State *L) {
   st_handle *u = bind_check_type(L, 1, &bind_st_header_type, sizeof *u);
   st_free(&u->h);
+  zip_free(&u->z);
   return 0;
+}
+
+static st_handle *push_handle(lua_State *L) {
+  st_handle *u = bind_new_udata(L, &bind_st_header_type, sizeof *u, 0);
+  memset(&u->h, 0, sizeof u->h);
+  memset(&u->z, 0, sizeof u->z);
+  lua_toclose(L, lua_gettop(L));
+  return u;
 }
 
 /* The entry named by the string at idx, or NULL (the entries are sorted). */
@@ -96,9 +108,7 @@ static int gpu_load_safetensors(lua_State *L) {
   char *text = lua_newuserdatauv(L, (size_t)hlen, 0);
   if (bind_read_at(fd, text, (size_t)hlen, 8) != 0)
     return luaL_error(L, "load_safetensors: %s: read failed (the file shrank?)", path);
-  st_handle *u = bind_new_udata(L, &bind_st_header_type, sizeof *u, 0);
-  memset(&u->h, 0, sizeof u->h);
-  lua_toclose(L, lua_gettop(L));
+  st_handle *u = push_handle(L);
   if (st_parse(text, (size_t)hlen, size - 8 - hlen, &u->h, err, sizeof err))
     return luaL_error(L, "load_safetensors: %s: %s", path, err);
   const st_header *h = &u->h;
@@ -323,7 +333,260 @@ static int gpu_save_safetensors(lua_State *L) {
   return 0;
 }
 
+/* ---- .npz: gpu.load_npz, gpu.save_npz ---------------------------------------- */
+
+static int fd_read(void *ctx, void *p, size_t n, uint64_t off) { return bind_read_at(*(int *)ctx, p, n, off); }
+
+typedef struct mem_file { const unsigned char *p; uint64_t n; } mem_file;
+
+static int mem_read(void *ctx, void *p, size_t n, uint64_t off) {
+  mem_file *m = ctx;
+  if (off > m->n || n > m->n - off) {
+    errno = 0;
+    return -1;
+  }
+  memcpy(p, m->p + off, n);
+  return 0;
+}
+
+/* A member's key: its name less ".npy", as numpy.load gives it. */
+static void push_key(lua_State *L, const zip_entry *e) {
+  size_t n = e->namelen;
+  if (n > 4 && memcmp(e->name + n - 4, ".npy", 4) == 0) n -= 4;
+  lua_pushlstring(L, e->name, n);
+}
+
+static void check_names_opt(lua_State *L, int sel) {
+  if (lua_isnil(L, sel)) return;
+  if (!lua_istable(L, sel))
+    luaL_error(L, "bad option 'names' (a table of tensor names expected, got %s)", luaL_typename(L, sel));
+  for (lua_Integer i = 1, n = luaL_len(L, sel); i <= n; i++)
+    if (lua_rawgeti(L, sel, i) != LUA_TSTRING)
+      luaL_error(L, "bad option 'names' (item %d is a %s, not a tensor name)", (int)i, luaL_typename(L, -1));
+    else lua_pop(L, 1);
+}
+
+static void load_member(lua_State *L, int fd, const zip_archive *z, const zip_entry *e, dev_memkind kind,
+                        int stream, const char *path, int out) {
+  char err[512];
+  unsigned char *buf = lua_newuserdatauv(L, e->usize ? (size_t)e->usize : 1, 0);
+  if (zip_read_member(fd_read, &fd, z, e, buf, err, sizeof err))
+    luaL_error(L, "load_npz: %s: %s", path, err);
+  mem_file m = {buf, e->usize};
+  npy_header h;
+  memset(&h, 0, sizeof h);
+  if (npy_read_header(mem_read, &m, e->usize, &h, err, sizeof err))
+    luaL_error(L, "load_npz: %s: member '%s': %s", path, e->name, err);
+  push_key(L, e);
+  bind_npy_load(L, mem_read, &m, &h, kind, stream, "load_npz", path);
+  lua_rawset(L, out);
+  lua_pop(L, 1);   /* the member's bytes */
+}
+
+/* gpu.load_npz(path [, {names = {...}, device =, stream =}]) --> {name = tensor} */
+static int gpu_load_npz(lua_State *L) {
+  size_t plen;
+  const char *path = luaL_checklstring(L, 1, &plen);
+  if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
+  static const char *const names[] = {"names", "device", "stream", NULL};
+  int o = bind_read_opts(L, 2, names), sel = o, stream = o + 2;
+  dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  bind_stream(L, stream);
+  check_names_opt(L, sel);
+  int fd = bind_open_read(L, path, "load_npz");
+  struct stat st;
+  if (fstat(fd, &st) != 0) return luaL_error(L, "load_npz: %s: cannot stat the file", path);
+  st_handle *u = push_handle(L);
+  char err[512];
+  if (zip_open(fd_read, &fd, (uint64_t)st.st_size, &u->z, err, sizeof err))
+    return luaL_error(L, "load_npz: %s: %s", path, err);
+  const zip_archive *z = &u->z;
+  /* key -> entry index; two members with one key are refused */
+  lua_createtable(L, 0, (int)(z->n < 1024 ? z->n : 1024));
+  int index = lua_gettop(L);
+  for (size_t i = 0; i < z->n; i++) {
+    push_key(L, &z->e[i]);
+    if (lua_rawget(L, index) != LUA_TNIL) return luaL_error(L, "load_npz: %s: two members named '%s'", path, z->e[i].name);
+    lua_pop(L, 1);
+    push_key(L, &z->e[i]);
+    lua_pushinteger(L, (lua_Integer)i);
+    lua_rawset(L, index);
+  }
+  lua_newtable(L);
+  int out = lua_gettop(L);
+  if (lua_isnil(L, sel)) {
+    for (size_t i = 0; i < z->n; i++) load_member(L, fd, z, &z->e[i], kind, stream, path, out);
+    return 1;
+  }
+  for (int pass = 0; pass < 2; pass++)
+    for (lua_Integer i = 1, n = luaL_len(L, sel); i <= n; i++) {
+      lua_rawgeti(L, sel, i);
+      if (lua_rawget(L, index) == LUA_TNIL) {
+        lua_rawgeti(L, sel, i);
+        return luaL_error(L, "load_npz: %s: no array '%s' in the file", path, lua_tostring(L, -1));
+      }
+      size_t k = (size_t)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+      if (pass) load_member(L, fd, z, &z->e[k], kind, stream, path, out);
+    }
+  return 1;
+}
+
+static void put16(luaL_Buffer *b, unsigned v) {
+  luaL_addchar(b, (char)(v & 0xff));
+  luaL_addchar(b, (char)(v >> 8 & 0xff));
+}
+static void put32(luaL_Buffer *b, uint32_t v) {
+  put16(b, v & 0xffff);
+  put16(b, v >> 16);
+}
+
+typedef struct member { uint32_t crc; uint64_t csize, usize, off; int method; } member;
+
+/* A local header (central = 0) or a central directory entry. */
+static void push_header(lua_State *L, const member *m, const char *name, size_t nlen, int central) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  put32(&b, central ? 0x02014b50u : 0x04034b50u);
+  if (central) put16(&b, 20);     /* made by: MS-DOS, 2.0 */
+  put16(&b, 20);                  /* needed: 2.0 */
+  put16(&b, 0);                   /* flags */
+  put16(&b, (unsigned)m->method);
+  put16(&b, 0);                   /* time 00:00 */
+  put16(&b, 0x21);                /* date 1980-01-01 */
+  put32(&b, m->crc);
+  put32(&b, (uint32_t)m->csize);
+  put32(&b, (uint32_t)m->usize);
+  put16(&b, (unsigned)nlen);
+  put16(&b, 0);                   /* extra */
+  if (central) {
+    put16(&b, 0);                 /* comment */
+    put16(&b, 0);                 /* disk */
+    put16(&b, 0);                 /* internal attributes */
+    put32(&b, 0);                 /* external attributes */
+    put32(&b, (uint32_t)m->off);
+  }
+  luaL_addlstring(&b, name, nlen);
+  luaL_pushresult(&b);
+}
+
+/* gpu.save_npz(path, tensors [, {compress = false, stream =}]) */
+static int gpu_save_npz(lua_State *L) {
+  static const char *const fname = "save_npz";
+  size_t plen;
+  const char *path = luaL_checklstring(L, 1, &plen);
+  if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
+  luaL_checktype(L, 2, LUA_TTABLE);
+  static const char *const optnames[] = {"compress", "stream", NULL};
+  int o = bind_read_opts(L, 3, optnames), stream = o + 1;
+  int compress = lua_toboolean(L, o);
+  dev_ctx *ctx = bind_ctx(L);
+  int names = sorted_names(L, 2, fname);
+  int n = (int)luaL_len(L, names);
+  if (n > 65535) return luaL_error(L, "%s: %d arrays: more than a zip without zip64 holds (65535)", fname, n);
+  lua_newtable(L);   /* the pieces, in order: strings and userdata */
+  int pieces = lua_gettop(L), np = 0;
+  lua_newtable(L);   /* the central directory entries */
+  int cds = lua_gettop(L);
+  member *ms = lua_newuserdatauv(L, sizeof *ms * ((size_t)n + 1), 0);
+  uint64_t off = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, names, i);
+    lua_pushliteral(L, ".npy");
+    lua_concat(L, 2);
+    size_t nlen;
+    const char *name = lua_tolstring(L, -1, &nlen);
+    if (nlen > 65535) return luaL_error(L, "%s: a name of %d bytes is too long for a zip", fname, (int)nlen);
+    int nameidx = lua_gettop(L);
+    lua_rawgeti(L, names, i);
+    lua_rawget(L, 2);
+    gpu_tensor *t = bind_check_tensor(L, -1);
+    char hdr[1024];
+    size_t hlen = bind_npy_make_header(&t->v, hdr);
+    size_t nbytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
+    if (nbytes + hlen >= 0xFFFFFFFFu)
+      return luaL_error(L, "%s: array '%s' of %llu bytes: members of 4 GiB and more (zip64) are not written yet",
+                        fname, lua_tostring(L, -2), (unsigned long long)nbytes);
+    unsigned char *p = lua_newuserdatauv(L, hlen + nbytes, 0);
+    memcpy(p, hdr, hlen);
+    t = bind_check_tensor(L, -2);
+    dev_stream *s = bind_stream(L, stream);
+    bind_call_site(L, ctx, fname);
+    if (nbytes) BIND_CHECK(L, ctx, dev_read(ctx, s, &t->v, p + hlen), fname);
+    member *m = &ms[i];
+    m->usize = hlen + nbytes;
+    m->crc = zip_crc32(0, p, (size_t)m->usize);
+    m->off = off;
+    m->method = 0;
+    m->csize = m->usize;
+    if (compress) {
+      void *c;
+      size_t clen;
+      if (zip_deflate(p, (size_t)m->usize, &c, &clen))
+        return luaL_error(L, "%s: cannot compress (%s)", fname,
+#ifdef GPULUA_HAVE_ZLIB
+                          "out of memory"
+#else
+                          "this gpulua was built without zlib: apt install zlib1g-dev, then rebuild"
+#endif
+        );
+      void *cu = lua_newuserdatauv(L, clen ? clen : 1, 0);
+      memcpy(cu, c, clen);
+      free(c);
+      lua_replace(L, -2);
+      m->method = 8;
+      m->csize = clen;
+    }
+    push_header(L, m, name, nlen, 0);
+    lua_rawseti(L, pieces, ++np);
+    lua_rawseti(L, pieces, ++np);   /* the data */
+    lua_pop(L, 1);                  /* the tensor */
+    push_header(L, m, name, nlen, 1);
+    lua_rawseti(L, cds, i);
+    lua_settop(L, nameidx - 1);
+    off += 30 + nlen + m->csize;
+    if (off >= 0xFFFFFFFFu)
+      return luaL_error(L, "%s: an archive of 4 GiB and more (zip64) is not written yet", fname);
+  }
+  uint64_t cd_off = off, cd_size = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, cds, i);
+    cd_size += luaL_len(L, -1);
+    lua_rawseti(L, pieces, ++np);
+  }
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  put32(&b, 0x06054b50u);
+  put16(&b, 0);
+  put16(&b, 0);
+  put16(&b, (unsigned)n);
+  put16(&b, (unsigned)n);
+  put32(&b, (uint32_t)cd_size);
+  put32(&b, (uint32_t)cd_off);
+  put16(&b, 0);
+  luaL_pushresult(&b);
+  lua_rawseti(L, pieces, ++np);
+
+  bind_piece *pc = lua_newuserdatauv(L, sizeof *pc * (size_t)np, 0);
+  for (int i = 1; i <= np; i++) {
+    lua_rawgeti(L, pieces, i);
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      pc[i - 1].p = lua_tolstring(L, -1, &pc[i - 1].n);
+    } else {
+      /* the data of member k: pieces 2k */
+      member *m = &ms[i / 2];
+      pc[i - 1] = (bind_piece){lua_touserdata(L, -1), (size_t)m->csize};
+    }
+    lua_pop(L, 1);   /* still anchored in pieces */
+  }
+  char err[512];
+  if (bind_write_file(path, pc, np, err, sizeof err)) return luaL_error(L, "%s: %s", fname, err);
+  return 0;
+}
+
 static const luaL_Reg funcs[] = {
+  {"load_npz", gpu_load_npz},
+  {"save_npz", gpu_save_npz},
   {"load_safetensors", gpu_load_safetensors},
   {"save_safetensors", gpu_save_safetensors},
   {NULL, NULL}

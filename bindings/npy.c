@@ -525,7 +525,7 @@ static int gpu_load(lua_State *L) {
 /* numpy.save's header for a C-order array: the dict with sorted keys, room
  * for the first size to grow to 21 digits, spaces and '\n' to align the data
  * to 64 bytes.  Returns its length (the preamble included). */
-static size_t make_header(const dev_view *v, char *out) {
+size_t bind_npy_make_header(const dev_view *v, char *out) {
   const char *descr = "?";
   for (size_t i = 0; i < NPY_NTYPES; i++)
     if (npy_types[i].dt == v->dtype) descr = npy_types[i].descr;
@@ -626,7 +626,7 @@ int bind_tensor_save(lua_State *L) {
     data = p;
   }
   char hdr[1024], err[512];
-  size_t hlen = make_header(&t->v, hdr);
+  size_t hlen = bind_npy_make_header(&t->v, hdr);
   bind_piece pc[2] = {{hdr, hlen}, {data, nbytes}};
   if (bind_write_file(path, pc, 2, err, sizeof err)) return luaL_error(L, "save: %s", err);
   lua_settop(L, 1);

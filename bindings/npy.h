@@ -28,6 +28,10 @@ int npy_read_header(npy_read_fn rd, void *ctx, uint64_t size, npy_header *h, cha
 /* After reading: swaps big-endian elements, makes bools 0/1. */
 void npy_fix_elements(const npy_header *h, void *p);
 
+/* numpy.save's preamble and header for v (C order) into out (1024
+ * bytes); its length (npy.c). */
+size_t bind_npy_make_header(const dev_view *v, char *out);
+
 #ifdef lua_h
 /* Pushes a new tensor of kind holding h's elements, read through rd at
  * h->data_offset, as gpu.load does (npy.c). */

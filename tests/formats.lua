@@ -266,5 +266,173 @@ print('ok')" 2>&1]], PY, ours, ours, theirs))
   T.is({ meta, ts.x:totable(), ts.e.shape }, { { k = "w" }, { { 0, 1 }, { 2, 3 } }, { 0, 2 } }, "we read theirs")
 end)
 
+-- ---- .npz ---------------------------------------------------------------------
+
+-- CRC-32 (the zip one), bit by bit
+local function crc32(s)
+  local c = 0xFFFFFFFF
+  for i = 1, #s do
+    c = c ~ s:byte(i)
+    for _ = 1, 8 do c = (c >> 1) ~ (0xEDB88320 & -(c & 1)) end
+  end
+  return c ~ 0xFFFFFFFF
+end
+
+-- A zip built byte by byte (APPNOTE): members {name, data, crc =, method =,
+-- flags =, zip64 = true (sizes and offset in the zip64 extra field, and a
+-- zip64 end record), dd = true (a data descriptor, zeros in the local header)}.
+local function zip(members, o)
+  o = o or {}
+  local parts, cds, off = {}, {}, 0
+  for _, m in ipairs(members) do
+    local name, data = m[1], m[2]
+    local crc, method, flags = m.crc or crc32(data), m.method or 0, (m.flags or 0) | (m.dd and 8 or 0)
+    local lsize = m.dd and 0 or (m.zip64 and 0xFFFFFFFF or #data)
+    local lextra = (m.zip64 and not m.dd) and string.pack("<I2I2I8I8", 1, 16, #data, #data) or ""
+    local lh = string.pack("<I4I2I2I2I2I2I4I4I4I2I2", 0x04034b50, m.zip64 and 45 or 20, flags, method, 0, 0x21,
+      m.dd and 0 or crc, lsize, lsize, #name, #lextra) .. name .. lextra
+    local dd = m.dd and string.pack("<I4I4I4I4", 0x08074b50, crc, #data, #data) or ""
+    local cextra = m.zip64 and string.pack("<I2I2I8I8I8", 1, 24, #data, #data, off) or ""
+    local csize = m.zip64 and 0xFFFFFFFF or #data
+    cds[#cds + 1] = string.pack("<I4I2I2I2I2I2I2I4I4I4I2I2I2I2I2I4I4", 0x02014b50, 45, m.zip64 and 45 or 20, flags,
+      method, 0, 0x21, crc, csize, csize, #name, #cextra, 0, 0, 0, 0, m.zip64 and 0xFFFFFFFF or off) .. name .. cextra
+    parts[#parts + 1] = lh .. data .. dd
+    off = off + #lh + #data + #dd
+  end
+  local cd = table.concat(cds)
+  local tail = ""
+  if o.zip64 then
+    local rec = string.pack("<I4I8I2I2I4I4I8I8I8I8", 0x06064b50, 44, 45, 45, 0, 0, #members, #members, #cd, off)
+    tail = rec .. string.pack("<I4I4I8I4", 0x07064b50, 0, off + #cd, 1)
+  end
+  local n16 = o.zip64 and 0xFFFF or #members
+  local cdoff = o.zip64 and 0xFFFFFFFF or (o.cd_off or off)
+  return table.concat(parts) .. cd .. tail .. string.pack("<I4I2I2I2I2I4I4I2", 0x06054b50, 0, 0, n16, n16,
+    o.zip64 and 0xFFFFFFFF or #cd, cdoff, #(o.comment or "")) .. (o.comment or "")
+end
+
+local function npy_bytes(t)
+  local p = tmppath()
+  t:save(p)
+  return T.readfile(p)
+end
+
+T.test("npz: stored members, data descriptors, zip64 and a comment, built byte by byte", function()
+  local a, b = npy_bytes(gpu.tensor({ 1, 2, 3 }, { dtype = "f32" })), npy_bytes(gpu.tensor({ { 7, 8 } }, { dtype = "i64" }))
+  for _, case in ipairs {
+    { "plain", zip({ { "a.npy", a }, { "b.npy", b } }) },
+    { "data descriptors", zip({ { "a.npy", a, dd = true }, { "b.npy", b, dd = true } }) },
+    { "zip64", zip({ { "a.npy", a, zip64 = true }, { "b.npy", b, zip64 = true } }, { zip64 = true }) },
+    { "a comment", zip({ { "a.npy", a }, { "b.npy", b } }, { comment = "hello PK\5\6" }) },
+  } do
+    local t = gpu.load_npz(file(case[2]))
+    T.is({ t.a.dtype, t.a:totable(), t.b.dtype, t.b:totable() }, { "f32", { 1, 2, 3 }, "i64", { { 7, 8 } } }, case[1])
+  end
+  local p = file(zip({ { "a.npy", a }, { "b.npy", b } }))
+  local t = gpu.load_npz(p, { names = { "b" }, device = "host" })
+  T.is({ t.a, t.b.device, t.b:totable() }, { nil, "host", { { 7, 8 } } }, "a selection")
+  T.raises_at(function() gpu.load_npz(p, { names = { "c" } }) end, "load_npz: .*: no array 'c' in the file", "a missing name")
+  T.is(gpu.load_npz(file(zip({}))), {}, "an empty archive")
+end)
+
+-- each bad archive: name, bytes, the error after "load_npz: <path>: "
+local function bad_npz()
+  local a = npy_bytes(gpu.tensor({ 1, 2, 3 }, { dtype = "f32" }))
+  local good = zip({ { "a.npy", a } })
+  local flipped = a:sub(1, -2) .. string.char(a:byte(-1) ~ 1)
+  return {
+    { "not a zip", string.rep("x", 100), "not a zip archive %(no end of central directory record" },
+    { "too short", "PK", "not a zip archive %(2 bytes: too short%)" },
+    { "truncated", good:sub(1, #good - 10), "not a zip archive %(no end of central directory record: truncated%?%)" },
+    { "cut before the directory", good:sub(#good - 21), "bad central directory" },
+    { "bad CRC", zip({ { "a.npy", flipped, crc = crc32(a) } }), "member 'a.npy': CRC%-32 mismatch" },
+    { "bad local header", good:gsub("^PK\3\4", "PK\9\9"), "member 'a.npy': bad local header" },
+    { "method 12", zip({ { "a.npy", a, method = 12 } }), "member 'a.npy': compression method 12 is not supported" },
+    { "encrypted", zip({ { "a.npy", a, flags = 1 } }), "member 'a.npy' is encrypted" },
+    { "not a .npy", zip({ { "a.npy", "hello" } }), "member 'a.npy': not a .npy file" },
+    { "a .npy that lies", zip({ { "a.npy", a:sub(1, -3) } }), "member 'a.npy': truncated data" },
+    { "two members, one key", zip({ { "a.npy", a }, { "a", a } }), "two members named 'a'" },
+    { "directory past the end", zip({ { "a.npy", a } }, { cd_off = 5000 }), "bad central directory %(offset 5000" },
+  }
+end
+
+T.test("npz: a bad archive gets a clear error naming the file", function()
+  for _, c in ipairs(bad_npz()) do
+    local p = file(c[2])
+    T.raises_at(function() gpu.load_npz(p) end, "load_npz: " .. p:gsub("%p", "%%%0") .. ": .-" .. c[3], c[1])
+  end
+  T.raises_at(function() gpu.load_npz("/nonexistent/x.npz") end, "load_npz: cannot open /nonexistent/x.npz", "a missing file")
+  T.raises_at(function() gpu.load_npz(file("")) end, "not a zip archive", "an empty file")
+  T.raises_at(function() gpu.load(file(zip({ { "a.npy", "x" } }))) end, "it is a zip archive: for %.npz files, gpu.load_npz", "gpu.load points at load_npz")
+end)
+
+T.test("npz: bad arguments to save", function()
+  local p = tmppath()
+  T.raises_at(function() gpu.save_npz(p, { [1] = gpu.ones({ 1 }) }) end, "save_npz: bad tensors table", "a number key")
+  T.raises_at(function() gpu.save_npz(p, { a = "x" }) end, "tensor 'a' is a string", "not a tensor")
+  T.raises_at(function() gpu.save_npz(p, {}, { compres = true }) end, "unknown option 'compres'", "a misspelt option")
+  T.raises_at(function() gpu.save_npz("/nonexistent/x.npz", { a = gpu.ones({ 1 }) }) end, "save_npz: cannot write", "an unwritable path")
+end)
+
+T.test("npz: round trips with NumPy (savez, savez_compressed, np.load), every dtype", function()
+  if not PY then return T.skip("NumPy npz round trips", "no python3 with numpy found") end
+  -- numpy.savez adds ".npz" to a path without it
+  local stored, compressed, ours, ours_c = tmppath() .. ".npz", tmppath() .. ".npz", tmppath(), tmppath()
+  files[#files + 1], files[#files + 2] = stored, compressed
+  local sp = tmppath()
+  local f = assert(io.open(sp, "w"))
+  f:write([==[
+import sys, numpy as np
+mode, a, b = sys.argv[1], sys.argv[2], sys.argv[3]
+arrays = {'f32': np.array([1.5, -2.25, 1e6], np.float32), 'f64': np.array([[1.5], [-2.25], [1e300]]),
+          'f16': np.array([1.5, -2.25, 65504], np.float16), 'i8': np.array([-128, 0, 127], np.int8),
+          'u8': np.array([0, 200, 255], np.uint8), 'i32': np.array([-2**31, 7, 2**31 - 1], np.int32),
+          'i64': np.array([-2**63, 7, 2**63 - 1], np.int64), 'bool': np.array([True, False, True]),
+          'scalar': np.array(2.5), 'empty': np.zeros((0, 3), np.float32),
+          'big': np.arange(100000, dtype=np.float32) % 97}
+if mode == 'write':
+    np.savez(a, **arrays)
+    np.savez_compressed(b, **arrays)
+else:
+    for path in (a, b):
+        d = np.load(path)
+        assert sorted(d.files) == sorted(arrays), d.files
+        for k, v in arrays.items():
+            assert d[k].dtype == v.dtype and d[k].shape == v.shape and (d[k] == v).all(), (path, k, d[k])
+    print('ok')
+]==])
+  f:close()
+  local out, code = T.sh(string.format("%s %s write %s %s 2>&1", PY, sp, stored, compressed))
+  T.is({ code, out }, { 0, "" }, "numpy writes savez and savez_compressed")
+  for _, p in ipairs { stored, compressed } do
+    local t = gpu.load_npz(p)
+    local names = {}
+    for k in pairs(t) do names[#names + 1] = k end
+    table.sort(names)
+    T.is(names, { "big", "bool", "empty", "f16", "f32", "f64", "i32", "i64", "i8", "scalar", "u8" }, "every key")
+    for _, d in ipairs(DT) do
+      if d[1] ~= "bf16" then T.is({ t[d[1]].dtype, T.flatten(t[d[1]]:totable()) }, { d[1], d[5] }, d[1] .. " from numpy") end
+    end
+    T.is({ t.scalar.shape, t.scalar:item(), t.empty.shape }, { {}, 2.5, { 0, 3 } }, "0-dim and empty from numpy")
+    local want = 0
+    for i = 0, 99999 do want = want + i % 97 end
+    T.is(t.big:to("f64"):sum():item(), want, "100000 elements")
+    -- write them back, stored and deflated; numpy reads ours
+    gpu.save_npz(ours, t)
+    gpu.save_npz(ours_c, t, { compress = true })
+  end
+  T.ok(#T.readfile(ours_c) < #T.readfile(ours), "compress = true makes a smaller file")
+  out, code = T.sh(string.format("%s %s read %s %s 2>&1", PY, sp, ours, ours_c))
+  T.is({ code, out }, { 0, "ok\n" }, "numpy reads ours, stored and deflated")
+  local sel = gpu.load_npz(compressed, { names = { "i8", "scalar" } })
+  T.is({ sel.i8:totable(), sel.scalar:item(), sel.f32 }, { { -128, 0, 127 }, 2.5, nil }, "a selection from a deflated archive")
+  -- a deflated member corrupted in the middle
+  local raw = T.readfile(compressed)
+  local at = raw:find("big.npy", 1, true) + 200
+  local bad = file(raw:sub(1, at) .. string.rep("\255", 64) .. raw:sub(at + 65))
+  T.raises_at(function() gpu.load_npz(bad, { names = { "big" } }) end,
+    { "member 'big.npy': corrupt deflate data", "member 'big.npy': CRC%-32 mismatch" }, "corrupt deflate data")
+end)
+
 for _, p in ipairs(files) do os.remove(p) end
 T.done()

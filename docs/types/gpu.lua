@@ -172,6 +172,15 @@
 ---@field device? gpu.device memory of the tensor (default "device")
 ---@field stream? gpu.Stream stream of the upload
 
+---@class gpu.LoadNpzOpts
+---@field names? string[] only these arrays (default all)
+---@field device? gpu.device memory of the tensors (default "device")
+---@field stream? gpu.Stream stream of the uploads
+
+---@class gpu.SaveNpzOpts
+---@field compress? boolean deflate the members, as numpy.savez_compressed (default false)
+---@field stream? gpu.Stream stream of the read-back
+
 ---@class gpu.LoadSafetensorsOpts
 ---@field names? string[] only these tensors (default all)
 ---@field device? gpu.device memory of the tensors (default "device")
@@ -506,6 +515,18 @@ function gpu.allclose(a, b, opts) end
 ---@param opts? gpu.LoadOpts
 ---@return gpu.Tensor
 function gpu.load(path, opts) end
+
+---Read a NumPy .npz file: the tensors by name.
+---@param path string
+---@param opts? gpu.LoadNpzOpts
+---@return table<string, gpu.Tensor>
+function gpu.load_npz(path, opts) end
+
+---Write a table of tensors (by name) as a NumPy .npz file.
+---@param path string
+---@param tensors table<string, gpu.Tensor>
+---@param opts? gpu.SaveNpzOpts
+function gpu.save_npz(path, tensors, opts) end
 
 ---Read a safetensors file: the tensors by name, and the header's metadata.
 ---@param path string
