@@ -197,6 +197,88 @@ static void check_utf8(lua_State *L, int idx, const char *what, const char *fnam
   lua_pop(L, 2);
 }
 
+/* Pushes '"__metadata__":{...}' for the table at meta, keys sorted so that
+ * the same table gives the same file. */
+static void push_meta_json(lua_State *L, int meta, const char *fname) {
+  if (!lua_istable(L, meta))
+    luaL_error(L, "%s: bad option 'metadata' (a table of strings expected, got %s)", fname, luaL_typename(L, meta));
+  lua_newtable(L);
+  int mk = lua_gettop(L), nk = 0;
+  lua_pushnil(L);
+  while (lua_next(L, meta)) {
+    if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "%s: bad option 'metadata' (a %s = %s entry; keys and values must be strings)", fname,
+                 luaL_typename(L, -2), luaL_typename(L, -1));
+    check_utf8(L, -2, "metadata key", fname);
+    check_utf8(L, -1, "metadata value", fname);
+    lua_pop(L, 1);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, mk, ++nk);
+  }
+  lua_getglobal(L, "table");
+  lua_getfield(L, -1, "sort");
+  lua_pushvalue(L, mk);
+  lua_call(L, 1, 0);
+  lua_pop(L, 1);
+  luaL_Buffer mb;
+  luaL_buffinit(L, &mb);
+  luaL_addstring(&mb, "\"__metadata__\":{");
+  for (int i = 1; i <= nk; i++) {
+    size_t kn, vn;
+    lua_rawgeti(L, mk, i);
+    const char *k = lua_tolstring(L, -1, &kn);
+    lua_pushvalue(L, -1);
+    lua_rawget(L, meta);
+    const char *v = lua_tolstring(L, -1, &vn);
+    lua_pop(L, 2);   /* both still anchored: in mk and in meta */
+    if (i > 1) luaL_addchar(&mb, ',');
+    add_json_string(&mb, k, kn);
+    luaL_addchar(&mb, ':');
+    add_json_string(&mb, v, vn);
+  }
+  luaL_addchar(&mb, '}');
+  luaL_pushresult(&mb);
+  lua_remove(L, mk);
+}
+
+/* The i-th tensor (by sorted name): its bytes in C order on the host into
+ * datas[i] (a counted sync, as t:save), its header entry pushed.  *at: the
+ * offset in the buffer, advanced. */
+static void tensor_entry(lua_State *L, int names, int i, int datas, int stream, uint64_t *at, const char *fname) {
+  size_t kn;
+  lua_rawgeti(L, names, i);
+  const char *k = lua_tolstring(L, -1, &kn);
+  check_utf8(L, -1, "tensor name", fname);
+  if (kn == 12 && memcmp(k, "__metadata__", 12) == 0)
+    luaL_error(L, "%s: a tensor cannot be named '__metadata__' (the format keeps that key)", fname);
+  lua_pushvalue(L, -1);
+  lua_rawget(L, 2);
+  gpu_tensor *t = bind_check_tensor(L, -1);
+  const char *dn = st_dtype_name(t->v.dtype);
+  size_t nbytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
+  char sh[DEV_MAXDIM * 24 + 96];
+  size_t sk = (size_t)snprintf(sh, sizeof sh, ":{\"dtype\":\"%s\",\"shape\":[", dn ? dn : "?");
+  for (int d = 0; d < t->v.ndim; d++)
+    sk += (size_t)snprintf(sh + sk, sizeof sh - sk, d ? ",%lld" : "%lld", (long long)t->v.shape[d]);
+  snprintf(sh + sk, sizeof sh - sk, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)*at,
+           (unsigned long long)(*at + nbytes));
+  *at += nbytes;
+  void *p = lua_newuserdatauv(L, nbytes ? nbytes : 1, 0);
+  t = bind_check_tensor(L, -2);
+  dev_ctx *ctx = bind_ctx(L);
+  dev_stream *s = bind_stream(L, stream);
+  bind_call_site(L, ctx, fname);
+  if (nbytes) BIND_CHECK(L, ctx, dev_read(ctx, s, &t->v, p), fname);
+  lua_rawseti(L, datas, i);
+  lua_pop(L, 1);   /* the tensor: the name stays */
+  luaL_Buffer kb;
+  luaL_buffinit(L, &kb);
+  add_json_string(&kb, k, kn);
+  luaL_addstring(&kb, sh);
+  luaL_pushresult(&kb);
+  lua_remove(L, -2);
+}
+
 /* gpu.save_safetensors(path, tensors [, {metadata = {k = v}, stream = s}]) */
 static int gpu_save_safetensors(lua_State *L) {
   static const char *const fname = "save_safetensors";
@@ -206,115 +288,37 @@ static int gpu_save_safetensors(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   static const char *const optnames[] = {"metadata", "stream", NULL};
   int o = bind_read_opts(L, 3, optnames), meta = o, stream = o + 1;
-  dev_ctx *ctx = bind_ctx(L);
   int names = sorted_names(L, 2, fname);
   int n = (int)luaL_len(L, names);
-
-  luaL_Buffer b;
   lua_newtable(L);   /* the tensors' host bytes, anchored while written */
   int datas = lua_gettop(L);
-  luaL_checkstack(L, 8, "too many tensors");
-  luaL_buffinit(L, &b);
-  luaL_addchar(&b, '{');
-  int first = 1;
+  lua_newtable(L);   /* the header's members, joined below */
+  int parts = lua_gettop(L), np = 0;
   if (!lua_isnil(L, meta)) {
-    if (!lua_istable(L, meta))
-      luaL_error(L, "%s: bad option 'metadata' (a table of strings expected, got %s)", fname, luaL_typename(L, meta));
-    /* sorted keys, so that the same table gives the same file */
-    lua_newtable(L);
-    int mk = lua_gettop(L), nk = 0;
-    lua_pushnil(L);
-    while (lua_next(L, meta)) {
-      if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-        luaL_error(L, "%s: bad option 'metadata' (a %s = %s entry; keys and values must be strings)", fname,
-                   luaL_typename(L, -2), luaL_typename(L, -1));
-      check_utf8(L, -2, "metadata key", fname);
-      check_utf8(L, -1, "metadata value", fname);
-      lua_pop(L, 1);
-      lua_pushvalue(L, -1);
-      lua_rawseti(L, mk, ++nk);
-    }
-    lua_getglobal(L, "table");
-    lua_getfield(L, -1, "sort");
-    lua_pushvalue(L, mk);
-    lua_call(L, 1, 0);
-    lua_pop(L, 1);
-    /* the buffer sits on the stack above mk: build the text apart, then add it */
-    luaL_Buffer mb;
-    luaL_buffinit(L, &mb);
-    luaL_addstring(&mb, "\"__metadata__\":{");
-    for (int i = 1; i <= nk; i++) {
-      size_t kn, vn;
-      lua_rawgeti(L, mk, i);
-      const char *k = lua_tolstring(L, -1, &kn);
-      lua_pushvalue(L, -1);
-      lua_rawget(L, meta);
-      const char *v = lua_tolstring(L, -1, &vn);
-      lua_pop(L, 2);
-      if (i > 1) luaL_addchar(&mb, ',');
-      add_json_string(&mb, k, kn);
-      luaL_addchar(&mb, ':');
-      add_json_string(&mb, v, vn);
-    }
-    luaL_addchar(&mb, '}');
-    luaL_pushresult(&mb);
-    lua_remove(L, mk);
-    luaL_addvalue(&b);
-    first = 0;
+    push_meta_json(L, meta, fname);
+    lua_rawseti(L, parts, ++np);
   }
   uint64_t at = 0;
   for (int i = 1; i <= n; i++) {
-    lua_rawgeti(L, names, i);
-    size_t kn;
-    const char *k = lua_tolstring(L, -1, &kn);
-    check_utf8(L, -1, "tensor name", fname);
-    if (kn == 12 && memcmp(k, "__metadata__", 12) == 0)
-      luaL_error(L, "%s: a tensor cannot be named '__metadata__' (the format keeps that key)", fname);
-    lua_rawget(L, 2);
-    gpu_tensor *t = bind_check_tensor(L, -1);
-    const char *dn = st_dtype_name(t->v.dtype);
-    size_t nbytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
-    char sh[DEV_MAXDIM * 24 + 64];
-    size_t sk = (size_t)snprintf(sh, sizeof sh, "{\"dtype\":\"%s\",\"shape\":[", dn ? dn : "?");
-    for (int d = 0; d < t->v.ndim; d++)
-      sk += (size_t)snprintf(sh + sk, sizeof sh - sk, d ? ",%lld" : "%lld", (long long)t->v.shape[d]);
-    snprintf(sh + sk, sizeof sh - sk, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
-             (unsigned long long)(at + nbytes));
-    at += nbytes;
-    /* the bytes in C order on the host: a counted sync, as t:save */
-    void *p = lua_newuserdatauv(L, nbytes ? nbytes : 1, 0);
-    t = bind_check_tensor(L, -2);
-    dev_stream *s = bind_stream(L, stream);
-    bind_call_site(L, ctx, fname);
-    if (nbytes) BIND_CHECK(L, ctx, dev_read(ctx, s, &t->v, p), fname);
-    lua_rawseti(L, datas, i);
-    lua_pop(L, 1);
-    lua_rawgeti(L, names, i);
-    k = lua_tolstring(L, -1, &kn);
-    /* the key's text goes in through a string, as the buffer is on the stack */
-    luaL_Buffer kb;
-    luaL_buffinit(L, &kb);
-    if (!first) luaL_addchar(&kb, ',');
-    add_json_string(&kb, k, kn);
-    luaL_addchar(&kb, ':');
-    luaL_addstring(&kb, sh);
-    luaL_pushresult(&kb);
-    lua_remove(L, -2);
-    luaL_addvalue(&b);
-    first = 0;
+    tensor_entry(L, names, i, datas, stream, &at, fname);
+    lua_rawseti(L, parts, ++np);
   }
-  luaL_addchar(&b, '}');
-  luaL_pushresult(&b);
+  lua_pushliteral(L, "{");
+  lua_getglobal(L, "table");
+  lua_getfield(L, -1, "concat");
+  lua_remove(L, -2);
+  lua_pushvalue(L, parts);
+  lua_pushliteral(L, ",");
+  lua_call(L, 2, 1);
+  lua_pushliteral(L, "}");
   /* padded with spaces, as the safetensors package does, so that the data starts 8-aligned */
-  size_t tlen;
-  lua_tolstring(L, -1, &tlen);
-  size_t pad = (8 - tlen % 8) % 8;
-  lua_pushlstring(L, "        ", pad);
+  lua_concat(L, 3);
+  size_t tlen = luaL_len(L, -1);
+  lua_pushlstring(L, "        ", (8 - tlen % 8) % 8);
   lua_concat(L, 2);
   const char *hdr = lua_tolstring(L, -1, &tlen);
   unsigned char len8[8];
   for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)tlen >> (8 * i));
-
   bind_piece *pc = lua_newuserdatauv(L, sizeof *pc * ((size_t)n + 2), 0);
   pc[0] = (bind_piece){len8, 8};
   pc[1] = (bind_piece){hdr, tlen};
@@ -323,10 +327,9 @@ static int gpu_save_safetensors(lua_State *L) {
     lua_rawget(L, 2);
     gpu_tensor *t = bind_check_tensor(L, -1);
     size_t nbytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
-    lua_pop(L, 1);
     lua_rawgeti(L, datas, i);
     pc[i + 1] = (bind_piece){lua_touserdata(L, -1), nbytes};
-    lua_pop(L, 1);   /* still anchored in datas */
+    lua_pop(L, 2);   /* still anchored in datas */
   }
   char err[512];
   if (bind_write_file(path, pc, n + 2, err, sizeof err)) return luaL_error(L, "%s: %s", fname, err);
@@ -470,90 +473,63 @@ static void push_header(lua_State *L, const member *m, const char *name, size_t 
   luaL_pushresult(&b);
 }
 
-/* gpu.save_npz(path, tensors [, {compress = false, stream =}]) */
-static int gpu_save_npz(lua_State *L) {
-  static const char *const fname = "save_npz";
-  size_t plen;
-  const char *path = luaL_checklstring(L, 1, &plen);
-  if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
-  luaL_checktype(L, 2, LUA_TTABLE);
-  static const char *const optnames[] = {"compress", "stream", NULL};
-  int o = bind_read_opts(L, 3, optnames), stream = o + 1;
-  int compress = lua_toboolean(L, o);
+/* The i-th array (by sorted name) as a member at offset off: its local
+ * header and data appended to pieces (*np), its central directory entry
+ * to cds[i], its sizes in *m.  Returns the offset after it. */
+static uint64_t add_member(lua_State *L, int names, int i, int compress, int stream, int pieces, int *np, int cds,
+                           member *m, uint64_t off, const char *fname) {
+  int top = lua_gettop(L);
+  lua_rawgeti(L, names, i);
+  lua_pushliteral(L, ".npy");
+  lua_concat(L, 2);
+  size_t nlen;
+  const char *name = lua_tolstring(L, -1, &nlen);
+  if (nlen > 65535) luaL_error(L, "%s: a name of %d bytes is too long for a zip", fname, (int)nlen);
+  lua_rawgeti(L, names, i);
+  lua_rawget(L, 2);
+  gpu_tensor *t = bind_check_tensor(L, -1);
+  char hdr[1024];
+  size_t hlen = bind_npy_make_header(&t->v, hdr);
+  size_t nbytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
+  if (nbytes + hlen >= 0xFFFFFFFFu)
+    luaL_error(L, "%s: array '%s' of %llu bytes: members of 4 GiB and more (zip64) are not written yet", fname,
+               name, (unsigned long long)nbytes);
+  unsigned char *p = lua_newuserdatauv(L, hlen + nbytes, 0);
+  memcpy(p, hdr, hlen);
+  t = bind_check_tensor(L, -2);
   dev_ctx *ctx = bind_ctx(L);
-  int names = sorted_names(L, 2, fname);
-  int n = (int)luaL_len(L, names);
-  if (n > 65535) return luaL_error(L, "%s: %d arrays: more than a zip without zip64 holds (65535)", fname, n);
-  lua_newtable(L);   /* the pieces, in order: strings and userdata */
-  int pieces = lua_gettop(L), np = 0;
-  lua_newtable(L);   /* the central directory entries */
-  int cds = lua_gettop(L);
-  member *ms = lua_newuserdatauv(L, sizeof *ms * ((size_t)n + 1), 0);
-  uint64_t off = 0;
-  for (int i = 1; i <= n; i++) {
-    lua_rawgeti(L, names, i);
-    lua_pushliteral(L, ".npy");
-    lua_concat(L, 2);
-    size_t nlen;
-    const char *name = lua_tolstring(L, -1, &nlen);
-    if (nlen > 65535) return luaL_error(L, "%s: a name of %d bytes is too long for a zip", fname, (int)nlen);
-    int nameidx = lua_gettop(L);
-    lua_rawgeti(L, names, i);
-    lua_rawget(L, 2);
-    gpu_tensor *t = bind_check_tensor(L, -1);
-    char hdr[1024];
-    size_t hlen = bind_npy_make_header(&t->v, hdr);
-    size_t nbytes = (size_t)dev_view_numel(&t->v) * dev_dtype_size(t->v.dtype);
-    if (nbytes + hlen >= 0xFFFFFFFFu)
-      return luaL_error(L, "%s: array '%s' of %llu bytes: members of 4 GiB and more (zip64) are not written yet",
-                        fname, lua_tostring(L, -2), (unsigned long long)nbytes);
-    unsigned char *p = lua_newuserdatauv(L, hlen + nbytes, 0);
-    memcpy(p, hdr, hlen);
-    t = bind_check_tensor(L, -2);
-    dev_stream *s = bind_stream(L, stream);
-    bind_call_site(L, ctx, fname);
-    if (nbytes) BIND_CHECK(L, ctx, dev_read(ctx, s, &t->v, p + hlen), fname);
-    member *m = &ms[i];
-    m->usize = hlen + nbytes;
-    m->crc = zip_crc32(0, p, (size_t)m->usize);
-    m->off = off;
-    m->method = 0;
-    m->csize = m->usize;
-    if (compress) {
-      void *c;
-      size_t clen;
-      if (zip_deflate(p, (size_t)m->usize, &c, &clen))
-        return luaL_error(L, "%s: cannot compress (%s)", fname,
-#ifdef GPULUA_HAVE_ZLIB
-                          "out of memory"
-#else
-                          "this gpulua was built without zlib: apt install zlib1g-dev, then rebuild"
-#endif
-        );
-      void *cu = lua_newuserdatauv(L, clen ? clen : 1, 0);
-      memcpy(cu, c, clen);
-      free(c);
-      lua_replace(L, -2);
-      m->method = 8;
-      m->csize = clen;
-    }
-    push_header(L, m, name, nlen, 0);
-    lua_rawseti(L, pieces, ++np);
-    lua_rawseti(L, pieces, ++np);   /* the data */
-    lua_pop(L, 1);                  /* the tensor */
-    push_header(L, m, name, nlen, 1);
-    lua_rawseti(L, cds, i);
-    lua_settop(L, nameidx - 1);
-    off += 30 + nlen + m->csize;
-    if (off >= 0xFFFFFFFFu)
-      return luaL_error(L, "%s: an archive of 4 GiB and more (zip64) is not written yet", fname);
+  dev_stream *s = bind_stream(L, stream);
+  bind_call_site(L, ctx, fname);
+  if (nbytes) BIND_CHECK(L, ctx, dev_read(ctx, s, &t->v, p + hlen), fname);
+  m->usize = m->csize = hlen + nbytes;
+  m->crc = zip_crc32(0, p, (size_t)m->usize);
+  m->off = off;
+  m->method = 0;
+  if (compress) {
+    void *c;
+    size_t clen;
+    if (zip_deflate(p, (size_t)m->usize, &c, &clen))
+      luaL_error(L, "%s: cannot compress (out of memory, or a gpulua built without zlib: apt install "
+                 "zlib1g-dev, then rebuild)", fname);
+    void *cu = lua_newuserdatauv(L, clen ? clen : 1, 0);
+    memcpy(cu, c, clen);
+    free(c);
+    lua_replace(L, -2);
+    m->method = 8;
+    m->csize = clen;
   }
-  uint64_t cd_off = off, cd_size = 0;
-  for (int i = 1; i <= n; i++) {
-    lua_rawgeti(L, cds, i);
-    cd_size += luaL_len(L, -1);
-    lua_rawseti(L, pieces, ++np);
-  }
+  push_header(L, m, name, nlen, 0);
+  lua_rawseti(L, pieces, ++*np);
+  lua_rawseti(L, pieces, ++*np);   /* the data */
+  push_header(L, m, name, nlen, 1);
+  lua_rawseti(L, cds, i);
+  lua_settop(L, top);
+  off += 30 + nlen + m->csize;
+  if (off >= 0xFFFFFFFFu) luaL_error(L, "%s: an archive of 4 GiB and more (zip64) is not written yet", fname);
+  return off;
+}
+
+static void push_end_record(lua_State *L, int n, uint64_t cd_size, uint64_t cd_off) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   put32(&b, 0x06054b50u);
@@ -565,18 +541,42 @@ static int gpu_save_npz(lua_State *L) {
   put32(&b, (uint32_t)cd_off);
   put16(&b, 0);
   luaL_pushresult(&b);
-  lua_rawseti(L, pieces, ++np);
+}
 
+/* gpu.save_npz(path, tensors [, {compress = false, stream =}]) */
+static int gpu_save_npz(lua_State *L) {
+  static const char *const fname = "save_npz";
+  size_t plen;
+  const char *path = luaL_checklstring(L, 1, &plen);
+  if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
+  luaL_checktype(L, 2, LUA_TTABLE);
+  static const char *const optnames[] = {"compress", "stream", NULL};
+  int o = bind_read_opts(L, 3, optnames), stream = o + 1;
+  int compress = lua_toboolean(L, o);
+  int names = sorted_names(L, 2, fname);
+  int n = (int)luaL_len(L, names);
+  if (n > 65535) return luaL_error(L, "%s: %d arrays: more than a zip without zip64 holds (65535)", fname, n);
+  lua_newtable(L);   /* the pieces, in order: strings and userdata */
+  int pieces = lua_gettop(L), np = 0;
+  lua_newtable(L);   /* the central directory entries */
+  int cds = lua_gettop(L);
+  member *ms = lua_newuserdatauv(L, sizeof *ms * ((size_t)n + 1), 0);
+  uint64_t off = 0, cd_size = 0;
+  for (int i = 1; i <= n; i++) off = add_member(L, names, i, compress, stream, pieces, &np, cds, &ms[i], off, fname);
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, cds, i);
+    cd_size += luaL_len(L, -1);
+    lua_rawseti(L, pieces, ++np);
+  }
+  push_end_record(L, n, cd_size, off);
+  lua_rawseti(L, pieces, ++np);
   bind_piece *pc = lua_newuserdatauv(L, sizeof *pc * (size_t)np, 0);
   for (int i = 1; i <= np; i++) {
     lua_rawgeti(L, pieces, i);
-    if (lua_type(L, -1) == LUA_TSTRING) {
+    if (lua_type(L, -1) == LUA_TSTRING)
       pc[i - 1].p = lua_tolstring(L, -1, &pc[i - 1].n);
-    } else {
-      /* the data of member k: pieces 2k */
-      member *m = &ms[i / 2];
-      pc[i - 1] = (bind_piece){lua_touserdata(L, -1), (size_t)m->csize};
-    }
+    else   /* the data of member k is piece 2k */
+      pc[i - 1] = (bind_piece){lua_touserdata(L, -1), (size_t)ms[i / 2].csize};
     lua_pop(L, 1);   /* still anchored in pieces */
   }
   char err[512];

@@ -131,6 +131,31 @@ void zip_free(zip_archive *za) {
   memset(za, 0, sizeof *za);
 }
 
+/* zip64: a locator right before the end record at *end_pos points at the
+ * zip64 end record, whose values replace the 32-bit ones. */
+static int zip64_end(zip_read_fn rd, void *ctx, uint64_t *end_pos, uint64_t *cd_off, uint64_t *cd_size,
+                     uint64_t *count, char *err, size_t errlen) {
+  unsigned char loc[20], rec[56];
+  if (*end_pos < 20) return 0;
+  if (rd(ctx, loc, 20, *end_pos - 20) != 0) return read_fail(err, errlen, "the zip64 locator");
+  if (u32(loc) != SIG_LOC64) return 0;
+  uint64_t off = u64(loc + 8);
+  if (off > *end_pos - 20 || *end_pos - 20 - off < 56) {
+    snprintf(err, errlen, "bad zip64 locator (its record at %llu is not before it)", (unsigned long long)off);
+    return -1;
+  }
+  if (rd(ctx, rec, 56, off) != 0) return read_fail(err, errlen, "the zip64 end record");
+  if (u32(rec) != SIG_END64) {
+    snprintf(err, errlen, "bad zip64 end record (wrong signature at %llu)", (unsigned long long)off);
+    return -1;
+  }
+  *count = u64(rec + 32);
+  *cd_size = u64(rec + 40);
+  *cd_off = u64(rec + 48);
+  *end_pos = off;
+  return 0;
+}
+
 /* The end record (and zip64's): where the central directory is. */
 static int find_end(zip_read_fn rd, void *ctx, uint64_t size, uint64_t *cd_off, uint64_t *cd_size, uint64_t *count,
                     char *err, size_t errlen) {
@@ -172,36 +197,8 @@ static int find_end(zip_read_fn rd, void *ctx, uint64_t size, uint64_t *cd_off, 
   *count = u16(e + 10);
   *cd_size = u32(e + 12);
   *cd_off = u32(e + 16);
-  /* zip64: a locator right before the end record */
-  if (end_pos >= 20) {
-    unsigned char loc[20], rec[56];
-    if (rd(ctx, loc, 20, end_pos - 20) != 0) {
-      free(t);
-      return read_fail(err, errlen, "the zip64 locator");
-    }
-    if (u32(loc) == SIG_LOC64) {
-      uint64_t off = u64(loc + 8);
-      if (off > end_pos - 20 || end_pos - 20 - off < 56) {
-        free(t);
-        snprintf(err, errlen, "bad zip64 locator (its record at %llu is not before it)", (unsigned long long)off);
-        return -1;
-      }
-      if (rd(ctx, rec, 56, off) != 0) {
-        free(t);
-        return read_fail(err, errlen, "the zip64 end record");
-      }
-      if (u32(rec) != SIG_END64) {
-        free(t);
-        snprintf(err, errlen, "bad zip64 end record (wrong signature at %llu)", (unsigned long long)off);
-        return -1;
-      }
-      *count = u64(rec + 32);
-      *cd_size = u64(rec + 40);
-      *cd_off = u64(rec + 48);
-      end_pos = off;
-    }
-  }
   free(t);
+  if (zip64_end(rd, ctx, &end_pos, cd_off, cd_size, count, err, errlen)) return -1;
   if (*cd_off > end_pos || *cd_size > end_pos - *cd_off) {
     snprintf(err, errlen, "bad central directory (offset %llu, %llu bytes; the end record is at %llu): truncated?",
              (unsigned long long)*cd_off, (unsigned long long)*cd_size, (unsigned long long)end_pos);
