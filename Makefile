@@ -138,6 +138,17 @@ BLAS_CFLAGS := $(shell $(PKGCONF) --cflags openblas)
 else ifneq ($(and $(wildcard /usr/include/$(MULTIARCH)/cblas.h),$(wildcard /usr/lib/$(MULTIARCH)/libopenblas.so)),)
 BLAS_FOUND := yes
 endif
+# zlib: the deflated members of .npz files (bindings/zip.c); without it,
+# stored members only (CRC-32 by a built-in loop).
+ifeq ($(call pkgconf_has,zlib),yes)
+ZLIB_FOUND := yes
+ZLIB_CFLAGS := $(shell $(PKGCONF) --cflags zlib)
+ZLIB_LIBS := $(shell $(PKGCONF) --libs zlib)
+else ifneq ($(and $(wildcard /usr/include/zlib.h),$(wildcard /usr/lib/$(MULTIARCH)/libz.so)),)
+ZLIB_FOUND := yes
+ZLIB_LIBS := -lz
+endif
+
 # OpenBLAS is not linked: cuda/cpu_matmul.c loads libopenblas.so.0 with dlopen
 # at the first host matmul (its header is all the build needs).
 
@@ -148,14 +159,15 @@ ifneq ($(PRINT_GOALS),)
 $(info gpulua: nvcc      $(if $(CUDA_FOUND),found ($(NVCC)): building the CUDA and host backends (cudart static; cuBLAS loaded at run time),$(if $(CUDA_TOOLKIT),found ($(NVCC)); CUDA backend $(CUDA_WHY): building the host backend only,$(if $(NVCC),found, but no static cudart or cuda/cuda/k_launch.cu: building the host backend only,not found: building the host backend only))))
 $(info gpulua: liblua5.4 $(if $(LUA_FOUND),found ($(LUA_A) linked statically; headers $(LUA_INC)),not found (need $(LUA_A) and $(LUA_INC)/lua.h)))
 $(info gpulua: libedit   $(if $(EDIT_FOUND),found (REPL line editing),not found (REPL reads plain lines)))
+$(info gpulua: zlib      $(if $(ZLIB_FOUND),found (.npz files stored and deflated),not found (.npz files stored only)))
 $(info gpulua: OpenBLAS  $(if $(BLAS_FOUND),found (host matmul f32/f64 through cblas, libopenblas.so.0 loaded at run time),not found (matmul through the built-in loops)))
 endif
 endif
 
 # ---- flags -----------------------------------------------------------------
 
-DEFS := -D_GNU_SOURCE $(if $(EDIT_FOUND),-DGPULUA_HAVE_LIBEDIT) $(if $(BLAS_FOUND),-DGPULUA_HAVE_OPENBLAS) $(if $(CUDA_FOUND),-DGPULUA_HAVE_CUDA)
-INCLUDES := -iquote . -iquote interp/lib -iquote bindings -iquote cuda -I$(LUA_INC) $(EDIT_CFLAGS) $(BLAS_CFLAGS) $(if $(CUDA_FOUND),-isystem $(CUDA_HOME)/include)
+DEFS := -D_GNU_SOURCE $(if $(EDIT_FOUND),-DGPULUA_HAVE_LIBEDIT) $(if $(BLAS_FOUND),-DGPULUA_HAVE_OPENBLAS) $(if $(ZLIB_FOUND),-DGPULUA_HAVE_ZLIB) $(if $(CUDA_FOUND),-DGPULUA_HAVE_CUDA)
+INCLUDES := -iquote . -iquote interp/lib -iquote bindings -iquote cuda -I$(LUA_INC) $(EDIT_CFLAGS) $(BLAS_CFLAGS) $(ZLIB_CFLAGS) $(if $(CUDA_FOUND),-isystem $(CUDA_HOME)/include)
 # The gpulua program (interp/cli/) sees the library through gpulua.h alone.
 CLI_INCLUDES := -iquote interp/lib -I$(LUA_INC) $(EDIT_CFLAGS)
 OPT := -O2 -g
@@ -172,7 +184,7 @@ ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
 # -fmad=false: no FMA across two roundings; a fused op (cuda/cuda/fgen.c)
 # must give the unfused ops' results, and the host backend has no FMA.
 NVCCFLAGS = -std=c++17 -O3 -fmad=false $(CUDA_ARCH) $(FATBIN_FLAGS) -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fno-semantic-interposition -MMD -MP -Icuda $(NVCC_EXTRA)
-SYSLIBS := $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) -lm -ldl -lpthread
+SYSLIBS := $(if $(CUDA_FOUND),$(CUDART_A) -lrt -lstdc++) $(ZLIB_LIBS) -lm -ldl -lpthread
 
 # ---- what gets built -------------------------------------------------------
 
@@ -526,7 +538,7 @@ FUZZ_SEEDS ?= 1 2 3
 FUZZ_MINIMIZE_SECONDS ?= 120
 FUZZ_CC ?= clang
 FUZZ_DIR := $(BUILD)/fuzz
-FUZZ_TARGETS := npy kernel_sig kcache
+FUZZ_TARGETS := npy safetensors npz kernel_sig kcache
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
                -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GNU_SOURCE \
@@ -555,6 +567,15 @@ $(FUZZ_DIR)/fuzz_npy: tests/fuzz/fuzz_npy.c bindings/npy.c cuda/dtype.c $(FUZZ_H
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_npy.c cuda/dtype.c $(LUA_A) -lm -ldl
 
+$(FUZZ_DIR)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c bindings/safetensors.c bindings/json.c cuda/dtype.c $(FUZZ_HDRS) | fuzz-cc
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_safetensors.c bindings/safetensors.c bindings/json.c cuda/dtype.c
+
+$(FUZZ_DIR)/fuzz_npz: tests/fuzz/fuzz_npz.c bindings/zip.c bindings/npy.c cuda/dtype.c $(FUZZ_HDRS) | fuzz-cc
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(if $(ZLIB_FOUND),-DGPULUA_HAVE_ZLIB) -o $@ tests/fuzz/fuzz_npz.c bindings/zip.c cuda/dtype.c \
+	  $(LUA_A) $(ZLIB_LIBS) -lm -ldl
+
 $(FUZZ_DIR)/fuzz_kernel_sig: tests/fuzz/fuzz_kernel_sig.c cuda/kernel_sig.c $(FUZZ_HDRS) | fuzz-cc
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_kernel_sig.c cuda/kernel_sig.c
@@ -579,7 +600,7 @@ endif
 # also the C++ compiler gpu.compile runs on the host backend; python3-numpy is
 # the oracle of tests/ops_numpy.lua; luarocks builds the rockspec in
 # tests/rockspec.lua)
-DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev pkg-config python3-numpy luarocks
+DEB_PKGS := liblua5.4-dev lua5.4 libedit-dev libopenblas-dev zlib1g-dev pkg-config python3-numpy luarocks
 deps:
 	@missing=; \
 	for p in $(DEB_PKGS); do \

@@ -24,6 +24,7 @@
 #define GPULUA_RANGE "gpu.Range"
 #define GPULUA_USING "gpu.Using"           /* gpu.using's to-be-closed guard */
 #define GPULUA_NPY_FILE "gpu.NpyFile"      /* a .npy file being read (gpu.load) */
+#define GPULUA_ST_HEADER "gpu.SafetensorsHeader" /* a parsed header (gpu.load_safetensors) */
 #define GPULUA_DLPACK "gpu.DLPack"         /* a DLPack capsule handed to scripts */
 #define GPULUA_STATE "gpu.State"           /* the per-interpreter state */
 #define GPULUA_GROUP "gpu.Group"           /* a process group (gpu.new_group) */
@@ -40,7 +41,7 @@ typedef struct bind_type { const char *name; } bind_type;
 extern const bind_type bind_stream_type, bind_event_type, bind_tensor_type, bind_kernel_type,
     bind_launcher_type, bind_module_type, bind_modref_type, bind_modfile_type, bind_task_type,
     bind_nosync_type, bind_range_type, bind_using_type, bind_npy_file_type, bind_dlpack_type,
-    bind_state_type, bind_graph_type, bind_group_type;
+    bind_state_type, bind_graph_type, bind_group_type, bind_st_header_type;
 
 /* One per interpreter, a full userdata anchored in the registry. */
 typedef struct gpu_state {
@@ -162,6 +163,21 @@ gpu_tensor *bind_push_tensor_handle(lua_State *L);
 gpu_tensor *bind_check_tensor(lua_State *L, int idx);
 gpu_tensor *bind_test_tensor(lua_State *L, int idx); /* NULL if not a tensor; raises if closed */
 int bind_tensor_save(lua_State *L);   /* t:save(path [, opts]), in npy.c with the .npy writer */
+/* A file written whole from pieces, through a temporary renamed over path
+ * (npy.c); 0, or -1 with a message in err. */
+typedef struct bind_piece { const void *p; size_t n; } bind_piece;
+int bind_write_file(const char *path, const bind_piece *pc, int npc, char *err, size_t errlen);
+/* Opens a regular file to read, with a to-be-closed handle pushed; raises
+ * "fname: ..." when it cannot.  Returns the descriptor. */
+int bind_open_read(lua_State *L, const char *path, const char *fname);
+/* Reads n bytes at off: 0, or -1 with errno (0 at the end of the file). */
+int bind_read_at(int fd, void *p, size_t n, uint64_t off);
+/* Pushes a new tensor of kind read from the C-order little-endian elements
+ * at off of fd, as gpu.load does (device memory: staged through pinned
+ * memory, the copy queued on the stream at slot stream); the caller checked
+ * that they lie within the file. */
+void bind_load_elements(lua_State *L, int fd, uint64_t off, dev_dtype dt, int ndim, const int64_t *shape,
+                        dev_memkind kind, int stream, const char *fname, const char *path);
 
 /* Options: the table at idx (none or nil: none given), read in one pass
  * with raw access, so no metamethod of the caller's table runs in the middle
@@ -214,6 +230,7 @@ void bind_sync_apply(lua_State *L);
 void bind_sync_apply_slot(lua_State *L, int slot);
 int bind_open_trace(lua_State *L);    /* gpu.trace, gpu.range */
 int bind_open_npy(lua_State *L);      /* gpu.load (.npy files) */
+int bind_open_formats(lua_State *L);  /* gpu.load_safetensors, gpu.save_safetensors */
 int bind_open_dlpack(lua_State *L);   /* gpu.from_dlpack */
 int bind_open_memory(lua_State *L);   /* gpu.memory, gpu.empty_cache, gpu.reset_peak_memory */
 void bind_memory_init(gpu_state *st); /* once the context is open */

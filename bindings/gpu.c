@@ -448,6 +448,7 @@ int bind_open_gpu(lua_State *L) {
   bind_open_graph(L);
   bind_open_trace(L);
   bind_open_npy(L);
+  bind_open_formats(L);
   bind_open_dlpack(L);
   bind_open_memory(L);
   return 1;

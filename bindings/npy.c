@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "tensor.h"
+#include "npy.h"
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -52,16 +53,6 @@ static const struct npy_type {
 };
 #define NPY_NTYPES (sizeof npy_types / sizeof npy_types[0])
 
-typedef struct npy_header {
-  int major, minor;
-  size_t data_offset, nbytes;
-  dev_dtype dt;
-  int swap;                     /* big-endian elements: swapped after reading */
-  int fortran;
-  int ndim;
-  int64_t shape[DEV_MAXDIM];
-  char descr[40];               /* as written, for messages */
-} npy_header;
 
 /* ---- the file handle: a userdata that closes the descriptor -------------- */
 
@@ -285,30 +276,19 @@ static const char *file_kind(mode_t m) {
        : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
 }
 
-/* Reads and checks the preamble and header of the open file; sizes are
- * checked against the file's before anything they give is allocated. */
-static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t errlen) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    snprintf(err, errlen, "cannot stat the file: %s", strerror_r(errno, (char[128]){0}, 128));
-    return -1;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "not a regular file (%s)", file_kind(st.st_mode));
-    return -1;
-  }
-  /* opened O_NONBLOCK so that a FIFO could not block the open; a regular file reads as usual */
-  int fl = fcntl(fd, F_GETFL);
-  if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-  uint64_t size = (uint64_t)st.st_size;
+/* Reads and checks the preamble and header of a file of size bytes read
+ * through rd; sizes are checked against the file's before anything they
+ * give is allocated.  Lua-free: the .npz reader (formats.c) reads members
+ * of a zip through it. */
+int npy_read_header(npy_read_fn rd, void *ctx, uint64_t size, npy_header *h, char *err, size_t errlen) {
   unsigned char pre[12];
   size_t n = size < sizeof pre ? (size_t)size : sizeof pre;
-  if (read_at(fd, pre, n, 0) != 0) {
+  if (rd(ctx, pre, n, 0) != 0) {
     snprintf(err, errlen, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128) : "unexpected end of file");
     return -1;
   }
   if (n >= 4 && memcmp(pre, "PK\3\4", 4) == 0) {
-    snprintf(err, errlen, "not a .npy file (it is a zip archive: .npz files are not supported; unzip it)");
+    snprintf(err, errlen, "not a .npy file (it is a zip archive: for .npz files, gpu.load_npz)");
     return -1;
   }
   if (memcmp(pre, NPY_MAGIC, n < NPY_MAGIC_LEN ? n : NPY_MAGIC_LEN) != 0 || n == 0) {
@@ -343,14 +323,20 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
     snprintf(err, errlen, "header of %llu bytes is too large (at most %d)", (unsigned long long)hlen, NPY_MAX_HEADER);
     return -1;
   }
-  char *text = lua_newuserdatauv(L, (size_t)hlen + 1, 0);
-  if (read_at(fd, text, (size_t)hlen, (off_t)prefix) != 0) {
+  char *text = malloc((size_t)hlen + 1);
+  if (!text) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (rd(ctx, text, (size_t)hlen, prefix) != 0) {
     snprintf(err, errlen, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128) : "unexpected end of file");
+    free(text);
     return -1;
   }
   text[hlen] = 0;
-  if (parse_header(text, (size_t)hlen, h, err, errlen)) return -1;
-  lua_pop(L, 1);
+  int rc = parse_header(text, (size_t)hlen, h, err, errlen);
+  free(text);
+  if (rc) return -1;
   h->data_offset = prefix + (size_t)hlen;
   uint64_t have = size - h->data_offset;
   if (have != h->nbytes) {
@@ -363,6 +349,26 @@ static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t er
     return -1;
   }
   return 0;
+}
+
+static int fd_read(void *ctx, void *p, size_t n, uint64_t off) { return read_at(*(int *)ctx, p, n, (off_t)off); }
+
+/* npy_read_header on an open file, checked to be a regular file first. */
+static int read_header(lua_State *L, int fd, npy_header *h, char *err, size_t errlen) {
+  (void)L;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    snprintf(err, errlen, "cannot stat the file: %s", strerror_r(errno, (char[128]){0}, 128));
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "not a regular file (%s)", file_kind(st.st_mode));
+    return -1;
+  }
+  /* opened O_NONBLOCK so that a FIFO could not block the open; a regular file reads as usual */
+  int fl = fcntl(fd, F_GETFL);
+  if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return npy_read_header(fd_read, &fd, (uint64_t)st.st_size, h, err, errlen);
 }
 
 /* tests/fuzz/npy_header.c includes this file for the reader above alone. */
@@ -389,7 +395,7 @@ static void drop(lua_State *L, int idx) {
   }
 }
 
-static void fix_elements(const npy_header *h, void *p) {
+void npy_fix_elements(const npy_header *h, void *p) {
   size_t esz = dev_dtype_size(h->dt), n = h->nbytes / esz;
   unsigned char *c = p;
   if (h->swap) {
@@ -404,6 +410,87 @@ static void fix_elements(const npy_header *h, void *p) {
     for (size_t i = 0; i < n; i++) c[i] = c[i] != 0;
   }
 }
+
+/* Reads h's elements at h->data_offset through rd into a new tensor of kind
+ * pushed on the stack: device memory through a pinned staging buffer and a
+ * copy queued on the stream at slot stream, the other kinds directly.
+ * fname and path name the error. */
+void bind_npy_load(lua_State *L, npy_read_fn rd, void *rctx, const npy_header *h, dev_memkind kind, int stream,
+                   const char *fname, const char *path) {
+  char err[512];
+  /* the device tensor first: out of device memory fails before the read */
+  int dst = 0;
+  if (kind == DEV_MEM_DEVICE) {
+    push_tensor(L, DEV_MEM_DEVICE, h);
+    dst = lua_gettop(L);
+  }
+  gpu_tensor *stage = push_tensor(L, kind == DEV_MEM_HOST ? DEV_MEM_HOST : DEV_MEM_PINNED, h);
+  int sidx = lua_gettop(L);
+  if (h->nbytes && rd(rctx, stage->v.buf->ptr, h->nbytes, h->data_offset) != 0) {
+    snprintf(err, sizeof err, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128)
+                                                      : "unexpected end of file (the file shrank)");
+    /* the memory goes now, not at the next collection */
+    drop(L, sidx);
+    if (dst) drop(L, dst);
+    luaL_error(L, "%s: %s: %s", fname, path, err);
+  }
+  npy_fix_elements(h, stage->v.buf->ptr);
+  if (!dst) return;
+
+  dev_ctx *ctx = bind_ctx(L);
+  dev_stream *s = bind_stream(L, stream);
+  gpu_tensor *t = bind_check_tensor(L, dst);
+  stage = bind_check_tensor(L, sidx);
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
+  op.in[0] = stage->v;
+  bind_call_site(L, ctx, fname);
+  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), fname);
+  /* the staging buffer goes back to the pool once the copy has read it */
+  drop(L, sidx);
+  lua_settop(L, dst);
+}
+
+void bind_load_elements(lua_State *L, int fd, uint64_t off, dev_dtype dt, int ndim, const int64_t *shape,
+                        dev_memkind kind, int stream, const char *fname, const char *path) {
+  npy_header h;
+  memset(&h, 0, sizeof h);
+  h.dt = dt;
+  h.ndim = ndim;
+  int empty = 0;
+  size_t n = 1;
+  for (int d = 0; d < ndim; d++) {
+    h.shape[d] = shape[d];
+    empty |= shape[d] == 0;
+    n *= (size_t)(shape[d] ? shape[d] : 1);   /* the caller checked the size against the file's */
+  }
+  h.nbytes = empty ? 0 : n * dev_dtype_size(dt);
+  h.data_offset = (size_t)off;
+  bind_npy_load(L, fd_read, &fd, &h, kind, stream, fname, path);
+}
+
+int bind_open_read(lua_State *L, const char *path, const char *fname) {
+  npy_file *f = bind_new_udata(L, &bind_npy_file_type, sizeof *f, 0);
+  f->fd = -1;
+  lua_toclose(L, lua_gettop(L));   /* closed on return and on every error */
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer */
+  f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  char err[512];
+  if (f->fd < 0) {
+    os_error(err, sizeof err, "cannot open", path, errno);
+    luaL_error(L, "%s: %s", fname, err);
+  }
+  struct stat st;
+  if (fstat(f->fd, &st) != 0) {
+    os_error(err, sizeof err, "cannot stat", path, errno);
+    luaL_error(L, "%s: %s", fname, err);
+  }
+  if (!S_ISREG(st.st_mode)) luaL_error(L, "%s: %s: not a regular file (%s)", fname, path, file_kind(st.st_mode));
+  int fl = fcntl(f->fd, F_GETFL);
+  if (fl != -1) fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK);
+  return f->fd;
+}
+
+int bind_read_at(int fd, void *p, size_t n, uint64_t off) { return read_at(fd, p, n, (off_t)off); }
 
 /* gpu.load(path [, {device = "device"|"pinned"|"host", stream = s}]) */
 static int gpu_load(lua_State *L) {
@@ -429,37 +516,7 @@ static int gpu_load(lua_State *L) {
   npy_header h;
   memset(&h, 0, sizeof h);
   if (read_header(L, f->fd, &h, err, sizeof err)) return luaL_error(L, "load: %s: %s", path, err);
-
-  /* the device tensor first: out of device memory fails before the read */
-  int dst = 0;
-  if (kind == DEV_MEM_DEVICE) {
-    push_tensor(L, DEV_MEM_DEVICE, &h);
-    dst = lua_gettop(L);
-  }
-  gpu_tensor *stage = push_tensor(L, kind == DEV_MEM_HOST ? DEV_MEM_HOST : DEV_MEM_PINNED, &h);
-  int sidx = lua_gettop(L);
-  if (read_at(f->fd, stage->v.buf->ptr, h.nbytes, (off_t)h.data_offset) != 0) {
-    snprintf(err, sizeof err, "read failed: %s", errno ? strerror_r(errno, (char[128]){0}, 128)
-                                                      : "unexpected end of file (the file shrank)");
-    /* the memory goes now, not at the next collection */
-    drop(L, sidx);
-    if (dst) drop(L, dst);
-    return luaL_error(L, "load: %s: %s", path, err);
-  }
-  fix_elements(&h, stage->v.buf->ptr);
-  if (!dst) return 1;
-
-  dev_ctx *ctx = bind_ctx(L);
-  dev_stream *s = bind_stream(L, stream);
-  gpu_tensor *t = bind_check_tensor(L, dst);
-  stage = bind_check_tensor(L, sidx);
-  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
-  op.in[0] = stage->v;
-  bind_call_site(L, ctx, "load");
-  BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), "load");
-  /* the staging buffer goes back to the pool once the copy has read it */
-  drop(L, sidx);
-  lua_settop(L, dst);
+  bind_npy_load(L, fd_read, &f->fd, &h, kind, stream, "load", path);
   return 1;
 }
 
@@ -468,7 +525,7 @@ static int gpu_load(lua_State *L) {
 /* numpy.save's header for a C-order array: the dict with sorted keys, room
  * for the first size to grow to 21 digits, spaces and '\n' to align the data
  * to 64 bytes.  Returns its length (the preamble included). */
-static size_t make_header(const dev_view *v, char *out) {
+size_t bind_npy_make_header(const dev_view *v, char *out) {
   const char *descr = "?";
   for (size_t i = 0; i < NPY_NTYPES; i++)
     if (npy_types[i].dt == v->dtype) descr = npy_types[i].descr;
@@ -507,10 +564,10 @@ static int write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
-/* Write header and data to a new file beside path, then rename it over
- * path: a failed save leaves path as it was.  0, or -1 with a message. */
-static int save_file(const char *path, const char *hdr, size_t hlen, const void *data, size_t n, char *err,
-                     size_t errlen) {
+/* Write the pieces to a new file beside path, then rename it over path: a
+ * failed save leaves path as it was.  0, or -1 with a message.  The other
+ * file formats (formats.c) write through it too. */
+int bind_write_file(const char *path, const bind_piece *pc, int npc, char *err, size_t errlen) {
   size_t plen = strlen(path);
   char *tmp = malloc(plen + 48);
   if (!tmp) {
@@ -521,7 +578,7 @@ static int save_file(const char *path, const char *hdr, size_t hlen, const void 
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   for (int i = 0; i < 16 && fd < 0; i++) {
-    unsigned long nonce = (unsigned long)ts.tv_nsec ^ ((unsigned long)(uintptr_t)data >> 4) ^ (unsigned long)i * 7919u;
+    unsigned long nonce = (unsigned long)ts.tv_nsec ^ ((unsigned long)(uintptr_t)pc >> 4) ^ (unsigned long)i * 7919u;
     snprintf(tmp, plen + 48, "%s.%ld.%lx.tmp", path, (long)getpid(), nonce);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
@@ -531,7 +588,9 @@ static int save_file(const char *path, const char *hdr, size_t hlen, const void 
     free(tmp);
     return -1;
   }
-  if (write_all(fd, hdr, hlen) || write_all(fd, data, n) || fsync(fd)) e = errno;
+  for (int i = 0; i < npc && !e; i++)
+    if (write_all(fd, pc[i].p, pc[i].n)) e = errno;
+  if (!e && fsync(fd)) e = errno;
   if (close(fd) && !e) e = errno;
   if (!e && rename(tmp, path)) e = errno;
   if (e) {
@@ -567,8 +626,9 @@ int bind_tensor_save(lua_State *L) {
     data = p;
   }
   char hdr[1024], err[512];
-  size_t hlen = make_header(&t->v, hdr);
-  if (save_file(path, hdr, hlen, data, nbytes, err, sizeof err)) return luaL_error(L, "save: %s", err);
+  size_t hlen = bind_npy_make_header(&t->v, hdr);
+  bind_piece pc[2] = {{hdr, hlen}, {data, nbytes}};
+  if (bind_write_file(path, pc, 2, err, sizeof err)) return luaL_error(L, "save: %s", err);
   lua_settop(L, 1);
   return 1;
 }

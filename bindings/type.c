@@ -21,6 +21,7 @@ const bind_type bind_dlpack_type = {GPULUA_DLPACK};
 const bind_type bind_state_type = {GPULUA_STATE};
 const bind_type bind_graph_type = {GPULUA_GRAPH};
 const bind_type bind_group_type = {GPULUA_GROUP};
+const bind_type bind_st_header_type = {GPULUA_ST_HEADER};
 
 void *bind_check_type(lua_State *L, int idx, const bind_type *ty, size_t size) {
   void *p = bind_test_type(L, idx, ty, size);

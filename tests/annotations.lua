@@ -39,6 +39,7 @@ local INTERNAL_TYPES = {
   ["gpu.ModuleRef"] = "holds a module while gpu.compile makes it",
   ["gpu.ModuleFile"] = "a file gpu.load_module is reading",
   ["gpu.NpyFile"] = "a file gpu.load is reading",
+  ["gpu.SafetensorsHeader"] = "the parsed header gpu.load_safetensors is reading",
 }
 
 -- The C function that reads each type's fields (names compared with strcmp).
@@ -679,6 +680,10 @@ local function sample(pname, ty, keep)
         local t = gpu.zeros({ 1 }, { dtype = dt })
         keep[#keep + 1] = t
         return true, t
+      elseif alt == "table<string, gpu.Tensor>" then
+        local t = gpu.zeros({ 1 })
+        keep[#keep + 1] = t
+        return true, { a = t }
       elseif alt == "gpu.Tensor[]" then
         local t = gpu.zeros({ 1 })
         keep[#keep + 1] = t

@@ -185,6 +185,24 @@
 ---@field device? gpu.device memory of the tensor (default "device")
 ---@field stream? gpu.Stream stream of the upload
 
+---@class gpu.LoadNpzOpts
+---@field names? string[] only these arrays (default all)
+---@field device? gpu.device memory of the tensors (default "device")
+---@field stream? gpu.Stream stream of the uploads
+
+---@class gpu.SaveNpzOpts
+---@field compress? boolean deflate the members, as numpy.savez_compressed (default false)
+---@field stream? gpu.Stream stream of the read-back
+
+---@class gpu.LoadSafetensorsOpts
+---@field names? string[] only these tensors (default all)
+---@field device? gpu.device memory of the tensors (default "device")
+---@field stream? gpu.Stream stream of the uploads
+
+---@class gpu.SaveSafetensorsOpts
+---@field metadata? table<string, string> saved as the header's __metadata__
+---@field stream? gpu.Stream stream of the read-back
+
 ---@class gpu.NewStreamOpts
 ---@field priority? gpu.priority scheduling priority (default "normal")
 ---@field nonblocking? boolean not ordered with the default stream (default false)
@@ -541,6 +559,31 @@ function gpu.allclose(a, b, opts) end
 ---@param opts? gpu.LoadOpts
 ---@return gpu.Tensor
 function gpu.load(path, opts) end
+
+---Read a NumPy .npz file: the tensors by name.
+---@param path string
+---@param opts? gpu.LoadNpzOpts
+---@return table<string, gpu.Tensor>
+function gpu.load_npz(path, opts) end
+
+---Write a table of tensors (by name) as a NumPy .npz file.
+---@param path string
+---@param tensors table<string, gpu.Tensor>
+---@param opts? gpu.SaveNpzOpts
+function gpu.save_npz(path, tensors, opts) end
+
+---Read a safetensors file: the tensors by name, and the header's metadata.
+---@param path string
+---@param opts? gpu.LoadSafetensorsOpts
+---@return table<string, gpu.Tensor> tensors
+---@return table<string, string> metadata
+function gpu.load_safetensors(path, opts) end
+
+---Write a table of tensors (by name) as a safetensors file.
+---@param path string
+---@param tensors table<string, gpu.Tensor>
+---@param opts? gpu.SaveSafetensorsOpts
+function gpu.save_safetensors(path, tensors, opts) end
 
 ---The tensor over a DLPack capsule an application handed to the script (imported once).
 ---@param capsule gpu.DLPack

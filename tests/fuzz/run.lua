@@ -1,9 +1,9 @@
 -- `make fuzz`: runs the fuzzers of tests/fuzz/ for a given time on a fixed
 -- set of seeds, and on a failure prints the seed and a minimal reproducer.
 --
---   gpulua tests/fuzz/run.lua [api] [npy] [kernel_sig] [kcache]     (default: all four)
+--   gpulua tests/fuzz/run.lua [api] [npy] [safetensors] [npz] [kernel_sig] [kcache]   (default: all)
 --
--- npy, kernel_sig, kcache: the libFuzzer targets fuzz_<name>.c (built by `make fuzz`
+-- npy, safetensors, npz, kernel_sig, kcache: the libFuzzer targets fuzz_<name>.c (built by `make fuzz`
 --   with clang -fsanitize=fuzzer,address,undefined), started from their seed
 --   corpus and crashes (tests/fuzz/corpus/<name>, tests/fuzz/crashes/<name>);
 --   a failure is libFuzzer's (a crash, a sanitizer report, a leak, an input
@@ -261,17 +261,17 @@ end
 
 -- ---- main ---------------------------------------------------------------------------
 
-local which = #arg > 0 and arg or { "npy", "kernel_sig", "kcache", "api" }
+local which = #arg > 0 and arg or { "npy", "safetensors", "npz", "kernel_sig", "kcache", "api" }
 local ok = true
 for _, name in ipairs(which) do
   for _, seed in ipairs(SEEDS) do
     local good
     if name == "api" then
       good = fuzz_api(seed)
-    elseif name == "npy" or name == "kernel_sig" or name == "kcache" then
+    elseif name == "npy" or name == "safetensors" or name == "npz" or name == "kernel_sig" or name == "kcache" then
       good = fuzz_lib(name, seed)
     else
-      error("unknown fuzzer " .. name .. " (api, npy, kernel_sig or kcache)")
+      error("unknown fuzzer " .. name .. " (api, npy, safetensors, npz, kernel_sig or kcache)")
     end
     ok = ok and good
   end

@@ -1,0 +1,393 @@
+/* The zip reader of zip.h (APPNOTE.TXT 6.3): the end of central directory
+ * record is searched in the file's last 64 KiB + 22 bytes, zip64's locator
+ * and record are followed when there, each central directory entry is
+ * checked against the file (sizes, offsets, zip64 extra field), and a
+ * member's local header is read only when the member is.  Sizes come from
+ * the central directory, so members written with data descriptors (flag
+ * bit 3: zeros in the local header) read as the others. */
+#include "zip.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef GPULUA_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#define SIG_LOCAL 0x04034b50u
+#define SIG_CENTRAL 0x02014b50u
+#define SIG_END 0x06054b50u
+#define SIG_END64 0x06064b50u
+#define SIG_LOC64 0x07064b50u
+#define END_LEN 22
+#define CHUNK (1u << 20)
+
+static uint16_t u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t u32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t u64(const unsigned char *p) { return (uint64_t)u32(p) | (uint64_t)u32(p + 4) << 32; }
+
+static int read_fail(char *err, size_t errlen, const char *what) {
+  snprintf(err, errlen, "read failed (%s): %s", what, errno ? strerror(errno) : "unexpected end of file");
+  return -1;
+}
+
+#ifndef GPULUA_HAVE_ZLIB
+/* without zlib: the CRC-32 bit by bit (stored members only) */
+uint32_t zip_crc32(uint32_t crc, const void *p, size_t n) {
+  const unsigned char *c = p;
+  crc = ~crc;
+  for (size_t i = 0; i < n; i++) {
+    crc ^= c[i];
+    for (int k = 0; k < 8; k++) crc = crc >> 1 ^ (0xEDB88320u & (0u - (crc & 1)));
+  }
+  return ~crc;
+}
+
+static int inflate_member(zip_read_fn rd, void *ctx, const zip_entry *e, uint64_t off, void *out, char *err,
+                          size_t errlen) {
+  (void)rd, (void)ctx, (void)off, (void)out;
+  snprintf(err, errlen, "member '%.200s' is deflated, and this gpulua was built without zlib "
+           "(apt install zlib1g-dev, then rebuild)", e->name);
+  return -1;
+}
+
+int zip_deflate(const void *p, size_t n, void **out, size_t *outlen) {
+  (void)p, (void)n, (void)outlen;
+  *out = NULL;
+  return -1;
+}
+#else
+uint32_t zip_crc32(uint32_t crc, const void *p, size_t n) {
+  const unsigned char *c = p;
+  uLong v = crc;
+  while (n > 0) {
+    uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+    v = crc32(v, c, k);
+    c += k;
+    n -= k;
+  }
+  return (uint32_t)v;
+}
+
+static int inflate_member(zip_read_fn rd, void *ctx, const zip_entry *e, uint64_t off, void *out, char *err,
+                          size_t errlen) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (inflateInit2(&z, -15) != Z_OK) {
+    snprintf(err, errlen, "zlib: cannot start inflating");
+    return -1;
+  }
+  unsigned char *buf = malloc(CHUNK);
+  int rc = -1, zr = Z_OK;
+  uint64_t left = e->csize, done = 0;
+  unsigned char *o = out;
+  if (!buf) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  while (zr != Z_STREAM_END) {
+    if (z.avail_in == 0) {
+      if (left == 0) break;
+      size_t k = left < CHUNK ? (size_t)left : CHUNK;
+      if (rd(ctx, buf, k, off) != 0) {
+        read_fail(err, errlen, "a member's data");
+        goto out;
+      }
+      off += k;
+      left -= k;
+      z.next_in = buf;
+      z.avail_in = (uInt)k;
+    }
+    uint64_t room = e->usize - done;
+    z.next_out = o + done;
+    z.avail_out = room > (1u << 30) ? (1u << 30) : (uInt)room;
+    uInt before = z.avail_out;
+    zr = inflate(&z, Z_NO_FLUSH);
+    done += before - z.avail_out;
+    if (zr == Z_BUF_ERROR && z.avail_out == 0 && done == e->usize) break;   /* more data than claimed */
+    if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
+      snprintf(err, errlen, "member '%.200s': corrupt deflate data (zlib: %s)", e->name, z.msg ? z.msg : "error");
+      goto out;
+    }
+  }
+  if (zr != Z_STREAM_END || done != e->usize) {
+    snprintf(err, errlen, "member '%.200s': corrupt deflate data (%s)", e->name,
+             done < e->usize ? "it ends early" : "more data than its size");
+    goto out;
+  }
+  rc = 0;
+out:
+  inflateEnd(&z);
+  free(buf);
+  return rc;
+}
+
+#endif /* GPULUA_HAVE_ZLIB */
+
+void zip_free(zip_archive *za) {
+  for (size_t i = 0; i < za->n; i++) free(za->e[i].name);
+  free(za->e);
+  memset(za, 0, sizeof *za);
+}
+
+/* zip64: a locator right before the end record at *end_pos points at the
+ * zip64 end record, whose values replace the 32-bit ones. */
+static int zip64_end(zip_read_fn rd, void *ctx, uint64_t *end_pos, uint64_t *cd_off, uint64_t *cd_size,
+                     uint64_t *count, char *err, size_t errlen) {
+  unsigned char loc[20], rec[56];
+  if (*end_pos < 20) return 0;
+  if (rd(ctx, loc, 20, *end_pos - 20) != 0) return read_fail(err, errlen, "the zip64 locator");
+  if (u32(loc) != SIG_LOC64) return 0;
+  uint64_t off = u64(loc + 8);
+  if (off > *end_pos - 20 || *end_pos - 20 - off < 56) {
+    snprintf(err, errlen, "bad zip64 locator (its record at %llu is not before it)", (unsigned long long)off);
+    return -1;
+  }
+  if (rd(ctx, rec, 56, off) != 0) return read_fail(err, errlen, "the zip64 end record");
+  if (u32(rec) != SIG_END64) {
+    snprintf(err, errlen, "bad zip64 end record (wrong signature at %llu)", (unsigned long long)off);
+    return -1;
+  }
+  *count = u64(rec + 32);
+  *cd_size = u64(rec + 40);
+  *cd_off = u64(rec + 48);
+  *end_pos = off;
+  return 0;
+}
+
+/* The end record (and zip64's): where the central directory is. */
+static int find_end(zip_read_fn rd, void *ctx, uint64_t size, uint64_t *cd_off, uint64_t *cd_size, uint64_t *count,
+                    char *err, size_t errlen) {
+  if (size < END_LEN) {
+    snprintf(err, errlen, "not a zip archive (%llu bytes: too short)", (unsigned long long)size);
+    return -1;
+  }
+  size_t tail = size < END_LEN + 65535 ? (size_t)size : END_LEN + 65535;
+  unsigned char *t = malloc(tail);
+  if (!t) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (rd(ctx, t, tail, size - tail) != 0) {
+    free(t);
+    return read_fail(err, errlen, "the end record");
+  }
+  size_t at = tail - END_LEN + 1;
+  int found = 0;
+  while (at-- > 0) {
+    /* the record, with a comment that ends exactly at the file's end */
+    if (u32(t + at) == SIG_END && at + END_LEN + u16(t + at + 20) == tail) {
+      found = 1;
+      break;
+    }
+  }
+  if (!found) {
+    free(t);
+    snprintf(err, errlen, "not a zip archive (no end of central directory record: truncated?)");
+    return -1;
+  }
+  const unsigned char *e = t + at;
+  uint64_t end_pos = size - tail + at;
+  if (u16(e + 4) != 0 || u16(e + 6) != 0 || u16(e + 8) != u16(e + 10)) {
+    free(t);
+    snprintf(err, errlen, "a multi-disk zip archive is not supported");
+    return -1;
+  }
+  *count = u16(e + 10);
+  *cd_size = u32(e + 12);
+  *cd_off = u32(e + 16);
+  free(t);
+  if (zip64_end(rd, ctx, &end_pos, cd_off, cd_size, count, err, errlen)) return -1;
+  if (*cd_off > end_pos || *cd_size > end_pos - *cd_off) {
+    snprintf(err, errlen, "bad central directory (offset %llu, %llu bytes; the end record is at %llu): truncated?",
+             (unsigned long long)*cd_off, (unsigned long long)*cd_size, (unsigned long long)end_pos);
+    return -1;
+  }
+  if (*count > *cd_size / 46) {
+    snprintf(err, errlen, "bad central directory (%llu entries in %llu bytes)", (unsigned long long)*count,
+             (unsigned long long)*cd_size);
+    return -1;
+  }
+  return 0;
+}
+
+/* The zip64 extra field's values for the 32-bit fields that are all ones. */
+static int zip64_extra(const unsigned char *x, size_t xlen, zip_entry *e, int need_u, int need_c, int need_o) {
+  while (xlen >= 4) {
+    uint16_t id = u16(x), n = u16(x + 2);
+    if ((size_t)n > xlen - 4) return -1;
+    if (id == 1) {
+      size_t k = 0;
+      if (need_u) { if (k + 8 > n) return -1; e->usize = u64(x + 4 + k); k += 8; }
+      if (need_c) { if (k + 8 > n) return -1; e->csize = u64(x + 4 + k); k += 8; }
+      if (need_o) { if (k + 8 > n) return -1; e->lho = u64(x + 4 + k); k += 8; }
+      return 0;
+    }
+    x += 4 + n;
+    xlen -= 4 + (size_t)n;
+  }
+  return need_u || need_c || need_o ? -1 : 0;
+}
+
+static int parse_cd(const unsigned char *cd, uint64_t cd_size, uint64_t count, zip_archive *za, char *err,
+                    size_t errlen) {
+  za->e = calloc(count ? (size_t)count : 1, sizeof *za->e);
+  if (!za->e) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  uint64_t at = 0;
+  for (uint64_t i = 0; i < count; i++) {
+    if (cd_size - at < 46 || u32(cd + at) != SIG_CENTRAL) {
+      snprintf(err, errlen, "bad central directory entry %llu (%s)", (unsigned long long)i + 1,
+               cd_size - at < 46 ? "truncated" : "wrong signature");
+      return -1;
+    }
+    const unsigned char *h = cd + at;
+    size_t nlen = u16(h + 28), xlen = u16(h + 30), clen = u16(h + 32);
+    if (cd_size - at - 46 < nlen + xlen + clen) {
+      snprintf(err, errlen, "bad central directory entry %llu (truncated)", (unsigned long long)i + 1);
+      return -1;
+    }
+    zip_entry *e = &za->e[za->n];
+    e->name = malloc(nlen + 1);
+    if (!e->name) {
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    za->n++;
+    memcpy(e->name, h + 46, nlen);
+    e->name[nlen] = 0;
+    e->namelen = nlen;
+    uint16_t flags = u16(h + 8);
+    e->method = u16(h + 10);
+    e->crc = u32(h + 16);
+    e->csize = u32(h + 20);
+    e->usize = u32(h + 24);
+    e->lho = u32(h + 42);
+    if (zip64_extra(h + 46 + nlen, xlen, e, e->usize == 0xFFFFFFFFu, e->csize == 0xFFFFFFFFu, e->lho == 0xFFFFFFFFu)) {
+      snprintf(err, errlen, "member '%.200s': bad zip64 extra field", e->name);
+      return -1;
+    }
+    if (flags & 1) {
+      snprintf(err, errlen, "member '%.200s' is encrypted (not supported)", e->name);
+      return -1;
+    }
+    if (e->method != 0 && e->method != 8) {
+      snprintf(err, errlen, "member '%.200s': compression method %d is not supported (stored and deflated are)",
+               e->name, e->method);
+      return -1;
+    }
+    if (e->method == 0 && e->csize != e->usize) {
+      snprintf(err, errlen, "member '%.200s': stored, but its sizes differ (%llu and %llu)", e->name,
+               (unsigned long long)e->csize, (unsigned long long)e->usize);
+      return -1;
+    }
+    /* deflate expands at most 1032:1; a bigger claim is a corrupt (or hostile) entry */
+    if (e->method == 8 && e->usize / 1032 > e->csize + 1) {
+      snprintf(err, errlen, "member '%.200s': %llu bytes cannot inflate to the %llu claimed", e->name,
+               (unsigned long long)e->csize, (unsigned long long)e->usize);
+      return -1;
+    }
+    if (e->lho > za->cd_off || e->csize > za->cd_off - e->lho) {
+      snprintf(err, errlen, "member '%.200s' (at %llu, %llu bytes) does not lie before the central directory: "
+               "truncated or corrupt", e->name, (unsigned long long)e->lho, (unsigned long long)e->csize);
+      return -1;
+    }
+    at += 46 + nlen + xlen + clen;
+  }
+  return 0;
+}
+
+int zip_open(zip_read_fn rd, void *ctx, uint64_t size, zip_archive *za, char *err, size_t errlen) {
+  uint64_t cd_off, cd_size, count;
+  memset(za, 0, sizeof *za);
+  if (find_end(rd, ctx, size, &cd_off, &cd_size, &count, err, errlen)) return -1;
+  unsigned char *cd = malloc(cd_size ? (size_t)cd_size : 1);
+  if (!cd) {
+    snprintf(err, errlen, "out of memory (a central directory of %llu bytes)", (unsigned long long)cd_size);
+    return -1;
+  }
+  if (cd_size && rd(ctx, cd, (size_t)cd_size, cd_off) != 0) {
+    free(cd);
+    return read_fail(err, errlen, "the central directory");
+  }
+  za->cd_off = cd_off;
+  int rc = parse_cd(cd, cd_size, count, za, err, errlen);
+  free(cd);
+  if (rc) zip_free(za);
+  return rc;
+}
+
+int zip_read_member(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, void *out, char *err,
+                    size_t errlen) {
+  unsigned char lh[30];
+  if (rd(ctx, lh, 30, e->lho) != 0) return read_fail(err, errlen, "a local header");
+  if (u32(lh) != SIG_LOCAL) {
+    snprintf(err, errlen, "member '%.200s': bad local header (wrong signature at %llu)", e->name,
+             (unsigned long long)e->lho);
+    return -1;
+  }
+  uint64_t off = e->lho + 30 + u16(lh + 26) + u16(lh + 28);
+  if (off > za->cd_off || e->csize > za->cd_off - off) {
+    snprintf(err, errlen, "member '%.200s': its data runs into the central directory: corrupt", e->name);
+    return -1;
+  }
+  if (e->method == 0) {
+    if (e->usize && rd(ctx, out, (size_t)e->usize, off) != 0) return read_fail(err, errlen, "a member's data");
+  } else if (inflate_member(rd, ctx, e, off, out, err, errlen)) {
+    return -1;
+  }
+  uint32_t crc = zip_crc32(0, out, (size_t)e->usize);
+  if (crc != e->crc) {
+    snprintf(err, errlen, "member '%.200s': CRC-32 mismatch (the data is corrupt: %08x, the archive says %08x)",
+             e->name, crc, e->crc);
+    return -1;
+  }
+  return 0;
+}
+
+#ifdef GPULUA_HAVE_ZLIB
+int zip_deflate(const void *p, size_t n, void **out, size_t *outlen) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  *out = NULL;
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
+  size_t cap = n + n / 1000 + 64 + 5 * (n / 16000 + 1);   /* deflateBound's stored-block worst case, and more */
+  unsigned char *o = malloc(cap);
+  if (!o) {
+    deflateEnd(&z);
+    return -1;
+  }
+  const unsigned char *in = p;
+  size_t inleft = n, done = 0;
+  int zr = Z_OK;
+  while (zr != Z_STREAM_END) {
+    if (z.avail_in == 0 && inleft) {
+      uInt k = inleft > (1u << 30) ? (1u << 30) : (uInt)inleft;
+      z.next_in = (unsigned char *)in;
+      z.avail_in = k;
+      in += k;
+      inleft -= k;
+    }
+    if (done == cap) {
+      unsigned char *no = realloc(o, cap * 2);
+      if (!no) { free(o); deflateEnd(&z); return -1; }
+      o = no;
+      cap *= 2;
+    }
+    size_t room = cap - done;
+    z.next_out = o + done;
+    z.avail_out = room > (1u << 30) ? (1u << 30) : (uInt)room;
+    uInt before = z.avail_out;
+    zr = deflate(&z, inleft || z.avail_in ? Z_NO_FLUSH : Z_FINISH);
+    done += before - z.avail_out;
+    if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) { free(o); deflateEnd(&z); return -1; }
+  }
+  deflateEnd(&z);
+  *out = o;
+  *outlen = done;
+  return 0;
+}
+#endif /* GPULUA_HAVE_ZLIB */

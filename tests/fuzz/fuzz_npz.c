@@ -1,0 +1,68 @@
+/* Fuzz target: the .npz reader of gpu.load_npz: the zip reader
+ * (bindings/zip.c: end records, central directory, local headers,
+ * inflate, CRC-32) and, for each member it gives, the .npy header reader
+ * (bindings/npy.c, included reader only), all Lua-free, over the input as
+ * a whole file in memory.  A crash, a sanitizer report or a broken
+ * invariant (abort) is a failure; an error is fine.  replay_npz.c replays
+ * the corpus in the suite. */
+#define GPULUA_NPY_HEADER_ONLY
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "bindings/npy.c"
+
+#include "bindings/zip.h"
+#include "fuzz.h"
+
+typedef struct mem { const unsigned char *p; uint64_t n; } mem;
+
+/* Reads within the buffer only: a read past its end is an error, as past a file's. */
+static int mem_read(void *ctx, void *p, size_t n, uint64_t off) {
+  mem *m = ctx;
+  if (off > m->n || n > m->n - off) {
+    errno = 0;
+    return -1;
+  }
+  if (n) memcpy(p, m->p + off, n);
+  return 0;
+}
+
+static int terminated(const char *s, size_t n) { return memchr(s, 0, n) != NULL; }
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  mem f = {data, size};
+  zip_archive z;
+  char err[512];
+  memset(err, 0, sizeof err);
+  int rc = zip_open(mem_read, &f, size, &z, err, sizeof err);
+  FUZZ_ASSERT(terminated(err, sizeof err));
+  if (rc) {
+    FUZZ_ASSERT(rc == -1 && err[0] && z.e == NULL && z.n == 0);
+    return 0;
+  }
+  FUZZ_ASSERT(z.cd_off <= size);
+  for (size_t i = 0; i < z.n && i < 64; i++) {
+    const zip_entry *e = &z.e[i];
+    FUZZ_ASSERT(e->name && e->name[e->namelen] == 0);
+    FUZZ_ASSERT(e->method == 0 || e->method == 8);
+    FUZZ_ASSERT(e->lho <= z.cd_off && e->csize <= z.cd_off - e->lho);
+    if (e->usize > (1u << 24)) continue;   /* a big claim is only memory, not a finding */
+    unsigned char *out = malloc(e->usize ? (size_t)e->usize : 1);
+    FUZZ_ASSERT(out != NULL);
+    memset(err, 0, sizeof err);
+    if (zip_read_member(mem_read, &f, &z, e, out, err, sizeof err) == 0) {
+      FUZZ_ASSERT(zip_crc32(0, out, (size_t)e->usize) == e->crc);
+      mem m = {out, e->usize};
+      npy_header h;
+      memset(&h, 0, sizeof h);
+      memset(err, 0, sizeof err);
+      if (npy_read_header(mem_read, &m, e->usize, &h, err, sizeof err) == 0)
+        FUZZ_ASSERT(h.data_offset + h.nbytes == e->usize);
+      else
+        FUZZ_ASSERT(err[0] != 0);
+    } else {
+      FUZZ_ASSERT(terminated(err, sizeof err) && err[0] != 0);
+    }
+    free(out);
+  }
+  zip_free(&z);
+  return 0;
+}
