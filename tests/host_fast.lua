@@ -188,9 +188,17 @@ T.test("sum and mean: contiguous equals strided, NaN and inf kept", function()
       wide:narrow(2, 1, 1):copy(c:view({ n, 1 }))
       local s = wide:narrow(2, 1, 1)
       local a, b = c:sum():item(), s:sum():item()
-      T.ok(same({ a }, { b }), string.format("sum %s n=%d: %s vs %s", dt, n, a, b))
-      a, b = c:mean():item(), s:mean():item()
-      T.ok(same({ a }, { b }), string.format("mean %s n=%d", dt, n))
+      local a2, b2 = c:mean():item(), s:mean():item()
+      if gpu.backend == "host" then
+        T.ok(same({ a }, { b }), string.format("sum %s n=%d: %s vs %s", dt, n, a, b))
+        T.ok(same({ a2 }, { b2 }), string.format("mean %s n=%d", dt, n))
+      else
+        -- cuda's reductions take another order over another layout (not a
+        -- promise of the API): the same sum within rounding
+        local tol = dt == "f32" and 1e-5 or 1e-12
+        T.near(a, b, tol * (1 + math.abs(a)), string.format("sum %s n=%d: %s vs %s", dt, n, a, b))
+        T.near(a2, b2, tol * (1 + math.abs(a2)), string.format("mean %s n=%d", dt, n))
+      end
     end
     local v = {}
     for i = 1, 1027 do v[i] = i % 3 == 0 and 0.1 or -0.05 end
