@@ -427,7 +427,7 @@ T.test("the example scripts are race-free under the checker", function()
   end
   -- overlap.lua's unsafe variant is a real race: caught at once, every time
   local out, ok = run("GPULUA_CHECK=", "--device host --check races scripts/overlap.lua 4 4096 unsafe passes=2")
-  T.ok(not ok and out:find("race: '[%a_]+' on stream 2 %(scripts/overlap%.lua:%d+%) reads a device buffer "
+  T.ok(not ok and out:find("race: '[%w_]+' on stream 2 %(scripts/overlap%.lua:%d+%) reads a device buffer "
                            .. "that 'copy' on stream 1 %(scripts/overlap%.lua:%d+%) writes"),
        "overlap.lua unsafe: the compute stream's read of the copy's buffer is refused")
   if ok then T.diag(out) end
