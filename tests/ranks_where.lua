@@ -38,9 +38,9 @@ local function where_files()
 end
 local BEFORE = where_files()
 
-local function job(np, mode)
-  local cmd = string.format("%sGPULUA_COMM_TIMEOUT=2 timeout 60 %s -n %d --prefix --device %s %s %s 2>&1",
-                            ENV, GPULUA, np, DEVICE, SCRIPT, mode)
+local function job(np, mode, timeout)
+  local cmd = string.format("%sGPULUA_COMM_TIMEOUT=%d timeout 60 %s -n %d --prefix --device %s %s %s 2>&1",
+                            ENV, timeout or 2, GPULUA, np, DEVICE, SCRIPT, mode)
   local p = assert(io.popen(cmd))
   local out = p:read("a")
   local _, _, code = p:close()
@@ -56,7 +56,7 @@ local CASES = {
   { 2, "c", "rank 1 never reached all_reduce #2; rank 1 is in C %(a wait, a sleep or a C call%); its last gpu call "
       .. "was at " .. esc(SCRIPT) .. ":7" },
   { 4, "other", "rank 1 never reached all_reduce #3; rank 1 is in C [^\n]*its last gpu call was at " .. esc(SCRIPT)
-      .. ":" .. (HERE.other + 1) },
+      .. ":" .. (HERE.other + 1), timeout = 4 },
   { 2, "group", "rank 1 never reached all_reduce #1 of group 'pair'; rank 1 is at " .. esc(SCRIPT) .. ":"
       .. HERE.group .. " %(busy in Lua%)" },
   { 4, "group", "rank 1 never reached all_reduce #1 of group 'pair'; rank 1 is at " .. esc(SCRIPT) .. ":"
@@ -75,7 +75,7 @@ end
 
 T.test("a timed-out collective says where the missing rank is (" .. DEVICE .. ")", function()
   for _, c in ipairs(CASES) do
-    local out, code = job(c[1], c[2])
+    local out, code = job(c[1], c[2], c.timeout)
     local name = string.format("-n %d %s", c[1], c[2])
     T.isnt(code, 0, name .. ": the job fails")
     T.ok(out:find(c[3]) ~= nil, name .. ": the message says where rank 1 is")

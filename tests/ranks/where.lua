@@ -13,10 +13,12 @@ if r == 1 then
     os.execute("sleep 4") -- HERE c
   elseif mode == "other" then
     -- waits in a collective of a group whose other rank never comes; it
-    -- starts a second after rank 0's wait, so that rank 0's timeout comes
-    -- first (at the same time, rank 1 could give up first and exit)
+    -- starts 2 s after rank 0's wait, so that rank 0's timeout (4 s: the
+    -- test sets it) comes while rank 1 waits, 2 s before rank 1's own (at
+    -- the same time, rank 1 could give up first and exit); margins of a
+    -- second failed on a loaded 2-core machine
     local g = gpu.new_group({ 1, 2 })
-    os.execute("sleep 1")
+    os.execute("sleep 2")
     g:all_reduce(t) -- HERE other
     gpu.synchronize()
   elseif mode == "exit" then
@@ -26,7 +28,7 @@ if r == 1 then
   end
 elseif mode == "other" and r == 2 then
   gpu.new_group({ 1, 2 })
-  os.execute("sleep 4")
+  os.execute("sleep 8")
   os.exit(0)
 elseif mode == "other" then
   gpu.new_group({ 1, 2 })
