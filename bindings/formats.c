@@ -164,6 +164,24 @@ static void add_json_string(luaL_Buffer *b, const char *s, size_t n) {
   luaL_addchar(b, '"');
 }
 
+/* Pushes Lua's own lib.fn (table.sort, utf8.len ...), from the loaded
+ * libraries, not the globals: a script may have replaced `table`. */
+static void push_libfn(lua_State *L, const char *lib, const char *fn) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, lib);
+  lua_getfield(L, -1, fn);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+/* Sorts the sequence at idx of strings in place (table.sort). */
+static void sort_list(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  push_libfn(L, "table", "sort");
+  lua_pushvalue(L, idx);
+  lua_call(L, 1, 0);
+}
+
 /* The names of the table at idx, checked and sorted, in a new sequence. */
 static int sorted_names(lua_State *L, int idx, const char *fname) {
   lua_newtable(L);
@@ -178,23 +196,18 @@ static int sorted_names(lua_State *L, int idx, const char *fname) {
     lua_pushvalue(L, -1);
     lua_rawseti(L, names, ++n);
   }
-  lua_getglobal(L, "table");
-  lua_getfield(L, -1, "sort");
-  lua_pushvalue(L, names);
-  lua_call(L, 1, 0);
-  lua_pop(L, 1);
+  sort_list(L, names);
   return names;
 }
 
 static void check_utf8(lua_State *L, int idx, const char *what, const char *fname) {
   idx = lua_absindex(L, idx);
   const char *s = lua_tostring(L, idx);
-  lua_getglobal(L, "utf8");
-  lua_getfield(L, -1, "len");
+  push_libfn(L, "utf8", "len");
   lua_pushvalue(L, idx);
   lua_call(L, 1, 1);
   if (lua_isnil(L, -1)) luaL_error(L, "%s: %s '%s' is not valid UTF-8 (JSON text is UTF-8)", fname, what, s);
-  lua_pop(L, 2);
+  lua_pop(L, 1);
 }
 
 /* Pushes '"__metadata__":{...}' for the table at meta, keys sorted so that
@@ -215,11 +228,7 @@ static void push_meta_json(lua_State *L, int meta, const char *fname) {
     lua_pushvalue(L, -1);
     lua_rawseti(L, mk, ++nk);
   }
-  lua_getglobal(L, "table");
-  lua_getfield(L, -1, "sort");
-  lua_pushvalue(L, mk);
-  lua_call(L, 1, 0);
-  lua_pop(L, 1);
+  sort_list(L, mk);
   luaL_Buffer mb;
   luaL_buffinit(L, &mb);
   luaL_addstring(&mb, "\"__metadata__\":{");
@@ -304,9 +313,7 @@ static int gpu_save_safetensors(lua_State *L) {
     lua_rawseti(L, parts, ++np);
   }
   lua_pushliteral(L, "{");
-  lua_getglobal(L, "table");
-  lua_getfield(L, -1, "concat");
-  lua_remove(L, -2);
+  push_libfn(L, "table", "concat");
   lua_pushvalue(L, parts);
   lua_pushliteral(L, ",");
   lua_call(L, 2, 1);

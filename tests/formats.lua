@@ -434,5 +434,28 @@ else:
     { "member 'big.npy': corrupt deflate data", "member 'big.npy': CRC%-32 mismatch" }, "corrupt deflate data")
 end)
 
+-- The savers sort names and check UTF-8 with Lua's own table and utf8
+-- libraries, whatever the script made of those globals.
+T.test("saving does not use the script's globals table and utf8", function()
+  local p = os.tmpname()
+  files[#files + 1] = p
+  files[#files + 1] = p .. ".npz"
+  local t = { b = gpu.ones({ 2 }), a = gpu.zeros({ 3 }) }
+  local saved_table, saved_utf8 = table, utf8
+  table, utf8 = nil, { len = function() return nil end }
+  local ok, err = pcall(function()
+    gpu.save_safetensors(p, t, { metadata = { k = "v" } })
+    gpu.save_npz(p .. ".npz", t)
+  end)
+  table, utf8 = saved_table, saved_utf8
+  T.ok(ok, "both save" .. (ok and "" or ": " .. tostring(err)))
+  if ok then
+    local r, meta = gpu.load_safetensors(p)
+    T.is(r.a.shape, { 3 }, "safetensors: read back")
+    T.is(meta.k, "v", "safetensors: the metadata")
+    T.is(gpu.load_npz(p .. ".npz").b:sum():item(), 2.0, "npz: read back")
+  end
+end)
+
 for _, p in ipairs(files) do os.remove(p) end
 T.done()
