@@ -306,7 +306,7 @@ $(BUILD)/gen/hk_rt.c: cuda/host/cuda_device_rt.h $(filter-out cuda/host/cuda_dev
 
 # The headers a fused kernel includes (cuda/cuda/fgen.c), embedded for NVRTC,
 # which reads no files: each one C string under the name it is included by.
-FUSED_HDRS := cuda/cuda/k_elem.cuh cuda/device.h cuda/ops.h cuda/scalar.h
+FUSED_HDRS := cuda/cuda/k_elem.cuh cuda/cuda/k_reduce.cuh cuda/device.h cuda/ops.h cuda/scalar.h
 $(BUILD)/obj/gen/fused_hdr.o: $(BUILD)/gen/fused_hdr.c $(BUILD)/cflags
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<

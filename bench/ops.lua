@@ -16,6 +16,8 @@
 --   fuse_gelu_1, fuse_add1_1: one call on 1 element, us per call (host clock
 --   over many calls, then a sync), the fused GELU against the built-in t + 1
 --   fuse_first_call: the first call of a new fused function (trace, compile)
+--   op_sum, fuse_relu_sum: t:sum() and gpu.fuse'd (x * 2 + 1):relu():sum(),
+--                        4 B read per element (one pass)
 --   sort_1m   x:sort() of 1M f32 (values and i64 indices), us
 --   sort_64x1m  x:sort() of 64 rows of 1M f32 (quick: 2 rows), us
 --   topk_16   x:topk(16) of 64 rows of 1M f32 (quick: 2 rows), us
@@ -162,6 +164,25 @@ for _, dt in ipairs { "f32", "bf16" } do
     B.check(key, err == 0, string.format("largest difference from the unfused ops: %s", err))
   end)
 end
+
+-- issue 32: t:sum() and a fused chain ending in a sum, bytes read per second
+B.guard("op_sum", function()
+  local out = gpu.empty({}, o)
+  local ms = timed(function() a:sum({ out = out, stream = s }) end)
+  B.row("op_sum", gbps(n * 4, ms), "GB/s", B.size_label("t:sum() f32, bytes read", bytes))
+  local want = a:to("f64", o):sum(o):item()
+  B.check("op_sum", math.abs(out:item() - want) <= 1e-6 * n, string.format("%s against %s in f64", out:item(), want))
+end)
+
+B.guard("fuse_relu_sum", function()
+  local relu_sum = gpu.fuse(function(x) return (x * 2 + 1):relu():sum() end, { name = "relu_sum" })
+  local out = gpu.empty({}, o)
+  local ms = timed(function() relu_sum(a, { out = out, stream = s }) end)
+  B.row("fuse_relu_sum", gbps(n * 4, ms), "GB/s", B.size_label("gpu.fuse'd (x * 2 + 1):relu():sum() f32, bytes read", bytes))
+  local want
+  do local _ <close> = gpu.using(s); want = (a * 2 + 1):relu():sum():item() end
+  B.check("fuse_relu_sum", out:item() == want, string.format("%s, the unfused ops' %s", out:item(), want))
+end)
 
 local function per_call_us(fn, calls)
   for _ = 1, 20 do fn() end

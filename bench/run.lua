@@ -590,6 +590,11 @@ local ORDER = {
   { "fuse_gelu_1", "le_ratio", 1.25, raw_gpulua = "fuse_add1_1", label = "%s (raw C column: gpulua's t + 1)" },
   { "fuse_gelu_1_cupy", "le_torch", 1.0, gpulua_from = "fuse_gelu_1", label = "%s (PyTorch column: cupy.fuse)" },
   { "fuse_first_call" },
+  { "op_sum", "ge_ratio", 0.85, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "op_sum", "ge_torch", 1.0, label = "%s (PyTorch column: x.sum())" },
+  { "fuse_relu_sum", "ge_ratio", 0.90, raw_gpulua = "op_sum", label = "%s (raw C column: gpulua's t:sum())" },
+  { "fuse_relu_sum", label = "%s (PyTorch column: torch.compile)" },
+  { "fuse_relu_sum_cupy", gpulua_from = "fuse_relu_sum", label = "%s (PyTorch column: cupy.fuse)" },
   { "fuse_first_cold" },     -- reported: compile cost, cold and from the disk cache
   { "fuse_first_cached" },
   -- bench/kernels.lua: a run-time kernel within 2x of the built-in op of the same work

@@ -378,6 +378,11 @@ def bench_ops(s):
         row("softmax_4096", ms * 1e3, "us", f"softmax over rows, {rows} x {cols} f32")
         err = abs(y[rows // 2].double().sum().item() - 1)
         check("softmax_4096", err < 1e-4, f"a row sums to 1 +- {err:.3g}")
+        o0 = torch.empty((), device="cuda")
+        ms = timed_ms(s, lambda: torch.sum(a, 0, out=o0), COPY_WARM, COPY_REPS)
+        row("op_sum", gb(n * 4, ms), "GB/s", size_label("x.sum() f32, bytes read", COPY_BYTES))
+        want = a.double().sum().item()
+        check("op_sum", abs(o0.item() - want) <= 1e-6 * n, f"{o0.item()} against {want} in f64")
         del a, b, c, cond, out, m, mt, src, idx, g, x, y
         torch.cuda.synchronize()
         # sort and topk (issue 34): 1M f32, 64 rows of 1M (quick: 2), k = 16
@@ -595,6 +600,10 @@ def bench_fuse(s):
                 size_label(f"gpu.fuse'd GELU (9 ops) {name}", n * esz))
             err = (y.float() - gelu9(x).float()).abs().max().item()
             check(f"fuse_gelu_{name}", err < 1e-2, f"largest difference from eager: {err}")
+        rsum = torch.compile(lambda t: (t * 2 + 1).relu().sum())
+        rsum(a)
+        ms = timed_ms(s, lambda: rsum(a), COPY_WARM, COPY_REPS)
+        row("fuse_relu_sum", gb(n * 4, ms), "GB/s", size_label("torch.compile'd (x * 2 + 1).relu().sum() f32, bytes read", n * 4))
         one = torch.rand(1, device="cuda")
         row("fuse_add1_1", per_call_us(lambda: one + 1, calls), "us", "t + 1 (built-in), 1 element, per call")
         row("fuse_gelu_1", per_call_us(lambda: comp(one), calls), "us", "gpu.fuse'd GELU, 1 element, per call")
@@ -623,6 +632,19 @@ def bench_fuse(s):
             if r >= 0:
                 t.append(cupy.cuda.get_elapsed_time(e0, e1))
         row("fuse_gelu_f32_cupy", gb(n * 8, statistics.median(t)), "GB/s", size_label("cupy.fuse'd GELU f32", n * 4))
+        crsum = cupy.fuse(lambda v: cupy.sum(cupy.maximum(v * 2 + 1, 0)))
+        crsum(x)
+        t = []
+        for r in range(-COPY_WARM, COPY_REPS):
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(cs)
+            crsum(x)
+            e1.record(cs)
+            e1.synchronize()
+            if r >= 0:
+                t.append(cupy.cuda.get_elapsed_time(e0, e1))
+        row("fuse_relu_sum_cupy", gb(n * 4, statistics.median(t)), "GB/s",
+            size_label("cupy.fuse'd (x * 2 + 1).relu().sum() f32, bytes read", n * 4))
         one = cupy.random.rand(1, dtype=cupy.float32)
 
         def per_call(fn):

@@ -139,11 +139,49 @@ static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs 
   op->nin = p->nin;
 }
 
-/* run(prog, args, ins, params, out, stream, level) -> the result: one
- * DEV_OP_FUSED op on the stream, of inputs args[ins[i]] and parameters
- * args[params[i]] (out: nil, or a tensor to write); its site is the
- * nearest line of a Lua function from `level` up the stack from run (not
- * debug.getinfo's table, made per call). */
+/* The trailing reduction of a run (slots r: name, r + 1: dim, r + 2:
+ * keepdim) on op, of a result of rank ndim and this shape: the output's
+ * dtype, rank and shape as the unfused reduction makes them. */
+static dev_dtype run_reduction(lua_State *L, int r, const dev_fprog *p, dev_kop *op, int *ndim, int64_t *shape) {
+  const char *name = luaL_checkstring(L, r);
+  int code = -1;
+  for (int c = 0; c < DEV_NREDOP; c++)
+    if (strcmp(dev_redop_name(c), name) == 0) code = c;
+  if (code < 0) luaL_error(L, "%s: no reduction '%s'", p->name, name);
+  dev_dtype rt = p->node[p->n - 1].dtype;
+  if (!(dev_dtype_class(rt) & dev_redop_info(code)->classes))
+    luaL_error(L, "%s: not supported for %s (needs a float dtype)", name, dev_dtype_name(rt));
+  int dim = -1, keepdim = lua_toboolean(L, r + 2), n = 0;
+  if (!lua_isnil(L, r + 1)) {
+    if (*ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", name);
+    dim = bind_tensor_dim(L, r + 1, 0, *ndim);
+  }
+  int64_t len = 1;
+  for (int d = 0; d < *ndim; d++) {
+    if (dim < 0 || d == dim) {
+      len *= shape[d];
+      if (keepdim) shape[n++] = 1;
+    } else {
+      shape[n++] = shape[d];
+    }
+  }
+  dev_scalar none;
+  if (len == 0 && dev_redop_empty(code, &none))
+    luaL_error(L, "%s: the reduction of an empty tensor has no identity (%s)", name,
+               dim < 0 ? "numel 0" : lua_pushfstring(L, "dim %d has size 0", dim + 1));
+  *ndim = n;
+  op->flags |= DEV_F_FREDUCE;
+  op->code = code;
+  op->dim = dim;
+  return dev_redop_dtype(code, rt);
+}
+
+/* run(prog, args, ins, params, out, stream, level [, red, dim, keepdim])
+ * -> the result: one DEV_OP_FUSED op on the stream, of inputs args[ins[i]]
+ * and parameters args[params[i]] (out: nil, or a tensor to write), and
+ * with red (a reduction's name) that result reduced, in the same op; its
+ * site is the nearest line of a Lua function from `level` up the stack
+ * from run (not debug.getinfo's table, made per call). */
 static int fuse_run(lua_State *L) {
   luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
   const dev_fprog *p = lua_touserdata(L, 1);
@@ -151,7 +189,7 @@ static int fuse_run(lua_State *L) {
   luaL_checktype(L, 3, LUA_TTABLE);
   luaL_checktype(L, 4, LUA_TTABLE);
   int level = (int)luaL_optinteger(L, 7, 0);
-  lua_settop(L, 6);
+  lua_settop(L, 10);
   if ((int)lua_rawlen(L, 3) != p->nin) return luaL_error(L, "%s: %d inputs, the program takes %d", p->name,
                                                           (int)lua_rawlen(L, 3), p->nin);
   dev_fargs fa;
@@ -169,8 +207,9 @@ static int fuse_run(lua_State *L) {
     else return luaL_error(L, "%s: parameter %d is not a number", p->name, i + 1);
     lua_pop(L, 1);
   }
-  gpu_tensor *o = bind_tensor_out(L, 5, 6, bind_check_tensor(L, idx[0]), p->node[p->n - 1].dtype, ndim, shape,
-                                  p->name);
+  dev_dtype rt = p->node[p->n - 1].dtype;
+  if (!lua_isnil(L, 8)) rt = run_reduction(L, 8, p, &op, &ndim, shape);
+  gpu_tensor *o = bind_tensor_out(L, 5, 6, bind_check_tensor(L, idx[0]), rt, ndim, shape, p->name);
   op.out = o->v;
   dev_stream *s = bind_stream(L, 6);
   dev_ctx *ctx = dev_stream_ctx(s);

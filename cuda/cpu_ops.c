@@ -747,7 +747,8 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return cpu_run_rows(op, err, errlen);
   case DEV_OP_INDEX: return run_index(op, err, errlen);
   case DEV_OP_SORT: return cpu_run_sort(op, err, errlen);
-  case DEV_OP_FUSED: return cpu_run_fused(op, err, errlen);
+  case DEV_OP_FUSED:
+    return op->flags & DEV_F_FREDUCE ? cpu_run_fused_reduce(op, err, errlen) : cpu_run_fused(op, err, errlen);
   case DEV_OP_SLEEP: return run_sleep(op->ms);
   case DEV_OP_LAUNCH:
     if (op->launch && dev_kernel_is_cfunc(op->launch->k)) return dev_cfunc_run(op->launch, NULL, err, errlen);

@@ -339,6 +339,8 @@ void cpu_terop_block(int code, cclass c, const block *restrict x, const block *r
                      block *restrict r, int64_t n);
 /* cpu_fuse.c: DEV_OP_FUSED */
 int cpu_run_fused(const dev_kop *op, char *err, size_t errlen);
+/* cpu_reduce.c: DEV_OP_FUSED with DEV_F_FREDUCE */
+int cpu_run_fused_reduce(const dev_kop *op, char *err, size_t errlen);
 /* fn(arg, lo, hi) over [0, n) in chunks of a multiple of grain (cpu_par.c),
  * shared out over the host's threads when n is large; -1 and err when
  * GPULUA_HOST_THREADS is not a count. */

@@ -3,6 +3,8 @@
  * the CPU kernels (cuda/cpu_ops.c runs them; cpu_priv.h). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu_priv.h"
 #include "ops.h"
@@ -382,4 +384,42 @@ int cpu_run_rows(const dev_kop *op, char *err, size_t errlen)
   if (class_of(src->dtype) == C_INT || out->dtype != src->dtype)
     return fail_msg(err, errlen, "%s: needs a float dtype, not %s", name, dev_dtype_name(src->dtype));
   return cpu_each_row(op, softmax_row, err, errlen);
+}
+
+/* DEV_OP_FUSED with a trailing reduction (DEV_F_FREDUCE): the program's
+ * values into a new contiguous tensor of the inputs' shape, then the
+ * reduction of it, as the unfused calls make them (the same bits).  One op
+ * of the queue; the cuda backend does it in one pass. */
+int cpu_run_fused_reduce(const dev_kop *op, char *err, size_t errlen)
+{
+  const dev_fprog *p = op->fprog;
+  if (!p || op->nin < 1) return fail_msg(err, errlen, "fused: bad program");
+  const dev_view *shape = dev_kop_in(op, 0);
+  if (check_view(shape, "in", err, errlen)) return -1;
+  dev_dtype t = p->node[p->n - 1].dtype;
+  int64_t n = dev_view_numel(shape);
+  size_t bytes = (size_t)(n > 0 ? n : 1) * dev_dtype_size(t);
+  struct dev_buf tmp;
+  memset(&tmp, 0, sizeof tmp);
+  tmp.ptr = malloc(bytes);
+  tmp.bytes = bytes;
+  tmp.kind = DEV_MEM_HOST;
+  if (!tmp.ptr) return fail_msg(err, errlen, "%s: out of memory (%zu bytes for the values it reduces)", p->name, bytes);
+  dev_kop ew = *op, red = {.kind = DEV_OP_REDUCE, .code = op->code, .nin = 1, .dim = op->dim, .out = op->out};
+  ew.flags &= ~DEV_F_FREDUCE;
+  ew.out.buf = &tmp;
+  ew.out.offset = 0;
+  ew.out.dtype = t;
+  ew.out.ndim = shape->ndim;
+  int64_t step = 1;
+  for (int d = shape->ndim - 1; d >= 0; d--) {
+    ew.out.shape[d] = shape->shape[d];
+    ew.out.stride[d] = step;
+    step *= shape->shape[d];
+  }
+  red.in[0] = ew.out;
+  int rc = cpu_run_fused(&ew, err, errlen);
+  if (rc == 0) rc = cpu_run_reduce(&red, err, errlen);
+  free(tmp.ptr);
+  return rc;
 }

@@ -263,14 +263,37 @@ static int check_fused(dev_ctx *ctx, const dev_kop *op) {
   const dev_fprog *p = op->fprog;
   if (!p || op->nin != p->nin || p->nparam > DEV_FPARAMS || ((op->nin > DEV_MAXIN || p->nparam) && !op->fargs))
     return dev_fail(ctx, DEV_ERR_INVALID, "fused: bad program or operands");
-  if (op->out.dtype != p->node[p->n - 1].dtype)
+  dev_dtype rt = p->node[p->n - 1].dtype;
+  /* the result's shape: out's, or with a reduction the inputs' */
+  const dev_view *shape = &op->out;
+  if (op->flags & DEV_F_FREDUCE) {
+    int c = op->code;
+    if (c != DEV_RED_SUM && c != DEV_RED_MEAN && c != DEV_RED_PROD && c != DEV_RED_MAX && c != DEV_RED_MIN)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: a fused op ends in sum, mean, prod, max or min, not %s", p->name,
+                      (unsigned)c < DEV_NREDOP ? dev_redop_name(c) : "?");
+    if (op->nin < 1) return dev_fail(ctx, DEV_ERR_INVALID, "%s: a fused reduction needs a tensor input", p->name);
+    shape = dev_kop_in(op, 0);
+    if (op->dim < -1 || op->dim >= shape->ndim)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dim %d", p->name, op->dim + 1);
+    if (!(dev_dtype_class(rt) & dev_redop_info(c)->classes))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s is not defined for %s", p->name, dev_redop_name(c),
+                      dev_dtype_name(rt));
+    int64_t nout = 1;
+    for (int d = 0; d < shape->ndim; d++)
+      if (op->dim >= 0 && d != op->dim) nout *= shape->shape[d];
+    if (dev_view_numel(&op->out) != nout)
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: out has %lld elements, the reduction makes %lld", p->name,
+                      (long long)dev_view_numel(&op->out), (long long)nout);
+    rt = dev_redop_dtype(c, rt);
+  }
+  if (op->out.dtype != rt)
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: the output's dtype is %s, the result's %s", p->name,
-                    dev_dtype_name(op->out.dtype), dev_dtype_name(p->node[p->n - 1].dtype));
+                    dev_dtype_name(op->out.dtype), dev_dtype_name(rt));
   for (int i = 0; i < p->n; i++) {
     const dev_fnode *x = &p->node[i];
     if (x->kind != DEV_FN_INPUT) continue;
     const dev_view *v = dev_kop_in(op, x->index);
-    if (v->dtype != x->dtype || !same_shape(v, &op->out))
+    if (v->dtype != x->dtype || !same_shape(v, shape))
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: input %d: dtype or shape mismatch", p->name, x->index + 1);
   }
   return DEV_OK;
@@ -473,7 +496,7 @@ static int alias_plan(const dev_kop *op) {
   if (fl & (DEV_OPK_NOIN | DEV_OPK_NOVIEWS | DEV_OPK_MEMMOVE)) return ALIAS_NONE;
   for (int i = 0; i < op->nin; i++)
     if (views_overlap(&op->out, dev_kop_in(op, i)) &&
-        !((fl & DEV_OPK_INPLACE) && same_view(&op->out, dev_kop_in(op, i))))
+        !((fl & DEV_OPK_INPLACE) && !(op->flags & DEV_F_FREDUCE) && same_view(&op->out, dev_kop_in(op, i))))
       return op->kind == DEV_OP_INDEX && op->code == DEV_IDX_SCATTER_ADD ? ALIAS_IN : ALIAS_OUT;
   return ALIAS_NONE;
 }

@@ -389,7 +389,9 @@ enum {
   DEV_F_SCALAR = 1,        /* binary: second operand is s0 */
   DEV_F_SCALAR_LEFT = 2,   /* binary: s0 op in[0] instead of in[0] op s0 */
   DEV_F_SCALAR2 = 4,       /* ternary: operand 2 is s0 */
-  DEV_F_SCALAR3 = 8        /* ternary: operand 3 is s1 */
+  DEV_F_SCALAR3 = 8,       /* ternary: operand 3 is s1 */
+  DEV_F_FREDUCE = 16       /* fused: out is the result reduced by code (sum,
+                              mean, prod, max, min) along dim (-1: all) */
 };
 
 #define DEV_MAXIN 3   /* tensor operands held in a dev_kop, packed from in[0] */

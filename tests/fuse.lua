@@ -272,6 +272,75 @@ T.test("trailing reductions: sum, mean, prod, max, min, all or over a dim, as th
   check(o, (x * 2):sum(), "the reduction into out")
 end)
 
+-- The cuda backend reduces a fused program's values in the same pass, on
+-- the built-in reduction's plan: these shapes take each of its paths (one
+-- long run split over many groups, runs along memory, columns, strided
+-- runs; vector and scalar loads, broadcast and transposed inputs).
+T.test("trailing reductions in one op: every layout of the reduction, as the unfused calls", function()
+  local function run(name, body, ...)
+    local f = gpu.fuse(body)
+    f(...)
+    local l0 = gpu.stats().launches
+    local got = f(...)
+    T.is(gpu.stats().launches - l0, 1, name .. ": one op")
+    check(got, body(...), name)
+  end
+  local big = gpu.rand({ 200003 }, { seed = 1 }) - 0.5
+  run("sum of 200003, one run", function(a) return (a * 2 + 1):relu():sum() end, big)
+  run("mean of 200003 bf16", function(a) return (a * 3):exp():mean() end, big:to("bf16"))
+  run("max of 200003 f16", function(a) return (a * a):max() end, big:to("f16"))
+  local m = gpu.rand({ 3, 70001 }, { seed = 2 })
+  run("rows: sum over dim 2 of 3 x 70001", function(a) return (a - 0.5):abs():sum(2) end, m)
+  run("rows keepdim: prod over the last dim", function(a) return (a * 0.1 + 0.95):prod(-1, { keepdim = true }) end, m)
+  local c = gpu.rand({ 9000, 70 }, { seed = 3 })
+  run("columns: sum over dim 1 of 9000 x 70", function(a) return (a * a):sum { dim = 1 } end, c)
+  run("columns: min over dim 1, keepdim", function(a) return (a - 0.25):min { dim = 1, keepdim = true } end, c)
+  local s = gpu.rand({ 5000, 1, 3 }, { seed = 4 })
+  run("strided runs: sum over dim 1 of 5000 x 1 x 3", function(a) return (a + 1):sum(1) end, s)
+  run("one output of a strided run", function(a) return (a + 1):sum(1) end, gpu.rand({ 5000, 1 }, { seed = 5 }))
+  local row, col = gpu.rand({ 1, 3000 }, { seed = 6 }), gpu.rand({ 40, 1 }, { seed = 7 })
+  run("broadcast inputs", function(a, b) return (a * b):sum(2) end, row, col)
+  run("a transposed input", function(a) return (a * 2):sum(1) end, c:t())
+  run("a narrowed, unaligned input", function(a) return (a + 2):sum() end, big:narrow(1, 2, 199999))
+  local i = gpu.arange(1, 100001, { dtype = "i32" })
+  run("i32: sum of floor divisions (wrapping int64)", function(a, d) return (a * 7919 // d):sum() end, i, 3)
+  run("i64 prod over a dim", function(a) return (a % 5 + 1):prod(2) end, i:to("i64"):view(100, 1000))
+  run("bool: sum of a comparison", function(a) return a:gt(0):sum() end, big)
+  run("0-dim input", function(a) return (a + 1):sum() end, gpu.tensor(2.5))
+  run("empty: sum", function(a) return (a + 1):sum() end, gpu.zeros({ 0, 4 }))
+  run("empty along dim 1: sum over dim 1", function(a) return (a + 1):sum(1) end, gpu.zeros({ 0, 4 }))
+  T.raises(function() gpu.fuse(function(a) return (a + 1):max() end)(gpu.zeros({ 0 })) end,
+           "max: the reduction of an empty tensor has no identity", "an empty max raises as unfused")
+  T.raises(function() gpu.fuse(function(a) return (a + 1):sum(3) end)(m) end, "dim 3 out of range for a 2%-dim tensor",
+           "a dim out of range")
+  T.raises(function() gpu.fuse(function(a) return (a + 1):sum(2, 1) end)(m) end, "options table expected",
+           "a second dim")
+  T.raises(function() gpu.fuse(function(a) return (a + 1):sum(2, { dim = 1 }) end)(m) end, "dim given twice",
+           "a dim twice")
+  T.raises(function() gpu.fuse(function(a) return (a + 1):sum(2) end)(m, { out = gpu.empty({ 2 }) }) end,
+           "", "an out of the wrong shape")
+  local o = gpu.empty({ 3 })
+  T.ok(gpu.fuse(function(a) return (a + 1):sum(2) end)(m, { out = o }) == o, "out along a dim")
+  check(o, (m + 1):sum(2), "the reduction along a dim into out")
+  -- integer division by zero inside a reduced program: at the next sync
+  local f = gpu.fuse(function(a, b) return (a // b):sum() end, { name = "idivsum" })
+  local line = debug.getinfo(1, "l").currentline + 1
+  local ok, err = pcall(function() f(i, i - 5); gpu.synchronize() end)
+  T.ok(not ok and tostring(err):find("integer division by zero", 1, true), "a zero divisor raises at the sync")
+  T.ok(tostring(err):find("fuse.lua:" .. line, 1, true) ~= nil, "at the call's line")
+  -- in a graph: replayed with new values
+  local x = gpu.rand({ 4, 5000 }, { seed = 8 })
+  local y = gpu.empty({ 4 })
+  local sq = gpu.fuse(function(a, k) return (a * k):square():sum(2) end)
+  local g = gpu.graph(function() sq(x, 3, { out = y }) end)
+  y:fill(0)
+  x:copy(gpu.rand({ 4, 5000 }, { seed = 9 }))
+  g:launch()
+  gpu.synchronize()
+  check(y, (x * 3):square():sum(2), "a graph's replay reduces the new values")
+  g:close()
+end)
+
 T.test("integer division by zero raises at the next sync, naming the call's line and the op", function()
   local f = gpu.fuse(function(a, b) return (a + 1) // b end, { name = "idiv" })
   local a, b = gpu.tensor({ 1, 2, 3 }, { dtype = "i32" }), gpu.tensor({ 1, 0, 1 }, { dtype = "i32" })

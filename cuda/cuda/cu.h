@@ -27,12 +27,14 @@ int dev_nvrtc_compile_h(const char *src, const char *name, const char *arch, con
 
 /* cuda/cuda/fgen.c: DEV_OP_FUSED.  source writes the CUDA C++ of a fused
  * program's kernel `gf` (vec: for every view contiguous and 16-byte aligned;
- * else any layout); compile makes it a cubin for arch through NVRTC with
- * the element headers (k_elem.cuh and what it includes, embedded at build
- * time), the disk cache first.  Neither needs a GPU. */
-int cuda_fused_source(const dev_fprog *p, int vec, sbuf *src, char *err, size_t errlen);
-int cuda_fused_compile(const dev_fprog *p, int vec, const char *arch, dev_kimage *img, char **log, char *err,
-                       size_t errlen);
+ * else any layout), or with red (a dev_redop + 1; 0: none) its reduction
+ * kernels gfr_rows and gfr_cols; compile makes it a cubin for arch through
+ * NVRTC with the element headers (k_elem.cuh, k_reduce.cuh and what they
+ * include, embedded at build time), the disk cache first.  Neither needs a
+ * GPU. */
+int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *src, char *err, size_t errlen);
+int cuda_fused_compile(const dev_fprog *p, int vec, int red, const char *arch, dev_kimage *img, char **log,
+                       char *err, size_t errlen);
 /* The same for a source of fused kernels (several programs' at once, in a
  * test), and how many number operands p's kernels take (gf_args). */
 int cuda_fused_compile_src(const char *src, const char *name, const char *arch, dev_kimage *img, char **log,

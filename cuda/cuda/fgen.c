@@ -11,6 +11,12 @@
  * Each node's value is kept in its op's compute type, rounded to its dtype
  * (k_round: what the next op would load of the stored result).
  *
+ * A program that ends in a reduction (DEV_F_FREDUCE) has, instead of gf,
+ * gfr_rows and gfr_cols: k_reduce.cuh's bodies of the built-in reduction's
+ * kernels, reading the program's values where those read memory, launched
+ * on the built-in's plan (k_reduce.cu: cuk_reduce_fused), so the result is
+ * the unfused reduction's bit for bit, in one pass.
+ *
  * Two variants of the kernel `gf` per program, each compiled when first
  * needed: one for every view contiguous and 16-byte aligned, which moves 16
  * bytes per load of its widest dtype, one for any layout (broadcast inputs
@@ -180,7 +186,56 @@ static int elem2(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt,
   return 0;
 }
 
-int cuda_fused_source(const dev_fprog *p, int vec, sbuf *b, char *err, size_t errlen) {
+#define RNAME(E, name, cls, res) [DEV_RED_##E] = "DEV_RED_" #E,
+static const char *const red_enum[DEV_NREDOP] = {DEV_REDUCE_OPS(RNAME)};
+#undef RNAME
+
+/* The x<k> arguments of gf_elem for element i (an expression) */
+static void elem_args(sbuf *b, int nin, const char *const *in_dt, int vec, const char *i) {
+  for (int k = 0; k < nin; k++) {
+    if (vec) sb_printf(b, ", ((const kt<%s>::S *)a.in[%d])[%s]", in_dt[k], k, i);
+    else sb_printf(b, ", *k_at<kt<%s>::S>(a.in[%d], %s)", in_dt[k], k, i);
+  }
+}
+
+/* A reduction's kernels: k_reduce.cuh's bodies, whose elements are the
+ * program's values (gsrc) rather than memory.  Element q - NULL of the run
+ * is element i of the result; at16 is N of them, N-aligned. */
+static void reduce_src(sbuf *b, int nin, const char *const *in_dt, const char *out_dt, int vec, int code) {
+  /* any layout: each element walks every input's view (k_at), so the
+   * element is one function, not inlined at each of the bodies' sites (it
+   * would be at about 80 for a u8 result: minutes of NVRTC) */
+  const char *inl = vec ? "__forceinline__" : "__noinline__";
+  sb_printf(b, "struct gsrc {\n  gf_args a;\n  typedef kt<%s>::S S;\n", out_dt);
+  sb_printf(b, "  __device__ %s S at(const S *q) const\n  {\n", inl);
+  sb_str(b, ""
+            "    int64_t i = (int64_t)((uintptr_t)q / sizeof(S));\n    int z = 0;\n    S r = gf_elem(a");
+  elem_args(b, nin, in_dt, vec, "i");
+  sb_str(b, ", z);\n    if (z && a.zflag) *a.zflag = a.ztag;\n    return r;\n  }\n");
+  sb_printf(b, "  __device__ %s uint4 at16(const uint4 *q) const\n  {\n", inl);
+  sb_str(b, ""
+            "    constexpr int N = 16 / sizeof(S);\n"
+            "    int64_t i = (int64_t)((uintptr_t)q / sizeof(S));\n    int z = 0;\n    kvec<S> r;\n");
+  if (vec) {
+    /* N of each input at once (aligned: i is a multiple of N) */
+    for (int k = 0; k < nin; k++)
+      sb_printf(b, "    kpack<kt<%s>::S, N> p%d = ((const kpack<kt<%s>::S, N> *)a.in[%d])[i / N];\n", in_dt[k], k,
+                in_dt[k], k);
+    sb_str(b, "#pragma unroll\n    for (int j = 0; j < N; j += 2) gf_elem2(a");
+    for (int k = 0; k < nin; k++) sb_printf(b, ", p%d.x[j], p%d.x[j + 1]", k, k);
+    sb_str(b, ", r.x[j], r.x[j + 1], z);\n");
+  } else {
+    sb_str(b, "    for (int j = 0; j < N; j++) r.x[j] = at((const S *)q + j);\n");
+  }
+  sb_str(b, "    if (z && a.zflag) *a.zflag = a.ztag;\n    return r.u;\n  }\n};\n\n");
+  for (int cols = 0; cols < 2; cols++)
+    sb_printf(b,
+              "extern \"C\" __global__ void __launch_bounds__(256) gfr_%s(const krargs r, const gf_args a)\n{\n"
+              "  k_reduce_%s<%s, %s>(r, gsrc{a});\n}\n",
+              cols ? "cols" : "rows", cols ? "cols" : "rows", out_dt, red_enum[code]);
+}
+
+int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, size_t errlen) {
   int nin = p->nin, nnum = cuda_fused_numbers(p), q = 0, widest = 1;
   const dev_fnode *last = &p->node[p->n - 1];
   const char *in_dt[DEV_FMAXIN] = {0};
@@ -193,7 +248,9 @@ int cuda_fused_source(const dev_fprog *p, int vec, sbuf *b, char *err, size_t er
   if (dsize(last->dtype) > widest) widest = dsize(last->dtype);
   for (int k = 0; k < nin; k++)
     if (!in_dt[k]) return fail_msg(err, errlen, "%s: input %d is never read", p->name, k + 1);
-  sb_printf(b, "// gpu.fuse: %s (%s)\n#include \"k_elem.cuh\"\n\n", p->name, vec ? "contiguous" : "any layout");
+  if (red < 0 || red > DEV_NREDOP) return fail_msg(err, errlen, "%s: bad reduction %d", p->name, red - 1);
+  sb_printf(b, "// gpu.fuse: %s (%s%s%s)\n#include \"%s\"\n\n", p->name, vec ? "contiguous" : "any layout",
+            red ? ", then " : "", red ? dev_redop_name(red - 1) : "", red ? "k_reduce.cuh" : "k_elem.cuh");
   sb_str(b, "union knum { float f; double d; int64_t i; };\n");
   /* the views as kernels take them, or (contiguous) their first elements */
   const char *view = vec ? "char *" : "kview ";
@@ -208,6 +265,11 @@ int cuda_fused_source(const dev_fprog *p, int vec, sbuf *b, char *err, size_t er
     if (node_stmt(b, p, i, &q, "", 0, err, errlen)) return -1;
   sb_printf(b, "  return k_store<%s>(v%d);\n}\n\n", out_dt, p->n - 1);
   if (vec && elem2(b, p, nin, in_dt, out_dt, err, errlen)) return -1;
+  if (red) {
+    reduce_src(b, nin, in_dt, out_dt, vec, red - 1);
+    if (b->oom) return fail_msg(err, errlen, "%s: out of memory", p->name);
+    return 0;
+  }
   sb_str(b, "extern \"C\" __global__ void __launch_bounds__(256) gf(const gf_args a)\n{\n"
             "  int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x, i = tid;\n"
             "  int z = 0;\n");
@@ -255,10 +317,10 @@ int cuda_fused_compile_src(const char *src, const char *name, const char *arch, 
                              err, errlen);
 }
 
-int cuda_fused_compile(const dev_fprog *p, int vec, const char *arch, dev_kimage *img, char **log, char *err,
+int cuda_fused_compile(const dev_fprog *p, int vec, int red, const char *arch, dev_kimage *img, char **log, char *err,
                        size_t errlen) {
   sbuf src = {0};
-  if (cuda_fused_source(p, vec, &src, err, errlen)) {
+  if (cuda_fused_source(p, vec, red, &src, err, errlen)) {
     free(src.p);
     return -1;
   }

@@ -35,12 +35,13 @@ extern "C" int cuk_fused_args(const dev_kop *op, const cuk_env *env, int ztag, v
 {
   const dev_fprog *p = op->fprog;
   kview kv[1 + DEV_FMAXIN];
-  int nv = 1 + op->nin;
+  int nv = 1 + op->nin, red = (op->flags & DEV_F_FREDUCE) != 0;
   int contig = 1, widest = 1;
   uintptr_t bits = 0;
   for (int i = 0; i < nv; i++) {
     const dev_view *v = i ? dev_kop_in(op, i - 1) : &op->out;
     kv[i] = k_view(v);
+    if (i == 0 && red) continue;   /* the reduction's output: not the program's */
     contig = contig && kv[i].contig;
     bits |= (uintptr_t)kv[i].p;
     if (k_esize(v->dtype) > widest) widest = k_esize(v->dtype);
@@ -50,7 +51,7 @@ extern "C" int cuk_fused_args(const dev_kop *op, const cuk_env *env, int ztag, v
   size_t vsize = *vec ? sizeof(char *) : sizeof(kview), off = vsize * (size_t)nv;
   gf_tail t;
   memset(&t, 0, sizeof t);
-  t.n = dev_view_numel(&op->out);
+  t.n = dev_view_numel(red ? dev_kop_in(op, 0) : &op->out);
   t.zflag = env->err_flag;
   t.ztag = ztag;
   if (off + sizeof t + sizeof(knum) > cap) return fail_msg(err, errlen, "%s: too many arguments", p->name);

@@ -31,10 +31,26 @@ int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);
 /* DEV_OP_FUSED: the one parameter of its kernels (gf_args of
  * cuda/cuda/fgen.c) into buf (cap bytes; *len used), ztag what an integer
  * division by zero sets env->err_flag to, whether the vector
- * kernel applies (*vec: every view contiguous, 16-byte aligned) and the
- * grid of 256-thread blocks. */
+ * kernel applies (*vec: every view contiguous, 16-byte aligned; with a
+ * reduction, every input) and the grid of 256-thread blocks. */
 int cuk_fused_args(const dev_kop *op, const cuk_env *env, int ztag, void *buf, size_t cap, size_t *len, int *vec,
                    unsigned *grid, char *err, size_t errlen);
+
+/* DEV_OP_FUSED with a trailing reduction (DEV_F_FREDUCE): the program's
+ * kernels that take the place of the built-in reduce_rows (cols 0) or
+ * reduce_cols (cols 1), launched by launch on the grid (gx, gy) of 256
+ * threads with rargs (k_reduce.cuh: krargs) as their first parameter. */
+typedef struct cuk_rsource {
+  int (*launch)(void *ud, int cols, unsigned gx, unsigned gy, const void *rargs, char *err, size_t errlen);
+  void *ud;
+} cuk_rsource;
+
+/* The values of dtype t and shape vshape (vndim dims) that a fused program
+ * computes, reduced by code along dim (-1: all) into out as DEV_OP_REDUCE
+ * reduces a new contiguous tensor of them: the same plan, so the same tree
+ * and the same bits. */
+int cuk_reduce_fused(dev_dtype t, int vndim, const int64_t *vshape, const dev_view *out, int code, int dim,
+                     const cuk_rsource *src, const cuk_env *env, char *err, size_t errlen);
 
 /* One kernel of each module (each k_*.cu), the commonest ops first: the
  * backend's loader (loader.c) loads the rest of their modules from these.

@@ -81,13 +81,15 @@ int cuda_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n) {
 /* ---- fused programs' kernels (DEV_OP_FUSED) ------------------------------- */
 
 /* A program's modules, loaded in this context: its kernel for any layout
- * [0] and for contiguous views [1] (fgen.c), each compiled when first
- * needed. */
+ * [0] and for contiguous views [1] (fgen.c), and with a trailing reduction
+ * [.][1 + code] its two reduction kernels (rows, cols), each compiled when
+ * first needed. */
+enum { NRED = 1 + DEV_NREDOP };
 typedef struct cfused {
   struct cfused *next;
   const dev_fprog *p;
-  cudaLibrary_t lib[2];
-  cudaKernel_t k[2];
+  cudaLibrary_t lib[2][NRED];
+  cudaKernel_t k[2][NRED][2];
 } cfused;
 
 static cfused **fused_slot(cstate *cs, const dev_fprog *p) {
@@ -109,12 +111,16 @@ static cfused *fused_get(cstate *cs, const dev_fprog *p) {
 
 /* Programs are interned (one per content, never freed), so the pointer is
  * the key.  The compile goes through the disk cache of compiled kernels,
- * whose key holds the source, the headers and NVRTC's version. */
-static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, cudaKernel_t *out) {
+ * whose key holds the source, the headers and NVRTC's version.  out[0]:
+ * gf, or gfr_rows; out[1]: gfr_cols (red: a dev_redop + 1, 0 none). */
+static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cudaKernel_t out[2]) {
   cstate *cs = CS(ctx);
   cfused *f = fused_get(cs, p);
   if (!f) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory loading a fused kernel");
-  if ((*out = f->k[vec])) return DEV_OK;
+  if ((out[0] = f->k[vec][red][0])) {
+    out[1] = f->k[vec][red][1];
+    return DEV_OK;
+  }
   int major = 0, minor = 0;
   CK(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cs->device), "device info");
   CK(ctx, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, cs->device), "device info");
@@ -122,46 +128,50 @@ static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, cudaKernel_t 
   snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
   dev_kimage img;
   char *log = NULL;
-  if (cuda_fused_compile(p, vec, arch, &img, &log, err, sizeof err)) {
+  if (cuda_fused_compile(p, vec, red, arch, &img, &log, err, sizeof err)) {
     int rc = dev_fail(ctx, DEV_ERR_DEVICE, "%s: the fused kernel did not compile: %s%s%.1500s", p->name, err,
                       log ? "\n" : "", log ? log : "");
     free(log);
     return rc;
   }
   cudaLibrary_t lib = NULL;
-  cudaKernel_t k = NULL;
+  cudaKernel_t k[2] = {NULL, NULL};
   cudaError_t e = cudaLibraryLoadData(&lib, img.data, NULL, NULL, 0, NULL, NULL, 0);
   dev_kimage_free(&img);
-  if (e == cudaSuccess) e = cudaLibraryGetKernel(&k, lib, "gf");
+  if (e == cudaSuccess) e = cudaLibraryGetKernel(&k[0], lib, red ? "gfr_rows" : "gf");
+  if (e == cudaSuccess && red) e = cudaLibraryGetKernel(&k[1], lib, "gfr_cols");
   if (e != cudaSuccess) {
     if (lib) cudaLibraryUnload(lib);
     char what[DEV_SITE_LEN + 64];
     snprintf(what, sizeof what, "%s: loading the fused kernel", p->name);
     return cuda_fail(ctx, e, what);
   }
-  f->lib[vec] = lib;
-  *out = f->k[vec] = k;
+  f->lib[vec][red] = lib;
+  for (int i = 0; i < 2; i++) out[i] = f->k[vec][red][i] = k[i];
   return DEV_OK;
 }
 
-/* op's kernel parameter into buf, and its kernel, compiled if need be */
+static int fused_red(const dev_kop *op) { return op->flags & DEV_F_FREDUCE ? 1 + op->code : 0; }
+
+/* op's kernel parameter into buf, and its kernels, compiled if need be */
 static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag, void *buf, size_t cap,
-                       cudaKernel_t *k, unsigned *grid) {
+                       cudaKernel_t k[2], unsigned *grid) {
   cstate *cs = CS(ctx);
   cuk_env env = {st, cs->flag_dev, cs->sm_count, 1};
   size_t len;
   int vec;
   char msg[256];
+  if ((unsigned)fused_red(op) >= NRED) return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad reduction", op->fprog->name);
   if (cuk_fused_args(op, &env, tag, buf, cap, &len, &vec, grid, msg, sizeof msg))
     return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
-  return fused_kernel(ctx, op->fprog, vec, k);
+  return fused_kernel(ctx, op->fprog, vec, fused_red(op), k);
 }
 
 int cuda_fused_prepare(dev_ctx *ctx, const dev_kop *op) {
   _Alignas(16) char buf[4096];
-  cudaKernel_t k;
+  cudaKernel_t k[2];
   unsigned grid;
-  return fused_setup(ctx, NULL, op, 1, buf, sizeof buf, &k, &grid);
+  return fused_setup(ctx, NULL, op, 1, buf, sizeof buf, k, &grid);
 }
 
 #define ZDIV_MSG(E, name, cls, res, fl) [DEV_BIN_##E] = #name ": integer division by zero",
@@ -182,19 +192,44 @@ static int fused_tag(dev_ctx *ctx, const dev_kop *op) {
   return 1;
 }
 
+/* A reduction kernel of a fused op, as k_reduce.cu's plan asks (cuk_rsource) */
+typedef struct rlaunch {
+  const cudaKernel_t *k;
+  void *args;   /* gf_args */
+  cudaStream_t st;
+} rlaunch;
+
+static int rlaunch_one(void *ud, int cols, unsigned gx, unsigned gy, const void *rargs, char *err, size_t errlen) {
+  rlaunch *l = ud;
+  void *args[2] = {(void *)rargs, l->args};
+  cudaError_t e = cudaLaunchKernel((const void *)l->k[cols], (dim3){gx, gy, 1}, (dim3){256, 1, 1}, args, 0, l->st);
+  if (e != cudaSuccess) return fail_msg(err, errlen, "%s", cudaGetErrorString(e));
+  return 0;
+}
+
 int cuda_fused_launch(dev_ctx *ctx, cudaStream_t st, const dev_kop *op) {
   _Alignas(16) char buf[4096];
-  cudaKernel_t k;
+  cudaKernel_t k[2];
   unsigned grid;
-  int rc = fused_setup(ctx, st, op, fused_tag(ctx, op), buf, sizeof buf, &k, &grid);
+  int rc = fused_setup(ctx, st, op, fused_tag(ctx, op), buf, sizeof buf, k, &grid);
   if (rc) return rc;
-  void *args[1] = {buf};
-  cudaError_t e = cudaLaunchKernel((const void *)k, (dim3){grid, 1, 1}, (dim3){256, 1, 1}, args, 0, st);
-  if (e != cudaSuccess) {
-    char what[DEV_SITE_LEN + 32];
-    snprintf(what, sizeof what, "fused '%s'", op->fprog->name);
-    return cuda_fail(ctx, e, what);
+  char what[DEV_SITE_LEN + 32];
+  snprintf(what, sizeof what, "fused '%s'", op->fprog->name);
+  if (op->flags & DEV_F_FREDUCE) {
+    cstate *cs = CS(ctx);
+    cuk_env env = {st, cs->flag_dev, cs->sm_count, 1};
+    rlaunch l = {k, buf, st};
+    cuk_rsource src = {rlaunch_one, &l};
+    const dev_view *v = dev_kop_in(op, 0);
+    char err[256];
+    if (cuk_reduce_fused(op->fprog->node[op->fprog->n - 1].dtype, v->ndim, v->shape, &op->out, op->code, op->dim,
+                         &src, &env, err, sizeof err))
+      return dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", what, err);
+    return DEV_OK;
   }
+  void *args[1] = {buf};
+  cudaError_t e = cudaLaunchKernel((const void *)k[0], (dim3){grid, 1, 1}, (dim3){256, 1, 1}, args, 0, st);
+  if (e != cudaSuccess) return cuda_fail(ctx, e, what);
   return DEV_OK;
 }
 
@@ -205,7 +240,8 @@ void cuda_fused_free(dev_ctx *ctx) {
       cfused *f = cs->fused[i];
       cs->fused[i] = f->next;
       for (int v = 0; v < 2; v++)
-        if (f->lib[v] && cudaLibraryUnload(f->lib[v]) != cudaSuccess) cudaGetLastError();
+        for (int r = 0; r < NRED; r++)
+          if (f->lib[v][r] && cudaLibraryUnload(f->lib[v][r]) != cudaSuccess) cudaGetLastError();
       free(f);
     }
 }

@@ -167,11 +167,14 @@ for _, row in ipairs(rows) do
     end
   end
 end
--- A trailing reduction (sum, mean, prod; max and min without an operand):
--- the result of the fused op, reduced by the built-in reduction, so it is
--- the unfused call's bit for bit.  Nothing may follow it.
+-- A trailing reduction (sum, mean, prod; max and min without an operand),
+-- with its dim first or in the options: t:sum(2), t:sum{dim = 2, keepdim =
+-- true}.  The fused op reduces its result in the same pass, by the
+-- built-in reduction's tree, so it is the unfused call's bit for bit.
+-- Nothing may follow it.
 local function reduction(name)
-  return function(x, o)
+  return function(x, d, o)
+    if type(d) ~= "number" then d, o = nil, d end
     if o ~= nil and (type(o) ~= "table" or getmetatable(o) ~= nil) then
       raise("%s: options table expected (dim, keepdim)", name)
     end
@@ -179,6 +182,10 @@ local function reduction(name)
       if k ~= "dim" and k ~= "keepdim" then
         raise("%s: option '%s' is not taken inside a fused function (dim, keepdim)", name, tostring(k))
       end
+    end
+    if d ~= nil then
+      if o and o.dim ~= nil and o.dim ~= d then raise("%s: dim given twice (%s, and %s in the options)", name, d, o.dim) end
+      o = { dim = d, keepdim = o and o.keepdim }
     end
     return setmetatable({ reduce = name, opts = o, src = x, trace = current }, Reduced)
   end
@@ -404,7 +411,7 @@ local function run_unfused(pr, args, out, stream)
   return r
 end
 
--- The trailing reduction of a result r (one op after the fused one, for now).
+-- The trailing reduction of a result r, unfused (the reference path).
 local function reduce(pr, r, out, stream)
   local o = { out = out, stream = stream }
   for k, v in pairs(pr.ropts or {}) do o[k] = v end
@@ -418,17 +425,15 @@ function Fused:stats()
   return { traces = self.traces, calls = self.calls }
 end
 
--- One result of a call: its op, then its trailing reduction; ok, result or
--- error.  The site of the op: 4 levels up from run (pcall, this function,
--- Fused.__call, its caller).
+-- One result of a call, its trailing reduction included: one op; ok,
+-- result or error.  The site of the op: 4 levels up from run (pcall, this
+-- function, Fused.__call, its caller).
 local function run_one(pr, args, out, stream)
-  local ok, r
-  local eout = not pr.reduce and out or nil   -- a reduction's out is the reduction's
   if not core.unfused then
-    ok, r = pcall(run, pr.p, args, pr.ins, pr.params, eout, stream, 4)
-  else
-    ok, r = pcall(run_unfused, pr, args, eout, stream)
+    local ro = pr.ropts
+    return pcall(run, pr.p, args, pr.ins, pr.params, out, stream, 4, pr.reduce, ro and ro.dim, ro and ro.keepdim)
   end
+  local ok, r = pcall(run_unfused, pr, args, not pr.reduce and out or nil, stream)
   if ok and pr.reduce then ok, r = pcall(reduce, pr, r, out, stream) end
   return ok, r
 end

@@ -27,13 +27,14 @@ static dev_fnode par(int i) { return (dev_fnode){.kind = DEV_FN_PARAM, .dtype = 
 
 typedef struct unit { sbuf src; int n; } unit;
 
-/* p's source into u, its names made its own */
-static void add(unit *u, const dev_fprog *p) {
-  static const char *const names[] = {"gf", "gf_elem", "gf_args", "knum"};
+/* p's source into u (red: its trailing reduction + 1, or 0), its names
+ * made its own */
+static void add_red(unit *u, const dev_fprog *p, int red) {
+  static const char *const names[] = {"gf", "gf_elem", "gf_elem2", "gf_args", "knum", "gsrc", "gfr_rows", "gfr_cols"};
   char err[256];
   for (int vec = 0; vec < 2; vec++) {
     sbuf s = {0};
-    if (cuda_fused_source(p, vec, &s, err, sizeof err)) {
+    if (cuda_fused_source(p, vec, red, &s, err, sizeof err)) {
       ok(0, "%s: source: %s", p->name, err);
       free(s.p);
       return;
@@ -46,6 +47,8 @@ static void add(unit *u, const dev_fprog *p) {
   }
   u->n++;
 }
+
+static void add(unit *u, const dev_fprog *p) { add_red(u, p, 0); }
 
 static void try(unit *u, const char *name, const dev_fnode *nd, int n) {
   char err[256];
@@ -77,10 +80,12 @@ static void compile_unit(unit *u, const char *what) {
   memset(u, 0, sizeof *u);
 }
 
-int main(void) {
+/* argv[1] "reductions": only the trailing reductions' unit */
+int main(int argc, char **argv) {
   char name[64];
   setenv("GPULUA_KERNEL_CACHE", "0", 1);
-  for (int t = 0; t < DEV_NDTYPE; t++) {
+  int only_red = argc > 1 && strcmp(argv[1], "reductions") == 0;
+  for (int t = 0; t < DEV_NDTYPE && !only_red; t++) {
     unit u = {0};
     dev_dtype T = (dev_dtype)t;
     for (int op = 0; op < DEV_NUNOP; op++) {
@@ -118,6 +123,28 @@ int main(void) {
     snprintf(name, sizeof name, "every op on %s", dev_dtype_name(T));
     compile_unit(&u, name);
   }
+  /* the trailing reductions (k_reduce.cuh's bodies with a program's
+   * values; both layouts, rows and columns): each reduction once, over a
+   * program of a dtype of each class.  Each compile costs about a second
+   * (the bodies unroll), so one unit of a few. */
+  static const struct { dev_dtype t; int red; } rcase[] = {
+      {DEV_F32, DEV_RED_SUM}, {DEV_BF16, DEV_RED_MEAN}, {DEV_F64, DEV_RED_PROD},
+      {DEV_I32, DEV_RED_MAX}, {DEV_U8, DEV_RED_MIN},   {DEV_BOOL, DEV_RED_SUM}};
+  unit u = {0};
+  for (size_t c = 0; c < sizeof rcase / sizeof rcase[0]; c++) {
+    dev_dtype T = rcase[c].t;
+    /* (x * p) // y, or for bool (x and p) or y: two inputs, a parameter, an
+     * op that may divide by zero */
+    dev_fnode nd[5] = {in(T, 0), par(0), {.kind = DEV_FN_BINARY, .code = DEV_BIN_MUL, .dtype = T, .a = {0, 1}},
+                       in(T, 1), {.kind = DEV_FN_BINARY, .code = DEV_BIN_FLOOR_DIVIDE, .dtype = T, .a = {2, 3}}};
+    if (T == DEV_BOOL) nd[2].code = DEV_BIN_LOGICAL_AND, nd[4].code = DEV_BIN_LOGICAL_OR;
+    snprintf(name, sizeof name, "red_%s", dev_dtype_name(T));
+    char err[256];
+    const dev_fprog *p = dev_fprog_intern(name, nd, 5, err, sizeof err);
+    ok(p != NULL, "%s: %s", name, p ? "interned" : err);
+    if (p) add_red(&u, p, 1 + rcase[c].red);
+  }
+  compile_unit(&u, "trailing reductions");
   printf("1..%d\n", ntest);
   return nfail != 0;
 }
