@@ -81,6 +81,11 @@ T.test("rank scripts under the launcher", function()
     { 4, "scripts/zero.lua stage=1 width=64 layers=3 steps=8 batch=16", "zero: ZeRO%-1 vs DDP: parameters differ by [%d.e+-]+ at most .*parameters equal on every rank: check ok" },
     { 4, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16", "zero: ZeRO%-2 vs DDP: parameters differ by [%d.e+-]+ at most .*parameters equal on every rank: check ok" },
     { 4, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16", "zero: optimizer state per rank: DDP [%d.]+ MiB, ZeRO%-2 [%d.]+ MiB %(0%.2[45]%d of DDP's, 1/4 = 0%.250" },
+    -- graph=1: both runs again, each step replayed from a graph: bit for bit the direct steps
+    { 2, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16 graph=1", "zero: replayed from graphs vs direct: parameters differ by 0 at most %(tolerance 0%), losses by 0 relative: check ok" },
+    { 2, "scripts/zero.lua stage=1 width=64 layers=3 steps=8 batch=16 graph=1 warm=3", "zero: replayed from graphs: DDP [%d.]+ us per step, ZeRO%-1 [%d.]+ us per step %(steps 4 to 8%)" },
+    { 4, "scripts/zero.lua stage=1 width=64 layers=3 steps=6 batch=16 graph=1", "zero: replayed from graphs vs direct: parameters differ by 0 at most %(tolerance 0%), losses by 0 relative: check ok" },
+    { 4, "scripts/zero.lua stage=2 width=64 layers=3 steps=6 batch=16 graph=1", "zero: replayed from graphs vs direct: parameters differ by 0 at most %(tolerance 0%), losses by 0 relative: check ok" },
     -- gradient accumulation: one step of 4 micro-batches is one step on the 4-times batch
     { 2, "scripts/ddp_mlp.lua 20 16 accum=4", "ddp_mlp: accumulation: 4 micro%-batches of 16 vs one batch of 64: parameters differ by [%d.e+-]+ %(tolerance [%d.e+-]+%): check ok" },
     { 4, "scripts/ddp_mlp.lua 10 8 accum=3", "ddp_mlp: accumulation: 3 micro%-batches of 8 vs one batch of 24: parameters differ by [%d.e+-]+ %(tolerance [%d.e+-]+%): check ok" },
@@ -108,7 +113,7 @@ T.test("rank scripts under the launcher", function()
        "tensor_parallel.lua refuses a world of 3")
   out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
   T.ok(not ok and out:find("runs with %-n 2") ~= nil, "rank_pipeline.lua refuses a world of 3")
-  for _, bad in ipairs { "stage=3", "steps=0", "width=x", "depth=2", "6" } do
+  for _, bad in ipairs { "stage=3", "steps=0", "width=x", "depth=2", "6", "graph=2", "graph=-1", "warm=20", "warm=0" } do
     out, ok = run("", "--device host scripts/zero.lua " .. bad)
     T.ok(not ok and out:find("scripts/zero.lua:%d+: zero: ") ~= nil, "zero.lua refuses " .. bad .. " at its line")
     if ok then T.diag(out) end
