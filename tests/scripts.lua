@@ -144,6 +144,9 @@ T.test("scripts/tensor_parallel.lua: timing and TP_TRACE", function()
     T.ok(ok and out:find("check ok", 1, true), "-n " .. n .. ": a 3-step run checks ok")
     T.ok(out:find("tensor_parallel: [%d.]+ us per step %(forward, backward, update; steps 2 to 3%)") ~= nil,
          "... prints its time per step")
+    T.ok(out:find("tensor_parallel: block D 64, F 256, 32 rows per DP group, f32: forward%+backward [%d.]+ us per "
+                  .. "step %(events, steps 2 to 3%), [%d.e+-]+ TFLOP/s per rank") ~= nil,
+         "... and its forward+backward time")
     for rank = 0, n - 1 do
       local f = io.open(string.format("%s.rank%d.svg", base, rank))
       local svg = f and f:read("a") or ""
@@ -153,6 +156,18 @@ T.test("scripts/tensor_parallel.lua: timing and TP_TRACE", function()
     end
     os.remove(base)
     if not ok then T.diag(out) end
+  end
+  -- a larger block (the bench's form, small here): the check holds, its size printed
+  local out, ok = run("", "-n 2 --device host scripts/tensor_parallel.lua 12 256 width=128 hidden=1024")
+  T.ok(ok and out:find("batch 256 per DP group, 12 steps: loss [%d.]+ %-> [%d.]+, max diff to one rank [%d.e+-]+ "
+                       .. "%(tolerance 1e%-04%): check ok") ~= nil, "width=128 hidden=1024: checks ok, and learns")
+  T.ok(out:find("block D 128, F 1024, 256 rows per DP group", 1, true) ~= nil, "... and names the block")
+  if not ok then T.diag(out) end
+  for _, bad in ipairs { "3 16 hidden=127", "3 16 depth=2", "x", "3 0", "3 16 width=0", "3 16 width=x" } do
+    out, ok = run("", "-n 2 --device host scripts/tensor_parallel.lua " .. bad)
+    T.ok(not ok and out:find("scripts/tensor_parallel.lua:%d+: tensor_parallel: ") ~= nil,
+         "tensor_parallel.lua refuses '" .. bad .. "' at its line")
+    if ok then T.diag(out) end
   end
 end)
 
