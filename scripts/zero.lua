@@ -199,7 +199,10 @@ local function run(stage, graph, trace)
     if trace and i == STEPS then gpu.trace.stop() end
   end
   gpu.synchronize()
-  local us = (gpu.clock() - t0) / (STEPS - WARM) * 1e6
+  -- the time per step: the slowest rank's (as bench/torch_peer.py reports)
+  local us = gpu.tensor({ (gpu.clock() - t0) / (STEPS - WARM) * 1e6 }, { dtype = "f64" })
+  gpu.all_reduce(us, { op = "max" })
+  us = us:item()
   if g then g:close() end
   gpu.all_reduce(losses, { op = "avg" })             -- the mean loss over every rank's batch
   return { losses = losses, params = lay:flatten(P), state = state, us = us }
@@ -211,7 +214,9 @@ local NAME = "ZeRO-" .. STAGE
 local TRACE = os.getenv("ZERO_TRACE")
 local ddp = run(0, false)
 local zero = run(STAGE, false, TRACE)
--- graph=1: both again, each step replayed from a graph
+-- graph=1: both again, each step replayed from a graph.  After the direct
+-- runs: their first steps loaded the kernels, compiled the fused ones and
+-- set cuBLAS up, none of which a capture may do.
 local ddp_g = GRAPH and run(0, true)
 local zero_g = GRAPH and run(STAGE, true)
 
@@ -243,20 +248,21 @@ local learned = ln < l1
 local ok = pdiff <= PMAX_TOL and pmean <= PMEAN_TOL and ldiff <= L_TOL and spread == 0 and mem_ok and learned
 
 -- A replayed run runs the direct run's ops on the same numbers: the same
--- kernels, the same cuBLAS calls, the same collectives.  Bit for bit on the
--- host backend and on 2 ranks (a + b = b + a, whatever NCCL's algorithm in
--- the graph); on more ranks NCCL may add in another order inside a graph,
--- so there the tolerances above.
-local gdiff, gldiff, GTOL
+-- kernels, the same collectives.  On the host backend that is bit for bit,
+-- and required.  On cuda it is expected at 2 ranks (a + b = b + a) but not
+-- required: cuBLAS may choose another algorithm inside a capture (it cannot
+-- grow its workspace there), and NCCL past 2 ranks another order of the
+-- sums; there the tolerances above hold, and the line says which it was.
+local gdiff, gldiff, GTOL, GLTOL
 if GRAPH then
-  local exact = gpu.backend ~= "cuda" or w <= 2
-  GTOL = exact and 0 or PMAX_TOL
+  local exact = gpu.backend ~= "cuda"
+  GTOL, GLTOL = exact and 0 or PMAX_TOL, exact and 0 or L_TOL
   gdiff, gldiff = 0, 0
   for _, p in ipairs { { ddp, ddp_g }, { zero, zero_g } } do
     gdiff = math.max(gdiff, p[1].params:sub(p[2].params):abs():max():item())
     gldiff = math.max(gldiff, p[1].losses:sub(p[2].losses):abs():div(p[1].losses:abs()):max():item())
   end
-  ok = ok and gdiff <= GTOL and gldiff <= (exact and 0 or L_TOL)
+  ok = ok and gdiff <= GTOL and gldiff <= GLTOL
 end
 
 local MiB = 1024 * 1024
@@ -274,7 +280,9 @@ if r == 0 then
                       spread == 0 and "equal on every rank" or "DIFFER", ok and "check ok" or "check FAILED"))
   if GRAPH then
     print(string.format("zero: replayed from graphs vs direct: parameters differ by %.3g at most (tolerance %g), "
-                        .. "losses by %.3g relative: %s", gdiff, GTOL, gldiff, ok and "check ok" or "check FAILED"))
+                        .. "losses by %.3g relative (tolerance %g), %s: %s", gdiff, GTOL, gldiff, GLTOL,
+                        (gdiff == 0 and gldiff == 0) and "bit for bit" or "not bit for bit",
+                        ok and "check ok" or "check FAILED"))
   end
   print(string.format("zero: DDP %.1f us per step, %s %.1f us per step (steps %d to %d)", ddp.us, NAME, zero.us,
                       WARM + 1, STEPS))
