@@ -661,7 +661,10 @@ def bench_fuse(s):
 
 # ---- issue 36: DDP and ZeRO of scripts/zero.lua's model, on 2 GPUs ----------
 
-ZERO_WIDTH, ZERO_LAYERS, ZERO_BATCH = (1024, 2, 16) if QUICK else (4096, 6, 64)
+# the sizes and steps of bench/run.lua's runs of scripts/zero.lua (steps=23
+# warm=3: 3 steps of warm-up, then the mean of 20, wall clock, the slowest
+# rank's; BENCH_QUICK: width=256 layers=3 batch=16 steps=7 warm=2)
+ZERO_WIDTH, ZERO_LAYERS, ZERO_BATCH = (256, 3, 16) if QUICK else (4096, 6, 64)
 ZERO_WARM, ZERO_STEPS = (2, 5) if QUICK else (3, 20)
 
 
@@ -690,13 +693,23 @@ def zero_rank(rank, world, port, kind):
         gen = torch.Generator(device=dev)
         gen.manual_seed(1000 + rank)
 
+        mem = []
+
         def step():
             x = torch.randn(b, d, device=dev, generator=gen)
             y = x @ teacher
             opt.zero_grad(set_to_none=True)
             loss = (model(x) - y).pow(2).sum() * (0.5 / b)   # scripts/zero.lua's loss
             loss.backward()
+            if not mem:
+                torch.cuda.synchronize()
+                mem.append(torch.cuda.memory_allocated(dev))
             opt.step()
+            if len(mem) == 1:
+                # Adam makes its state (m, v, step) at the first step: what
+                # that step leaves allocated, as zero.lua's gpu.memory() delta
+                torch.cuda.synchronize()
+                mem.append(torch.cuda.memory_allocated(dev))
             return loss
 
         first = step().item()
@@ -709,10 +722,12 @@ def zero_rank(rank, world, port, kind):
             last = step()
         torch.cuda.synchronize()
         us = (time.perf_counter() - t0) / ZERO_STEPS * 1e6
-        # the optimizer state this rank holds: Adam's tensors (m, v, step)
+        # the optimizer state this rank holds: the first step's
+        # memory_allocated delta; beside it, the sum of Adam's state tensors
         inner = opt.optim if kind == "zero" else opt
-        state = sum(t.numel() * t.element_size() for st in inner.state.values()
-                    for t in st.values() if torch.is_tensor(t))
+        tensors = sum(t.numel() * t.element_size() for st in inner.state.values()
+                      for t in st.values() if torch.is_tensor(t))
+        state = mem[1] - mem[0]
         t = torch.tensor([us], device=dev)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)   # the slowest rank's time per step
         if rank == 0:
@@ -724,7 +739,11 @@ def zero_rank(rank, world, port, kind):
             row(key + "_optim_mem", state / (1 << 20), "MiB", f"{name}: optimizer state per rank")
             check(key, last.item() < first, f"loss {first} -> {last.item()}")
             print(f"note {key} {key} torch: {name}, {world} ranks, warm-up {ZERO_WARM} steps, "
-                  f"{ZERO_STEPS} timed; loss {first:.4g} -> {last.item():.4g}", flush=True)
+                  f"{ZERO_STEPS} timed (mean, the slowest rank's); loss {first:.4g} -> {last.item():.4g}; "
+                  f"optimizer state {state / (1 << 20):.2f} MiB (memory_allocated across the first step; "
+                  f"Adam's state tensors {tensors / (1 << 20):.2f} MiB); torch.optim.Adam defaults "
+                  f"(foreach), f32 matmuls without TF32 (allow_tf32 {torch.backends.cuda.matmul.allow_tf32})",
+                  flush=True)
     finally:
         dist.destroy_process_group()
 
@@ -733,13 +752,92 @@ def bench_zero():
     if torch.cuda.device_count() < 2:
         print("note zero zero torch: skipped, it needs 2 GPUs", flush=True)
         return
+    for kind in ("ddp", "zero"):
+        spawn2(zero_rank, kind)
+
+
+# ---- issue 36: the tensor-parallel block of scripts/tensor_parallel.lua, TP 2 -----
+
+# bench/run.lua's `scripts/tensor_parallel.lua 6 32768 width=4096 hidden=16384`:
+# Megatron's MLP block, column-parallel W1 then row-parallel W2, f32, 32768
+# rows; the same hand-written backward with torch's matmuls; forward+backward
+# timed with events around them, the mean of steps 2 to 6, the slowest rank's
+TP_WIDTH, TP_HIDDEN, TP_ROWS = (64, 256, 512) if QUICK else (4096, 16384, 32768)
+TP_STEPS = 6
+
+
+def tp_rank(rank, world, port):
+    """one rank of the TP block; rank 0 prints the row"""
+    import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        dev = torch.device("cuda", rank)
+        d, f, n = TP_WIDTH, TP_HIDDEN, TP_ROWS
+        fk = f // world
+        lr = min(0.02, 5.12 / f)   # scripts/tensor_parallel.lua's step size
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(1)         # the teacher: the same on both ranks
+        tw1 = torch.randn(d, f, device=dev, generator=gen) / d ** 0.5
+        tw2 = torch.randn(f, d, device=dev, generator=gen) / f ** 0.5
+        gen.manual_seed(2 + rank)  # this rank's slices
+        w1 = torch.randn(d, fk, device=dev, generator=gen) / d ** 0.5
+        b1 = torch.zeros(fk, device=dev)
+        w2 = torch.randn(fk, d, device=dev, generator=gen) / f ** 0.5
+        b2 = torch.zeros(d, device=dev)
+        xgen = torch.Generator(device=dev)
+        times = []
+        for i in range(1, TP_STEPS + 1):
+            xgen.manual_seed(1000 + i)   # the same rows on both ranks of the TP group
+            x = torch.randn(n, d, device=dev, generator=xgen)
+            t = torch.tanh(x @ tw1) @ tw2
+            e0, e1 = event(), event()
+            e0.record()
+            h = x @ w1 + b1
+            a = torch.relu(h)
+            y = a @ w2
+            dist.all_reduce(y)            # Megatron's g: the partial outputs summed
+            y += b2
+            dy = (y - t) / n
+            gw2 = a.t() @ dy
+            gb2 = dy.sum(0)
+            dh = torch.where(h > 0, dy @ w2.t(), 0.0)
+            gw1 = x.t() @ dh
+            gb1 = dh.sum(0)
+            dx = dh @ w1.t()
+            dist.all_reduce(dx)           # Megatron's f: the input's gradient summed
+            e1.record()
+            for p, g in ((w1, gw1), (b1, gb1), (w2, gw2), (b2, gb2)):
+                p.sub_(g * lr)
+            if i > 1:
+                times.append((e0, e1))
+        torch.cuda.synchronize()
+        us = torch.tensor([statistics.mean(s0.elapsed_time(s1) for s0, s1 in times) * 1e3], device=dev)
+        dist.all_reduce(us, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            row("tp_block_fwd_bwd", us.item(), "us",
+                f"TP block forward+backward on {world} GPUs, D {d}, F {f}, {n} rows, f32")
+            print(f"note tp_block_fwd_bwd torch: the block with torch matmuls and dist.all_reduce, {world} ranks, "
+                  f"events around forward+backward, mean of steps 2 to {TP_STEPS}, the slowest rank's; "
+                  f"allow_tf32 {torch.backends.cuda.matmul.allow_tf32}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn2(fn, *args):
     import socket
     import torch.multiprocessing as mp
-    for kind in ("ddp", "zero"):
-        with socket.socket() as sock:   # a free port for the rendezvous
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        mp.spawn(zero_rank, args=(2, port, kind), nprocs=2, join=True)
+    with socket.socket() as sock:   # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(fn, args=(2, port) + args, nprocs=2, join=True)
+
+
+def bench_tp():
+    if torch.cuda.device_count() < 2:
+        print("note tp torch: skipped, it needs 2 GPUs", flush=True)
+        return
+    spawn2(tp_rank)
 
 
 def main():
@@ -748,8 +846,10 @@ def main():
         return 1
     print(f"info torch {torch.__version__} on {torch.cuda.get_device_name(0)}", flush=True)
     s, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-    # TORCH_PEER_ONLY=fuse,ops: only those sections (a quick look, not make bench)
+    # TORCH_PEER_ONLY=fuse,ops: only those sections; TORCH_PEER_SKIP=zero,tp:
+    # all but those (bench/run.lua runs the 2-GPU sections beside gpulua's rows)
     only = [x for x in os.environ.get("TORCH_PEER_ONLY", "").split(",") if x]
+    skip = [x for x in os.environ.get("TORCH_PEER_SKIP", "").split(",") if x]
     for name, fn in (("launch", lambda: bench_launch(s)), ("alloc", bench_alloc), ("loop_1g", bench_loop_1g),
                      ("copy", lambda: bench_copy(s, s2)),
                      ("pageable", bench_pageable), ("seeds_loop", bench_seeds),
@@ -757,8 +857,8 @@ def main():
                      ("fuse", lambda: bench_fuse(s)),
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
                      ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL)),
-                     ("graph_node", lambda: bench_graph(s)), ("zero", bench_zero)):
-        if only and name not in only:
+                     ("graph_node", lambda: bench_graph(s)), ("zero", bench_zero), ("tp", bench_tp)):
+        if (only and name not in only) or name in skip:
             continue
         try:
             fn()

@@ -13,8 +13,16 @@
 -- (DP) replicas: each trains on its own batch, and the gradients are
 -- summed across them by one all_reduce over the DP group.
 --
---   gpulua -n 2 scripts/tensor_parallel.lua [steps] [batch per DP group]   -- TP 2
+--   gpulua -n 2 scripts/tensor_parallel.lua [steps] [batch per DP group] [width=D] [hidden=F]   -- TP 2
 --   gpulua -n 4 scripts/tensor_parallel.lua                                 -- TP 2 x DP 2
+--
+-- The default block is small (D 64, F 256: CI runs it on the host).  The
+-- bench times a Megatron-sized one, `6 32768 width=4096 hidden=16384`: a
+-- GPT-style layer's hidden size 4096 and FFN 4 x 4096, on 64 sequences of
+-- 512 tokens (32768 rows) per DP group, in f32 (the check below is f32's;
+-- ~13 TFLOP per rank and step, the activations ~10 GB per rank with the
+-- one-rank reference).  It prints the forward+backward time per step,
+-- measured with events around them (the update and the batch left out).
 --
 -- The check: every rank also trains the whole block alone on the whole
 -- batch (all DP groups' examples) and compares its slices of the
@@ -23,15 +31,37 @@
 -- (PATH.rankR.svg).
 local gpu = require "gpu"
 
-local steps = tonumber(arg[1]) or 50
-local B = tonumber(arg[2]) or 32          -- examples per DP group and step
-local D, F = 64, 256                      -- model width, hidden width
-local LR = 0.02
-local TOL = 1e-4                          -- f32: only the order of the sums differs
+-- positional steps and batch, then width= and hidden= anywhere
+local pos, size = {}, { width = 64, hidden = 256 }
+for _, a in ipairs(arg) do
+  local key, v = a:match("^(%a+)=(.*)$")
+  if key then
+    if size[key] == nil then error("tensor_parallel: the options are width= and hidden=, not '" .. a .. "'") end
+    size[key] = math.tointeger(tonumber(v))
+    if not size[key] or size[key] < 1 then error("tensor_parallel: " .. key .. "= takes a positive integer, not '" .. v .. "'") end
+  else
+    pos[#pos + 1] = a
+  end
+end
+local steps = math.tointeger(tonumber(pos[1] or 50))
+local B = math.tointeger(tonumber(pos[2] or 32))          -- examples per DP group and step
+if not steps or steps < 1 or not B or B < 1 then
+  error("tensor_parallel: steps and batch are positive integers, not '" .. tostring(pos[1]) .. "' '" .. tostring(pos[2]) .. "'")
+end
+local D, F = size.width, size.hidden      -- model width, hidden width
+-- The step size: 0.02 for the small block, 5.12 / F for a wider one (0.02
+-- at F 256): the loss's curvature in W2 grows with the F hidden units, and
+-- 0.02 diverges at F 2048
+local LR = math.min(0.02, 5.12 / F)
+-- f32: only the order of the sums differs.  The difference is taken
+-- relative to max(1, the largest magnitude of the reference's value): at
+-- the bench's size sums of 16384 or 32768 terms round at ~1e-5 of it.
+local TOL = 1e-4
 local r, world = gpu.rank or 0, gpu.world_size or 1
 if world % 2 ~= 0 then error("tensor_parallel: runs with -n 2 or -n 4 (TP groups of 2), got " .. world .. " rank(s)") end
 local TP = 2
 local DP = world // TP
+if F % TP ~= 0 then error("tensor_parallel: hidden= must split in " .. TP .. " (TP), got " .. F) end
 -- world rank = dp_index * TP + tp rank: a TP group is two neighbours
 local tp <close> = gpu.split_group(r // TP, nil, { name = "tp" })
 local dp <close> = gpu.split_group(r % TP, nil, { name = "dp" })
@@ -100,6 +130,7 @@ local function loss_of(y, t) return y:sub(t):pow(2):sum() end   -- a 0-dim tenso
 local y_last, dx_last, loss_first, loss_last
 local TRACE = os.getenv("TP_TRACE")
 local t0
+local fb = {}                             -- steps 2..: events around forward+backward
 for i = 1, steps do
   -- step 1 pays for first uses; the time per step counts from step 2
   if i == 2 then
@@ -111,7 +142,9 @@ for i = 1, steps do
     gpu.trace.start()
   end
   local x, t = batch(i, d)
+  local e1 = i > 1 and gpu.current_stream():record() or nil
   local y, dx = step_on(x, t, P, G, tp, B * DP)
+  if e1 then fb[#fb + 1] = { e1, gpu.current_stream():record() } end
   if DP > 1 then dp:all_reduce(bucket) end      -- the gradients summed over the replicas
   update(P, G)
   if TRACE and i == steps then
@@ -123,6 +156,15 @@ for i = 1, steps do
 end
 gpu.synchronize()
 local per_step = t0 and (gpu.clock() - t0) / (steps - 1) * 1e6
+local fb_us
+if #fb > 0 then
+  fb_us = 0
+  for _, e in ipairs(fb) do fb_us = fb_us + e[1]:elapsed(e[2]) * 1e3 / #fb end
+  -- the slowest rank's (the all_reduces keep them close anyway)
+  local m = gpu.tensor({ fb_us }, { dtype = "f64" })
+  gpu.all_reduce(m, { op = "max" })
+  fb_us = m:item()
+end
 
 -- the whole batch's loss: the replicas' sums added
 local function global_loss(l)
@@ -146,13 +188,18 @@ end
 -- this rank's slices and rows of the reference
 local function rows(t) return t:narrow(1, d * B + 1, B) end
 local diff = 0
+local function compare(got, ref)
+  local scale = math.max(1, ref:abs():max():item())
+  diff = math.max(diff, got:sub(ref):abs():max():item() / scale)
+end
 for name, ref in pairs {
   W1 = R.W1:narrow(2, k * FK + 1, FK), b1 = R.b1:narrow(1, k * FK + 1, FK),
   W2 = R.W2:narrow(1, k * FK + 1, FK), b2 = R.b2,
 } do
-  diff = math.max(diff, P[name]:sub(ref):abs():max():item())
+  compare(P[name], ref)
 end
-diff = math.max(diff, y_last:sub(rows(ry)):abs():max():item(), dx_last:sub(rows(rdx)):abs():max():item())
+compare(y_last, rows(ry))
+compare(dx_last, rows(rdx))
 -- the largest difference on any rank
 local worst = gpu.tensor({ diff }, { dtype = "f32" })
 gpu.all_reduce(worst, { op = "max" })
@@ -165,6 +212,11 @@ if r == 0 then
                       loss_last, diff, TOL, ok and "check ok" or "check FAILED"))
   if per_step then
     print(string.format("tensor_parallel: %.1f us per step (forward, backward, update; steps 2 to %d)", per_step, steps))
+    -- per rank: 6 matmuls of 2 T D F/TP flops each (2 forward, 4 backward)
+    local flops = 12 * B * D * (F // TP)
+    print(string.format("tensor_parallel: block D %d, F %d, %d rows per DP group, f32: forward+backward %.1f us per "
+                        .. "step (events, steps 2 to %d), %.3g TFLOP/s per rank", D, F, B, fb_us, steps,
+                        flops / fb_us * 1e-6))
   end
 end
 if not ok then

@@ -30,15 +30,23 @@
 local gpu = require "gpu"
 local dist = require "gpu.dist"
 
-local opt = { stage = 2, steps = 20, width = 4096, layers = 6, batch = 64 }
+local opt = { stage = 2, steps = 20, width = 4096, layers = 6, batch = 64, graph = 0, warm = 1 }
 for _, a in ipairs(arg) do
   local k, v = a:match("^(%a+)=(.*)$")
-  if not k or opt[k] == nil then error("zero: arguments are stage=, steps=, width=, layers=, batch=; not '" .. a .. "'") end
+  if not k or opt[k] == nil then
+    error("zero: arguments are stage=, steps=, width=, layers=, batch=, graph=, warm=; not '" .. a .. "'")
+  end
   opt[k] = math.tointeger(tonumber(v))
-  if not opt[k] or opt[k] < 1 then error("zero: " .. k .. "= takes a positive integer, not '" .. v .. "'") end
+  local least = k == "graph" and 0 or 1
+  if not opt[k] or opt[k] < least then
+    error("zero: " .. k .. "= takes " .. (least == 0 and "0 or 1" or "a positive integer") .. ", not '" .. v .. "'")
+  end
 end
 if opt.stage > 2 then error("zero: stage= is 1 or 2, not " .. opt.stage) end
-local STAGE, STEPS, D, L, B = opt.stage, opt.steps, opt.width, opt.layers, opt.batch
+if opt.graph > 1 then error("zero: graph= is 0 or 1, not " .. opt.graph) end
+if opt.warm >= opt.steps then error("zero: warm= must be below steps=, got warm=" .. opt.warm .. " steps=" .. opt.steps) end
+local STAGE, STEPS, D, L, B, WARM = opt.stage, opt.steps, opt.width, opt.layers, opt.batch, opt.warm
+local GRAPH = opt.graph == 1
 local LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
 local r, w = gpu.rank or 0, gpu.world_size or 1
 
@@ -65,19 +73,31 @@ local P0 = lay:flatten(P)                           -- the start, for the second
 
 -- ---- Adam on (a block of) a bucket: p, g, m, v views of one size -----------
 
-local function adam(p, g, m, v, t)
-  m:lerp_(g, 1 - B1)                                 -- m = B1 m + (1 - B1) g
-  v:lerp_(g:mul(g), 1 - B2)                          -- v = B2 v + (1 - B2) g^2
-  -- p -= LR m^ / (sqrt(v^) + EPS), with the bias corrections folded into
-  -- two numbers (as torch.optim.Adam does): one pass over v fewer
+-- Three fused passes (gpu.fuse: each one kernel, bit for bit the unfused
+-- ops): m and v read g once each, p reads the new m and v.  The step's bias
+-- corrections are folded into two numbers (as torch.optim.Adam does), held
+-- in one-element tensors refilled before each step, so that a graph
+-- replays every step with that step's numbers.
+local adam_m = gpu.fuse(function(m, g) return m:lerp(g, 1 - B1) end, { name = "adam_m" })
+local adam_v = gpu.fuse(function(v, g) return v:lerp(g * g, 1 - B2) end, { name = "adam_v" })
+local adam_p = gpu.fuse(function(p, m, v, eps, lr) return p - m / (v:sqrt() + eps) * lr end, { name = "adam_p" })
+local eps_t, lr_t = gpu.zeros({ 1 }), gpu.zeros({ 1 })
+
+local function adam_numbers(t)
   local c2 = math.sqrt(1 - B2 ^ t)
-  local denom = v:sqrt():add_(EPS * c2)
-  p:sub_(m:div(denom):mul_(LR * c2 / (1 - B1 ^ t)))
+  eps_t:fill(EPS * c2)                               -- sqrt(v^) + EPS = (sqrt(v) + EPS c2) / c2
+  lr_t:fill(LR * c2 / (1 - B1 ^ t))
 end
 
--- ---- one training run: stage 0 (DDP), 1 or 2 ---------------------------------
+local function adam(p, g, m, v)
+  adam_m(m, g, { out = m })                          -- m = B1 m + (1 - B1) g
+  adam_v(v, g, { out = v })                          -- v = B2 v + (1 - B2) g^2
+  adam_p(p, m, v, eps_t, lr_t, { out = p })          -- p -= LR m^ / (sqrt(v^) + EPS)
+end
 
-local function run(stage, trace)
+-- ---- one training run: stage 0 (DDP), 1 or 2; direct or replayed ------------
+
+local function run(stage, graph, trace)
   lay:load(P, P0)
   -- the optimizer state: all of it (DDP) or this rank's blocks (ZeRO)
   gpu.synchronize()
@@ -85,12 +105,19 @@ local function run(stage, trace)
   local before = gpu.memory().allocated
   local Ms, Vs = (stage == 0 and lay:new() or lay:new_shard()), (stage == 0 and lay:new() or lay:new_shard())
   local state = gpu.memory().allocated - before
-  -- the gradients: the whole flat buffer, or (stage 2) only this rank's shard
-  local G = stage < 2 and lay:new() or lay:new_shard()
+  -- the gradients: the whole flat buffer (DDP, ZeRO-1), or (ZeRO-2) this
+  -- rank's shard and two buffers of one bucket, taken in turn: a bucket's
+  -- full gradient lives only until its reduce_scatter has read it.  (Every
+  -- bucket here has the same shapes, so bucket 1's views serve them all.)
+  -- The shard is split, a block per allocation: Adam reads bucket l's block
+  -- while the reduce_scatter of bucket l - 1 writes its own.
+  local G = stage < 2 and lay:new() or lay:new_shard({ split = true })
+  local gbuf = stage == 2 and { lay:new_bucket(1), lay:new_bucket(1) } or nil
   local losses = gpu.zeros({ STEPS })
+  local loss = gpu.zeros({ 1 })                     -- the step's loss, copied into losses
 
-  local function step(i)
-    local x, y = batch(i)
+  -- one step on (x, y); cs: the stream it runs on (compute, or the capture's)
+  local function step(x, y, cs)
     -- forward, keeping each layer's input and pre-activation
     local a, h = { [0] = x }, {}
     for l = 1, L do
@@ -99,43 +126,59 @@ local function run(stage, trace)
     end
     -- loss = sum of squares / (2 B); dz = (z - y) / B
     local dz = a[L]:sub(y)
-    losses:narrow(1, i, 1):copy(dz:mul(dz):sum():mul_(0.5 / B):reshape({ 1 }))
+    loss:copy(dz:mul(dz):sum():mul_(0.5 / B):reshape({ 1 }))
     dz:mul_(1 / B)
     -- backward, last layer first: each bucket's collective starts at once
+    local ready, read = {}, {}    -- bucket -> its collective's event; gbuf k -> its last reader's
     for l = L, 1, -1 do
       local gv = stage < 2 and G.views[l] or nil
-      local tmp = stage == 2 and lay:new_bucket(l) or nil
-      if tmp then gv = tmp.views end
+      local k = l % 2 + 1
+      if stage == 2 then
+        if read[k] then cs:wait(read[k]) end         -- bucket l + 2's reduce_scatter is done with it
+        gv = gbuf[k].views
+      end
       gpu.matmul(a[l - 1]:t(), dz, { out = gv[1] })
       dz:sum({ dim = 1, out = gv[2] })
       if stage < 2 then
-        red:all_reduce(G.bucket[l], compute)
+        ready[l] = red:all_reduce(G.bucket[l], cs)
       else
-        red:reduce_scatter(G.bucket[l], tmp.data, compute)
+        ready[l] = red:reduce_scatter(G.bucket[l], gbuf[k].data, cs)
+        read[k] = ready[l]
       end
       if l > 1 then
         local da = gpu.matmul(dz, P.views[l][1]:t())
         dz = gpu.where(h[l - 1]:gt(0), da, 0)
       end
     end
-    red:wait(compute)
-    -- Adam, then (ZeRO) every rank's updated block back to every rank
-    for l = 1, L do
+    -- Adam on each bucket as soon as its gradient is reduced (the last
+    -- layer's first), beside the reductions still running; then (ZeRO)
+    -- every rank's updated block back to every rank
+    for l = L, 1, -1 do
+      cs:wait(ready[l])
       if stage == 0 then
-        adam(P.bucket[l], G.bucket[l], Ms.bucket[l], Vs.bucket[l], i)
+        adam(P.bucket[l], G.bucket[l], Ms.bucket[l], Vs.bucket[l])
       else
         local g = stage == 1 and lay:block(G.bucket[l], l) or G.bucket[l]
-        adam(lay:block(P.bucket[l], l), g, Ms.bucket[l], Vs.bucket[l], i)
-        red:all_gather(P.bucket[l], lay:block(P.bucket[l], l), compute)
+        adam(lay:block(P.bucket[l], l), g, Ms.bucket[l], Vs.bucket[l])
+        red:all_gather(P.bucket[l], lay:block(P.bucket[l], l), cs)
       end
     end
-    red:wait(compute)
+    red:wait(cs)
+  end
+
+  -- graph: the step captured once, reading its batch from xs, ys; each step
+  -- then copies its batch in, sets Adam's numbers and replays it
+  local g, xs, ys
+  if graph then
+    xs, ys = gpu.empty({ B, D }), gpu.empty({ B, D })
+    g = gpu.graph(function(s) step(xs, ys, s) end, { name = stage == 0 and "ddp_step" or "zero_step" })
   end
 
   local t0
   for i = 1, STEPS do
-    -- the time leaves out step 1 (first uses: kernel modules, cuBLAS set up)
-    if i == 2 then
+    -- the time leaves out the first WARM steps (first uses: kernel modules,
+    -- cuBLAS set up, the fused kernels compiled)
+    if i == WARM + 1 then
       gpu.synchronize()
       t0 = gpu.clock()
     end
@@ -143,11 +186,24 @@ local function run(stage, trace)
       gpu.synchronize()
       gpu.trace.start()
     end
-    step(i)
+    local x, y = batch(i)
+    adam_numbers(i)
+    if g then
+      xs:copy(x)
+      ys:copy(y)
+      g:launch()
+    else
+      step(x, y, compute)
+    end
+    losses:narrow(1, i, 1):copy(loss)
     if trace and i == STEPS then gpu.trace.stop() end
   end
   gpu.synchronize()
-  local us = t0 and (gpu.clock() - t0) / (STEPS - 1) * 1e6
+  -- the time per step: the slowest rank's (as bench/torch_peer.py reports)
+  local us = gpu.tensor({ (gpu.clock() - t0) / (STEPS - WARM) * 1e6 }, { dtype = "f64" })
+  gpu.all_reduce(us, { op = "max" })
+  us = us:item()
+  if g then g:close() end
   gpu.all_reduce(losses, { op = "avg" })             -- the mean loss over every rank's batch
   return { losses = losses, params = lay:flatten(P), state = state, us = us }
 end
@@ -156,8 +212,13 @@ end
 
 local NAME = "ZeRO-" .. STAGE
 local TRACE = os.getenv("ZERO_TRACE")
-local ddp = run(0)
-local zero = run(STAGE, TRACE)
+local ddp = run(0, false)
+local zero = run(STAGE, false, TRACE)
+-- graph=1: both again, each step replayed from a graph.  After the direct
+-- runs: their first steps loaded the kernels, compiled the fused ones and
+-- set cuBLAS up, none of which a capture may do.
+local ddp_g = GRAPH and run(0, true)
+local zero_g = GRAPH and run(STAGE, true)
 
 -- Tolerance.  Adam's arithmetic per element is the same in both runs; only
 -- the reduction differs (all_reduce or reduce_scatter).  The host backend and
@@ -186,6 +247,24 @@ local l1, ln = zero.losses:narrow(1, 1, 1):item(), zero.losses:narrow(1, STEPS, 
 local learned = ln < l1
 local ok = pdiff <= PMAX_TOL and pmean <= PMEAN_TOL and ldiff <= L_TOL and spread == 0 and mem_ok and learned
 
+-- A replayed run runs the direct run's ops on the same numbers: the same
+-- kernels, the same collectives.  On the host backend that is bit for bit,
+-- and required.  On cuda it is expected at 2 ranks (a + b = b + a) but not
+-- required: cuBLAS may choose another algorithm inside a capture (it cannot
+-- grow its workspace there), and NCCL past 2 ranks another order of the
+-- sums; there the tolerances above hold, and the line says which it was.
+local gdiff, gldiff, GTOL, GLTOL
+if GRAPH then
+  local exact = gpu.backend ~= "cuda"
+  GTOL, GLTOL = exact and 0 or PMAX_TOL, exact and 0 or L_TOL
+  gdiff, gldiff = 0, 0
+  for _, p in ipairs { { ddp, ddp_g }, { zero, zero_g } } do
+    gdiff = math.max(gdiff, p[1].params:sub(p[2].params):abs():max():item())
+    gldiff = math.max(gldiff, p[1].losses:sub(p[2].losses):abs():div(p[1].losses:abs()):max():item())
+  end
+  ok = ok and gdiff <= GTOL and gldiff <= GLTOL
+end
+
 local MiB = 1024 * 1024
 if r == 0 then
   local n = (D * D + D) * L
@@ -199,8 +278,17 @@ if r == 0 then
   print(string.format("zero: %s vs DDP: parameters differ by %.3g at most (tolerance %g), %.3g on average (%g), "
                       .. "losses by %.3g relative (%g), parameters %s: %s", NAME, pdiff, PMAX_TOL, pmean, PMEAN_TOL, ldiff, L_TOL,
                       spread == 0 and "equal on every rank" or "DIFFER", ok and "check ok" or "check FAILED"))
-  if ddp.us then
-    print(string.format("zero: DDP %.1f us per step, %s %.1f us per step (steps 2 to %d)", ddp.us, NAME, zero.us, STEPS))
+  if GRAPH then
+    print(string.format("zero: replayed from graphs vs direct: parameters differ by %.3g at most (tolerance %g), "
+                        .. "losses by %.3g relative (tolerance %g), %s: %s", gdiff, GTOL, gldiff, GLTOL,
+                        (gdiff == 0 and gldiff == 0) and "bit for bit" or "not bit for bit",
+                        ok and "check ok" or "check FAILED"))
+  end
+  print(string.format("zero: DDP %.1f us per step, %s %.1f us per step (steps %d to %d)", ddp.us, NAME, zero.us,
+                      WARM + 1, STEPS))
+  if GRAPH then
+    print(string.format("zero: replayed from graphs: DDP %.1f us per step, %s %.1f us per step (steps %d to %d)",
+                        ddp_g.us, NAME, zero_g.us, WARM + 1, STEPS))
   end
 end
 
@@ -226,6 +314,7 @@ if TRACE then
 end
 
 if not ok then
-  error(string.format("rank %d: %s vs DDP: parameters differ by %g (mean %g), losses by %g, spread %g, state share %.3f, loss %g -> %g",
-                      r, NAME, pdiff, pmean, ldiff, spread, share, l1, ln))
+  error(string.format("rank %d: %s vs DDP: parameters differ by %g (mean %g), losses by %g, spread %g, state share %.3f, "
+                      .. "loss %g -> %g%s", r, NAME, pdiff, pmean, ldiff, spread, share, l1, ln,
+                      GRAPH and string.format("; graphs vs direct: parameters by %g, losses by %g", gdiff, gldiff) or ""))
 end

@@ -49,6 +49,34 @@ T.test("a reducer runs after the given stream's work, on its own stream", functi
   T.is(P.bucket[1]:totable({ stream = cs }), { 2, 2, 2, 2 }, "the collectives of one rank: copies, in order")
 end)
 
+T.test("a split shard: a block per allocation, for work beside a collective", function()
+  local lay = dist.layout({ { { 3, 2 }, { 2 } }, { { 5 } } }, { world = 4, rank = 1 })
+  local S = lay:new_shard({ split = true })
+  T.is(S.data, nil, "no one buffer")
+  T.is({ S.bucket[1]:numel(), S.bucket[2]:numel() }, { 2, 2 }, "the blocks")
+  S.bucket[2]:fill(1)
+  T.is({ S.bucket[1]:totable(), S.bucket[2]:totable() }, { { 0, 0 }, { 1, 1 } }, "zeroed, apart")
+  -- the race checker knows memory by allocation: a stream reading block 1
+  -- beside another writing block 2 is refused in one buffer, not in split ones
+  local was = gpu.check_races(true)
+  local a, b = gpu.stream(), gpu.stream()
+  local function beside(shard)
+    shard.bucket[2]:fill(2, { stream = a })
+    return pcall(function() return shard.bucket[1]:sum({ stream = b }) end)
+  end
+  local ok1, err1 = beside(lay:new_shard())
+  local ok2, err2 = beside(lay:new_shard({ split = true }))
+  gpu.synchronize()
+  gpu.check_races(was)
+  T.ok(not ok1 and tostring(err1):find("race", 1, true) ~= nil, "one buffer: a race")
+  T.ok(ok2, "split: none")
+  if not ok2 then T.diag(tostring(err2)) end
+  local ok, err = pcall(function() lay:new_shard({ split = 1 }) end)
+  T.ok(not ok and err:find("^tests/dist.lua:%d+: dist: new_shard: split must be a boolean") ~= nil,
+       "a split that is not a boolean raises at the caller's line")
+  if ok or not err:find("split must", 1, true) then T.diag(tostring(err)) end
+end)
+
 T.test("bad input raises at the caller's line", function()
   local function raises(fn, want, what)
     local ok, err = pcall(fn)

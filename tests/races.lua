@@ -415,6 +415,8 @@ T.test("the example scripts are race-free under the checker", function()
     { "-n 2", "scripts/ddp_mlp.lua 5 16 accum=3" },
     { "-n 2", "scripts/zero.lua stage=1 width=64 layers=3 steps=4 batch=8" },
     { "-n 4", "scripts/zero.lua stage=2 width=64 layers=3 steps=4 batch=8" },
+    { "-n 2", "scripts/zero.lua stage=2 width=64 layers=3 steps=4 batch=8 graph=1" },
+    { "-n 4", "scripts/zero.lua stage=1 width=64 layers=3 steps=4 batch=8 graph=1" },
   }
   for _, c in ipairs(cases) do
     for _, how in ipairs { { "GPULUA_CHECK=", "--check races" }, { "GPULUA_CHECK=races", "" } } do

@@ -57,6 +57,11 @@ T.test("overlap.lua's check fails without the event wait", function()
   T.ok(not ok2 and out2:find("check FAILED", 1, true), "the same with the compute replayed from graphs")
 end)
 
+-- zero.lua graph=1: on the host the replays equal the direct steps bit for
+-- bit (required there); on cuda within the stated tolerances
+local GRAPH_OK = "zero: replayed from graphs vs direct: parameters differ by [%d.e+-]+ at most %(tolerance [%d.e+-]+%), "
+                 .. "losses by [%d.e+-]+ relative %(tolerance [%d.e+-]+%), [%a ]+: check ok"
+
 T.test("rank scripts under the launcher", function()
   local ddp_loss = {}   -- device: the losses of ddp_mlp on 2 ranks, direct then graph
   for _, c in ipairs {
@@ -81,6 +86,11 @@ T.test("rank scripts under the launcher", function()
     { 4, "scripts/zero.lua stage=1 width=64 layers=3 steps=8 batch=16", "zero: ZeRO%-1 vs DDP: parameters differ by [%d.e+-]+ at most .*parameters equal on every rank: check ok" },
     { 4, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16", "zero: ZeRO%-2 vs DDP: parameters differ by [%d.e+-]+ at most .*parameters equal on every rank: check ok" },
     { 4, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16", "zero: optimizer state per rank: DDP [%d.]+ MiB, ZeRO%-2 [%d.]+ MiB %(0%.2[45]%d of DDP's, 1/4 = 0%.250" },
+    -- graph=1: both runs again, each step replayed from a graph: bit for bit the direct steps
+    { 2, "scripts/zero.lua stage=2 width=64 layers=3 steps=8 batch=16 graph=1", GRAPH_OK },
+    { 2, "scripts/zero.lua stage=1 width=64 layers=3 steps=8 batch=16 graph=1 warm=3", "zero: replayed from graphs: DDP [%d.]+ us per step, ZeRO%-1 [%d.]+ us per step %(steps 4 to 8%)" },
+    { 4, "scripts/zero.lua stage=1 width=64 layers=3 steps=6 batch=16 graph=1", GRAPH_OK },
+    { 4, "scripts/zero.lua stage=2 width=64 layers=3 steps=6 batch=16 graph=1", GRAPH_OK },
     -- gradient accumulation: one step of 4 micro-batches is one step on the 4-times batch
     { 2, "scripts/ddp_mlp.lua 20 16 accum=4", "ddp_mlp: accumulation: 4 micro%-batches of 16 vs one batch of 64: parameters differ by [%d.e+-]+ %(tolerance [%d.e+-]+%): check ok" },
     { 4, "scripts/ddp_mlp.lua 10 8 accum=3", "ddp_mlp: accumulation: 3 micro%-batches of 8 vs one batch of 24: parameters differ by [%d.e+-]+ %(tolerance [%d.e+-]+%): check ok" },
@@ -108,10 +118,17 @@ T.test("rank scripts under the launcher", function()
        "tensor_parallel.lua refuses a world of 3")
   out, ok = run("", "-n 3 --device host scripts/rank_pipeline.lua")
   T.ok(not ok and out:find("runs with %-n 2") ~= nil, "rank_pipeline.lua refuses a world of 3")
-  for _, bad in ipairs { "stage=3", "steps=0", "width=x", "depth=2", "6" } do
+  for _, bad in ipairs { "stage=3", "steps=0", "width=x", "depth=2", "6", "graph=2", "graph=-1", "warm=20", "warm=0" } do
     out, ok = run("", "--device host scripts/zero.lua " .. bad)
     T.ok(not ok and out:find("scripts/zero.lua:%d+: zero: ") ~= nil, "zero.lua refuses " .. bad .. " at its line")
     if ok then T.diag(out) end
+  end
+  for _, n in ipairs { 2, 4 } do
+    out, ok = run("", string.format("-n %d --device host scripts/zero.lua stage=2 width=64 layers=3 steps=6 batch=16 graph=1", n))
+    T.ok(ok and out:find("zero: replayed from graphs vs direct: parameters differ by 0 at most (tolerance 0), losses by 0 "
+                         .. "relative (tolerance 0), bit for bit: check ok", 1, true) ~= nil,
+         "-n " .. n .. " host: zero.lua's graph replays are the direct steps bit for bit")
+    if not ok then T.diag(out) end
   end
   -- ZERO_TRACE: the reduce-scatters of the traced step, beside the backward's compute
   local path = os.tmpname()
@@ -139,6 +156,9 @@ T.test("scripts/tensor_parallel.lua: timing and TP_TRACE", function()
     T.ok(ok and out:find("check ok", 1, true), "-n " .. n .. ": a 3-step run checks ok")
     T.ok(out:find("tensor_parallel: [%d.]+ us per step %(forward, backward, update; steps 2 to 3%)") ~= nil,
          "... prints its time per step")
+    T.ok(out:find("tensor_parallel: block D 64, F 256, 32 rows per DP group, f32: forward%+backward [%d.]+ us per "
+                  .. "step %(events, steps 2 to 3%), [%d.e+-]+ TFLOP/s per rank") ~= nil,
+         "... and its forward+backward time")
     for rank = 0, n - 1 do
       local f = io.open(string.format("%s.rank%d.svg", base, rank))
       local svg = f and f:read("a") or ""
@@ -148,6 +168,18 @@ T.test("scripts/tensor_parallel.lua: timing and TP_TRACE", function()
     end
     os.remove(base)
     if not ok then T.diag(out) end
+  end
+  -- a larger block (the bench's form, small here): the check holds, its size printed
+  local out, ok = run("", "-n 2 --device host scripts/tensor_parallel.lua 12 256 width=128 hidden=1024")
+  T.ok(ok and out:find("batch 256 per DP group, 12 steps: loss [%d.]+ %-> [%d.]+, max diff to one rank [%d.e+-]+ "
+                       .. "%(tolerance 1e%-04%): check ok") ~= nil, "width=128 hidden=1024: checks ok, and learns")
+  T.ok(out:find("block D 128, F 1024, 256 rows per DP group", 1, true) ~= nil, "... and names the block")
+  if not ok then T.diag(out) end
+  for _, bad in ipairs { "3 16 hidden=127", "3 16 depth=2", "x", "3 0", "3 16 width=0", "3 16 width=x" } do
+    out, ok = run("", "-n 2 --device host scripts/tensor_parallel.lua " .. bad)
+    T.ok(not ok and out:find("scripts/tensor_parallel.lua:%d+: tensor_parallel: ") ~= nil,
+         "tensor_parallel.lua refuses '" .. bad .. "' at its line")
+    if ok then T.diag(out) end
   end
 end)
 

@@ -17,7 +17,8 @@
 -- writes bucket i while the compute stream writes bucket i - 1, and the race
 -- checker (and the allocator) know memory by allocation, not by byte range.
 -- A shard buffer, written and read a bucket at a time on one stream each
--- way, is one allocation.
+-- way, is one allocation; one that is read bucket by bucket while a
+-- collective writes the next blocks is split (new_shard{split = true}).
 --
 -- Every bucket is padded to a multiple of the world size, so that it splits
 -- into equal blocks: reduce_scatter and all_gather need them, and the
@@ -118,12 +119,22 @@ function Layout:new_bucket(i)
   return { data = data, views = bucket_views(b, data) }
 end
 
----A zeroed flat buffer of this rank's shard: data, bucket[i] (its block of bucket i)
-function Layout:new_shard()
-  local data = gpu.zeros({ self.shard_numel }, { dtype = self.dtype })
-  local f = { data = data, bucket = {} }
+---A zeroed flat buffer of this rank's shard: data, bucket[i] (its block of
+---bucket i).  opts.split: each block an allocation of its own (no data), for
+---a shard that a collective writes a bucket at a time while another stream
+---reads the blocks already written (ZeRO-2's gradient shard, updated
+---bucket by bucket as the reduce_scatters land)
+function Layout:new_shard(opts)
+  local split = opts and opts.split
+  if split ~= nil and type(split) ~= "boolean" then error("dist: new_shard: split must be a boolean", 2) end
+  local f = { bucket = {} }
+  if split then
+    for i, b in ipairs(self.buckets) do f.bucket[i] = gpu.zeros({ b.block }, { dtype = self.dtype }) end
+    return f
+  end
+  f.data = gpu.zeros({ self.shard_numel }, { dtype = self.dtype })
   for i, b in ipairs(self.buckets) do
-    f.bucket[i] = data:narrow(1, b.offset // self.world + 1, b.block)
+    f.bucket[i] = f.data:narrow(1, b.offset // self.world + 1, b.block)
   end
   return f
 end

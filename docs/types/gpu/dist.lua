@@ -22,9 +22,9 @@
 ---@field data gpu.Tensor the bucket, flat (its padding zero)
 ---@field views gpu.Tensor[] its parameters, in their shapes
 
----This rank's shard (`lay:new_shard()`): one allocation.
+---This rank's shard (`lay:new_shard()`): one allocation, or one per block with `split`.
 ---@class gpu.DistShard
----@field data gpu.Tensor the shard, flat
+---@field data? gpu.Tensor the shard, flat (nil when split)
 ---@field bucket gpu.Tensor[] this rank's block of bucket i
 
 ---Parameters split into buckets, each padded to a multiple of the world size.
@@ -46,9 +46,14 @@ function Layout:new() end
 ---@return gpu.DistBucketBuffer
 function Layout:new_bucket(i) end
 
+---Options of `lay:new_shard`.
+---@class gpu.DistShardOpts
+---@field split? boolean each block an allocation of its own (no `data`)
+
 ---A zeroed buffer of this rank's block of every bucket.
+---@param opts? gpu.DistShardOpts
 ---@return gpu.DistShard
-function Layout:new_shard() end
+function Layout:new_shard(opts) end
 
 ---Block `rank` (default this rank's) of bucket i, a view of t (the bucket's elements).
 ---@param t gpu.Tensor
