@@ -12,7 +12,7 @@
  * (k_round: what the next op would load of the stored result).
  *
  * A program that ends in a reduction (DEV_F_FREDUCE) has, instead of gf,
- * gfr_rows and gfr_cols: k_reduce.cuh's bodies of the built-in reduction's
+ * gfr_rows, gfr_cols and gfr_run: k_reduce.cuh's bodies of the built-in reduction's
  * kernels, reading the program's values where those read memory, launched
  * on the built-in's plan (k_reduce.cu: cuk_reduce_fused), so the result is
  * the unfused reduction's bit for bit, in one pass.
@@ -228,11 +228,16 @@ static void reduce_src(sbuf *b, int nin, const char *const *in_dt, const char *o
     sb_str(b, "    for (int j = 0; j < N; j++) r.x[j] = at((const S *)q + j);\n");
   }
   sb_str(b, "    if (z && a.zflag) *a.zflag = a.ztag;\n    return r.u;\n  }\n};\n\n");
-  for (int cols = 0; cols < 2; cols++)
-    sb_printf(b,
-              "extern \"C\" __global__ void __launch_bounds__(256) gfr_%s(const krargs r, const gf_args a)\n{\n"
-              "  k_reduce_%s<%s, %s>(r, gsrc{a});\n}\n",
-              cols ? "cols" : "rows", cols ? "cols" : "rows", out_dt, red_enum[code]);
+  /* k_reduce.cu's three kernels, in the order of CUK_RED_* */
+  static const char *const kname[] = {"rows", "cols", "run"};
+  static const char *const body[] = {"k_reduce_rows<%s, %s, gsrc>", "k_reduce_cols<%s, %s, gsrc>",
+                                     "k_reduce_rows<%s, %s, gsrc, 8, true>"};
+  for (int k = 0; k < 3; k++) {
+    sb_printf(b, "extern \"C\" __global__ void __launch_bounds__(256) gfr_%s(const krargs r, const gf_args a)\n{\n  ",
+              kname[k]);
+    sb_printf(b, body[k], out_dt, red_enum[code]);
+    sb_str(b, "(r, gsrc{a});\n}\n");
+  }
 }
 
 int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, size_t errlen) {

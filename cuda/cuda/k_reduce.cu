@@ -31,6 +31,13 @@ __global__ void __launch_bounds__(K_THREADS) reduce_rows(const krargs r)
   k_reduce_rows<T, CODE>(r, kmem<typename kt<T>::S>());
 }
 
+/* runs along memory only: 8 loads in flight */
+template <int T, int CODE>
+__global__ void __launch_bounds__(K_THREADS) reduce_run(const krargs r)
+{
+  k_reduce_rows<T, CODE, kmem<typename kt<T>::S>, 8, true>(r, kmem<typename kt<T>::S>());
+}
+
 template <int T, int CODE>
 __global__ void __launch_bounds__(K_THREADS) reduce_cols(const krargs r)
 {
@@ -88,6 +95,9 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
   typedef typename red<T, CODE>::A A;
   cudaStream_t st = k_stream(env);
   int sm = k_sm(env), G = 32, rc = -1;
+  /* which kernel: columns, runs along memory, or any other rows */
+  int run = !pl->cols && !pl->full && pl->rstride == 1;
+  int which = pl->cols ? CUK_RED_COLS : run ? CUK_RED_RUN : CUK_RED_ROWS;
   int64_t nsplit = 1, chunk, len = pl->len, nout = pl->nout;
   A *part = NULL;
   cudaError_t e;
@@ -102,7 +112,7 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
     if (ntiles < want) nsplit = min64(min64(want / ntiles, max64(1, len / 64)), 4096);
   } else {
     int64_t want;
-    per_sm = occupancy(reduce_rows<T, CODE>);
+    per_sm = run ? occupancy(reduce_run<T, CODE>) : occupancy(reduce_rows<T, CODE>);
     G = len >= 8192 ? 256 : len >= 2048 ? 128 : len >= 512 ? 64 : 32;
     want = (int64_t)sm * per_sm * (K_THREADS / G);   /* groups */
     if (nout < want) nsplit = min64(min64(want / nout, max64(1, len / (G * 16))), 4096);
@@ -127,9 +137,10 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
     dim3 grid = pl->cols ? dim3((unsigned)min64(cdiv(nout, 32), (int64_t)sm * per_sm * 8), (unsigned)nsplit)
                          : dim3((unsigned)min64(cdiv(nout * nsplit, K_THREADS / G), (int64_t)sm * per_sm * 8));
     if (pl->src) {
-      if (pl->src->launch(pl->src->ud, pl->cols, grid.x, grid.y, &ra, err, errlen)) goto done;
+      if (pl->src->launch(pl->src->ud, which, grid.x, grid.y, &ra, err, errlen)) goto done;
     } else {
-      if (pl->cols) reduce_cols<T, CODE><<<grid, K_THREADS, 0, st>>>(ra);
+      if (which == CUK_RED_COLS) reduce_cols<T, CODE><<<grid, K_THREADS, 0, st>>>(ra);
+      else if (which == CUK_RED_RUN) reduce_run<T, CODE><<<grid, K_THREADS, 0, st>>>(ra);
       else reduce_rows<T, CODE><<<grid, K_THREADS, 0, st>>>(ra);
       if ((e = cudaGetLastError()) != cudaSuccess) {
         fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));

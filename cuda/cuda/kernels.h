@@ -37,11 +37,12 @@ int cuk_fused_args(const dev_kop *op, const cuk_env *env, int ztag, void *buf, s
                    unsigned *grid, char *err, size_t errlen);
 
 /* DEV_OP_FUSED with a trailing reduction (DEV_F_FREDUCE): the program's
- * kernels that take the place of the built-in reduce_rows (cols 0) or
- * reduce_cols (cols 1), launched by launch on the grid (gx, gy) of 256
- * threads with rargs (k_reduce.cuh: krargs) as their first parameter. */
+ * kernels that take the place of the built-in reduce_rows, reduce_cols or
+ * reduce_run (which: CUK_RED_*), launched by launch on the grid (gx, gy) of
+ * 256 threads with rargs (k_reduce.cuh: krargs) as their first parameter. */
+enum { CUK_RED_ROWS, CUK_RED_COLS, CUK_RED_RUN, CUK_RED_NKERNELS };
 typedef struct cuk_rsource {
-  int (*launch)(void *ud, int cols, unsigned gx, unsigned gy, const void *rargs, char *err, size_t errlen);
+  int (*launch)(void *ud, int which, unsigned gx, unsigned gy, const void *rargs, char *err, size_t errlen);
   void *ud;
 } cuk_rsource;
 

@@ -89,7 +89,7 @@ typedef struct cfused {
   struct cfused *next;
   const dev_fprog *p;
   cudaLibrary_t lib[2][NRED];
-  cudaKernel_t k[2][NRED][2];
+  cudaKernel_t k[2][NRED][CUK_RED_NKERNELS];
 } cfused;
 
 static cfused **fused_slot(cstate *cs, const dev_fprog *p) {
@@ -112,13 +112,14 @@ static cfused *fused_get(cstate *cs, const dev_fprog *p) {
 /* Programs are interned (one per content, never freed), so the pointer is
  * the key.  The compile goes through the disk cache of compiled kernels,
  * whose key holds the source, the headers and NVRTC's version.  out[0]:
- * gf, or gfr_rows; out[1]: gfr_cols (red: a dev_redop + 1, 0 none). */
-static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cudaKernel_t out[2]) {
+ * gf; with red (a dev_redop + 1, 0 none) out[CUK_RED_*]: gfr_rows,
+ * gfr_cols, gfr_run. */
+static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cudaKernel_t out[CUK_RED_NKERNELS]) {
   cstate *cs = CS(ctx);
   cfused *f = fused_get(cs, p);
   if (!f) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory loading a fused kernel");
-  if ((out[0] = f->k[vec][red][0])) {
-    out[1] = f->k[vec][red][1];
+  if (f->k[vec][red][0]) {
+    for (int i = 0; i < CUK_RED_NKERNELS; i++) out[i] = f->k[vec][red][i];
     return DEV_OK;
   }
   int major = 0, minor = 0;
@@ -135,11 +136,12 @@ static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cuda
     return rc;
   }
   cudaLibrary_t lib = NULL;
-  cudaKernel_t k[2] = {NULL, NULL};
+  cudaKernel_t k[CUK_RED_NKERNELS] = {NULL};
+  static const char *const rnames[CUK_RED_NKERNELS] = {"gfr_rows", "gfr_cols", "gfr_run"};
   cudaError_t e = cudaLibraryLoadData(&lib, img.data, NULL, NULL, 0, NULL, NULL, 0);
   dev_kimage_free(&img);
-  if (e == cudaSuccess) e = cudaLibraryGetKernel(&k[0], lib, red ? "gfr_rows" : "gf");
-  if (e == cudaSuccess && red) e = cudaLibraryGetKernel(&k[1], lib, "gfr_cols");
+  if (e == cudaSuccess && !red) e = cudaLibraryGetKernel(&k[0], lib, "gf");
+  for (int i = 0; red && i < CUK_RED_NKERNELS && e == cudaSuccess; i++) e = cudaLibraryGetKernel(&k[i], lib, rnames[i]);
   if (e != cudaSuccess) {
     if (lib) cudaLibraryUnload(lib);
     char what[DEV_SITE_LEN + 64];
@@ -147,7 +149,7 @@ static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cuda
     return cuda_fail(ctx, e, what);
   }
   f->lib[vec][red] = lib;
-  for (int i = 0; i < 2; i++) out[i] = f->k[vec][red][i] = k[i];
+  for (int i = 0; i < CUK_RED_NKERNELS; i++) out[i] = f->k[vec][red][i] = k[i];
   return DEV_OK;
 }
 
@@ -155,7 +157,7 @@ static int fused_red(const dev_kop *op) { return op->flags & DEV_F_FREDUCE ? 1 +
 
 /* op's kernel parameter into buf, and its kernels, compiled if need be */
 static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag, void *buf, size_t cap,
-                       cudaKernel_t k[2], unsigned *grid) {
+                       cudaKernel_t k[CUK_RED_NKERNELS], unsigned *grid) {
   cstate *cs = CS(ctx);
   cuk_env env = {st, cs->flag_dev, cs->sm_count, 1};
   size_t len;
@@ -169,7 +171,7 @@ static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag
 
 int cuda_fused_prepare(dev_ctx *ctx, const dev_kop *op) {
   _Alignas(16) char buf[4096];
-  cudaKernel_t k[2];
+  cudaKernel_t k[CUK_RED_NKERNELS];
   unsigned grid;
   return fused_setup(ctx, NULL, op, 1, buf, sizeof buf, k, &grid);
 }
@@ -199,17 +201,17 @@ typedef struct rlaunch {
   cudaStream_t st;
 } rlaunch;
 
-static int rlaunch_one(void *ud, int cols, unsigned gx, unsigned gy, const void *rargs, char *err, size_t errlen) {
+static int rlaunch_one(void *ud, int which, unsigned gx, unsigned gy, const void *rargs, char *err, size_t errlen) {
   rlaunch *l = ud;
   void *args[2] = {(void *)rargs, l->args};
-  cudaError_t e = cudaLaunchKernel((const void *)l->k[cols], (dim3){gx, gy, 1}, (dim3){256, 1, 1}, args, 0, l->st);
+  cudaError_t e = cudaLaunchKernel((const void *)l->k[which], (dim3){gx, gy, 1}, (dim3){256, 1, 1}, args, 0, l->st);
   if (e != cudaSuccess) return fail_msg(err, errlen, "%s", cudaGetErrorString(e));
   return 0;
 }
 
 int cuda_fused_launch(dev_ctx *ctx, cudaStream_t st, const dev_kop *op) {
   _Alignas(16) char buf[4096];
-  cudaKernel_t k[2];
+  cudaKernel_t k[CUK_RED_NKERNELS];
   unsigned grid;
   int rc = fused_setup(ctx, st, op, fused_tag(ctx, op), buf, sizeof buf, k, &grid);
   if (rc) return rc;

@@ -30,7 +30,7 @@ typedef struct unit { sbuf src; int n; } unit;
 /* p's source into u (red: its trailing reduction + 1, or 0), its names
  * made its own */
 static void add_red(unit *u, const dev_fprog *p, int red) {
-  static const char *const names[] = {"gf", "gf_elem", "gf_elem2", "gf_args", "knum", "gsrc", "gfr_rows", "gfr_cols"};
+  static const char *const names[] = {"gf", "gf_elem", "gf_elem2", "gf_args", "knum", "gsrc", "gfr_rows", "gfr_cols", "gfr_run"};
   char err[256];
   for (int vec = 0; vec < 2; vec++) {
     sbuf s = {0};
