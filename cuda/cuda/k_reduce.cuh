@@ -288,6 +288,48 @@ template <typename S> struct kmem {
 
 /* ---- kernels ------------------------------------------------------------- */
 
+/* Thread t's part (of G) of a contiguous run of cnt elements at q (element
+ * k0 of its output's run), combined into acc: 16-byte loads, U in flight,
+ * between a scalar head (up to alignment) and tail.  A thread combines its
+ * vectors v, v + G, v + 2G ... in order whatever U, so U changes the speed,
+ * not the result: the kernels of runs along memory take 8 (9 % faster than
+ * 4 for a sum of 256 MiB f32 on an H200), the general one 4 (fewer
+ * registers for its other paths). */
+template <int T, int CODE, class L, int U>
+__device__ __forceinline__ typename red<T, CODE>::A k_run_acc(typename red<T, CODE>::A acc, const L &src,
+                                                             const typename kt<T>::S *q, int64_t k0, int64_t cnt,
+                                                             int t, int G, const kprm &prm)
+{
+  typedef red<T, CODE> R;
+  typedef typename kt<T>::S S;
+  constexpr int N = 16 / sizeof(S);
+  int64_t head = (int64_t)(((16 - ((uintptr_t)q & 15)) & 15) / sizeof(S));
+  if (head > cnt) head = cnt;
+  if (t < head) acc = R::comb(acc, R::elem(prm, src.at(q + t), k0 + t));
+  const uint4 *vq = (const uint4 *)(q + head);
+  int64_t nv = (cnt - head) / N, v = t;
+  for (; v + (U - 1) * (int64_t)G < nv; v += U * (int64_t)G) {
+    kvec<S> x[U];
+    K_UNROLL
+    for (int u = 0; u < U; u++) x[u].u = src.at16(vq + v + u * (int64_t)G);
+    K_UNROLL
+    for (int u = 0; u < U; u++) {
+      int64_t b = k0 + head + (v + u * (int64_t)G) * N;
+      K_UNROLL
+      for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(prm, x[u].x[j], b + j));
+    }
+  }
+  for (; v < nv; v += G) {
+    kvec<S> x0;
+    x0.u = src.at16(vq + v);
+    int64_t b0 = k0 + head + v * N;
+    K_UNROLL
+    for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(prm, x0.x[j], b0 + j));
+  }
+  for (int64_t kk = head + nv * N + t; kk < cnt; kk += G) acc = R::comb(acc, R::elem(prm, src.at(q + kk), k0 + kk));
+  return acc;
+}
+
 /* A group of G threads (32..256) per (output, split).  full: dim -1 over a
  * view that is not one run; element k is at k_off(in, k).  Otherwise output
  * o's run starts at k_off(outer, o) and steps by rstride.  RUN: only runs
@@ -319,38 +361,8 @@ __device__ __forceinline__ void k_reduce_rows(const krargs &r, const L &src)
         const S *p = (const S *)in.p;
         for (; k < k1; k += G) acc = R::comb(acc, R::elem(r.prm, src.at(p + k_off(in, k)), k));
       } else if (RUN || rstride == 1) {
-        /* a contiguous run: 16-byte loads, U in flight, between a scalar
-         * head (up to alignment) and tail.  A thread combines its vectors
-         * v, v + G, v + 2G ... in order whatever U, so U changes the speed,
-         * not the result: the kernels of runs along memory take 8 (9 %
-         * faster than 4 for a sum of 256 MiB f32 on an H200), the general
-         * one 4 (fewer registers for its other paths). */
-        constexpr int N = 16 / sizeof(S);
-        const S *q = (const S *)outer.p + k_off(outer, o) + k0;
-        int64_t cnt = k1 - k0, head = (int64_t)(((16 - ((uintptr_t)q & 15)) & 15) / sizeof(S));
-        if (head > cnt) head = cnt;
-        if (t < head) acc = R::comb(acc, R::elem(r.prm, src.at(q + t), k0 + t));
-        const uint4 *vq = (const uint4 *)(q + head);
-        int64_t nv = (cnt - head) / N, v = t;
-        for (; v + (U - 1) * (int64_t)G < nv; v += U * (int64_t)G) {
-          kvec<S> x[U];
-          K_UNROLL
-          for (int u = 0; u < U; u++) x[u].u = src.at16(vq + v + u * (int64_t)G);
-          K_UNROLL
-          for (int u = 0; u < U; u++) {
-            int64_t b = k0 + head + (v + u * (int64_t)G) * N;
-            K_UNROLL
-            for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(r.prm, x[u].x[j], b + j));
-          }
-        }
-        for (; v < nv; v += G) {
-          kvec<S> x0;
-          x0.u = src.at16(vq + v);
-          int64_t b0 = k0 + head + v * N;
-          K_UNROLL
-          for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(r.prm, x0.x[j], b0 + j));
-        }
-        for (int64_t kk = head + nv * N + t; kk < cnt; kk += G) acc = R::comb(acc, R::elem(r.prm, src.at(q + kk), k0 + kk));
+        acc = k_run_acc<T, CODE, L, U>(acc, src, (const typename kt<T>::S *)outer.p + k_off(outer, o) + k0, k0,
+                                       k1 - k0, t, G, r.prm);
       } else if constexpr (!RUN) {
         const S *p = (const S *)outer.p + k_off(outer, o);
         /* four loads in flight before they are combined, in order */
