@@ -57,8 +57,9 @@ end
 
 -- one batch's compute on x (enqueued on the current stream); with st, the
 -- sum, min and max go into st[1], st[2], st[3]
+local prep = gpu.fuse(function(x) return (x * 2 - 1):relu() end, { name = "relu(2x - 1)" })
 local function compute(x, passes, st)
-  x:mul_(2):sub_(1):relu_()
+  prep(x, { out = x })   -- one pass, in place
   for p = 1, passes do x:mul_(p % 2 == 1 and 2 or 0.5) end
   if st then
     x:sum({ out = st:select(1, 1) })
