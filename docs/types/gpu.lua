@@ -184,6 +184,7 @@
 ---@class gpu.LoadOpts
 ---@field device? gpu.device memory of the tensor (default "device")
 ---@field stream? gpu.Stream stream of the upload
+---@field map? boolean map the file for a device load, the call returning before it is read (default true)
 
 ---@class gpu.LoadNpzOpts
 ---@field names? string[] only these arrays (default all)
@@ -198,6 +199,7 @@
 ---@field names? string[] only these tensors (default all)
 ---@field device? gpu.device memory of the tensors (default "device")
 ---@field stream? gpu.Stream stream of the uploads
+---@field map? boolean map the file for a device load, the call returning before it is read (default true)
 
 ---@class gpu.SaveSafetensorsOpts
 ---@field metadata? table<string, string> saved as the header's __metadata__
