@@ -242,6 +242,17 @@ T.test("t:diagonal: a view of the elements along two dims, as torch.diagonal", f
   T.raises_at(function() return a:diagonal(0.5) end, "offset")
 end)
 
+T.test("einsum: a diagonal alone is a view, not a copy", function()
+  local m = gpu.zeros({ 3, 3 }, { dtype = "f64" })
+  gpu.einsum("ii->i", m):fill(2)
+  T.is(m:totable(), { { 2, 0, 0 }, { 0, 2, 0 }, { 0, 0, 2 } }, "'ii->i' writes through to m")
+  local b = gpu.zeros({ 2, 3, 3 }, { dtype = "i32" })
+  gpu.einsum("bii->bi", b):fill(1)
+  T.is(b:sum():item(), 6, "'bii->bi' too")
+  gpu.einsum("...ii->...i", b):fill(4)
+  T.is(b:sum():item(), 24, "'...ii->...i' too")
+end)
+
 T.test("bmm, outer, dot: bad shapes and dtypes raise at the calling line", function()
   local a3, v = gpu.ones({ 2, 3, 4 }), gpu.ones({ 4 })
   T.raises_at(function() return a3:bmm(gpu.ones({ 4, 5 })) end, "b must be 3%-D {batch, k, m}, got {4,5}")
