@@ -446,37 +446,39 @@ static int map_load(lua_State *L, int fd, const npy_header *h, int stream, const
   long pg = sysconf(_SC_PAGESIZE);
   uint64_t first = (uint64_t)h->data_offset / (uint64_t)pg * (uint64_t)pg;
   size_t len = (size_t)(end - first);
-  file_map *m = malloc(sizeof *m);
-  if (!m) return 0;
   /* the device tensor first: out of device memory fails before the mapping */
   push_tensor(L, DEV_MEM_DEVICE, h);
   int dst = lua_gettop(L);
-  m->len = len;
-  m->base = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, (off_t)first);
-  if (m->base == MAP_FAILED) {
+  /* everything that may raise or run Lua comes before the mapping */
+  dev_ctx *ctx = bind_ctx(L);
+  bind_call_site(L, ctx, fname);
+  dev_stream *s = bind_stream(L, stream);
+  gpu_tensor *t = bind_check_tensor(L, dst);
+  file_map *m = malloc(sizeof *m);
+  void *base = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, (off_t)first);
+  if (!m || base == MAP_FAILED) {
     free(m);
+    if (base != MAP_FAILED) munmap(base, len);
     drop(L, dst);
     lua_pop(L, 1);
     return 0;
   }
+  m->base = base;
+  m->len = len;
   /* read ahead in order: the staging threads read it front to back */
-  madvise(m->base, len, MADV_SEQUENTIAL);
-  dev_ctx *ctx = bind_ctx(L);
+  madvise(base, len, MADV_SEQUENTIAL);
   dev_buf *b = NULL;
-  char *p = (char *)m->base + (h->data_offset - first);
+  char *p = (char *)base + (h->data_offset - first);
   if (dev_buf_wrap(ctx, DEV_MEM_HOST, p, h->nbytes, unmap_release, m, &b) != DEV_OK) {
     unmap_release(m, p);
     bind_raise(L, ctx, fname);
   }
   /* its copies are staged and asynchronous: nothing else touches the pages */
   dev_buf_guard(b);
-  dev_stream *s = bind_stream(L, stream);
-  gpu_tensor *t = bind_check_tensor(L, dst);
   dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
   op.in[0] = t->v;
   op.in[0].buf = b;
   op.in[0].offset = 0;
-  bind_call_site(L, ctx, fname);
   int rc = dev_submit(ctx, s, &op);
   /* the queued copy holds the buffer now: the mapping lives until it is done */
   dev_buf_release(b);
