@@ -173,11 +173,14 @@ int bind_open_read(lua_State *L, const char *path, const char *fname);
 /* Reads n bytes at off: 0, or -1 with errno (0 at the end of the file). */
 int bind_read_at(int fd, void *p, size_t n, uint64_t off);
 /* Pushes a new tensor of kind read from the C-order little-endian elements
- * at off of fd, as gpu.load does (device memory: staged through pinned
- * memory, the copy queued on the stream at slot stream); the caller checked
- * that they lie within the file. */
+ * at off of fd, as gpu.load does (device memory: mapped, or read into
+ * pinned memory when it cannot be or map is 0, the copy queued on the
+ * stream at slot stream); the caller checked that they lie within the file. */
 void bind_load_elements(lua_State *L, int fd, uint64_t off, dev_dtype dt, int ndim, const int64_t *shape,
-                        dev_memkind kind, int stream, const char *fname, const char *path);
+                        dev_memkind kind, int stream, int map, const char *fname, const char *path);
+/* The option map (a boolean, default true) at idx: may device loads map
+ * the file (npy.c)?  Raises "bad option 'map' to 'fname'" otherwise. */
+int bind_opt_map(lua_State *L, int idx, const char *fname);
 
 /* Options: the table at idx (none or nil: none given), read in one pass
  * with raw access, so no metamethod of the caller's table runs in the middle

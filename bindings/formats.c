@@ -1,12 +1,14 @@
 /* Tensor files beside .npy (npy.c): safetensors, Hugging Face's format.
  *
- *   gpu.load_safetensors(path [, {names =, device =, stream =}]) --> tensors, metadata
+ *   gpu.load_safetensors(path [, {names =, device =, stream =, map =}]) --> tensors, metadata
  *   gpu.save_safetensors(path, tensors [, {metadata =, stream =}])
  *
  * The header is read and checked whole (safetensors.c, Lua-free) before
- * anything is allocated; then each tensor asked for is read from its place
- * in the file alone, as gpu.load reads a .npy file's elements: into pinned
- * memory, the copy to the device queued on the stream.  Saving writes what
+ * anything is allocated; then each tensor asked for is loaded from its
+ * place in the file alone, as gpu.load loads a .npy file's elements: to the
+ * device, its pages mapped and the staged copy queued on the stream (the
+ * call returns before it reads them); else read into pinned (or host)
+ * memory.  Saving writes what
  * the safetensors package writes: the header padded with spaces to a
  * multiple of 8 bytes, the tensors' bytes in the header's order. */
 #include <errno.h>
@@ -70,21 +72,22 @@ static void push_names(lua_State *L, const st_header *h) {
 }
 
 static void load_entry(lua_State *L, int fd, uint64_t base, const st_entry *e, dev_memkind kind, int stream,
-                       const char *path, int out) {
-  bind_load_elements(L, fd, base + e->begin, e->dt, e->ndim, e->shape, kind, stream, "load_safetensors", path);
+                       int map, const char *path, int out) {
+  bind_load_elements(L, fd, base + e->begin, e->dt, e->ndim, e->shape, kind, stream, map, "load_safetensors", path);
   lua_pushlstring(L, e->name, e->namelen);
   lua_insert(L, -2);
   lua_rawset(L, out);
 }
 
-/* gpu.load_safetensors(path [, {names = {...}, device =, stream =}]) */
+/* gpu.load_safetensors(path [, {names = {...}, device =, stream =, map =}]) */
 static int gpu_load_safetensors(lua_State *L) {
   size_t plen;
   const char *path = luaL_checklstring(L, 1, &plen);
   if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
-  static const char *const names[] = {"names", "device", "stream", NULL};
+  static const char *const names[] = {"names", "device", "stream", "map", NULL};
   int o = bind_read_opts(L, 2, names), sel = o, stream = o + 2;
   dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  int map = bind_opt_map(L, o + 3, "load_safetensors");
   bind_stream(L, stream);   /* a bad stream raises before the file is read */
   if (!lua_isnil(L, sel)) {
     if (!lua_istable(L, sel)) luaL_error(L, "bad option 'names' (a table of tensor names expected, got %s)",
@@ -117,7 +120,7 @@ static int gpu_load_safetensors(lua_State *L) {
   lua_createtable(L, 0, (int)(h->n < 1024 ? h->n : 1024));
   int out = lua_gettop(L);
   if (lua_isnil(L, sel)) {
-    for (size_t i = 0; i < h->n; i++) load_entry(L, fd, base, &h->t[i], kind, stream, path, out);
+    for (size_t i = 0; i < h->n; i++) load_entry(L, fd, base, &h->t[i], kind, stream, map, path, out);
   } else {
     /* every name is checked before any tensor is read */
     for (lua_Integer pass = 0; pass < 2; pass++)
@@ -132,7 +135,7 @@ static int gpu_load_safetensors(lua_State *L) {
                             lua_tostring(L, -1));
         }
         lua_pop(L, 1);
-        if (pass) load_entry(L, fd, base, e, kind, stream, path, out);
+        if (pass) load_entry(L, fd, base, e, kind, stream, map, path, out);
       }
   }
   lua_createtable(L, 0, (int)(h->nmeta < 1024 ? h->nmeta : 1024));

@@ -8,9 +8,12 @@
  * spaces and a '\n' so that the data starts aligned (64 bytes today, 16 for
  * older writers; any alignment is read), then the elements in C order.
  *
- * Loading reads the elements straight into a pinned buffer (or the host
- * tensor asked for) and queues the copy to the device on the stream; the
- * device layer keeps the pinned buffer alive until that copy is done.  Every
+ * Loading to the device maps the elements' pages (map_load) and queues a
+ * staged copy from the mapping on the stream, so the call returns before
+ * the file is read; the device layer keeps the mapping until that copy is
+ * done.  What cannot be mapped (bools, swapped or unaligned elements, map =
+ * false, npz members) is read straight into a pinned buffer (or the host
+ * tensor asked for) and its copy queued the same way.  Every
  * size the header claims is checked against the file's before anything is
  * allocated.  Saving writes what numpy.save writes for the same array, byte
  * for byte, to a temporary file renamed over the path at the end. */
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -411,6 +415,77 @@ void npy_fix_elements(const npy_header *h, void *p) {
   }
 }
 
+/* ---- mapped loads ----------------------------------------------------------- */
+
+/* A mapping of a file's pages, unmapped by the device layer's release once
+ * the last copy reading it is done (dev_buf_wrap). */
+typedef struct file_map { void *base; size_t len; } file_map;
+
+static void unmap_release(void *ud, void *ptr) {
+  (void)ptr;
+  file_map *m = ud;
+  munmap(m->base, m->len);
+  free(m);
+}
+
+/* A device tensor of h's elements at h->data_offset of the regular file fd,
+ * pushed: the pages holding them mapped (read-only, private) and wrapped as
+ * guarded pageable memory, so the copy is staged and queued on the stream
+ * and the call returns before it has read a byte; the mapping goes when the
+ * copy is done.  Only those pages are mapped, so a selection reads nothing
+ * else.  0 (nothing pushed) when mapping is not possible: no elements,
+ * elements not aligned to their size in the file, a file not as large as
+ * the header said any more, mmap refused; the caller then reads them. */
+static int map_load(lua_State *L, int fd, const npy_header *h, int stream, const char *fname) {
+  struct stat st;
+  if (h->nbytes == 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  uint64_t end = (uint64_t)h->data_offset + h->nbytes;
+  if (end < h->nbytes || end > (uint64_t)st.st_size) return 0;   /* the pread path reports it */
+  /* elements must be aligned in memory; a file that places them otherwise is read */
+  if (h->data_offset % dev_dtype_size(h->dt)) return 0;
+  long pg = sysconf(_SC_PAGESIZE);
+  uint64_t first = (uint64_t)h->data_offset / (uint64_t)pg * (uint64_t)pg;
+  size_t len = (size_t)(end - first);
+  /* the device tensor first: out of device memory fails before the mapping */
+  push_tensor(L, DEV_MEM_DEVICE, h);
+  int dst = lua_gettop(L);
+  /* everything that may raise or run Lua comes before the mapping */
+  dev_ctx *ctx = bind_ctx(L);
+  bind_call_site(L, ctx, fname);
+  dev_stream *s = bind_stream(L, stream);
+  gpu_tensor *t = bind_check_tensor(L, dst);
+  file_map *m = malloc(sizeof *m);
+  void *base = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, (off_t)first);
+  if (!m || base == MAP_FAILED) {
+    free(m);
+    if (base != MAP_FAILED) munmap(base, len);
+    drop(L, dst);
+    lua_pop(L, 1);
+    return 0;
+  }
+  m->base = base;
+  m->len = len;
+  /* read ahead in order: the staging threads read it front to back */
+  madvise(base, len, MADV_SEQUENTIAL);
+  dev_buf *b = NULL;
+  char *p = (char *)base + (h->data_offset - first);
+  if (dev_buf_wrap(ctx, DEV_MEM_HOST, p, h->nbytes, unmap_release, m, &b) != DEV_OK) {
+    unmap_release(m, p);
+    bind_raise(L, ctx, fname);
+  }
+  /* its copies are staged and asynchronous: nothing else touches the pages */
+  dev_buf_guard(b);
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = t->v};
+  op.in[0] = t->v;
+  op.in[0].buf = b;
+  op.in[0].offset = 0;
+  int rc = dev_submit(ctx, s, &op);
+  /* the queued copy holds the buffer now: the mapping lives until it is done */
+  dev_buf_release(b);
+  if (rc != DEV_OK) bind_raise(L, ctx, fname);
+  return 1;
+}
+
 /* Reads h's elements at h->data_offset through rd into a new tensor of kind
  * pushed on the stack: device memory through a pinned staging buffer and a
  * copy queued on the stream at slot stream, the other kinds directly.
@@ -418,6 +493,11 @@ void npy_fix_elements(const npy_header *h, void *p) {
 void bind_npy_load(lua_State *L, npy_read_fn rd, void *rctx, const npy_header *h, dev_memkind kind, int stream,
                    const char *fname, const char *path) {
   char err[512];
+  /* a file's elements as they are on disk go to the device mapped; bools
+   * (any nonzero byte is true) and swapped elements are fixed up on the host */
+  if (rd == fd_read && kind == DEV_MEM_DEVICE && !h->nomap && !h->swap && h->dt != DEV_BOOL &&
+      map_load(L, *(int *)rctx, h, stream, fname))
+    return;
   /* the device tensor first: out of device memory fails before the read */
   int dst = 0;
   if (kind == DEV_MEM_DEVICE) {
@@ -451,9 +531,10 @@ void bind_npy_load(lua_State *L, npy_read_fn rd, void *rctx, const npy_header *h
 }
 
 void bind_load_elements(lua_State *L, int fd, uint64_t off, dev_dtype dt, int ndim, const int64_t *shape,
-                        dev_memkind kind, int stream, const char *fname, const char *path) {
+                        dev_memkind kind, int stream, int map, const char *fname, const char *path) {
   npy_header h;
   memset(&h, 0, sizeof h);
+  h.nomap = !map;
   h.dt = dt;
   h.ndim = ndim;
   int empty = 0;
@@ -492,14 +573,22 @@ int bind_open_read(lua_State *L, const char *path, const char *fname) {
 
 int bind_read_at(int fd, void *p, size_t n, uint64_t off) { return read_at(fd, p, n, (off_t)off); }
 
-/* gpu.load(path [, {device = "device"|"pinned"|"host", stream = s}]) */
+int bind_opt_map(lua_State *L, int idx, const char *fname) {
+  if (lua_isnil(L, idx)) return 1;
+  if (!lua_isboolean(L, idx))
+    luaL_error(L, "bad option 'map' to '%s' (boolean expected, got %s)", fname, luaL_typename(L, idx));
+  return lua_toboolean(L, idx);
+}
+
+/* gpu.load(path [, {device = "device"|"pinned"|"host", stream = s, map = true}]) */
 static int gpu_load(lua_State *L) {
   size_t plen;
   const char *path = luaL_checklstring(L, 1, &plen);
   if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
-  static const char *const names[] = {"device", "stream", NULL};
+  static const char *const names[] = {"device", "stream", "map", NULL};
   int o = bind_read_opts(L, 2, names), stream = o + 1;
   dev_memkind kind = bind_check_device(L, o, DEV_MEM_DEVICE);
+  int map = bind_opt_map(L, o + 2, "load");
   bind_stream(L, stream);   /* a bad stream raises before the file is read */
 
   npy_file *f = bind_new_udata(L, &bind_npy_file_type, sizeof *f, 0);
@@ -516,6 +605,7 @@ static int gpu_load(lua_State *L) {
   npy_header h;
   memset(&h, 0, sizeof h);
   if (read_header(L, f->fd, &h, err, sizeof err)) return luaL_error(L, "load: %s: %s", path, err);
+  h.nomap = !map;
   bind_npy_load(L, fd_read, &f->fd, &h, kind, stream, "load", path);
   return 1;
 }

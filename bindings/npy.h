@@ -14,6 +14,7 @@ typedef struct npy_header {
   dev_dtype dt;
   int swap;                     /* big-endian elements: swapped after reading */
   int fortran;
+  int nomap;                    /* read, never mapped (opts.map = false) */
   int ndim;
   int64_t shape[DEV_MAXDIM];
   char descr[40];               /* as written, for messages */

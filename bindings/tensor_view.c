@@ -1,5 +1,5 @@
 /* gpu.Tensor views: view, reshape, narrow, slice, select, transpose, t,
- * permute, expand, squeeze, unsqueeze, split, chunk.
+ * permute, expand, squeeze, unsqueeze, split, chunk, diagonal.
  *
  * A view is a new handle on the same buffer (it retains it, so the base may
  * be dropped first) with its own offset, shape and strides: no device op, no
@@ -204,6 +204,32 @@ static int t_slice(lua_State *L) {
   return 1;
 }
 
+/* t:diagonal([offset [, dim1 [, dim2]]]): the elements t[..i..i+offset..]
+ * along dims dim1 and dim2 (1 and 2 by default), which are dropped, as a new
+ * last dim; a view (its stride the sum of theirs), as torch.diagonal */
+static int t_diagonal(lua_State *L) {
+  gpu_tensor *t = bind_check_tensor(L, 1);
+  if (t->v.ndim < 2) return luaL_error(L, "diagonal: needs a tensor of at least 2 dims, got %d", t->v.ndim);
+  lua_Integer off = lua_isnoneornil(L, 2) ? 0 : bind_tensor_int(L, 2, "offset");
+  int a = opt_dim(L, 3, t->v.ndim, 0), b = opt_dim(L, 4, t->v.ndim, 1);
+  if (a == b) luaL_argerror(L, 4, lua_pushfstring(L, "dim1 and dim2 are both dim %d", a + 1));
+  int64_t na = t->v.shape[a], nb = t->v.shape[b];
+  /* the count on the diagonal; an offset past either dim gives an empty view */
+  int64_t n = 0, first_a = 0, first_b = 0;
+  if (off >= 0 && off < nb) n = na < nb - off ? na : nb - off, first_b = off;
+  else if (off < 0 && -off < na) n = na + off < nb ? na + off : nb, first_a = -off;
+  gpu_tensor *r = bind_tensor_view_of(L, 1);
+  dev_view *v = &r->v;
+  int64_t step = v->stride[a] + v->stride[b];
+  if (n > 0) v->offset += (size_t)(first_a * v->stride[a] + first_b * v->stride[b]) * dev_dtype_size(v->dtype);
+  drop_dim(v, a > b ? a : b);
+  drop_dim(v, a > b ? b : a);
+  v->shape[v->ndim] = n;
+  v->stride[v->ndim] = step;
+  v->ndim++;
+  return 1;
+}
+
 /* Push a table of views of the tensor at 1 along dim d, of the sizes given. */
 static void push_pieces(lua_State *L, int d, int n, const int64_t *sizes, int64_t each) {
   lua_createtable(L, n, 0);
@@ -399,5 +425,6 @@ const luaL_Reg bind_tensor_view_methods[] = {
   {"view", t_view}, {"reshape", t_reshape}, {"narrow", t_narrow}, {"slice", t_slice}, {"select", t_select},
   {"transpose", t_transpose}, {"t", t_t}, {"permute", t_permute}, {"expand", t_expand},
   {"squeeze", t_squeeze}, {"unsqueeze", t_unsqueeze}, {"split", t_split}, {"chunk", t_chunk},
+  {"diagonal", t_diagonal},
   {NULL, NULL}
 };

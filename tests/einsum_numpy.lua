@@ -1,6 +1,7 @@
 -- gpu.einsum, gpu.bmm, gpu.outer and gpu.dot against NumPy (issue 34):
 -- np.einsum, np.matmul, np.outer and np.dot as the oracle, over every dtype
--- matmul takes, with contiguous and strided (transposed, sliced) operands.
+-- matmul takes, with contiguous and strided (transposed, sliced) operands,
+-- diagonals (an index repeated in one operand) and '...' broadcasting.
 -- Floats are compared with the float64 answer within a tolerance relative
 -- to the same contraction of |operands| (each intermediate is rounded to
 -- the dtype); integers wrap, so they must equal the exact sum modulo 2^64
@@ -71,6 +72,34 @@ local SPECS = {
   { "ij,jk,kl->il", { { 2, 3 }, { 3, 4 }, { 4, 5 } } },
   { "ij,jk->ik", { { 3, 0 }, { 0, 4 } } },                   -- empty contraction: zeros
   { "ij,jk->ik", { { 0, 2 }, { 2, 4 } } },                   -- empty result
+  -- diagonals: a repeated index in one operand
+  { "ii->i", { { 4, 4 } } },
+  { "ii->", { { 4, 4 } } },                                  -- trace
+  { "ii", { { 4, 4 } } },                                    -- implicit trace
+  { "iij->ij", { { 3, 3, 2 } } },
+  { "bii->bi", { { 2, 3, 3 } } },
+  { "iji->ji", { { 3, 2, 3 } } },
+  { "iii->i", { { 3, 3, 3 } } },
+  { "iijj->ij", { { 2, 2, 3, 3 } } },
+  { "ii,ij->j", { { 3, 3 }, { 3, 4 } } },
+  { "ij,jj->i", { { 2, 3 }, { 3, 3 } } },
+  { "ii->i", { { 0, 0 } } },                                 -- empty diagonal
+  -- ellipsis, broadcast as NumPy does
+  { "...ij,...jk->...ik", { { 2, 3, 4 }, { 2, 4, 5 } } },
+  { "...ij,...jk->...ik", { { 2, 1, 3, 4 }, { 5, 4, 2 } } },  -- {2,1} against {5}
+  { "...ij,...jk->...ik", { { 3, 4 }, { 2, 4, 2 } } },
+  { "...ij,jk->...ik", { { 3, 4 }, { 4, 2 } } },             -- '...' of no dims
+  { "...ij,...jk", { { 2, 3, 4 }, { 1, 4, 2 } } },           -- implicit: '...' first
+  { "i...->...i", { { 2, 3, 4 } } },
+  { "...->...", { { 2, 3 } } },
+  { "...->...", { {} } },                                    -- 0-dim
+  { "...", { { 2, 3 } } },
+  { "...i,...i", { { 3, 4 }, { 2, 1, 4 } } },
+  { "...ij->...", { { 2, 3, 4 } } },
+  { "i...,i...->...", { { 3, 2 }, { 3 } } },
+  { "...ii->...i", { { 2, 3, 3 } } },
+  { "b...ii,b...i->b...", { { 2, 3, 4, 4 }, { 2, 1, 4 } } },
+  { "...i,...i->...", { { 0, 4 }, { 1, 4 } } },              -- broadcast to an empty dim
 }
 
 local DTYPES = { "f32", "f64", "f16", "bf16", "i32", "i64", "i8", "u8" }
@@ -172,14 +201,56 @@ T.test("einsum: bad specs raise at the calling line, saying what is wrong", func
   T.raises_at(function() return gpu.einsum("i1,jk", a, b) end, "'1' is not an index")
   T.raises_at(function() return gpu.einsum("ij,jk->i->k", a, b) end, "more than one '%->'")
   T.raises_at(function() return gpu.einsum("ij,jk>ik", a, b) end, "a '%-' or '>' outside '%->'")
-  T.raises_at(function() return gpu.einsum("...j,jk", a, b) end, "ellipsis %('...'%) is not supported")
-  T.raises_at(function() return gpu.einsum("ii->i", gpu.ones({ 3, 3 })) end, "index 'i' repeats in operand 1")
+  T.raises_at(function() return gpu.einsum("ii->i", gpu.ones({ 3, 4 })) end,
+              "index 'i' repeats in operand 1 {3,4} with sizes 3 and 4")
+  T.raises_at(function() return gpu.einsum("ii,i->i", gpu.ones({ 3, 3 }), gpu.ones({ 4 })) end,
+              "index 'i' has size 4 in operand 2 {4} but 3 before")
+  T.raises_at(function() return gpu.einsum("ij->...", a) end, "'...' in the output but in no operand")
+  T.raises_at(function() return gpu.einsum("ij->i...", a) end, "'...' in the output but in no operand")
+  T.raises_at(function() return gpu.einsum("...i...", a) end, "'...' appears twice in operand 1")
+  T.raises_at(function() return gpu.einsum("...ij->......", a) end, "'...' appears twice in the output")
+  T.raises_at(function() return gpu.einsum("..i,ij", a, b) end, "a '.' outside '...'")
+  T.raises_at(function() return gpu.einsum("...ij->ij", gpu.ones({ 2, 3, 4 })) end,
+              "the '...' covers 1 dim%(s%) but the output has no '...'")
+  T.raises_at(function() return gpu.einsum("...ijk", a) end, "operand 1 has 2 dim%(s%) {2,3}, its term names 3 besides '...'")
+  T.raises_at(function() return gpu.einsum("...i,...i", gpu.ones({ 3, 4 }), gpu.ones({ 2, 4 })) end,
+              "the '...' dims of operand 2 {2,4} do not broadcast: size 2 against 3")
   T.raises_at(function() return gpu.einsum("ij,jk", a, b:to("f64")) end, "operand 2 is f64, operand 1 f32")
   T.raises_at(function() return gpu.einsum("ij,jk", a, 3) end, "bad argument #3 to 'einsum' %(gpu.Tensor expected")
   T.raises_at(function() return gpu.einsum(42, a) end, "bad argument #1 to 'einsum' %(string expected, got number%)")
   T.raises_at(function() return gpu.einsum("ij") end, "gpu.Tensor expected, got no value")
   T.raises_at(function() return gpu.einsum("i,i", gpu.ones({ 2 }, { dtype = "bool" }), gpu.ones({ 2 }, { dtype = "bool" })) end,
               "not supported for bool")
+end)
+
+T.test("t:diagonal: a view of the elements along two dims, as torch.diagonal", function()
+  local a = gpu.arange(24):reshape({ 2, 3, 4 })
+  local d = a:diagonal(0, 2, 3)
+  T.is(table.concat(d.shape, ","), "2,3", "dims 2 and 3 dropped, the diagonal last")
+  T.is(d:totable(), { { 0, 5, 10 }, { 12, 17, 22 } }, "offset 0")
+  T.is(a:diagonal(1, 2, 3):totable(), { { 1, 6, 11 }, { 13, 18, 23 } }, "offset 1: above")
+  T.is(a:diagonal(-1, 3, 2):totable(), { { 1, 6, 11 }, { 13, 18, 23 } }, "offset -1, dims swapped")
+  T.is(a:diagonal(1, 1, -1):totable(), { { 1, 14 }, { 5, 18 }, { 9, 22 } }, "dims 1 and 3")
+  T.is(table.concat(a:diagonal(4, 2, 3).shape, ","), "2,0", "an offset past the end: empty")
+  T.is(table.concat(a:diagonal(-3, 2, 3).shape, ","), "2,0", "a negative offset past the end: empty")
+  local m = gpu.zeros({ 3, 3 }, { dtype = "i32" })
+  m:diagonal():fill(7)
+  T.is(m:totable(), { { 7, 0, 0 }, { 0, 7, 0 }, { 0, 0, 7 } }, "a view: writes land in the base")
+  T.raises_at(function() return gpu.ones({ 3 }):diagonal() end, "needs a tensor of at least 2 dims, got 1")
+  T.raises_at(function() return a:diagonal(0, 2, 2) end, "dim1 and dim2 are both dim 2")
+  T.raises_at(function() return a:diagonal(0, 1, 4) end, "dim 4 out of range for a 3%-dim tensor")
+  T.raises_at(function() return a:diagonal(0.5) end, "offset")
+end)
+
+T.test("einsum: a diagonal alone is a view, not a copy", function()
+  local m = gpu.zeros({ 3, 3 }, { dtype = "f64" })
+  gpu.einsum("ii->i", m):fill(2)
+  T.is(m:totable(), { { 2, 0, 0 }, { 0, 2, 0 }, { 0, 0, 2 } }, "'ii->i' writes through to m")
+  local b = gpu.zeros({ 2, 3, 3 }, { dtype = "i32" })
+  gpu.einsum("bii->bi", b):fill(1)
+  T.is(b:sum():item(), 6, "'bii->bi' too")
+  gpu.einsum("...ii->...i", b):fill(4)
+  T.is(b:sum():item(), 24, "'...ii->...i' too")
 end)
 
 T.test("bmm, outer, dot: bad shapes and dtypes raise at the calling line", function()

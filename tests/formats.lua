@@ -103,6 +103,159 @@ T.test("safetensors: a selection reads only the tensors named", function()
   T.raises_at(function() gpu.load_safetensors(p, { nmes = {} }) end, "unknown option 'nmes'", "a misspelt option")
 end)
 
+-- The mappings of path in this process (/proc/self/maps): a list of their
+-- sizes in bytes; nil where /proc is not there
+local function mappings(path)
+  local f = io.open("/proc/self/maps")
+  if not f then return nil end
+  local sizes = {}
+  for line in f:lines() do
+    local lo, hi, name = line:match("^(%x+)%-(%x+)%s+%S+%s+%S+%s+%S+%s+%S+%s+(.*)$")
+    if name and (name == path or name == path .. " (deleted)") then
+      sizes[#sizes + 1] = tonumber(hi, 16) - tonumber(lo, 16)
+    end
+  end
+  f:close()
+  return sizes
+end
+
+-- Bytes this process has read through read(2) and the like (/proc/self/io's
+-- rchar); nil without /proc
+local function rchar()
+  local f = io.open("/proc/self/io")
+  if not f then return nil end
+  local n = f:read("a"):match("rchar:%s*(%d+)")
+  f:close()
+  return tonumber(n)
+end
+
+-- a file of tensors "a" (n f32 values i), "b" (4 i32, 10..13) and "c" (n
+-- f32, garbage unless given), data aligned as the safetensors package does
+local function three(n, cbytes)
+  local hdr = header({ { "a", "F32", "[" .. n .. "]", 0, 4 * n }, { "b", "I32", "[4]", 4 * n, 4 * n + 16 },
+    { "c", "F32", "[" .. n .. "]", 4 * n + 16, 8 * n + 16 } })
+  hdr = hdr .. string.rep(" ", (8 - #hdr % 8) % 8)
+  local a = {}
+  for i = 1, n do a[i] = string.pack("<f", i) end
+  return st(hdr, table.concat(a) .. pack("<i4", { 10, 11, 12, 13 }) .. (cbytes or string.rep("\xff", 4 * n)))
+end
+
+T.test("safetensors: the file is mapped and the copies queued; the call returns before them", function()
+  local n = 1 << 20
+  local p = file(three(n))
+  local s <close> = gpu.stream()
+  gpu.sleep(200, { stream = s })   -- the copies queue behind it
+  local r0 = rchar()
+  local ts = gpu.load_safetensors(p, { stream = s })
+  local read = r0 and rchar() - r0
+  local maps = mappings(p)
+  if maps then
+    T.ok(#maps >= 1, "while the copies wait, the file is mapped")
+  end
+  if read then T.ok(read < n, string.format("the elements are mapped, not read: %d bytes read for 8 MiB", read)) end
+  os.remove(p)                      -- the mapping outlives the path
+  s:synchronize()
+  T.is({ ts.a:get(1), ts.a:get(n), ts.a:sum():item() }, { 1.0, n + 0.0, n * (n + 1) / 2 }, "a's values")
+  T.is(ts.b:totable(), { 10, 11, 12, 13 }, "b's values")
+  T.ok(ts.c:isnan():all():item(), "c's bytes, as they are (NaNs)")
+  gpu.synchronize()                 -- a device call: the finished copies' mappings go
+  if maps then T.is(mappings(p), {}, "once the copies are done, nothing stays mapped") end
+end)
+
+T.test("safetensors: a selection maps only its tensor's pages; the rest may be anything", function()
+  local n = 1 << 20
+  -- c's bytes do not exist: the file ends (sparse) with a hole where c is
+  local p = tmppath()
+  local f = assert(io.open(p, "wb"))
+  f:write(three(n, ""))
+  f:seek("set", #three(n, "") + 4 * n - 1)
+  f:write("\0")
+  f:close()
+  local s <close> = gpu.stream()
+  gpu.sleep(200, { stream = s })
+  local ts = gpu.load_safetensors(p, { names = { "b" }, stream = s })
+  local maps = mappings(p)
+  if maps then
+    local total = 0
+    for _, m in ipairs(maps) do total = total + m end
+    T.ok(#maps == 1 and total <= 2 * 65536, string.format("b alone is mapped: %d mapping(s), %d bytes", #maps, total))
+  end
+  s:synchronize()
+  T.is({ ts.a, ts.c, ts.b:totable() }, { nil, nil, { 10, 11, 12, 13 } }, "only b, right")
+  local one = gpu.load_safetensors(p, { names = { "a" } })
+  T.is({ one.a:get(1), one.a:get(n) }, { 1.0, n + 0.0 }, "a on the default stream")
+end)
+
+T.test("safetensors: loads in a loop leave no mapping and no buffer behind", function()
+  local p = file(three(1024))
+  gpu.synchronize()
+  local before = gpu.stats().buffers
+  local s <close> = gpu.stream()
+  for i = 1, 200 do
+    if i % 50 == 1 then gpu.sleep(5, { stream = s }) end
+    local ts = gpu.load_safetensors(p, { stream = s, names = i % 2 == 0 and { "b" } or nil })
+    for _, t in pairs(ts) do t:close() end
+  end
+  s:synchronize()
+  gpu.synchronize()
+  collectgarbage()
+  T.is(gpu.stats().buffers, before, "every tensor and mapping is released")
+  local maps = mappings(p)
+  if maps then T.is(maps, {}, "no mapping of the file stays") end
+end)
+
+T.test("safetensors: what cannot be mapped is read: bools, unaligned elements, pinned and host", function()
+  local hdr = header({ { "x", "U8", "[1]", 0, 1 }, { "u", "I32", "[2]", 1, 9 }, { "k", "BOOL", "[3]", 9, 12 } })
+  hdr = hdr .. string.rep(" ", (8 - #hdr % 8) % 8)
+  local p = file(st(hdr, "\3" .. pack("<i4", { -5, 6 }) .. "\0\7\1"))
+  local ts = gpu.load_safetensors(p)
+  T.is({ ts.x:totable(), ts.u:totable(), ts.k:totable() }, { { 3 }, { -5, 6 }, { false, true, true } },
+    "a u8, an unaligned i32, bools of any byte")
+  local th = gpu.load_safetensors(p, { device = "host" })
+  T.is(th.u:totable(), { -5, 6 }, "to the host")
+end)
+
+T.test("safetensors, gpu.load: map = false reads the file at the call instead", function()
+  local n = 1 << 18
+  local p = file(three(n))
+  local r0 = rchar()
+  local ts = gpu.load_safetensors(p, { map = false, names = { "a" } })
+  local read = r0 and rchar() - r0
+  if read then T.ok(read >= 4 * n, string.format("%d bytes read for a's %d", read, 4 * n)) end
+  local maps = mappings(p)
+  if maps then T.is(maps, {}, "nothing mapped") end
+  T.is({ ts.a:get(1), ts.a:get(n) }, { 1.0, n + 0.0 }, "the values")
+  local q = tmppath()
+  gpu.arange(10):save(q)
+  T.is(gpu.load(q, { map = false }):totable(), { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 }, "gpu.load too")
+  T.raises_at(function() gpu.load_safetensors(p, { map = 1 }) end,
+    "bad option 'map' to 'load_safetensors' %(boolean expected, got number%)", "map is a boolean")
+  T.raises_at(function() gpu.load(q, { map = "no" }) end, "bad option 'map' to 'load' %(boolean expected, got string%)",
+    "map is a boolean (gpu.load)")
+end)
+
+T.test("safetensors: a file shorter than its header says is refused before anything is read", function()
+  local full = three(1024)
+  local p = file(full:sub(1, #full - 1))
+  T.raises_at(function() gpu.load_safetensors(p, { names = { "a" } }) end,
+    "load_safetensors: .*: truncated data: tensor .c. ends at byte %d+ of the buffer", "even for a selection")
+end)
+
+T.test(".npy: gpu.load maps the elements and queues the copy too", function()
+  local n = 1 << 18
+  local src = gpu.arange(n, { dtype = "f64" })
+  local p = tmppath()
+  src:save(p)
+  local s <close> = gpu.stream()
+  gpu.sleep(200, { stream = s })
+  local t = gpu.load(p, { stream = s })
+  local maps = mappings(p)
+  if maps then T.ok(#maps == 1, "mapped while the copy waits") end
+  os.remove(p)
+  s:synchronize()
+  T.is({ t:get(1), t:get(n), t.dtype }, { 0.0, n - 1.0, "f64" }, "the values")
+end)
+
 T.test("safetensors: save writes the format; load reads it back, every dtype", function()
   local tensors = {}
   for _, d in ipairs(DT) do tensors[d[1]] = gpu.tensor(d[5], { dtype = d[1] }) end

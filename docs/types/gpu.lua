@@ -184,6 +184,7 @@
 ---@class gpu.LoadOpts
 ---@field device? gpu.device memory of the tensor (default "device")
 ---@field stream? gpu.Stream stream of the upload
+---@field map? boolean map the file for a device load, the call returning before it is read (default true)
 
 ---@class gpu.LoadNpzOpts
 ---@field names? string[] only these arrays (default all)
@@ -198,6 +199,7 @@
 ---@field names? string[] only these tensors (default all)
 ---@field device? gpu.device memory of the tensors (default "device")
 ---@field stream? gpu.Stream stream of the uploads
+---@field map? boolean map the file for a device load, the call returning before it is read (default true)
 
 ---@class gpu.SaveSafetensorsOpts
 ---@field metadata? table<string, string> saved as the header's __metadata__
@@ -526,7 +528,8 @@ function gpu.outer(a, b) end
 function gpu.dot(a, b) end
 
 ---Einstein summation, as `numpy.einsum`: `gpu.einsum("bij,bjk->bik", a, b)`;
----without `->` the output is the indices that appear once, sorted.
+---without `->` the output is `...` then the indices that appear once, sorted.
+---A repeated index in one operand is its diagonal (`"ii->i"`); `...` broadcasts.
 ---@param spec string
 ---@param ... gpu.Tensor
 ---@return gpu.Tensor
@@ -909,6 +912,13 @@ function Tensor:unsqueeze(d) end
 ---@param d? integer
 ---@return gpu.Tensor
 function Tensor:squeeze(d) end
+
+---The diagonal along dims `d1` and `d2` (1, 2), dropped, as a new last dim: a view, as `torch.diagonal`.
+---@param offset? integer > 0 above the main diagonal (default 0)
+---@param d1? integer (default 1)
+---@param d2? integer (default 2)
+---@return gpu.Tensor
+function Tensor:diagonal(offset, d1, d2) end
 
 ---Dims of size 1 repeated (stride 0; read-only as an output).
 ---@param shape integer[]|integer a table, or the sizes as arguments (-1 keeps a size)

@@ -78,42 +78,150 @@ local function contract(x, lx, y, ly, keep, sizes)
   return gpu.matmul(a, b):reshape(sizes_of(sizes, out)), out
 end
 
--- "ij,jk->ik" as the operands' label lists and the output's
+-- The labels of the '...' dims: E1, E2, ... from the left of the widest
+-- operand's ellipsis, right-aligned in each operand as NumPy broadcasts
+-- them; never letters, so never confused with an index
+local ELL = "..."
+local function ell_label(k) return "\1" .. k end
+local function is_ell(l) return l:sub(1, 1) == "\1" end
+
+-- the labels of a term, "..." as one ELL entry
+local function term_labels(spec, term, what)
+  local labels, rest, dots = {}, term, 0
+  while #rest > 0 do
+    if rest:sub(1, 3) == "..." then
+      dots = dots + 1
+      if dots > 1 then fail("einsum: '%s': '...' appears twice in %s", spec, what) end
+      labels[#labels + 1], rest = ELL, rest:sub(4)
+    else
+      local c = rest:sub(1, 1)
+      if not c:match("%a") then
+        if c == "." then fail("einsum: '%s': a '.' outside '...'", spec) end
+        fail("einsum: '%s': '%s' is not an index (letters a-z, A-Z)", spec, c)
+      end
+      labels[#labels + 1], rest = c, rest:sub(2)
+    end
+  end
+  return labels, dots > 0
+end
+
+-- "ij,jk->ik" as the operands' label lists and the output's ("..." still
+-- one ELL entry in each); implicit is true without '->'
 local function parse(spec, n)
   if type(spec) ~= "string" then fail("bad argument #1 to 'einsum' (string expected, got %s)", type(spec)) end
   local s = spec:gsub("%s", "")
-  if s:find("...", 1, true) then fail("einsum: '%s': ellipsis ('...') is not supported", spec) end
   local lhs, rhs = s:match("^([^>]*)%->(.*)$")
   if not lhs then lhs = s end
   if s:find("->", 1, true) and (rhs or ""):find("->", 1, true) then fail("einsum: '%s': more than one '->'", spec) end
   if lhs:find("[-<>]") or (rhs and rhs:find("[-<>]")) then fail("einsum: '%s': a '-' or '>' outside '->'", spec) end
-  local terms = {}
+  local terms, any_ell = {}, false
   for term in (lhs .. ","):gmatch("([^,]*),") do
-    local labels = {}
-    for c in term:gmatch(".") do
-      if not c:match("%a") then fail("einsum: '%s': '%s' is not an index (letters a-z, A-Z)", spec, c) end
-      labels[#labels + 1] = c
-    end
-    terms[#terms + 1] = labels
+    local labels, e = term_labels(spec, term, "operand " .. (#terms + 1))
+    terms[#terms + 1], any_ell = labels, any_ell or e
   end
   if #terms ~= n then fail("einsum: '%s' names %d operand(s), %d tensor(s) given", spec, #terms, n) end
   local count = {}
   for _, t in ipairs(terms) do for _, l in ipairs(t) do count[l] = (count[l] or 0) + 1 end end
   local out = {}
   if rhs then
+    local labels, e = term_labels(spec, rhs, "the output")
+    if e and not any_ell then fail("einsum: '%s': '...' in the output but in no operand", spec) end
     local seen = {}
-    for c in rhs:gmatch(".") do
-      if not c:match("%a") then fail("einsum: '%s': '%s' is not an index (letters a-z, A-Z)", spec, c) end
+    for _, c in ipairs(labels) do
       if seen[c] then fail("einsum: '%s': output index '%s' appears twice", spec, c) end
       if not count[c] then fail("einsum: '%s': output index '%s' is in no operand", spec, c) end
       seen[c], out[#out + 1] = true, c
     end
   else
-    -- implicit: the indices that appear once, in alphabetical order
-    for l, k in pairs(count) do if k == 1 then out[#out + 1] = l end end
+    -- implicit: '...' first, then the indices that appear once, in
+    -- alphabetical order
+    for l, k in pairs(count) do if k == 1 and l ~= ELL then out[#out + 1] = l end end
     table.sort(out)
+    if any_ell then table.insert(out, 1, ELL) end
   end
   return terms, out
+end
+
+-- The '...' of each term replaced by the labels of the dims it covers,
+-- with their broadcast sizes in sizes; an operand whose '...' dim has size
+-- 1 where another's is larger has it squeezed out (the label is then not
+-- in that operand: the contraction repeats it, which is the broadcast).
+-- Returns the operands and the width of the widest '...'.
+local function expand_ellipsis(spec, ops, terms, sizes)
+  local width, cover = 0, {}
+  for i, labels in ipairs(terms) do
+    local named = #labels
+    for _, l in ipairs(labels) do if l == ELL then named = named - 1 end end
+    if named == #labels then
+      cover[i] = 0
+    else
+      cover[i] = ops[i].ndim - named
+      if cover[i] < 0 then
+        fail("einsum: '%s': operand %d has %d dim(s) %s, its term names %d besides '...'", spec, i, ops[i].ndim,
+             shape_str(ops[i]), named)
+      end
+      if cover[i] > width then width = cover[i] end
+    end
+  end
+  for i, labels in ipairs(terms) do
+    local t, new = ops[i], {}
+    for d, l in ipairs(labels) do
+      if l == ELL then
+        for k = 1, cover[i] do
+          local lab, n = ell_label(width - cover[i] + k), t.shape[d + k - 1]
+          local had = sizes[lab]
+          if had and had ~= n and had ~= 1 and n ~= 1 then
+            fail("einsum: '%s': the '...' dims of operand %d %s do not broadcast: size %d against %d", spec, i,
+                 shape_str(t), n, had)
+          end
+          if not had or had == 1 then sizes[lab] = n end
+          new[#new + 1] = lab
+        end
+      else
+        new[#new + 1] = l
+      end
+    end
+    terms[i] = new
+  end
+  -- the squeeze, from the last dim so the earlier dims keep their numbers
+  for i, labels in ipairs(terms) do
+    local t = ops[i]
+    for d = #labels, 1, -1 do
+      local l = labels[d]
+      if is_ell(l) and t.shape[d] == 1 and sizes[l] ~= 1 then
+        t = t:squeeze(d)
+        table.remove(labels, d)
+      end
+    end
+    ops[i] = t
+  end
+  return width
+end
+
+-- An index repeated in one operand ("ii", "bii") is its diagonal: a view
+-- (t:diagonal) with the index once, as the last dim
+local function take_diagonals(spec, i, t, labels)
+  local d1, d2
+  repeat
+    d1, d2 = nil, nil
+    local at = {}
+    for d, l in ipairs(labels) do
+      if at[l] then d1, d2 = at[l], d break end
+      at[l] = d
+    end
+    if d1 then
+      local l = labels[d1]
+      if t.shape[d1] ~= t.shape[d2] then
+        fail("einsum: '%s': index '%s' repeats in operand %d %s with sizes %d and %d", spec, l, i, shape_str(t),
+             t.shape[d1], t.shape[d2])
+      end
+      t = t:diagonal(0, d1, d2)
+      table.remove(labels, d2)
+      table.remove(labels, d1)
+      labels[#labels + 1] = l
+    end
+  until not d1
+  return t, labels
 end
 
 -- gpu.einsum(spec, a, b, ...): operands contracted left to right, each
@@ -129,20 +237,40 @@ function M.einsum(spec, ...)
     dt = dt or t.dtype
     if t.dtype ~= dt then fail("einsum: operand %d is %s, operand 1 %s (cast with :to(\"%s\"))", i, t.dtype, dt, dt) end
     if t.dtype == "bool" then fail("einsum: not supported for bool") end
-    local labels = terms[i]
-    if #labels ~= t.ndim then
+    local labels, has_ell = terms[i], false
+    for _, l in ipairs(labels) do if l == ELL then has_ell = true end end
+    if not has_ell and #labels ~= t.ndim then
       fail("einsum: '%s': operand %d has %d dim(s) %s, its term '%s' names %d", spec, i, t.ndim, shape_str(t),
            table.concat(labels), #labels)
     end
-    local seen = {}
+  end
+  local width = expand_ellipsis(spec, ops, terms, sizes)
+  -- the output's '...': the labels of the widest one; without it, NumPy
+  -- refuses operands whose '...' covers any dim
+  local o, out_ell = {}, false
+  for _, l in ipairs(out) do
+    if l == ELL then
+      out_ell = true
+      for k = 1, width do o[#o + 1] = ell_label(k) end
+    else
+      o[#o + 1] = l
+    end
+  end
+  if width > 0 and not out_ell then
+    fail("einsum: '%s': the '...' covers %d dim(s) but the output has no '...' to put them", spec, width)
+  end
+  out = o
+  for i = 1, ops.n do
+    local t, labels = take_diagonals(spec, i, ops[i], terms[i])
+    ops[i], terms[i] = t, labels
     for d, l in ipairs(labels) do
-      if seen[l] then fail("einsum: '%s': index '%s' repeats in operand %d (diagonals are not supported)", spec, l, i) end
-      seen[l] = true
       local n = t.shape[d]
-      if sizes[l] and sizes[l] ~= n then
-        fail("einsum: '%s': index '%s' has size %d in operand %d %s but %d before", spec, l, n, i, shape_str(t), sizes[l])
+      if not is_ell(l) then
+        if sizes[l] and sizes[l] ~= n then
+          fail("einsum: '%s': index '%s' has size %d in operand %d %s but %d before", spec, l, n, i, shape_str(t), sizes[l])
+        end
+        sizes[l] = n
       end
-      sizes[l] = n
     end
   end
   local keep = {}
