@@ -8,6 +8,7 @@
  * is the one the unfused op would have written: the results are the
  * unfused ops' bit for bit.  Number operands are made into blocks once per
  * run, as the unfused op makes its number operand (cpu_scalar_to). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,45 +125,117 @@ static int eval(run *r, int i, int64_t k)
   return 0;
 }
 
-static const char *zdiv_op(const dev_fprog *p)
+/* Where the walk would be after lo elements (flat C order of its merged
+ * dims): a chunk of the split starts there. */
+static void walk_seek(walk *w, int64_t lo)
 {
-  for (int i = 0; i < p->n; i++)
-    if (p->node[i].kind == DEV_FN_BINARY && (dev_binop_info(p->node[i].code)->flags & DEV_OPF_ZDIV))
-      return dev_binop_name(p->node[i].code);
-  return "div";
+  w->off = 0;
+  for (int d = w->nd - 1; d >= 0; d--) {
+    w->idx[d] = lo % w->shape[d];
+    w->off += w->idx[d] * w->stride[d];
+    lo /= w->shape[d];
+  }
+}
+
+/* One fused op shared out over the host's threads (cpu_par.c): the number
+ * blocks are made once and read by every chunk; each chunk has its own
+ * value blocks and walks.  The first chunk (lowest index) with an integer
+ * division by zero names the op, as the one-thread loop would. */
+typedef struct fused_job {
+  const dev_kop *op;
+  const block *num;
+  pthread_mutex_t mu;
+  int64_t zlo;     /* the first element of the lowest chunk with a zero division */
+  int znode;       /* its node */
+  int oom;
+} fused_job;
+
+static void fused_chunk(void *arg, int64_t lo, int64_t hi)
+{
+  fused_job *j = arg;
+  const dev_kop *op = j->op;
+  const dev_fprog *p = op->fprog;
+  int zdiv = -1;
+  walk wo;
+  run *r = malloc(sizeof *r);
+  block *val = malloc((size_t)p->n * sizeof(block));
+  if (!r || !val) {
+    free(r);
+    free(val);
+    pthread_mutex_lock(&j->mu);
+    j->oom = 1;
+    pthread_mutex_unlock(&j->mu);
+    return;
+  }
+  r->p = p;
+  r->val = val;
+  r->num = (block *)j->num;   /* read only here */
+  for (int i = 0; i < op->nin; i++) {
+    walk_init(&r->in[i], dev_kop_in(op, i));
+    walk_seek(&r->in[i], lo);
+  }
+  walk_init(&wo, &op->out);
+  walk_seek(&wo, lo);
+  for (int64_t done = lo, k; done < hi; done += k) {
+    k = min64(BLK, hi - done);
+    for (int i = 0; i < p->n; i++)
+      if (eval(r, i, k) && zdiv < 0) zdiv = i;
+    walk_store(&wo, op->out.dtype, class_of(op->out.dtype), k, &r->val[p->n - 1]);
+  }
+  if (zdiv >= 0) {
+    pthread_mutex_lock(&j->mu);
+    if (j->znode < 0 || lo < j->zlo) { j->zlo = lo; j->znode = zdiv; }
+    pthread_mutex_unlock(&j->mu);
+  }
+  free(val);
+  free(r);
+}
+
+/* Chunks may run in any order when no input shares memory with out but
+ * for being out itself (an update in place, `w = w - lr * g`): then each
+ * element reads only what its own position holds.  A shifted overlap keeps
+ * the one thread's order. */
+static int split_ok(const dev_kop *op)
+{
+  const dev_view *out = &op->out;
+  for (int i = 0; i < op->nin; i++) {
+    const dev_view *v = dev_kop_in(op, i);
+    if (!cpu_views_overlap(out, v)) continue;
+    if (v->buf != out->buf || v->offset != out->offset || v->dtype != out->dtype || v->ndim != out->ndim) return 0;
+    for (int d = 0; d < v->ndim; d++)
+      if (v->shape[d] != out->shape[d] || (v->shape[d] > 1 && v->stride[d] != out->stride[d])) return 0;
+  }
+  return 1;
 }
 
 int cpu_run_fused(const dev_kop *op, char *err, size_t errlen)
 {
   const dev_fprog *p = op->fprog;
   const dev_view *out = &op->out;
-  int64_t n = dev_view_numel(out), done, k;
-  int zdiv = -1, rc = 0;
-  walk wo;
+  int64_t n = dev_view_numel(out);
+  int rc = 0;
   if (!p || op->nin != p->nin) return fail_msg(err, errlen, "fused: bad program");
   if (check_view(out, "out", err, errlen)) return -1;
   if ((op->nin > DEV_MAXIN || p->nparam) && !op->fargs) return fail_msg(err, errlen, "fused: no arguments");
   for (int i = 0; i < op->nin; i++)
     if (check_view(dev_kop_in(op, i), "in", err, errlen)) return -1;
+  if (n == 0) return 0;
   run *r = malloc(sizeof *r);
-  block *mem = malloc((size_t)p->n * 4 * sizeof(block));
-  if (!r || !mem) { free(r); free(mem); return fail_msg(err, errlen, "%s: out of memory", p->name); }
+  block *num = malloc((size_t)p->n * 3 * sizeof(block));
+  if (!r || !num) { free(r); free(num); return fail_msg(err, errlen, "%s: out of memory", p->name); }
   r->p = p;
-  r->val = mem;
-  r->num = mem + p->n;
+  r->num = num;
   make_numbers(r, op);
-  for (int i = 0; i < op->nin; i++) walk_init(&r->in[i], dev_kop_in(op, i));
-  walk_init(&wo, out);
-  for (done = 0; done < n; done += k) {
-    k = min64(BLK, n - done);
-    for (int i = 0; i < p->n; i++)
-      if (eval(r, i, k) && zdiv < 0) zdiv = i;
-    walk_store(&wo, out->dtype, class_of(out->dtype), k, &r->val[p->n - 1]);
-  }
-  if (zdiv >= 0)
-    rc = fail_msg(err, errlen, "%s: integer division by zero", dev_binop_name(p->node[zdiv].code));
-  (void)zdiv_op;
-  free(mem);
   free(r);
-  return rc;
+  fused_job j = {.op = op, .num = num, .zlo = 0, .znode = -1};
+  pthread_mutex_init(&j.mu, NULL);
+  if (split_ok(op)) rc = cpu_par_for(n, BLK, fused_chunk, &j, err, errlen);
+  else fused_chunk(&j, 0, n);
+  pthread_mutex_destroy(&j.mu);
+  free(num);
+  if (rc) return rc;
+  if (j.oom) return fail_msg(err, errlen, "%s: out of memory", p->name);
+  if (j.znode >= 0)
+    return fail_msg(err, errlen, "%s: integer division by zero", dev_binop_name(p->node[j.znode].code));
+  return 0;
 }
