@@ -87,6 +87,41 @@ T.test("two results, and writing into given tensors", function()
   same(wt, expect_t, "a strided w updated in place")
 end)
 
+-- contiguous f32/f64/i64 runs are read and written in place when aligned
+-- as a block and whole groups of 8; a view at an odd offset, a short last
+-- block, a cast or an input as the last node, and an out that overlaps an
+-- input go through blocks
+T.test("in place reads and writes: offsets, dtypes, the last node's kind", function()
+  local n = 200003
+  for _, dt in ipairs({ "f32", "f64" }) do
+    local big = ramp(n + 1):to(dt)
+    local odd = big:narrow(1, 2, n)   -- one element in: not aligned for f32
+    same(gelu_f(odd), gelu(odd), dt .. " gelu of a view at an odd offset")
+    for _, at in ipairs({ 1, 2 }) do
+      local o = gpu.zeros({ n + 9 }, { dtype = dt })
+      gelu_f(big:narrow(1, 1, n), { out = o:narrow(1, at, n) })
+      same(o:narrow(1, at, n), gelu(big:narrow(1, 1, n)), dt .. " into an out at offset " .. at - 1)
+      same(o:narrow(1, at + n, 10 - at), gpu.zeros({ 10 - at }, { dtype = dt }), dt .. " the elements past out kept")
+    end
+  end
+  local i = gpu.arange(-100001, 100002)
+  local imix = gpu.fuse(function(a, b) return a * 3 - b // 7 end, { name = "imix" })
+  same(imix(i, i:flip(1)), i * 3 - i:flip(1) // 7, "i64 with a flipped view")
+  local cast = gpu.fuse(function(a) return (a * 2):to("f64") end, { name = "cast" })
+  local a = ramp(n)
+  same(cast(a), (a * 2):to("f64"), "a cast as the last node")
+  local ident = gpu.fuse(function(x, y) return x end, { name = "ident" })
+  same(ident(a, a), a, "an input as the last node")
+  local b = ramp(n, 3)
+  local expect = (b * 0.5 + a):relu() - a
+  axpb(b, a, 0.5, { out = b })
+  same(b, expect, "out is the first input")
+  local c = ramp(n, 4)
+  expect = (c * 0.5 + c):relu() - c
+  axpb(c, c, 0.5, { out = c })
+  same(c, expect, "out is both inputs")
+end)
+
 T.test("integer division by zero in one chunk raises at the line", function()
   local n = 200003
   local div = gpu.fuse(function(a, d) return a // d + 1 end, { name = "idiv" })
