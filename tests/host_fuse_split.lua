@@ -122,6 +122,35 @@ T.test("in place reads and writes: offsets, dtypes, the last node's kind", funct
   same(c, expect, "out is both inputs")
 end)
 
+-- a trailing reduction runs the program split over threads into scratch,
+-- then the built-in reduction: the unfused bits at every size
+T.test("a trailing sum or mean of everything: the unfused bits", function()
+  local relu_sum = gpu.fuse(function(a) return (a * 2 + 1):relu():sum() end, { name = "relu_sum" })
+  local tanh_mean = gpu.fuse(function(a, b) return (a - b):tanh():mean() end, { name = "tanh_mean" })
+  for _, dt in ipairs({ "f32", "f64" }) do
+    for _, n in ipairs({ 1, 7, 9, 511, 513, 65537, 200003 }) do
+      local a, b = ramp(n):to(dt), ramp(n, 2):to(dt)
+      same(relu_sum(a), (a * 2 + 1):relu():sum(), string.format("sum %s n=%d", dt, n))
+      same(tanh_mean(a, b), (a - b):tanh():mean(), string.format("mean %s n=%d", dt, n))
+    end
+  end
+  local m = ramp(301 * 677):view({ 301, 677 })
+  same(relu_sum(m:t()), (m:t() * 2 + 1):relu():sum(), "sum of a transposed view")
+  local row = ramp(677, 3):view({ 1, 677 })
+  same(tanh_mean(m, row), (m - row):tanh():mean(), "mean with a broadcast row")
+  local o = gpu.empty({})
+  relu_sum(m, { out = o })
+  same(o, (m * 2 + 1):relu():sum(), "into out")
+  local isum = gpu.fuse(function(a, d) return (a // d):sum() end, { name = "isum" })
+  local d = gpu.ones({ 200003 }, { dtype = "f32" })
+  same(isum(ramp(200003), d), (ramp(200003) // d):sum(), "f32 floor division and a sum")
+  local iz = gpu.fuse(function(a, d) return (a // d):to("f32"):sum() end, { name = "izsum" })
+  local di = gpu.ones({ 200003 }, { dtype = "i64" })
+  di:narrow(1, 100000, 1):fill(0)
+  T.raises_at(function() local _ = iz(gpu.arange(1, 200004), di):item() end, "division by zero",
+              "an integer division by zero before the sum raises")
+end)
+
 T.test("integer division by zero in one chunk raises at the line", function()
   local n = 200003
   local div = gpu.fuse(function(a, d) return a // d + 1 end, { name = "idiv" })
