@@ -297,6 +297,27 @@ static inline int check_view(const dev_view *v, const char *what, char *err, siz
   return dev_view_check(v, what, err, errlen);
 }
 
+/* The bytes [*lo, *hi) a view's elements span (strides of any sign). */
+static inline void view_span(const dev_view *v, const char **lo, const char **hi)
+{
+  int64_t a = 0, b = 0, esz = (int64_t)dev_dtype_size(v->dtype);
+  for (int d = 0; d < v->ndim; d++) {
+    int64_t e = (v->shape[d] - 1) * v->stride[d];
+    if (e < 0) a += e; else b += e;
+  }
+  *lo = (const char *)dev_view_ptr(v) + a * esz;
+  *hi = (const char *)dev_view_ptr(v) + (b + 1) * esz;
+}
+
+static inline int cpu_views_overlap(const dev_view *x, const dev_view *y)
+{
+  const char *xl, *xh, *yl, *yh;
+  if (dev_view_numel(x) == 0 || dev_view_numel(y) == 0) return 0;
+  view_span(x, &xl, &xh);
+  view_span(y, &yl, &yh);
+  return xl < yh && yl < xh;
+}
+
 static inline double scalar_d(dev_scalar s) { return s.is_int ? (double)s.i : s.f; }
 
 static inline int run_fill(const dev_kop *op, char *err, size_t errlen)
