@@ -1,7 +1,10 @@
 """NumPy peer of bench/host.lua for `make bench`: the same rows on 2^20 f32
 (2^16 with BENCH_QUICK=1), timed the same way (median over rounds of a loop
 sized to about 0.2 s), on one thread (NumPy's elementwise ops and sums do not
-spread over threads), printed as `row KEY VALUE us LABEL` lines."""
+spread over threads), printed as `row KEY VALUE us LABEL` lines.  bench/run.lua
+runs it with glibc's MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ raised,
+so that NumPy's temporaries are reused rather than mapped afresh each time:
+NumPy at its best."""
 import os
 import statistics
 import time

@@ -554,8 +554,13 @@ if want("host") then
     if cand ~= "" and select(2, sh(cand .. " -c 'import numpy'")) then py = cand break end
   end
   if py then
-    run_program("raw", "env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 " .. py .. " " .. HERE .. "/numpy_peer.py")
-    notes[#notes + 1] = "host_* rows: the raw C column is NumPy on one thread (bench/numpy_peer.py), same run"
+    -- NumPy at its best: glibc otherwise hands each 4 MiB temporary back to
+    -- the OS when it is freed, and maps fresh pages for the next one
+    -- (GELU of 9 ops: 17.7 ms that way, 1.39 ms with these, 2026-11-29)
+    run_program("raw", "env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=268435456 "
+                .. "MALLOC_TRIM_THRESHOLD_=268435456 " .. py .. " " .. HERE .. "/numpy_peer.py")
+    notes[#notes + 1] = "host_* rows: the raw C column is NumPy on one thread (bench/numpy_peer.py), same run, "
+                        .. "with glibc keeping freed temporaries (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_)"
   else
     notes[#notes + 1] = "host_* rows: no python3 with numpy found (GPULUA_PYTHON names one): no NumPy column"
   end
