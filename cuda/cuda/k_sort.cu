@@ -11,8 +11,21 @@
  * Longer runs: each chunk is sorted that way, then every merge of size
  * k > SORT_CHUNK does its steps with j >= SORT_CHUNK in global memory (one
  * launch each, on the positions in out, the keys read again from in) and
- * the rest in shared memory.  A first version: n log^2 n work, where a
- * radix sort (cub's segmented sort) would do better on long rows. */
+ * the rest in shared memory.  That path is n log^2 n work: it is kept for
+ * rows of up to SORT_CHUNK (one launch, shared memory only) and for sizes
+ * the radix path below cannot index.
+ *
+ * Longer rows go through CUB's stable radix sort (sort_radix): the same keys
+ * (narrowed to 32 bits for dtypes of 4 bytes or less, whose order they keep
+ * exactly) paired with each element's position in its row.  Many rows of a
+ * 32-bit key sort as one batch with the row in the key's high bits (the
+ * whole GPU on one sort, where a segment per block would leave it idle);
+ * 64-bit keys of many rows go through CUB's segmented stable sort.  Radix
+ * sorts are stable, so ties keep their input order, as the host's. */
+#define CCCL_DISABLE_NVTX
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+
 #include "k_common.cuh"
 
 K_MODULE(sort)
@@ -109,6 +122,151 @@ sort_step(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t
   }
 }
 
+/* ---- long rows: CUB's radix sort ------------------------------------------ */
+
+/* sort_key's order in 32 bits, for the dtypes of 4 bytes or less: floats
+ * (f16/bf16 exact as float) by their float bits, integers (all in int32
+ * range) with the sign bit flipped. */
+template <int T> __device__ __forceinline__ uint32_t sort_key32(const typename kt<T>::S *pi, int64_t sin, int64_t e,
+                                                                int desc)
+{
+  uint32_t k;
+  if constexpr (kt<T>::cls == KC_INT) {
+    k = (uint32_t)(int32_t)k_load_i<T>(pi[e * sin]) ^ 0x80000000u;
+  } else {
+    float f = (float)k_load_d<T>(pi[e * sin]);
+    if (f != f) {
+      k = ~0u;
+    } else {
+      uint32_t u = __float_as_uint(f + 0.0f);   /* -0 as +0 */
+      k = u >> 31 ? ~u : u | 0x80000000u;
+    }
+  }
+  return desc ? ~k : k;
+}
+
+/* The pairs to sort: element i of row r keyed, with i as its value.  W is
+ * the key's width: a 32-bit key in a 64-bit K carries the row above it. */
+template <int T, int W, class K>
+__global__ void __launch_bounds__(K_THREADS)
+sort_pairs_in(kview oin, int64_t sin, int64_t len, int64_t n, int desc, K *key, int *val)
+{
+  for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = p / len, i = p - r * len;
+    const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
+    if constexpr (W == 64) key[p] = sort_key<T>(pi, sin, i, desc);
+    else if constexpr (sizeof(K) == 8) key[p] = (K)r << 32 | sort_key32<T>(pi, sin, i, desc);
+    else key[p] = sort_key32<T>(pi, sin, i, desc);
+    val[p] = (int)i;
+  }
+}
+
+/* The sorted pairs' positions (1-based) into out: pair p is in row p / len,
+ * whichever way it was sorted (the row leads the key, or a segment each). */
+__global__ void __launch_bounds__(K_THREADS)
+sort_pairs_out(kview oout, int64_t sout, int64_t len, int64_t n, const int *val)
+{
+  for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = p / len, i = p - r * len;
+    ((int64_t *)oout.p + k_off(oout, r))[i * sout] = (int64_t)val[p] + 1;
+  }
+}
+
+/* Row r's segment starts at r * len (r = 0..nrows: its end too). */
+__global__ void __launch_bounds__(K_THREADS) sort_offsets(int64_t *off, int64_t len, int64_t nrows)
+{
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r <= nrows; r += (int64_t)gridDim.x * blockDim.x)
+    off[r] = r * len;
+}
+
+/* CUB's sort of the n = nrows * len pairs in kb/vb (their alternate
+ * buffers beside them): one radix sort of the bits [0, bits) when the row is
+ * in the key or there is one row, a segmented one otherwise.  The
+ * temporary storage is stream ordered, as every other buffer here. */
+template <class K>
+static cudaError_t sort_cub(cub::DoubleBuffer<K> &kb, cub::DoubleBuffer<int> &vb, int64_t n, int64_t nrows, int bits,
+                            const int64_t *off, cudaStream_t st)
+{
+  size_t bytes = 0;
+  void *tmp = NULL;
+  cudaError_t e;
+  for (int pass = 0; pass < 2; pass++) {
+    if (off)
+      e = cub::DeviceSegmentedSort::StableSortPairs(tmp, bytes, kb, vb, n, nrows, off, off + 1, st);
+    else
+      e = cub::DeviceRadixSort::SortPairs(tmp, bytes, kb, vb, n, 0, bits, st);
+    if (e != cudaSuccess || pass == 1) break;
+    if ((e = cudaMallocAsync(&tmp, bytes ? bytes : 1, st)) != cudaSuccess) return e;
+  }
+  cudaError_t f = tmp ? cudaFreeAsync(tmp, st) : cudaSuccess;
+  return e != cudaSuccess ? e : f;
+}
+
+/* W-bit keys in K: the pairs made, sorted and written out; 1 where there
+ * is no device memory for the pairs (the caller sorts another way). */
+template <int T, int W, class K>
+static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows, int desc,
+                         const cuk_env *env, char *err, size_t errlen)
+{
+  cudaStream_t st = k_stream(env);
+  int64_t n = len * nrows;
+  int bits = W;
+  int segmented = W == 64 && nrows > 1;
+  char *buf = NULL;
+  size_t kbytes = (size_t)n * sizeof(K), vbytes = (size_t)n * sizeof(int);
+  cudaError_t e;
+  if (W == 32 && sizeof(K) == 8)
+    while (((int64_t)1 << (bits - 32)) < nrows) bits++;   /* the row's bits above the key */
+  e = cudaMallocAsync((void **)&buf, 2 * kbytes + 2 * vbytes + (segmented ? (size_t)(nrows + 1) * 8 : 0), st);
+  if (e == cudaErrorMemoryAllocation) {   /* the bitonic sort needs none */
+    cudaGetLastError();
+    return 1;
+  }
+  if (e != cudaSuccess) return fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  {
+    K *k0 = (K *)buf, *k1 = (K *)(buf + kbytes);
+    int *v0 = (int *)(buf + 2 * kbytes), *v1 = (int *)(buf + 2 * kbytes + vbytes);
+    int64_t *off = segmented ? (int64_t *)(buf + 2 * kbytes + 2 * vbytes) : NULL;
+    cub::DoubleBuffer<K> kb(k0, k1);
+    cub::DoubleBuffer<int> vb(v0, v1);
+    sort_pairs_in<T, W, K><<<k_blocks(n, env), K_THREADS, 0, st>>>(oin, sin, len, n, desc, k0, v0);
+    if ((e = cudaGetLastError()) != cudaSuccess) goto done;
+    if (off) {
+      sort_offsets<<<k_blocks(nrows + 1, env), K_THREADS, 0, st>>>(off, len, nrows);
+      if ((e = cudaGetLastError()) != cudaSuccess) goto done;
+    }
+    if ((e = sort_cub<K>(kb, vb, n, nrows, bits, off, st)) != cudaSuccess) goto done;
+    sort_pairs_out<<<k_blocks(n, env), K_THREADS, 0, st>>>(oout, sout, len, n, vb.Current());
+    e = cudaGetLastError();
+  }
+done:
+  {
+    cudaError_t f = cudaFreeAsync(buf, st);
+    if (e == cudaSuccess) e = f;
+  }
+  if (e != cudaSuccess) return fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  return 0;
+}
+
+/* Whether the radix path takes rows of len: longer than the shared-memory
+ * sort's, positions in int, and the row fitting above a 32-bit key. */
+static int sort_radix_fits(int64_t len, int64_t nrows)
+{
+  return len > SORT_CHUNK && len <= INT32_MAX && nrows <= ((int64_t)1 << 31);
+}
+
+template <int T>
+static int sort_radix(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows, int desc,
+                      const cuk_env *env, char *err, size_t errlen)
+{
+  if constexpr (sizeof(typename kt<T>::S) > 4)
+    return sort_radix_as<T, 64, uint64_t>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+  else if (nrows == 1)
+    return sort_radix_as<T, 32, uint32_t>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+  else
+    return sort_radix_as<T, 32, uint64_t>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+}
+
 /* The other dims of v (as a kview) and the run along dim. */
 static kview sort_outer(const dev_view *v, int dim, int64_t *len, int64_t *rstride)
 {
@@ -158,6 +316,10 @@ int k_sort(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   if (len == 0 || nrows == 0) return 0;
   int rc = k_dispatch(src->dtype, [&](auto tag) {
     constexpr int T = decltype(tag)::value;
+    if (sort_radix_fits(len, nrows)) {
+      int r = sort_radix<T>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+      if (r != 1) return r;
+    }
     return sort_runs<T>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
   });
   if (rc == -2) return fail_msg(err, errlen, "sort: bad dtype %d", (int)src->dtype);

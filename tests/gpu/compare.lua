@@ -467,6 +467,59 @@ T.test("cumprod, sort, argsort, topk, flip, roll, tril, triu: every dtype, the c
   end
 end)
 
+-- values with ties, NaN, both infinities and both zeros (floats), small
+-- integers (ties), from a seed: the order's corner cases in every row
+local function specials(dt, shape, seed)
+  local n, r, x = 1, {}, seed
+  for _, s in ipairs(shape) do n = n * s end
+  local sp = { 0 / 0, 1 / 0, -1 / 0, 0.0, -0.0, 0.5, -0.5, 2 }
+  for i = 1, n do
+    x = (x * 1103515245 + 12345) % 2147483648
+    local k = x % 11
+    if dt == "bool" then r[i] = k % 2 == 0
+    elseif isfloat(dt) then r[i] = k < 4 and sp[(x // 11) % #sp + 1] or (k - 7) * 0.25
+    elseif dt == "u8" then r[i] = k * 20
+    else r[i] = k - 5 end
+  end
+  local d = gpu.tensor(r, { dtype = dt }):view(shape)
+  return d, d:to("pinned")
+end
+
+-- sort's paths on the cuda backend: rows of up to 2048 in shared memory; a
+-- longer row by a radix sort of 32-bit keys (64-bit: f64, i64); many long
+-- rows as one batch (the row in the key) or segments (64-bit keys)
+T.test("sort paths: short, one long row, many long rows; NaN, -0, ties; strided; every dtype", function()
+  for _, dt in ipairs(ALL) do
+    local cases = {
+      { { 2048 }, 1, "one row of 2048 (shared memory)" },
+      { { 2049 }, 1, "one row of 2049 (radix)" },
+      { { 100003 }, 1, "one row of 100003" },
+      { { 5, 4099 }, 2, "5 rows of 4099 (batched)" },
+      { { 3, 2500, 3 }, 2, "3x3 strided rows of 2500, dim 2" },
+    }
+    for ci, c in ipairs(cases) do
+      local x, xh = specials(dt, c[1], 340 + ci)
+      for _, desc in ipairs { false, true } do
+        local v, i = x:sort { dim = c[2], descending = desc }
+        local vh, ih = xh:sort { dim = c[2], descending = desc }
+        local tag = string.format(" %s %s%s", dt, c[3], desc and " descending" or "")
+        same(v, vh, "sort values" .. tag, 0)
+        same(i, ih, "sort indices" .. tag, 0)
+      end
+    end
+    local x, xh = specials(dt, { 4100, 4 }, 350)
+    same(x:t():argsort(), xh:t():argsort(), "argsort of a transposed {4100,4} " .. dt, 0)
+    same(x:narrow(1, 2, 4000):argsort(1), xh:narrow(1, 2, 4000):argsort(1), "argsort dim 1 of a narrowed " .. dt, 0)
+    local w, wh = specials(dt, { 1, 3000 }, 351)
+    w, wh = w:expand({ 70, 3000 }), wh:expand({ 70, 3000 })
+    same(w:argsort { descending = true }, wh:argsort { descending = true }, "argsort of 70 expanded rows " .. dt, 0)
+  end
+  local big, bigh = inputs("f32", { 64, 1 << 16 }, 352)
+  same(big:argsort(), bigh:argsort(), "argsort of 64 rows of 64K f32", 0)
+  local big64, big64h = inputs("f64", { 1 << 20 }, 353)
+  same(big64:argsort { descending = true }, big64h:argsort { descending = true }, "argsort of 1M f64 descending", 0)
+end)
+
 T.test("cumsum, softmax, log_softmax along every dim, long rows, strided", function()
   for _, dt in ipairs(ALL) do
     local d, h = inputs(dt, { 17, 9, 65 }, 111, -9, 9)
