@@ -195,11 +195,14 @@ static int check_along(dev_ctx *ctx, const dev_kop *op) {
 #define check_cumsum check_along
 #define check_softmax check_along
 
-/* sort: the 1-based positions along dim, i64, of in[0]'s shape */
+/* sort: the 1-based positions along dim, i64, of in[0]'s shape, or the
+ * first k of them (out k long along dim: topk) */
 static int check_sort(dev_ctx *ctx, const dev_kop *op) {
   const dev_view *src = &op->in[0];
-  if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || !same_shape(src, &op->out) ||
-      (unsigned)op->code > (DEV_SORT_DESCENDING | DEV_SORT_STABLE))
+  int shape_ok = op->nin == 1 && op->dim >= 0 && op->dim < src->ndim && src->ndim == op->out.ndim;
+  for (int d = 0; shape_ok && d < src->ndim; d++)
+    shape_ok = d == op->dim ? op->out.shape[d] <= src->shape[d] : op->out.shape[d] == src->shape[d];
+  if (!shape_ok || (unsigned)op->code > (DEV_SORT_DESCENDING | DEV_SORT_STABLE))
     return dev_fail(ctx, DEV_ERR_INVALID, "sort: bad dim, shape or flags");
   if (op->out.dtype != DEV_I64) return dev_fail(ctx, DEV_ERR_INVALID, "sort: the result must be i64");
   return DEV_OK;

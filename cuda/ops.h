@@ -177,7 +177,8 @@
  *   SORT     code = DEV_SORT_* flags; out (i64, in[0]'s shape) = the 1-based
  *            positions along dim of in[0]'s elements in sorted order: NaN
  *            above every number (last ascending, first descending); equal
- *            keys keep their order (every sort is stable)
+ *            keys keep their order (every sort is stable).  out may be
+ *            shorter along dim (k <= in[0]'s): the first k of them (topk)
  *   FUSED    out = fprog's result (device.h: dev_fprog), a chain of the
  *            elementwise ops above; its tensor inputs (each of out's shape,
  *            broadcast with stride 0) are in[], then fargs->xin[]

@@ -161,14 +161,15 @@ sort_pairs_in(kview oin, int64_t sin, int64_t len, int64_t n, int desc, K *key, 
   }
 }
 
-/* The sorted pairs' positions (1-based) into out: pair p is in row p / len,
- * whichever way it was sorted (the row leads the key, or a segment each). */
+/* The sorted pairs' positions (1-based) into out, the first kout of each
+ * row: pair p is in row p / len, whichever way it was sorted (the row leads
+ * the key, or a segment each). */
 __global__ void __launch_bounds__(K_THREADS)
-sort_pairs_out(kview oout, int64_t sout, int64_t len, int64_t n, const int *val)
+sort_pairs_out(kview oout, int64_t sout, int64_t len, int64_t kout, int64_t n, const int *val)
 {
   for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (int64_t)gridDim.x * blockDim.x) {
     int64_t r = p / len, i = p - r * len;
-    ((int64_t *)oout.p + k_off(oout, r))[i * sout] = (int64_t)val[p] + 1;
+    if (i < kout) ((int64_t *)oout.p + k_off(oout, r))[i * sout] = (int64_t)val[p] + 1;
   }
 }
 
@@ -205,8 +206,8 @@ static cudaError_t sort_cub(cub::DoubleBuffer<K> &kb, cub::DoubleBuffer<int> &vb
 /* W-bit keys in K: the pairs made, sorted and written out; 1 where there
  * is no device memory for the pairs (the caller sorts another way). */
 template <int T, int W, class K>
-static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows, int desc,
-                         const cuk_env *env, char *err, size_t errlen)
+static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t kout, int64_t nrows,
+                         int desc, const cuk_env *env, char *err, size_t errlen)
 {
   cudaStream_t st = k_stream(env);
   int64_t n = len * nrows;
@@ -236,7 +237,7 @@ static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, int64
       if ((e = cudaGetLastError()) != cudaSuccess) goto done;
     }
     if ((e = sort_cub<K>(kb, vb, n, nrows, bits, off, st)) != cudaSuccess) goto done;
-    sort_pairs_out<<<k_blocks(n, env), K_THREADS, 0, st>>>(oout, sout, len, n, vb.Current());
+    sort_pairs_out<<<k_blocks(n, env), K_THREADS, 0, st>>>(oout, sout, len, kout, n, vb.Current());
     e = cudaGetLastError();
   }
 done:
@@ -256,15 +257,120 @@ static int sort_radix_fits(int64_t len, int64_t nrows)
 }
 
 template <int T>
-static int sort_radix(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t nrows, int desc,
-                      const cuk_env *env, char *err, size_t errlen)
+static int sort_radix(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t kout, int64_t nrows,
+                      int desc, const cuk_env *env, char *err, size_t errlen)
 {
   if constexpr (sizeof(typename kt<T>::S) > 4)
-    return sort_radix_as<T, 64, uint64_t>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+    return sort_radix_as<T, 64, uint64_t>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
   else if (nrows == 1)
-    return sort_radix_as<T, 32, uint32_t>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+    return sort_radix_as<T, 32, uint32_t>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
   else
-    return sort_radix_as<T, 32, uint64_t>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+    return sort_radix_as<T, 32, uint64_t>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
+}
+
+/* ---- topk: a selection ---------------------------------------------------- */
+
+/* topk of k <= TOPK_FAST (any k <= SORT_CHUNK on rows of up to SORT_CHUNK)
+ * without a full sort: each chunk of SORT_CHUNK of a row sorted in shared
+ * memory as sort_chunk does, its first k kept as (key, position)
+ * candidates; then the same over the candidates, round after round, until
+ * a row's fit one chunk, whose first k are the result.  The first k of a
+ * union are among the first k of its parts, and (key, position) is a total
+ * order, so the result is the full stable sort's first k. */
+#define TOPK_FAST 256
+#define TOPK_MAX (SORT_CHUNK / 2)   /* a round at least halves the candidates */
+
+/* The candidates a round keeps of m per row: k of each chunk (fewer of a
+ * short last one). */
+static int64_t topk_kept(int64_t m, int64_t k)
+{
+  int64_t nch = (m + SORT_CHUNK - 1) / SORT_CHUNK, last = m - (nch - 1) * SORT_CHUNK;
+  return (nch - 1) * k + (last < k ? last : k);
+}
+
+/* One round: m items a row, from the tensor (ck NULL: the positions
+ * 0..m-1) or from the last round's candidates (row r's at r * m); the first
+ * k of each chunk to ok/opos (row r's at r * mo, chunk c's at c * k), or,
+ * ok NULL (one chunk a row), as 1-based positions into out. */
+template <int T>
+__global__ void __launch_bounds__(SORT_THREADS)
+topk_chunk(kview oin, int64_t sin, const uint64_t *ck, const int64_t *cpos, int64_t m, int64_t nrows, int64_t k,
+           int desc, uint64_t *ok, int64_t *opos, int64_t mo, kview oout, int64_t sout)
+{
+  __shared__ uint64_t key[SORT_CHUNK];
+  __shared__ int64_t pos[SORT_CHUNK];
+  int64_t nchunks = (m + SORT_CHUNK - 1) / SORT_CHUNK;
+  for (int64_t b = blockIdx.x; b < nrows * nchunks; b += gridDim.x) {
+    int64_t r = b / nchunks, c = b % nchunks, c0 = c * SORT_CHUNK;
+    const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
+    int n = (int)min(m - c0, (int64_t)SORT_CHUNK), p2 = 1, nk = (int)min((int64_t)n, k);
+    while (p2 < n) p2 <<= 1;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+      if (ck) {
+        key[e] = ck[r * m + c0 + e];
+        pos[e] = cpos[r * m + c0 + e];
+      } else {
+        pos[e] = c0 + e;
+        key[e] = sort_key<T>(pi, sin, c0 + e, desc);
+      }
+    }
+    __syncthreads();
+    for (int kq = 2; kq <= p2; kq <<= 1) {
+      for (int j = kq >> 1; j > 0; j >>= 1) {
+        for (int q = threadIdx.x; q < p2 / 2; q += blockDim.x) {
+          int i = (q / j) * 2 * j + q % j, l = j == kq >> 1 ? i ^ (kq - 1) : i + j;
+          if (l < n && sort_less(key[l], pos[l], key[i], pos[i])) {
+            uint64_t tk = key[i];
+            int64_t tp = pos[i];
+            key[i] = key[l], pos[i] = pos[l];
+            key[l] = tk, pos[l] = tp;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    if (ok) {
+      for (int e = threadIdx.x; e < nk; e += blockDim.x) {
+        ok[r * mo + c * k + e] = key[e];
+        opos[r * mo + c * k + e] = pos[e];
+      }
+    } else {
+      int64_t *po = (int64_t *)oout.p + k_off(oout, r);
+      for (int e = threadIdx.x; e < nk; e += blockDim.x) po[e * sout] = pos[e] + 1;
+    }
+    __syncthreads();
+  }
+}
+
+template <int T>
+static int topk_runs(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t kout, int64_t nrows,
+                     int desc, const cuk_env *env, char *err, size_t errlen)
+{
+  cudaStream_t st = k_stream(env);
+  int64_t m = len, side = len > SORT_CHUNK ? nrows * topk_kept(len, kout) : 0;   /* candidates, the most */
+  char *buf = NULL;
+  const uint64_t *ck = NULL;
+  const int64_t *cpos = NULL;
+  cudaError_t e = cudaSuccess;
+  if (side && (e = cudaMallocAsync((void **)&buf, (size_t)side * 32, st)) != cudaSuccess)
+    return fail_msg(err, errlen, "%s:%d: topk: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  for (int round = 0;; round++) {
+    int64_t nch = (m + SORT_CHUNK - 1) / SORT_CHUNK, mo = nch > 1 ? topk_kept(m, kout) : kout;
+    char *half = buf + (round & 1) * side * 16;   /* the two halves in turn */
+    uint64_t *ok = nch > 1 ? (uint64_t *)half : NULL;
+    int64_t *opos = nch > 1 ? (int64_t *)(half + side * 8) : NULL;
+    unsigned grid = (unsigned)(nrows * nch < INT32_MAX ? nrows * nch : INT32_MAX);
+    int threads = m >= 2 * SORT_THREADS ? SORT_THREADS : m <= 64 ? 32 : ((int)(m + 63) / 64) * 32;
+    topk_chunk<T><<<grid, threads, 0, st>>>(oin, sin, ck, cpos, m, nrows, kout, desc, ok, opos, mo, oout, sout);
+    if ((e = cudaGetLastError()) != cudaSuccess || nch == 1) break;
+    ck = ok, cpos = opos, m = mo;
+  }
+  if (buf) {
+    cudaError_t f = cudaFreeAsync(buf, st);
+    if (e == cudaSuccess) e = f;
+  }
+  if (e != cudaSuccess) return fail_msg(err, errlen, "%s:%d: topk: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  return 0;
 }
 
 /* The other dims of v (as a kview) and the run along dim. */
@@ -308,18 +414,28 @@ int k_sort(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
 {
   const dev_view *src = &op->in[0], *out = &op->out;
   int dim = op->dim, desc = op->code & DEV_SORT_DESCENDING;
-  int64_t len, sin, sout;
+  int64_t len, kout, sin, sout;
   if (dim < 0 || dim >= src->ndim || src->ndim != out->ndim || out->dtype != DEV_I64)
     return fail_msg(err, errlen, "sort: bad dim %d or result dtype", dim);
-  kview oin = sort_outer(src, dim, &len, &sin), oout = sort_outer(out, dim, &len, &sout);
+  kview oin = sort_outer(src, dim, &len, &sin), oout = sort_outer(out, dim, &kout, &sout);
   int64_t nrows = dev_view_numel(src) / (len > 0 ? len : 1);
-  if (len == 0 || nrows == 0) return 0;
+  if (kout > len) return fail_msg(err, errlen, "sort: %lld results of rows of %lld", (long long)kout, (long long)len);
+  if (len == 0 || nrows == 0 || kout == 0) return 0;
+  /* topk: a selection for small k (or short rows); the radix sort's first
+   * kout past it; without the memory for that, a selection up to TOPK_MAX */
+  int select = kout < len && (kout <= TOPK_FAST || len <= SORT_CHUNK);
   int rc = k_dispatch(src->dtype, [&](auto tag) {
     constexpr int T = decltype(tag)::value;
+    if (select) return topk_runs<T>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
     if (sort_radix_fits(len, nrows)) {
-      int r = sort_radix<T>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
+      int r = sort_radix<T>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
       if (r != 1) return r;
     }
+    if (kout < len && kout <= TOPK_MAX)
+      return topk_runs<T>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
+    if (kout < len)
+      return fail_msg(err, errlen, "topk: k = %lld of rows of %lld: no device memory for the sort", (long long)kout,
+                      (long long)len);
     return sort_runs<T>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
   });
   if (rc == -2) return fail_msg(err, errlen, "sort: bad dtype %d", (int)src->dtype);

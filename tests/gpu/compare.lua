@@ -520,6 +520,35 @@ T.test("sort paths: short, one long row, many long rows; NaN, -0, ties; strided;
   same(big64:argsort { descending = true }, big64h:argsort { descending = true }, "argsort of 1M f64 descending", 0)
 end)
 
+-- topk's paths on the cuda backend: a selection in rounds of chunks for k
+-- up to 256 (any k on rows of up to 2048), the radix sort's first k past it
+T.test("topk paths: selection rounds, short rows, radix; NaN, -0, ties; strided; every dtype", function()
+  local function both(x, xh, k, opts, tag)
+    local v, i = x:topk(k, opts)
+    local vh, ih = xh:topk(k, opts)
+    same(v, vh, "topk values " .. tag, 0)
+    same(i, ih, "topk indices " .. tag, 0)
+  end
+  for _, dt in ipairs(ALL) do
+    local x, xh = specials(dt, { 3, 9000 }, 360)
+    for _, k in ipairs { 1, 16, 256, 257, 1024, 9000 } do
+      both(x, xh, k, nil, string.format("%s 3 rows of 9000 k %d", dt, k))
+      both(x, xh, k, { largest = false }, string.format("%s 3 rows of 9000 k %d smallest", dt, k))
+    end
+    local s, sh = specials(dt, { 40, 2048 }, 361)
+    both(s, sh, 1000, nil, dt .. " 40 rows of 2048 k 1000 (one round)")
+    both(s:t(), sh:t(), 7, { dim = 1 }, dt .. " strided rows of 2048, dim 1, k 7")
+    local t, th = specials(dt, { 4500, 3 }, 362)
+    both(t, th, 200, { dim = 1, largest = false }, dt .. " {4500,3} dim 1 k 200 smallest (strided, two rounds)")
+  end
+  local big, bigh = inputs("f32", { 1 << 20 }, 363)
+  both(big, bigh, 256, nil, "f32 1M k 256 (four rounds)")
+  local m, mh = inputs("f32", { 64, 100000 }, 364)
+  both(m, mh, 16, nil, "f32 64 rows of 100000 k 16")
+  local r, rh = inputs("f16", { 8, 1 << 16 }, 365, -2, 2)   -- f16: many ties
+  both(r, rh, 100, { largest = false }, "f16 8 rows of 64K k 100 smallest")
+end)
+
 T.test("cumsum, softmax, log_softmax along every dim, long rows, strided", function()
   for _, dt in ipairs(ALL) do
     local d, h = inputs(dt, { 17, 9, 65 }, 111, -9, 9)
