@@ -549,6 +549,28 @@ T.test("topk paths: selection rounds, short rows, radix; NaN, -0, ties; strided;
   both(r, rh, 100, { largest = false }, "f16 8 rows of 64K k 100 smallest")
 end)
 
+-- flip is one copy of a view with negative strides: the copy kernel's
+-- gather and its tiled transpose (a transposed input) walking back
+T.test("flip: one copy walking back; every dtype, strided, transposed, large", function()
+  for _, dt in ipairs(ALL) do
+    local x, xh = inputs(dt, { 6, 7, 9 }, 370, -9, 9)
+    for _, dims in ipairs { { 1 }, { 3 }, { 1, 2, 3 }, { 2, 3 } } do
+      local tag = table.concat(dims, ",")
+      same(x:flip(dims), xh:flip(dims), "flip " .. tag .. " " .. dt, 0)
+      same(x:narrow(3, 2, 6):transpose(1, 3):flip(dims), xh:narrow(3, 2, 6):transpose(1, 3):flip(dims),
+           "flip " .. tag .. " of a strided transposed " .. dt, 0)
+    end
+    local m, mh = inputs(dt, { 300, 500 }, 371, -9, 9)
+    same(m:t():flip(2), mh:t():flip(2), "flip of a transposed 300x500 (tiles) " .. dt, 0)
+    same(m:flip({ 1, 2 }), mh:flip({ 1, 2 }), "flip both dims of 300x500 " .. dt, 0)
+    local e, eh = inputs(dt, { 1, 400 }, 372, -9, 9)
+    same(e:expand({ 3, 400 }):flip({ 1, 2 }), eh:expand({ 3, 400 }):flip({ 1, 2 }), "flip of an expanded " .. dt, 0)
+  end
+  local big, bigh = inputs("f32", { 4096, 1024 }, 373)
+  same(big:flip(2), bigh:flip(2), "flip of 4M f32 along the last dim", 0)
+  T.is(big:flip({ 1, 2 }):get(1, 1), big:get(4096, 1024), "the last element first")
+end)
+
 T.test("cumsum, softmax, log_softmax along every dim, long rows, strided", function()
   for _, dt in ipairs(ALL) do
     local d, h = inputs(dt, { 17, 9, 65 }, 111, -9, 9)
