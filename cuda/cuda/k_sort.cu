@@ -214,7 +214,8 @@ static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, int64
   int bits = W;
   int segmented = W == 64 && nrows > 1;
   char *buf = NULL;
-  size_t kbytes = (size_t)n * sizeof(K), vbytes = (size_t)n * sizeof(int);
+  /* each of the five arrays 256-byte aligned, as cudaMallocAsync's own */
+  size_t kbytes = ((size_t)n * sizeof(K) + 255) & ~(size_t)255, vbytes = ((size_t)n * sizeof(int) + 255) & ~(size_t)255;
   cudaError_t e;
   if (W == 32 && sizeof(K) == 8)
     while (((int64_t)1 << (bits - 32)) < nrows) bits++;   /* the row's bits above the key */
