@@ -1,5 +1,5 @@
-/* gpu.Tensor ops that move elements without arithmetic: flip (an
- * index_select per flipped dim), roll (a copy of each block that moves, at
+/* gpu.Tensor ops that move elements without arithmetic: flip (one copy
+ * of a view with negative strides), roll (a copy of each block that moves, at
  * copy bandwidth), and tril, triu (the
  * tensor with a triangle zeroed: a mask made from two aranges, then one
  * masked_fill over the tensor).  Each returns a new tensor, as PyTorch's. */
@@ -25,47 +25,25 @@ static int read_dims(lua_State *L, int arg, int ndim, int *dims, const char *fna
   return n;
 }
 
-/* The tensor at src reversed along dim into a new tensor, pushed: an
- * index_select of n, n - 1, ..., 1 (the device layer takes no negative
- * strides).  Its stack index. */
-static int flip_one(lua_State *L, int src, int dim, int stream) {
-  gpu_tensor *t = bind_check_tensor(L, src);
-  dev_view tv = t->v;
-  int64_t n = tv.shape[dim];
-  gpu_tensor *x = bind_tensor_like(L, t, DEV_I64, 1, &n, stream, "flip");
-  dev_kop ar = {.kind = DEV_OP_ARANGE, .out = x->v, .s0 = {.is_int = 1, .i = n}, .s1 = {.is_int = 1, .i = -1}};
-  bind_tensor_submit2(L, stream, &ar, lua_gettop(L), 0, 0, "flip");
-  int xi = lua_gettop(L);
-  gpu_tensor *o = bind_tensor_like(L, t, tv.dtype, tv.ndim, tv.shape, stream, "flip");
-  dev_kop op = {.kind = DEV_OP_INDEX, .code = DEV_IDX_SELECT, .nin = 2, .dim = dim, .out = o->v};
-  op.in[0] = tv;
-  /* the index seen over the result's shape: its stride along dim, 0 elsewhere */
-  op.in[1] = bind_check_tensor(L, xi)->v;
-  op.in[1].ndim = tv.ndim;
-  for (int d = 0; d < tv.ndim; d++) {
-    op.in[1].shape[d] = tv.shape[d];
-    op.in[1].stride[d] = d == dim;
-  }
-  bind_tensor_submit2(L, stream, &op, lua_gettop(L), src, xi, "flip");
-  return lua_gettop(L);
-}
-
 /* t:flip(dims [, opts]): the elements in reverse order along each of dims
- * (an index_select per dim of size > 1; a copy when there is none) */
+ * (a dim or a table of dims), as a new tensor.  One copy, whatever the
+ * number of dims: of a view of t that starts at the last element along
+ * each flipped dim and walks back (negative strides, which the copy op of
+ * both backends takes; the view never reaches a script). */
 static int t_flip(lua_State *L) {
   gpu_tensor *t = bind_check_tensor(L, 1);
   int dims[DEV_MAXDIM], stream = bind_read_stream_opt(L, 3);
   int n = t->v.ndim == 0 && lua_istable(L, 2) && lua_rawlen(L, 2) == 0 ? 0 : read_dims(L, 2, t->v.ndim, dims, "flip");
-  int cur = 1;
-  for (int i = 0; i < n; i++)
-    if (t->v.shape[dims[i]] > 1) cur = flip_one(L, cur, dims[i], stream);
-  if (cur == 1) {
-    dev_view tv = t->v;
-    gpu_tensor *r = bind_tensor_like(L, t, tv.dtype, tv.ndim, tv.shape, stream, "flip");
-    bind_tensor_copy_view(L, bind_stream(L, stream), lua_gettop(L), r->v, 1, tv, "flip");
-    return 1;
+  dev_view tv = t->v, back = t->v;
+  int64_t esz = (int64_t)dev_dtype_size(tv.dtype);
+  for (int i = 0; i < n; i++) {
+    int d = dims[i];
+    if (tv.shape[d] <= 1) continue;
+    back.offset = (size_t)((int64_t)back.offset + (tv.shape[d] - 1) * tv.stride[d] * esz);
+    back.stride[d] = -tv.stride[d];
   }
-  lua_pushvalue(L, cur);
+  gpu_tensor *r = bind_tensor_like(L, t, tv.dtype, tv.ndim, tv.shape, stream, "flip");
+  bind_tensor_copy_view(L, bind_stream(L, stream), lua_gettop(L), r->v, 1, back, "flip");
   return 1;
 }
 

@@ -89,8 +89,9 @@ static int t_sort(lua_State *L) { return sort_or_argsort(L, 1, "sort"); }
 static int t_argsort(lua_State *L) { return sort_or_argsort(L, 0, "argsort"); }
 
 /* t:topk(k [, dim] [, opts]) -> values, indices: the k largest (smallest
- * with largest = false) along dim, in order.  A full sort, then the first k
- * of it: a first version, not a selection. */
+ * with largest = false) along dim, in order: a sort op into indices k long
+ * (the first k positions of the stable sort; on cuda a selection for small
+ * k), then the gather of the values. */
 static int t_topk(lua_State *L) {
   static const char *const names[] = {"dim", "largest", "sorted", "stream", NULL};
   gpu_tensor *t = bind_check_tensor(L, 1);
@@ -111,17 +112,13 @@ static int t_topk(lua_State *L) {
   int64_t kshape[DEV_MAXDIM];
   memcpy(kshape, t->v.shape, sizeof kshape);
   if (t->v.ndim > 0) kshape[dim] = k;
-  bind_tensor_like(L, t, DEV_I64, t->v.ndim, t->v.shape, stream, "topk");
-  int all = lua_gettop(L);
-  bind_tensor_like(L, t, t->v.dtype, t->v.ndim, kshape, stream, "topk");
   bind_tensor_like(L, t, DEV_I64, t->v.ndim, kshape, stream, "topk");
+  int ix = lua_gettop(L);
+  bind_tensor_like(L, t, t->v.dtype, t->v.ndim, kshape, stream, "topk");
   dev_stream *s = bind_stream(L, stream);
-  submit_sort(L, s, all, dim, largest, "topk");
-  dev_view first = as_rows(bind_check_tensor(L, all)->v);
-  first.shape[dim] = k;
-  submit_gather(L, s, all + 1, all, first, dim, "topk");
-  if (t->v.ndim == 0) first.ndim = 0;
-  bind_tensor_copy_view(L, s, all + 2, bind_check_tensor(L, all + 2)->v, all, first, "topk");
+  submit_sort(L, s, ix, dim, largest, "topk");
+  submit_gather(L, s, ix + 1, ix, bind_check_tensor(L, ix)->v, dim, "topk");
+  lua_pushvalue(L, ix);
   return 2;
 }
 

@@ -1,5 +1,6 @@
 /* gpulua host kernels: DEV_OP_SORT, the 1-based positions of each run
- * along a dim in sorted order.  Part of the CPU kernels (cuda/cpu_ops.c
+ * along a dim in sorted order (the first k of them where out's run is k
+ * long: topk).  Part of the CPU kernels (cuda/cpu_ops.c
  * runs them; cpu_priv.h). */
 #include <stdlib.h>
 
@@ -28,10 +29,12 @@ static uint64_t key_of_double(double d)
   return u >> 63 ? ~u : u | (1ull << 63);
 }
 
-static int sort_row(char *a, int64_t sa, char *b, int64_t sb, int64_t len, const dev_kop *op, char *err,
+/* b's run is the first kout positions of a's. */
+static int sort_row(char *a, int64_t sa, char *b, int64_t sb, int64_t kout, const dev_kop *op, char *err,
                     size_t errlen)
 {
   dev_dtype t = op->in[0].dtype;
+  int64_t len = op->in[0].shape[op->dim];
   cclass c = class_of(t) == C_INT ? C_INT : C_DOUBLE;
   int desc = op->code & DEV_SORT_DESCENDING;
   skey *s = malloc((size_t)len * sizeof *s);
@@ -49,9 +52,9 @@ static int sort_row(char *a, int64_t sa, char *b, int64_t sb, int64_t len, const
     }
   }
   qsort(s, (size_t)len, sizeof *s, skey_cmp);
-  walk_1d(&w, b, 8, len, sb);
-  for (done = 0; done < len; done += k) {
-    k = min64(BLK, len - done);
+  walk_1d(&w, b, 8, kout, sb);
+  for (done = 0; done < kout; done += k) {
+    k = min64(BLK, kout - done);
     for (j = 0; j < k; j++) x.i[j] = s[done + j].at;
     walk_store(&w, DEV_I64, C_INT, k, &x);
   }
@@ -66,6 +69,7 @@ int cpu_run_sort(const dev_kop *op, char *err, size_t errlen)
   if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || src->ndim != out->ndim || out->dtype != DEV_I64)
     return fail_msg(err, errlen, "sort: bad dim, shape or dtype");
   for (int d = 0; d < src->ndim; d++)
-    if (src->shape[d] != out->shape[d]) return fail_msg(err, errlen, "sort: shapes differ");
+    if (d == op->dim ? out->shape[d] > src->shape[d] : src->shape[d] != out->shape[d])
+      return fail_msg(err, errlen, "sort: shapes differ");
   return cpu_each_row(op, sort_row, err, errlen);
 }

@@ -36,16 +36,28 @@
 
 static int host_visible(const dev_buf *b) { return b->kind != DEV_MEM_DEVICE; }
 
-int dev_check_view(dev_ctx *ctx, const dev_view *v, const char *what) {
+static int check_view_signed(dev_ctx *ctx, const dev_view *v, const char *what, int back) {
   if (!v->buf) return dev_fail(ctx, DEV_ERR_INVALID, "%s: no buffer", what);
   if (v->buf->ctx != ctx)
     return dev_fail(ctx, DEV_ERR_INVALID, "%s belongs to another gpulua instance", what);
   for (int d = 0; d < v->ndim && d < DEV_MAXDIM; d++)
-    if (v->shape[d] < 0 || v->stride[d] < 0)
+    if (v->shape[d] < 0 || (v->stride[d] < 0 && !back))
       return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad shape or stride", what);
   char msg[200];
   if (dev_view_check(v, what, msg, sizeof msg)) return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
   return DEV_OK;
+}
+
+int dev_check_view(dev_ctx *ctx, const dev_view *v, const char *what) {
+  return check_view_signed(ctx, v, what, 0);
+}
+
+/* Whether in[i] of op may have negative strides: a copy's input, in memory
+ * of the output's kind on its device (flip: one copy of a view that walks back; both
+ * backends' copy kernels take any sign, and such a copy is never staged). */
+static int walks_back_ok(const dev_kop *op, int i) {
+  return op->kind == DEV_OP_COPY && i == 0 && op->in[0].buf && op->out.buf &&
+         op->in[0].buf->kind == op->out.buf->kind && op->in[0].buf->device == op->out.buf->device;
 }
 
 static int same_shape(const dev_view *a, const dev_view *b) {
@@ -195,11 +207,14 @@ static int check_along(dev_ctx *ctx, const dev_kop *op) {
 #define check_cumsum check_along
 #define check_softmax check_along
 
-/* sort: the 1-based positions along dim, i64, of in[0]'s shape */
+/* sort: the 1-based positions along dim, i64, of in[0]'s shape, or the
+ * first k of them (out k long along dim: topk) */
 static int check_sort(dev_ctx *ctx, const dev_kop *op) {
   const dev_view *src = &op->in[0];
-  if (op->nin != 1 || op->dim < 0 || op->dim >= src->ndim || !same_shape(src, &op->out) ||
-      (unsigned)op->code > (DEV_SORT_DESCENDING | DEV_SORT_STABLE))
+  int shape_ok = op->nin == 1 && op->dim >= 0 && op->dim < src->ndim && src->ndim == op->out.ndim;
+  for (int d = 0; shape_ok && d < src->ndim; d++)
+    shape_ok = d == op->dim ? op->out.shape[d] <= src->shape[d] : op->out.shape[d] == src->shape[d];
+  if (!shape_ok || (unsigned)op->code > (DEV_SORT_DESCENDING | DEV_SORT_STABLE))
     return dev_fail(ctx, DEV_ERR_INVALID, "sort: bad dim, shape or flags");
   if (op->out.dtype != DEV_I64) return dev_fail(ctx, DEV_ERR_INVALID, "sort: the result must be i64");
   return DEV_OK;
@@ -332,7 +347,7 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad operand count %d", kinds[op->kind].name, op->nin);
   if ((rc = dev_check_view(ctx, &op->out, "output")) || (rc = dev_check_writable(ctx, &op->out))) return rc;
   for (int i = 0; i < op->nin; i++)
-    if ((rc = dev_check_view(ctx, dev_kop_in(op, i), "input"))) return rc;
+    if ((rc = check_view_signed(ctx, dev_kop_in(op, i), "input", walks_back_ok(op, i)))) return rc;
   return kinds[op->kind].check(ctx, op);
 }
 
@@ -456,13 +471,17 @@ static void contiguous_view(dev_view *v, dev_buf *b, dev_dtype t, int ndim, cons
   dev_view_set_contiguous(v, ndim, shape);
 }
 
-/* The addresses [*lo, *hi) that v's elements span (strides >= 0: checked).
- * Addresses, not buffers: two wrappings of one memory are seen too. */
+/* The addresses [*lo, *hi) that v's elements span (strides of any sign: a
+ * copy's input may walk back, dev_check_view).  Addresses, not buffers:
+ * two wrappings of one memory are seen too. */
 static void view_span(const dev_view *v, uintptr_t *lo, uintptr_t *hi) {
-  int64_t last = 0;
-  for (int d = 0; d < v->ndim; d++) last += (v->shape[d] - 1) * v->stride[d];
-  *lo = (uintptr_t)dev_view_ptr(v);
-  *hi = *lo + (uintptr_t)(last + 1) * dev_dtype_size(v->dtype);
+  int64_t first = 0, last = 0, esz = (int64_t)dev_dtype_size(v->dtype);
+  for (int d = 0; d < v->ndim; d++) {
+    int64_t e = (v->shape[d] - 1) * v->stride[d];
+    if (e < 0) first += e; else last += e;
+  }
+  *lo = (uintptr_t)dev_view_ptr(v) + (uintptr_t)(first * esz);
+  *hi = (uintptr_t)dev_view_ptr(v) + (uintptr_t)((last + 1) * esz);
 }
 
 /* 1 when a and b may share a byte (their spans overlap: conservative). */

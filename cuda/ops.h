@@ -156,7 +156,9 @@
  *   REDUCE   code = dev_redop; dim = -1 (all) or 0-based dim of in[0]; s0 the
  *            option of var/std/norm (above)
  *   MATMUL   out = in[0] @ in[1], 2-D, or 3-D with one batch size
- *   COPY     out = in[0], same dtype, same numel; flat element order
+ *   COPY     out = in[0], same dtype, same numel; flat element order.
+ *            in[0] alone of every op's views may have negative strides,
+ *            when in memory of out's kind and device (flip)
  *   SLEEP    hold the stream for ms milliseconds
  *   LAUNCH   a run-time kernel: see dev_launch
  *   CUMSUM   code = dev_cumkind; out = running sum or product of in[0] along
@@ -177,7 +179,8 @@
  *   SORT     code = DEV_SORT_* flags; out (i64, in[0]'s shape) = the 1-based
  *            positions along dim of in[0]'s elements in sorted order: NaN
  *            above every number (last ascending, first descending); equal
- *            keys keep their order (every sort is stable)
+ *            keys keep their order (every sort is stable).  out may be
+ *            shorter along dim (k <= in[0]'s): the first k of them (topk)
  *   FUSED    out = fprog's result (device.h: dev_fprog), a chain of the
  *            elementwise ops above; its tensor inputs (each of out's shape,
  *            broadcast with stride 0) are in[], then fargs->xin[]

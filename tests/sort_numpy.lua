@@ -84,6 +84,20 @@ for _, dt in ipairs(DTYPES) do
   sorts(dt, m:narrow(2, 3, 20):t(), -1, dt .. " strided, transposed")
   local long = tensor(dt, { 2, 9000 }, seed + 100)
   sorts(dt, long, -1, dt .. " {2,9000} rows longer than a chunk")
+  -- the cuda backend's radix paths: one long row, many rows, strided rows
+  sorts(dt, tensor(dt, { 5000 }, seed + 300), 1, dt .. " {5000} one long row")
+  sorts(dt, tensor(dt, { 3, 2100, 2 }, seed + 400), 2, dt .. " {3,2100,2} dim 2, strided rows")
+  sorts(dt, long:t(), 1, dt .. " {9000,2} transposed, dim 1")
+  -- topk's paths on cuda: a selection for k up to 256 (any k on rows of up
+  -- to 2048), a sort past it
+  for _, k in ipairs { 16, 256, 257, 2049, 9000 } do
+    local v, i = long:topk(k)
+    case(string.format("topk %d %s {2,9000}", k, dt), "topk", dt, long, { v, i },
+         string.format("{'axis': 1, 'desc': True, 'k': %d}", k))
+    v, i = long:t():topk(k, { dim = 1, largest = false })
+    case(string.format("topk %d smallest %s {9000,2} dim 1", k, dt), "topk", dt, long:t(), { v, i },
+         string.format("{'axis': 0, 'desc': False, 'k': %d}", k))
+  end
   sorts(dt, tensor(dt, { 3, 1, 5 }, seed + 200):expand({ 3, 4, 5 }), 2, dt .. " expanded, all ties")
   sorts(dt, tensor(dt, { 3, 0 }, seed), 2, dt .. " empty rows")
   sorts(dt, tensor(dt, { 0, 3 }, seed), 2, dt .. " no rows")

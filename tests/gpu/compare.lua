@@ -467,6 +467,110 @@ T.test("cumprod, sort, argsort, topk, flip, roll, tril, triu: every dtype, the c
   end
 end)
 
+-- values with ties, NaN, both infinities and both zeros (floats), small
+-- integers (ties), from a seed: the order's corner cases in every row
+local function specials(dt, shape, seed)
+  local n, r, x = 1, {}, seed
+  for _, s in ipairs(shape) do n = n * s end
+  local sp = { 0 / 0, 1 / 0, -1 / 0, 0.0, -0.0, 0.5, -0.5, 2 }
+  for i = 1, n do
+    x = (x * 1103515245 + 12345) % 2147483648
+    local k = x % 11
+    if dt == "bool" then r[i] = k % 2 == 0
+    elseif isfloat(dt) then r[i] = k < 4 and sp[(x // 11) % #sp + 1] or (k - 7) * 0.25
+    elseif dt == "u8" then r[i] = k * 20
+    else r[i] = k - 5 end
+  end
+  local d = gpu.tensor(r, { dtype = dt }):view(shape)
+  return d, d:to("pinned")
+end
+
+-- sort's paths on the cuda backend: rows of up to 2048 in shared memory; a
+-- longer row by a radix sort of 32-bit keys (64-bit: f64, i64); many long
+-- rows as one batch (the row in the key) or segments (64-bit keys)
+T.test("sort paths: short, one long row, many long rows; NaN, -0, ties; strided; every dtype", function()
+  for _, dt in ipairs(ALL) do
+    local cases = {
+      { { 2048 }, 1, "one row of 2048 (shared memory)" },
+      { { 2049 }, 1, "one row of 2049 (radix)" },
+      { { 100003 }, 1, "one row of 100003" },
+      { { 5, 4099 }, 2, "5 rows of 4099 (batched)" },
+      { { 3, 2500, 3 }, 2, "3x3 strided rows of 2500, dim 2" },
+    }
+    for ci, c in ipairs(cases) do
+      local x, xh = specials(dt, c[1], 340 + ci)
+      for _, desc in ipairs { false, true } do
+        local v, i = x:sort { dim = c[2], descending = desc }
+        local vh, ih = xh:sort { dim = c[2], descending = desc }
+        local tag = string.format(" %s %s%s", dt, c[3], desc and " descending" or "")
+        same(v, vh, "sort values" .. tag, 0)
+        same(i, ih, "sort indices" .. tag, 0)
+      end
+    end
+    local x, xh = specials(dt, { 4100, 4 }, 350)
+    same(x:t():argsort(), xh:t():argsort(), "argsort of a transposed {4100,4} " .. dt, 0)
+    same(x:narrow(1, 2, 4000):argsort(1), xh:narrow(1, 2, 4000):argsort(1), "argsort dim 1 of a narrowed " .. dt, 0)
+    local w, wh = specials(dt, { 1, 3000 }, 351)
+    w, wh = w:expand({ 70, 3000 }), wh:expand({ 70, 3000 })
+    same(w:argsort { descending = true }, wh:argsort { descending = true }, "argsort of 70 expanded rows " .. dt, 0)
+  end
+  local big, bigh = inputs("f32", { 64, 1 << 16 }, 352)
+  same(big:argsort(), bigh:argsort(), "argsort of 64 rows of 64K f32", 0)
+  local big64, big64h = inputs("f64", { 1 << 20 }, 353)
+  same(big64:argsort { descending = true }, big64h:argsort { descending = true }, "argsort of 1M f64 descending", 0)
+end)
+
+-- topk's paths on the cuda backend: a selection in rounds of chunks for k
+-- up to 256 (any k on rows of up to 2048), the radix sort's first k past it
+T.test("topk paths: selection rounds, short rows, radix; NaN, -0, ties; strided; every dtype", function()
+  local function both(x, xh, k, opts, tag)
+    local v, i = x:topk(k, opts)
+    local vh, ih = xh:topk(k, opts)
+    same(v, vh, "topk values " .. tag, 0)
+    same(i, ih, "topk indices " .. tag, 0)
+  end
+  for _, dt in ipairs(ALL) do
+    local x, xh = specials(dt, { 3, 9000 }, 360)
+    for _, k in ipairs { 1, 16, 256, 257, 1024, 9000 } do
+      both(x, xh, k, nil, string.format("%s 3 rows of 9000 k %d", dt, k))
+      both(x, xh, k, { largest = false }, string.format("%s 3 rows of 9000 k %d smallest", dt, k))
+    end
+    local s, sh = specials(dt, { 40, 2048 }, 361)
+    both(s, sh, 1000, nil, dt .. " 40 rows of 2048 k 1000 (one round)")
+    both(s:t(), sh:t(), 7, { dim = 1 }, dt .. " strided rows of 2048, dim 1, k 7")
+    local t, th = specials(dt, { 4500, 3 }, 362)
+    both(t, th, 200, { dim = 1, largest = false }, dt .. " {4500,3} dim 1 k 200 smallest (strided, two rounds)")
+  end
+  local big, bigh = inputs("f32", { 1 << 20 }, 363)
+  both(big, bigh, 256, nil, "f32 1M k 256 (four rounds)")
+  local m, mh = inputs("f32", { 64, 100000 }, 364)
+  both(m, mh, 16, nil, "f32 64 rows of 100000 k 16")
+  local r, rh = inputs("f16", { 8, 1 << 16 }, 365, -2, 2)   -- f16: many ties
+  both(r, rh, 100, { largest = false }, "f16 8 rows of 64K k 100 smallest")
+end)
+
+-- flip is one copy of a view with negative strides: the copy kernel's
+-- gather and its tiled transpose (a transposed input) walking back
+T.test("flip: one copy walking back; every dtype, strided, transposed, large", function()
+  for _, dt in ipairs(ALL) do
+    local x, xh = inputs(dt, { 6, 7, 9 }, 370, -9, 9)
+    for _, dims in ipairs { { 1 }, { 3 }, { 1, 2, 3 }, { 2, 3 } } do
+      local tag = table.concat(dims, ",")
+      same(x:flip(dims), xh:flip(dims), "flip " .. tag .. " " .. dt, 0)
+      same(x:narrow(3, 2, 6):transpose(1, 3):flip(dims), xh:narrow(3, 2, 6):transpose(1, 3):flip(dims),
+           "flip " .. tag .. " of a strided transposed " .. dt, 0)
+    end
+    local m, mh = inputs(dt, { 300, 500 }, 371, -9, 9)
+    same(m:t():flip(2), mh:t():flip(2), "flip of a transposed 300x500 (tiles) " .. dt, 0)
+    same(m:flip({ 1, 2 }), mh:flip({ 1, 2 }), "flip both dims of 300x500 " .. dt, 0)
+    local e, eh = inputs(dt, { 1, 400 }, 372, -9, 9)
+    same(e:expand({ 3, 400 }):flip({ 1, 2 }), eh:expand({ 3, 400 }):flip({ 1, 2 }), "flip of an expanded " .. dt, 0)
+  end
+  local big, bigh = inputs("f32", { 4096, 1024 }, 373)
+  same(big:flip(2), bigh:flip(2), "flip of 4M f32 along the last dim", 0)
+  T.is(big:flip({ 1, 2 }):get(1, 1), big:get(4096, 1024), "the last element first")
+end)
+
 T.test("cumsum, softmax, log_softmax along every dim, long rows, strided", function()
   for _, dt in ipairs(ALL) do
     local d, h = inputs(dt, { 17, 9, 65 }, 111, -9, 9)

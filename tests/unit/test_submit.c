@@ -23,6 +23,48 @@ static dev_kop op_on(dev_opkind kind, dev_buf *b, int nin) {
   return op;
 }
 
+/* Negative strides: a copy's input may walk back (flip), in memory of the
+ * output's kind; nothing else takes them.  b: 4 f32 of device memory. */
+static void negative_strides(dev_ctx *ctx, dev_stream *s, dev_buf *b) {
+  dev_buf *o, *h;
+  ok(dev_buf_alloc(ctx, DEV_MEM_DEVICE, 16, &o) == DEV_OK && dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &h) == DEV_OK,
+     "buffers for the reversed copies");
+  float v[4] = {1, 2, 3, 4}, r[4] = {0};
+  dev_kop up = op_on(DEV_OP_COPY, o, 1);
+  up.in[0].buf = h;
+  memcpy(h->ptr, v, sizeof v);
+  ok(dev_submit(ctx, s, &up) == DEV_OK, "pinned to device, forwards");
+  dev_kop back = op_on(DEV_OP_COPY, b, 1);
+  back.in[0].buf = o;
+  back.in[0].offset = 12;
+  back.in[0].stride[0] = -1;
+  ok(dev_submit(ctx, s, &back) == DEV_OK, "a copy of a reversed view: accepted");
+  dev_kop down = op_on(DEV_OP_COPY, h, 1);
+  down.in[0].buf = b;
+  ok(dev_submit(ctx, s, &down) == DEV_OK && dev_synchronize(ctx) == DEV_OK, "and back to pinned");
+  memcpy(r, h->ptr, sizeof r);
+  ok(r[0] == 4 && r[1] == 3 && r[2] == 2 && r[3] == 1, "reversed: %g %g %g %g", r[0], r[1], r[2], r[3]);
+  dev_kop cross = op_on(DEV_OP_COPY, h, 1);
+  cross.in[0].buf = o;
+  cross.in[0].offset = 12;
+  cross.in[0].stride[0] = -1;
+  ok(dev_submit(ctx, s, &cross) == DEV_ERR_INVALID, "device to pinned walking back: refused (%s)",
+     dev_errmsg(ctx) ? dev_errmsg(ctx) : "(none)");
+  dev_kop neg = op_on(DEV_OP_UNARY, b, 1);
+  neg.in[0].offset = 12;
+  neg.in[0].stride[0] = -1;
+  ok(dev_submit(ctx, s, &neg) == DEV_ERR_INVALID, "a unary op's reversed input: refused (%s)",
+     dev_errmsg(ctx) ? dev_errmsg(ctx) : "(none)");
+  dev_kop out = op_on(DEV_OP_COPY, b, 1);
+  out.in[0].buf = o;
+  out.out.offset = 12;
+  out.out.stride[0] = -1;
+  ok(dev_submit(ctx, s, &out) == DEV_ERR_INVALID, "a copy's reversed output: refused");
+  dev_synchronize(ctx);
+  dev_buf_release(o);
+  dev_buf_release(h);
+}
+
 int main(void) {
   char err[256];
   dev_ctx *ctx = dev_open("host", err, sizeof err);
@@ -73,6 +115,8 @@ int main(void) {
   }
   dev_kop fill = op_on(DEV_OP_FILL, b, 0);
   ok(dev_submit(ctx, s, &fill) == DEV_OK && dev_synchronize(ctx) == DEV_OK, "a well-formed fill still runs");
+
+  negative_strides(ctx, s, b);
   dev_buf_release(b);
   dev_close(ctx);
   return done_testing();
