@@ -620,34 +620,30 @@ def bench_fuse(s):
     cgelu = cupy.fuse(gelu9_cupy)
     x = cupy.random.rand(n, dtype=cupy.float32) * 2 - 1
     cgelu(x)
-    cs = cupy.cuda.Stream(non_blocking=True)
-    with cs:
-        t = []
-        for r in range(-COPY_WARM, COPY_REPS):
-            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
-            e0.record(cs)
-            cgelu(x)
-            e1.record(cs)
-            e1.synchronize()
-            if r >= 0:
-                t.append(cupy.cuda.get_elapsed_time(e0, e1))
-        row("fuse_gelu_f32_cupy", gb(n * 8, statistics.median(t)), "GB/s", size_label("cupy.fuse'd GELU f32", n * 4))
-        def relu_sum(v):
-            """cupy.fuse names the kernel after the function: not a lambda"""
-            return cupy.sum(cupy.maximum(v * 2 + 1, 0))
+    def relu_sum(v):
+        """cupy.fuse names the kernel after the function: not a lambda"""
+        return cupy.sum(cupy.maximum(v * 2 + 1, 0))
 
-        crsum = cupy.fuse(relu_sum)
-        crsum(x)
+    crsum = cupy.fuse(relu_sum)
+    crsum(x)
+    cs = cupy.cuda.Stream(non_blocking=True)
+
+    def cupy_ms(fn):
+        """the median of fn's times on cs, as timed_ms does for torch"""
         t = []
         for r in range(-COPY_WARM, COPY_REPS):
             e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
             e0.record(cs)
-            crsum(x)
+            fn()
             e1.record(cs)
             e1.synchronize()
             if r >= 0:
                 t.append(cupy.cuda.get_elapsed_time(e0, e1))
-        row("fuse_relu_sum_cupy", gb(n * 4, statistics.median(t)), "GB/s",
+        return statistics.median(t)
+
+    with cs:
+        row("fuse_gelu_f32_cupy", gb(n * 8, cupy_ms(lambda: cgelu(x))), "GB/s", size_label("cupy.fuse'd GELU f32", n * 4))
+        row("fuse_relu_sum_cupy", gb(n * 4, cupy_ms(lambda: crsum(x))), "GB/s",
             size_label("cupy.fuse'd (x * 2 + 1).relu().sum() f32, bytes read", n * 4))
         one = cupy.random.rand(1, dtype=cupy.float32)
 

@@ -149,31 +149,12 @@ static dev_dtype run_reduction(lua_State *L, int r, const dev_fprog *p, dev_kop 
     if (strcmp(dev_redop_name(c), name) == 0) code = c;
   if (code < 0) luaL_error(L, "%s: no reduction '%s'", p->name, name);
   dev_dtype rt = p->node[p->n - 1].dtype;
-  if (!(dev_dtype_class(rt) & dev_redop_info(code)->classes))
+  if (!(dev_dtype_class(rt) & dev_redop_info(code)->classes))   /* before the dim's own checks, as unfused */
     luaL_error(L, "%s: not supported for %s (needs a float dtype)", name, dev_dtype_name(rt));
-  int dim = -1, keepdim = lua_toboolean(L, r + 2), n = 0;
-  if (!lua_isnil(L, r + 1)) {
-    if (*ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", name);
-    dim = bind_tensor_dim(L, r + 1, 0, *ndim);
-  }
-  int64_t len = 1;
-  for (int d = 0; d < *ndim; d++) {
-    if (dim < 0 || d == dim) {
-      len *= shape[d];
-      if (keepdim) shape[n++] = 1;
-    } else {
-      shape[n++] = shape[d];
-    }
-  }
-  dev_scalar none;
-  if (len == 0 && dev_redop_empty(code, &none))
-    luaL_error(L, "%s: the reduction of an empty tensor has no identity (%s)", name,
-               dim < 0 ? "numel 0" : lua_pushfstring(L, "dim %d has size 0", dim + 1));
-  *ndim = n;
+  op->dim = bind_reduce_dim(L, r + 1, *ndim, name);
   op->flags |= DEV_F_FREDUCE;
   op->code = code;
-  op->dim = dim;
-  return dev_redop_dtype(code, rt);
+  return bind_reduce_out(L, (dev_redop)code, rt, op->dim, lua_toboolean(L, r + 2), ndim, shape);
 }
 
 /* run(prog, args, ins, params, out, stream, level [, red, dim, keepdim])

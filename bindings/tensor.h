@@ -105,6 +105,15 @@ void bind_tensor_check_cond(lua_State *L, int arg, const gpu_tensor *c, const ch
 /* tensor_reduce.c: the reduction `code` of the tensor at 1 with the options
  * at 2 ({dim =, keepdim =, ...}). */
 int bind_tensor_reduce(lua_State *L, dev_redop code);
+/* A reduction's dim from the value at idx (nil: -1, every dim) of a tensor
+ * of ndim dims, 0-based; raises as the reductions do. */
+int bind_reduce_dim(lua_State *L, int idx, int ndim, const char *fname);
+/* The output of reduction code of a tensor of dtype in along dim (-1:
+ * all): its dtype, and (ndim, shape) made the output's (keepdim: 1 where
+ * reduced).  Raises for a dtype the reduction does not take and for an
+ * empty run it has no identity for. */
+dev_dtype bind_reduce_out(lua_State *L, dev_redop code, dev_dtype in, int dim, int keepdim, int *ndim,
+                          int64_t *shape);
 
 int bind_tensor_tostring(lua_State *L);   /* __tostring (tensor_format.c) */
 

@@ -6,14 +6,43 @@
  * and std also unbiased, norm p.  Then the
  * ops along one dim that keep its size, not reductions: cumsum, softmax,
  * log_softmax.  Dims are 1-based; the device layer takes them 0-based. */
+#include <string.h>
+
 #include "tensor.h"
 
 /* The dim of a reduction or a row op: the dim option's value at idx (nil:
  * -1, every dim). */
-static int opt_dim(lua_State *L, int idx, const gpu_tensor *t, const char *fname) {
+int bind_reduce_dim(lua_State *L, int idx, int ndim, const char *fname) {
   if (lua_isnil(L, idx)) return -1;
-  if (t->v.ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
-  return bind_tensor_dim(L, idx, 0, t->v.ndim);
+  if (ndim == 0) luaL_error(L, "%s: dim given for a 0-dim tensor", fname);
+  return bind_tensor_dim(L, idx, 0, ndim);
+}
+
+static int opt_dim(lua_State *L, int idx, const gpu_tensor *t, const char *fname) {
+  return bind_reduce_dim(L, idx, t->v.ndim, fname);
+}
+
+dev_dtype bind_reduce_out(lua_State *L, dev_redop code, dev_dtype in, int dim, int keepdim, int *ndim,
+                          int64_t *shape) {
+  const char *fname = dev_redop_info(code)->name;
+  if (!(dev_dtype_class(in) & dev_redop_info(code)->classes))
+    luaL_error(L, "%s: not supported for %s (needs a float dtype)", fname, dev_dtype_name(in));
+  int n = 0;
+  int64_t len = 1;
+  for (int d = 0; d < *ndim; d++) {
+    if (dim < 0 || d == dim) {
+      len *= shape[d];
+      if (keepdim) shape[n++] = 1;
+    } else {
+      shape[n++] = shape[d];
+    }
+  }
+  dev_scalar none;
+  if (len == 0 && dev_redop_empty(code, &none))
+    luaL_error(L, "%s: the reduction of an empty tensor has no identity (%s)", fname,
+               dim < 0 ? "numel 0" : lua_pushfstring(L, "dim %d has size 0", dim + 1));
+  *ndim = n;
+  return dev_redop_dtype(code, in);
 }
 
 int bind_tensor_reduce(lua_State *L, dev_redop code) {
@@ -37,7 +66,7 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
   }
   int out = o + 2 + extra, stream = out + 1;
   dev_dtype in = t->v.dtype;
-  if (!(dev_dtype_class(in) & info->classes))
+  if (!(dev_dtype_class(in) & info->classes))   /* before the dim's own checks */
     luaL_error(L, "%s: not supported for %s (needs a float dtype)", fname, dev_dtype_name(in));
   int dim = opt_dim(L, o, t, fname);
   int keepdim = lua_toboolean(L, o + 1);
@@ -56,22 +85,12 @@ int bind_tensor_reduce(lua_State *L, dev_redop code) {
         luaL_error(L, "bad option 'p' to 'norm' (must be > 0 or math.huge, got %s)", lua_tostring(L, o + 2));
     }
   }
-  int ndim = 0;
-  int64_t shape[DEV_MAXDIM], len = 1;
-  for (int d = 0; d < t->v.ndim; d++) {
-    if (dim < 0 || d == dim) {
-      len *= t->v.shape[d];
-      if (keepdim) shape[ndim++] = 1;
-    } else {
-      shape[ndim++] = t->v.shape[d];
-    }
-  }
-  dev_scalar none;
-  if (len == 0 && dev_redop_empty(code, &none))
-    luaL_error(L, "%s: the reduction of an empty tensor has no identity (%s)", fname,
-               dim < 0 ? "numel 0" : lua_pushfstring(L, "dim %d has size 0", dim + 1));
+  int ndim = t->v.ndim;
+  int64_t shape[DEV_MAXDIM];
+  memcpy(shape, t->v.shape, sizeof shape);
+  dev_dtype rt = bind_reduce_out(L, code, in, dim, keepdim, &ndim, shape);
   dev_view tv = t->v;
-  op.out = bind_tensor_out(L, out, stream, t, dev_redop_dtype(code, in), ndim, shape, fname)->v;
+  op.out = bind_tensor_out(L, out, stream, t, rt, ndim, shape, fname)->v;
   op.dim = dim;
   op.in[0] = tv;
   int idx[1] = {1};

@@ -65,6 +65,59 @@ static void negative_strides(dev_ctx *ctx, dev_stream *s, dev_buf *b) {
   dev_buf_release(h);
 }
 
+/* A fused op ending in a reduction (DEV_F_FREDUCE): the reductions it may
+ * end in, its dim, its output's size and dtype are checked; a well-formed
+ * one reduces the program's values, also into an output that is one of its
+ * inputs (through a temporary, as any op that is not elementwise). */
+static void fused_reductions(dev_ctx *ctx, dev_stream *s) {
+  char err[256];
+  dev_fnode nodes[3] = {{.kind = DEV_FN_INPUT, .dtype = DEV_F32, .index = 0},
+                        {.kind = DEV_FN_CONST, .dtype = DEV_NDTYPE, .k = {0, 0, 2}},
+                        {.kind = DEV_FN_BINARY, .code = DEV_BIN_MUL, .dtype = DEV_F32, .a = {0, 1}}};
+  const dev_fprog *p = dev_fprog_intern("twice", nodes, 3, err, sizeof err);
+  dev_buf *in, *o;
+  ok(p != NULL && dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &in) == DEV_OK &&
+     dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &o) == DEV_OK, "a program x * 2 and its buffers");
+  if (!p) return;
+  float v[4] = {1, 2, 3, 4};
+  memcpy(in->ptr, v, sizeof v);
+  dev_kop f = op_on(DEV_OP_FUSED, in, 1);
+  f.fprog = p;
+  f.flags = DEV_F_FREDUCE;
+  f.code = DEV_RED_SUM;
+  f.dim = -1;
+  f.out.buf = o;
+  f.out.dtype = dev_redop_dtype(DEV_RED_SUM, DEV_F32);
+  int64_t one[1] = {1}, two[1] = {2};
+  dev_view_set_contiguous(&f.out, 1, one);
+  static const struct { int code, dim, n; dev_dtype t; const char *what; } bad[] = {
+      {DEV_RED_ARGMAX, -1, 1, DEV_I64, "argmax (not a trailing reduction)"},
+      {DEV_NREDOP + 3, -1, 1, DEV_F32, "a code out of the table"},
+      {DEV_RED_SUM, 1, 1, DEV_F32, "dim 1 of a 1-dim result"},
+      {DEV_RED_SUM, -2, 1, DEV_F32, "dim -2"},
+      {DEV_RED_SUM, -1, 2, DEV_F32, "an output of 2 elements"},
+      {DEV_RED_SUM, -1, 1, DEV_I32, "an output of another dtype"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dev_kop g = f;
+    g.code = bad[i].code;
+    g.dim = bad[i].dim;
+    g.out.dtype = bad[i].t;
+    dev_view_set_contiguous(&g.out, 1, bad[i].n == 2 ? two : one);
+    int rc = dev_submit(ctx, s, &g);
+    const char *msg = dev_errmsg(ctx);
+    ok(rc == DEV_ERR_INVALID, "fused reduction, %s: refused (%s)", bad[i].what, msg ? msg : "(none)");
+  }
+  int ran = dev_submit(ctx, s, &f) == DEV_OK && dev_synchronize(ctx) == DEV_OK;
+  ok(ran && ((float *)o->ptr)[0] == 20, "sum of x * 2: 20 (got %g)", (double)((float *)o->ptr)[0]);
+  dev_kop g = f;
+  g.out = f.in[0];
+  dev_view_set_contiguous(&g.out, 1, one);   /* element 1 of the input */
+  ok(dev_submit(ctx, s, &g) == DEV_OK && dev_synchronize(ctx) == DEV_OK && ((float *)in->ptr)[0] == 20 &&
+     ((float *)in->ptr)[3] == 4, "into its own input's first element: 20, the rest untouched");
+  dev_buf_release(in);
+  dev_buf_release(o);
+}
+
 int main(void) {
   char err[256];
   dev_ctx *ctx = dev_open("host", err, sizeof err);
@@ -117,6 +170,7 @@ int main(void) {
   ok(dev_submit(ctx, s, &fill) == DEV_OK && dev_synchronize(ctx) == DEV_OK, "a well-formed fill still runs");
 
   negative_strides(ctx, s, b);
+  fused_reductions(ctx, s);
   dev_buf_release(b);
   dev_close(ctx);
   return done_testing();
