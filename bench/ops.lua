@@ -184,6 +184,40 @@ B.guard("fuse_relu_sum", function()
   B.check("fuse_relu_sum", out:item() == want, string.format("%s, the unfused ops' %s", out:item(), want))
 end)
 
+-- issue 32: an Adam step as one fused op of three results, in place: p, g,
+-- m and v read, p, m and v written (7 x 4 B a parameter)
+B.guard("fuse_adam", function()
+  local adam = gpu.fuse(function(p, g, m, v, lr, b1, b2, c1, c2, eps)
+    local m2 = m * b1 + g * c1
+    local v2 = v * b2 + g * g * c2
+    return p - lr * m2 / (v2:sqrt() + eps), m2, v2
+  end, { name = "adam" })
+  local g = gpu.rand({n}, { seed = 16, low = -1, high = 1, stream = s })
+  local p, m, v = a:clone(o), gpu.zeros({n}, o), gpu.zeros({n}, o)
+  local h = { 1e-3, 0.9, 0.999, 0.1, 0.001, 1e-8 }
+  local function step() adam(p, g, m, v, h[1], h[2], h[3], h[4], h[5], h[6], { out = { p, m, v }, stream = s }) end
+  step()
+  -- one step against the unfused ops, from the state now
+  local p0, m0, v0
+  do
+    local _ <close> = gpu.using(s)
+    p0, m0, v0 = p:clone(), m:clone(), v:clone()
+    local m2 = m0 * h[2] + g * h[4]
+    local v2 = v0 * h[3] + g * g * h[5]
+    p0 = p0 - h[1] * m2 / (v2:sqrt() + h[6])
+    m0, v0 = m2, v2
+  end
+  step()
+  local err = 0
+  do
+    local _ <close> = gpu.using(s)
+    err = math.max((p - p0):abs():max():item(), (m - m0):abs():max():item(), (v - v0):abs():max():item())
+  end
+  local ms = timed(step)
+  B.row("fuse_adam", gbps(n * 28, ms), "GB/s", B.size_label("gpu.fuse'd Adam step f32 (p, m, v in place), 7 x", bytes))
+  B.check("fuse_adam", err == 0, string.format("largest difference from the unfused ops: %s", err))
+end)
+
 local function per_call_us(fn, calls)
   for _ = 1, 20 do fn() end
   s:synchronize()

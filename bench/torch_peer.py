@@ -604,6 +604,14 @@ def bench_fuse(s):
         rsum(a)
         ms = timed_ms(s, lambda: rsum(a), COPY_WARM, COPY_REPS)
         row("fuse_relu_sum", gb(n * 4, ms), "GB/s", size_label("torch.compile'd (x * 2 + 1).relu().sum() f32, bytes read", n * 4))
+        # the Adam step of ops.lua's fuse_adam: torch.optim.Adam(fused=True)
+        p = (a * 1).requires_grad_()
+        p.grad = torch.rand(n, device="cuda") * 2 - 1
+        opt = torch.optim.Adam([p], lr=1e-3, fused=True)
+        opt.step()
+        ms = timed_ms(s, opt.step, COPY_WARM, COPY_REPS)
+        row("fuse_adam", gb(n * 28, ms), "GB/s", size_label("torch.optim.Adam(fused=True) step f32, 7 x", n * 4))
+        del p, opt
         one = torch.rand(1, device="cuda")
         row("fuse_add1_1", per_call_us(lambda: one + 1, calls), "us", "t + 1 (built-in), 1 element, per call")
         row("fuse_gelu_1", per_call_us(lambda: comp(one), calls), "us", "gpu.fuse'd GELU, 1 element, per call")

@@ -85,10 +85,23 @@ static void read_node(lua_State *L, dev_fnode *x) {
   lua_pop(L, 1);
 }
 
-/* program(name, nodes) -> the interned program (light userdata) */
+/* program(name, nodes [, res]) -> the interned program (light userdata):
+ * its results the nodes res[] (1-based; default: the last node) */
 static int fuse_program(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
+  int res[DEV_FMAXOUT], nout = 0;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    nout = (int)lua_rawlen(L, 3);
+    if (nout < 1 || nout > DEV_FMAXOUT)
+      return luaL_error(L, "%s: %d results in one op (at most %d)", name, nout, DEV_FMAXOUT);
+    for (int j = 0; j < nout; j++) {
+      lua_rawgeti(L, 3, j + 1);
+      res[j] = (int)lua_tointeger(L, -1) - 1;
+      lua_pop(L, 1);
+    }
+  }
   int n = (int)lua_rawlen(L, 2);
   if (n < 1 || n > DEV_FNODES) return luaL_error(L, "%s: %d ops (at most %d in one fused call)", name, n, DEV_FNODES);
   dev_fnode *nodes = lua_newuserdatauv(L, (size_t)n * sizeof *nodes, 0);
@@ -98,15 +111,18 @@ static int fuse_program(lua_State *L) {
     lua_pop(L, 1);
   }
   char err[200];
-  const dev_fprog *p = dev_fprog_intern(name, nodes, n, err, sizeof err);
+  if (!nout) res[nout++] = n - 1;
+  const dev_fprog *p = dev_fprog_intern_res(name, nodes, n, res, nout, err, sizeof err);
   if (!p) return luaL_error(L, "%s: %s", name, err);
   lua_pushlightuserdata(L, (void *)p);
   return 1;
 }
 
 /* The run's inputs (args[map[i]]: the tables at 2 and 3) pushed, checked,
- * broadcast into op. */
-static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *fa, int *ndim, int64_t *shape,
+ * broadcast into op; -1 when a program of several results has inputs that
+ * do not broadcast together (its results, one op each, may: the caller
+ * runs them so), else an error. */
+static int run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *fa, int *ndim, int64_t *shape,
                        int *idx) {
   const dev_view *v[DEV_FMAXIN];
   dev_view bv[DEV_FMAXIN];
@@ -121,6 +137,7 @@ static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs 
     v[i] = &t->v;
   }
   if (bind_tensor_broadcast(p->nin, v, bv, ndim, shape)) {
+    if (p->nout > 1) return -1;
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     for (int i = 0; i < p->nin; i++) {
@@ -137,6 +154,7 @@ static void run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs 
     else fa->xin[i - DEV_MAXIN] = bv[i];
   }
   op->nin = p->nin;
+  return 0;
 }
 
 /* The trailing reduction of a run (slots r: name, r + 1: dim, r + 2:
@@ -148,7 +166,7 @@ static dev_dtype run_reduction(lua_State *L, int r, const dev_fprog *p, dev_kop 
   for (int c = 0; c < DEV_NREDOP; c++)
     if (strcmp(dev_redop_name(c), name) == 0) code = c;
   if (code < 0) luaL_error(L, "%s: no reduction '%s'", p->name, name);
-  dev_dtype rt = p->node[p->n - 1].dtype;
+  dev_dtype rt = p->node[p->res[0]].dtype;
   if (!(dev_dtype_class(rt) & dev_redop_info(code)->classes))   /* before the dim's own checks, as unfused */
     luaL_error(L, "%s: not supported for %s (needs a float dtype)", name, dev_dtype_name(rt));
   op->dim = bind_reduce_dim(L, r + 1, *ndim, name);
@@ -157,12 +175,30 @@ static dev_dtype run_reduction(lua_State *L, int r, const dev_fprog *p, dev_kop 
   return bind_reduce_out(L, (dev_redop)code, rt, op->dim, lua_toboolean(L, r + 2), ndim, shape);
 }
 
+/* The outputs of a program of several results (slot 5: nil, or a list of
+ * one tensor each to write), made or checked, into op and pushed in order. */
+static void run_outs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *fa, const gpu_tensor *like, int ndim,
+                     const int64_t *shape) {
+  if (!lua_isnil(L, 5) && (!lua_istable(L, 5) || (int)lua_rawlen(L, 5) != p->nout))
+    luaL_error(L, "%s: out must be a list of %d tensors (one per result)", p->name, p->nout);
+  for (int j = 0; j < p->nout; j++) {
+    if (lua_istable(L, 5)) lua_rawgeti(L, 5, j + 1);
+    else lua_pushnil(L);
+    int slot = lua_gettop(L);
+    gpu_tensor *o = bind_tensor_out(L, slot, 6, like, p->node[p->res[j]].dtype, ndim, shape, p->name);
+    lua_replace(L, slot);
+    if (j == 0) op->out = o->v;
+    else fa->xout[j - 1] = o->v;
+  }
+}
+
 /* run(prog, args, ins, params, out, stream, level [, red, dim, keepdim])
- * -> the result: one DEV_OP_FUSED op on the stream, of inputs args[ins[i]]
- * and parameters args[params[i]] (out: nil, or a tensor to write), and
- * with red (a reduction's name) that result reduced, in the same op; its
- * site is the nearest line of a Lua function from `level` up the stack
- * from run (not debug.getinfo's table, made per call). */
+ * -> the results (false: run_inputs's -1): one DEV_OP_FUSED op on the stream, of inputs args[ins[i]]
+ * and parameters args[params[i]] (out: nil, or a tensor to write; a list
+ * of them for a program of several results), and with red (a reduction's
+ * name) that result reduced, in the same op; its site is the nearest line
+ * of a Lua function from `level` up the stack from run (not
+ * debug.getinfo's table, made per call). */
 static int fuse_run(lua_State *L) {
   luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
   const dev_fprog *p = lua_touserdata(L, 1);
@@ -177,7 +213,10 @@ static int fuse_run(lua_State *L) {
   dev_kop op = {.kind = DEV_OP_FUSED, .fprog = p, .fargs = &fa};
   int ndim, idx[DEV_FMAXIN];
   int64_t shape[DEV_MAXDIM];
-  run_inputs(L, p, &op, &fa, &ndim, shape, idx);
+  if (run_inputs(L, p, &op, &fa, &ndim, shape, idx)) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
   for (int i = 0; i < p->nparam; i++) {
     lua_rawgeti(L, 4, i + 1);
     lua_rawget(L, 2);
@@ -188,16 +227,25 @@ static int fuse_run(lua_State *L) {
     else return luaL_error(L, "%s: parameter %d is not a number", p->name, i + 1);
     lua_pop(L, 1);
   }
-  dev_dtype rt = p->node[p->n - 1].dtype;
-  if (!lua_isnil(L, 8)) rt = run_reduction(L, 8, p, &op, &ndim, shape);
-  gpu_tensor *o = bind_tensor_out(L, 5, 6, bind_check_tensor(L, idx[0]), rt, ndim, shape, p->name);
-  op.out = o->v;
+  dev_dtype rt = p->node[p->res[0]].dtype;
+  if (!lua_isnil(L, 8)) {
+    if (p->nout > 1) return luaL_error(L, "%s: a fused reduction has one result", p->name);
+    rt = run_reduction(L, 8, p, &op, &ndim, shape);
+  }
+  int top = lua_gettop(L);
+  if (p->nout > 1) {
+    run_outs(L, p, &op, &fa, bind_check_tensor(L, idx[0]), ndim, shape);
+  } else {
+    gpu_tensor *o = bind_tensor_out(L, 5, 6, bind_check_tensor(L, idx[0]), rt, ndim, shape, p->name);
+    op.out = o->v;
+  }
   dev_stream *s = bind_stream(L, 6);
   dev_ctx *ctx = dev_stream_ctx(s);
   bind_site_from(L, ctx, level > 0 ? level : 1);
   dev_set_call(ctx, p->name);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), p->name);
-  return 1;
+  for (int j = 1; j <= p->nout; j++) lua_pushvalue(L, top + j);
+  return p->nout;
 }
 
 /* key(args, n) -> the signature of a call's n arguments (the trace cache's

@@ -181,7 +181,7 @@ static void fused_chunk(void *arg, int64_t lo, int64_t hi)
   const dev_kop *op = j->op;
   const dev_fprog *p = op->fprog;
   int zdiv = -1;
-  walk wo;
+  walk wo[DEV_FMAXOUT];
   run *r = malloc(sizeof *r);
   block *mem = malloc((size_t)j->nslot * sizeof(block));
   block **val = malloc((size_t)p->n * 2 * sizeof *val);
@@ -203,15 +203,20 @@ static void fused_chunk(void *arg, int64_t lo, int64_t hi)
     walk_init(&r->in[i], dev_kop_in(op, i));
     walk_seek(&r->in[i], lo);
   }
-  walk_init(&wo, &op->out);
-  walk_seek(&wo, lo);
+  for (int o = 0; o < p->nout; o++) {
+    walk_init(&wo[o], dev_kop_out(op, o));
+    walk_seek(&wo[o], lo);
+  }
   for (int64_t done = lo, k; done < hi; done += k) {
     k = min64(BLK, hi - done);
-    char *od = j->out_direct ? walk_direct(&wo, op->out.dtype, k) : NULL;
+    char *od = j->out_direct ? walk_direct(&wo[0], op->out.dtype, k) : NULL;
     r->val[p->n - 1] = od ? (block *)od : r->home[p->n - 1];
     for (int i = 0; i < p->n; i++)
       if (eval(r, i, k) && zdiv < 0) zdiv = i;
-    if (!od) walk_store(&wo, op->out.dtype, class_of(op->out.dtype), k, r->val[p->n - 1]);
+    for (int o = od ? 1 : 0; o < p->nout; o++) {
+      dev_dtype t = dev_kop_out(op, o)->dtype;
+      walk_store(&wo[o], t, class_of(t), k, r->val[p->res[o]]);
+    }
   }
   if (zdiv >= 0) {
     pthread_mutex_lock(&j->mu);
@@ -239,6 +244,7 @@ static int assign_slots(const dev_fprog *p, int *slot, int *last)
               : x->kind == DEV_FN_TERNARY ? 3 : 0;
     for (int j = 0; j < nop; j++) last[x->a[j]] = i;
   }
+  for (int j = 0; j < p->nout; j++) last[p->res[j]] = p->n;   /* stored after the loop: kept */
   for (int i = 0; i < p->n; i++) {
     const dev_fnode *x = &p->node[i];
     if (is_num(x)) { slot[i] = -1; continue; }
@@ -260,13 +266,15 @@ static int assign_slots(const dev_fprog *p, int *slot, int *last)
  * the one thread's order. */
 static int split_ok(const dev_kop *op)
 {
-  const dev_view *out = &op->out;
-  for (int i = 0; i < op->nin; i++) {
-    const dev_view *v = dev_kop_in(op, i);
-    if (!cpu_views_overlap(out, v)) continue;
-    if (v->buf != out->buf || v->offset != out->offset || v->dtype != out->dtype || v->ndim != out->ndim) return 0;
-    for (int d = 0; d < v->ndim; d++)
-      if (v->shape[d] != out->shape[d] || (v->shape[d] > 1 && v->stride[d] != out->stride[d])) return 0;
+  for (int o = 0; o < op->fprog->nout; o++) {
+    const dev_view *out = dev_kop_out(op, o);
+    for (int i = 0; i < op->nin; i++) {
+      const dev_view *v = dev_kop_in(op, i);
+      if (!cpu_views_overlap(out, v)) continue;
+      if (v->buf != out->buf || v->offset != out->offset || v->dtype != out->dtype || v->ndim != out->ndim) return 0;
+      for (int d = 0; d < v->ndim; d++)
+        if (v->shape[d] != out->shape[d] || (v->shape[d] > 1 && v->stride[d] != out->stride[d])) return 0;
+    }
   }
   return 1;
 }
@@ -278,6 +286,7 @@ static int split_ok(const dev_kop *op)
 static int out_direct_ok(const dev_kop *op)
 {
   const dev_fnode *x = &op->fprog->node[op->fprog->n - 1];
+  if (op->fprog->nout > 1) return 0;   /* the results' blocks are stored after the loop */
   if (x->kind != DEV_FN_UNARY && x->kind != DEV_FN_BINARY && x->kind != DEV_FN_TERNARY) return 0;
   if (x->dtype != op->out.dtype) return 0;
   for (int i = 0; i < op->nin; i++)
@@ -293,7 +302,10 @@ int cpu_run_fused(const dev_kop *op, char *err, size_t errlen)
   int rc = 0;
   if (!p || op->nin != p->nin) return fail_msg(err, errlen, "fused: bad program");
   if (check_view(out, "out", err, errlen)) return -1;
-  if ((op->nin > DEV_MAXIN || p->nparam) && !op->fargs) return fail_msg(err, errlen, "fused: no arguments");
+  if ((op->nin > DEV_MAXIN || p->nparam || p->nout > 1) && !op->fargs)
+    return fail_msg(err, errlen, "fused: no arguments");
+  for (int o = 1; o < p->nout; o++)
+    if (check_view(dev_kop_out(op, o), "out", err, errlen)) return -1;
   for (int i = 0; i < op->nin; i++)
     if (check_view(dev_kop_in(op, i), "in", err, errlen)) return -1;
   if (n == 0) return 0;

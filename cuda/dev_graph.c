@@ -240,7 +240,9 @@ static int hold_module(dev_graph *g, dev_module *m) {
  * thread: at capture too, as the rest of the host's work in it.  Its
  * fences refuse memory the capture uses (graph_host_access). */
 int graph_records(const dev_kop *op) {
-  if (op->kind == DEV_OP_LAUNCH || op->kind == DEV_OP_SLEEP || op->out.buf->kind == DEV_MEM_DEVICE) return 1;
+  if (op->kind == DEV_OP_LAUNCH || op->kind == DEV_OP_SLEEP) return 1;
+  for (int j = 0; j < dev_kop_nout(op); j++)
+    if (dev_kop_out(op, j)->buf->kind == DEV_MEM_DEVICE) return 1;
   for (int i = 0; i < op->nin; i++)
     if (dev_kop_in(op, i)->buf->kind == DEV_MEM_DEVICE) return 1;
   return 0;
@@ -250,13 +252,15 @@ int graph_submit(dev_stream *s, const dev_kop *op) {
   dev_ctx *ctx = s->ctx;
   dev_graph *g = ctx->capture;
   if (s->capture != g) return not_member(ctx, s);
-  dev_buf *bufs[1 + DEV_FMAXIN];
-  unsigned char wr[1 + DEV_FMAXIN];
+  dev_buf *bufs[DEV_FMAXOUT + DEV_FMAXIN];
+  unsigned char wr[DEV_FMAXOUT + DEV_FMAXIN];
   int nb = 0;
   const dev_launch *l = op->kind == DEV_OP_LAUNCH ? op->launch : NULL;
   if (!l && op->kind != DEV_OP_SLEEP) {
-    bufs[nb] = op->out.buf;
-    wr[nb++] = 1;
+    for (int j = 0; j < dev_kop_nout(op); j++) {
+      bufs[nb] = dev_kop_out(op, j)->buf;
+      wr[nb++] = 1;
+    }
     for (int i = 0; i < op->nin; i++) {
       bufs[nb] = dev_kop_in(op, i)->buf;
       wr[nb++] = 0;

@@ -271,6 +271,35 @@ static int check_copy(dev_ctx *ctx, const dev_kop *op) {
   return DEV_OK;
 }
 
+static int views_overlap(const dev_view *a, const dev_view *b);
+
+/* The results 2.. of a fused program with several: each a view as the
+ * output is checked, of out's shape and its result's dtype, and no two
+ * overlapping (an element written twice in one pass). */
+static int check_fused_outs(dev_ctx *ctx, const dev_kop *op) {
+  const dev_fprog *p = op->fprog;
+  int rc;
+  if (!op->fargs || (op->flags & DEV_F_FREDUCE))
+    return dev_fail(ctx, DEV_ERR_INVALID, "%d results: %s", p->nout,
+                    op->fargs ? "a fused reduction has one" : "no arguments");
+  for (int j = 1; j < p->nout; j++) {
+    const dev_view *o = dev_kop_out(op, j);
+    if ((rc = dev_check_view(ctx, o, "output")) || (rc = dev_check_writable(ctx, o))) return rc;
+    if (!same_shape(o, &op->out)) return dev_fail(ctx, DEV_ERR_INVALID, "result %d: shape mismatch", j + 1);
+  }
+  for (int j = 0; j < p->nout; j++) {
+    const dev_view *o = dev_kop_out(op, j);
+    if (o->dtype != p->node[p->res[j]].dtype)
+      return dev_fail(ctx, DEV_ERR_INVALID, "result %d: the output's dtype is %s, the result's %s", j + 1,
+                      dev_dtype_name(o->dtype), dev_dtype_name(p->node[p->res[j]].dtype));
+    for (int k = 0; k < j; k++)
+      if (views_overlap(o, dev_kop_out(op, k)))
+        return dev_fail(ctx, DEV_ERR_INVALID, "results %d and %d are written to overlapping memory",
+                        k + 1, j + 1);
+  }
+  return DEV_OK;
+}
+
 /* A fused program's inputs: of its input nodes' dtypes, each of out's shape
  * (broadcast), and the result of out's dtype (the program checked the rest
  * when it was interned). */
@@ -278,7 +307,11 @@ static int check_fused(dev_ctx *ctx, const dev_kop *op) {
   const dev_fprog *p = op->fprog;
   if (!p || op->nin != p->nin || p->nparam > DEV_FPARAMS || ((op->nin > DEV_MAXIN || p->nparam) && !op->fargs))
     return dev_fail(ctx, DEV_ERR_INVALID, "fused: bad program or operands");
-  dev_dtype rt = p->node[p->n - 1].dtype;
+  dev_dtype rt = p->node[p->res[0]].dtype;
+  if (p->nout > 1) {
+    int rc = check_fused_outs(ctx, op);
+    if (rc) return rc;
+  }
   /* the result's shape: out's, or with a reduction the inputs' */
   const dev_view *shape = &op->out;
   if (op->flags & DEV_F_FREDUCE) {
@@ -362,10 +395,11 @@ static void count_op(dev_ctx *ctx, const dev_kop *op) {
   else ctx->st.h2h_bytes += n;
 }
 
-/* After the backend took an op of these buffers (output first) on s. */
-static void note_op(dev_ctx *ctx, dev_stream *s, dev_buf *const *bufs, int nb) {
+/* After the backend took an op of these buffers (the nw it writes first)
+ * on s. */
+static void note_op(dev_ctx *ctx, dev_stream *s, dev_buf *const *bufs, int nb, int nw) {
   if (ctx->trace_gen) dev_trace_note_stream(ctx, s);
-  for (int i = nb - 1; i >= 0; i--) note_use(BX(bufs[i]), s, i == 0);
+  for (int i = nb - 1; i >= 0; i--) note_use(BX(bufs[i]), s, i < nw);
 }
 
 /* A contiguous device copy between a view and a packed buffer, on s: the
@@ -383,7 +417,7 @@ static int submit_packed(dev_ctx *ctx, dev_stream *s, const dev_view *v, dev_buf
   dev_buf *bufs[2] = {op.out.buf, op.in[0].buf};
   int rc = fence_op_bufs(s, bufs, 2);
   if (rc == DEV_OK) rc = ctx->bk->submit(s, &op);
-  if (rc == DEV_OK) note_op(ctx, s, bufs, 2);
+  if (rc == DEV_OK) note_op(ctx, s, bufs, 2, 1);
   return rc;
 }
 
@@ -432,7 +466,7 @@ static int submit_staged(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   /* the copy's output first: it is written */
   dev_buf *dst = h2d ? (packed ? packed : dv->buf) : hv->buf, *src = h2d ? hv->buf : (packed ? packed : dv->buf);
   dev_buf *used[3] = {dst, src, stage};
-  note_op(ctx, s, used, 2);
+  note_op(ctx, s, used, 2, 1);
   note_use(BX(stage), s, 1);
   if (h2d && packed) rc = submit_packed(ctx, s, dv, packed, 0);
   if (rc == DEV_OK) {
@@ -513,10 +547,12 @@ enum { ALIAS_NONE, ALIAS_OUT, ALIAS_IN };
 static int alias_plan(const dev_kop *op) {
   unsigned fl = kinds[op->kind].flags;
   if (fl & (DEV_OPK_NOIN | DEV_OPK_NOVIEWS | DEV_OPK_MEMMOVE)) return ALIAS_NONE;
-  for (int i = 0; i < op->nin; i++)
-    if (views_overlap(&op->out, dev_kop_in(op, i)) &&
-        !((fl & DEV_OPK_INPLACE) && !(op->flags & DEV_F_FREDUCE) && same_view(&op->out, dev_kop_in(op, i))))
-      return op->kind == DEV_OP_INDEX && op->code == DEV_IDX_SCATTER_ADD ? ALIAS_IN : ALIAS_OUT;
+  for (int j = 0; j < dev_kop_nout(op); j++)
+    for (int i = 0; i < op->nin; i++) {
+      const dev_view *o = dev_kop_out(op, j), *v = dev_kop_in(op, i);
+      if (views_overlap(o, v) && !((fl & DEV_OPK_INPLACE) && !(op->flags & DEV_F_FREDUCE) && same_view(o, v)))
+        return op->kind == DEV_OP_INDEX && op->code == DEV_IDX_SCATTER_ADD ? ALIAS_IN : ALIAS_OUT;
+    }
   return ALIAS_NONE;
 }
 
@@ -541,30 +577,36 @@ static int copy_view(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const dev
  * temporaries. */
 static int submit_unaliased(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int plan) {
   dev_kop k = *op;
-  dev_fargs fa;   /* a fused op's: its inputs may change too */
+  dev_fargs fa;   /* a fused op's: its inputs and outputs may change too */
   if (op->fargs) {
     fa = *op->fargs;
     k.fargs = &fa;
   }
+  int nout = dev_kop_nout(op);
   dev_view *kin[DEV_FMAXIN];
   for (int i = 0; i < op->nin; i++) kin[i] = (dev_view *)dev_kop_in(&k, i);
-  dev_buf *tmp[1 + DEV_FMAXIN] = {NULL};
+  dev_buf *tmp[DEV_FMAXOUT + DEV_FMAXIN] = {NULL};
   dev_memkind kind = host_visible(op->out.buf) ? op->out.buf->kind : DEV_MEM_DEVICE;
   int rc = DEV_OK;
   for (int i = 0; i < op->nin; i++)
     if (!host_visible(dev_kop_in(op, i)->buf)) kind = DEV_MEM_DEVICE;
+  for (int j = 1; j < nout; j++)
+    if (!host_visible(dev_kop_out(op, j)->buf)) kind = DEV_MEM_DEVICE;
   if (plan == ALIAS_OUT) {
-    rc = temp_view(ctx, s, &op->out, kind, &k.out, &tmp[0]);
+    /* every output into a temporary (a fused op's several, all written in
+     * its one pass), then copied where it goes */
+    for (int j = 0; j < nout && rc == DEV_OK; j++)
+      rc = temp_view(ctx, s, dev_kop_out(op, j), kind, (dev_view *)dev_kop_out(&k, j), &tmp[j]);
     if (rc == DEV_OK) rc = dev_submit(ctx, s, &k);
-    if (rc == DEV_OK) rc = copy_view(ctx, s, &op->out, &k.out);
+    for (int j = 0; j < nout && rc == DEV_OK; j++) rc = copy_view(ctx, s, dev_kop_out(op, j), dev_kop_out(&k, j));
   } else {
     for (int i = 0; i < op->nin && rc == DEV_OK; i++)
       if (views_overlap(&op->out, dev_kop_in(op, i)) &&
-          (rc = temp_view(ctx, s, dev_kop_in(op, i), kind, kin[i], &tmp[1 + i])) == DEV_OK)
+          (rc = temp_view(ctx, s, dev_kop_in(op, i), kind, kin[i], &tmp[DEV_FMAXOUT + i])) == DEV_OK)
         rc = copy_view(ctx, s, kin[i], dev_kop_in(op, i));
     if (rc == DEV_OK) rc = dev_submit(ctx, s, &k);
   }
-  for (int i = 0; i <= DEV_FMAXIN; i++) dev_buf_release(tmp[i]);
+  for (int i = 0; i < DEV_FMAXOUT + DEV_FMAXIN; i++) dev_buf_release(tmp[i]);
   return rc;
 }
 
@@ -587,17 +629,17 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
   }
   if (ctx->capture && graph_records(op)) return graph_submit(s, op);   /* recorded, not run */
   if (op->kind == DEV_OP_LAUNCH) return submit_launch(ctx, s, op);
-  /* the output, then the tensor operands (validated: nin of them) */
-  int nb = op->kind == DEV_OP_SLEEP ? 0 : 1 + op->nin;
-  const dev_view *views[1 + DEV_FMAXIN] = {&op->out};
-  for (int i = 1; i < nb; i++) views[i] = dev_kop_in(op, i - 1);
+  /* the outputs, then the tensor operands (validated: nin of them) */
+  const dev_view *views[DEV_FMAXOUT + DEV_FMAXIN];
+  int nw = op->kind == DEV_OP_SLEEP ? 0 : dev_kop_nout(op), nb = nw ? nw + op->nin : 0;
+  for (int i = 0; i < nb; i++) views[i] = i < nw ? dev_kop_out(op, i) : dev_kop_in(op, i - nw);
   int all_host = nb > 0;
   for (int i = 0; i < nb; i++)
     if (!host_visible(views[i]->buf)) all_host = 0;
   if (all_host) {
     /* Host memory only: run here, once queued work on these buffers is done. */
     for (int i = 0; i < nb; i++)
-      if ((rc = dev_buf_fence(views[i]->buf, i == 0))) return rc;
+      if ((rc = dev_buf_fence(views[i]->buf, i < nw))) return rc;
     char msg[256];
     uint64_t t0 = ctx->trace_gen ? dev_trace_now() : 0;
     if (dev_cpu_run(op, msg, sizeof msg))
@@ -618,7 +660,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     pageable = hb != NULL;
   }
   if (ctx->race && (rc = race_op(ctx, s, op, 0))) return rc;
-  dev_buf *bufs[1 + DEV_FMAXIN] = {NULL};
+  dev_buf *bufs[DEV_FMAXOUT + DEV_FMAXIN] = {NULL};
   for (int i = 0; i < nb; i++) bufs[i] = views[i]->buf;
   if ((rc = fence_op_bufs(s, bufs, nb))) return rc;
   if (pageable && (rc = dev_sync_enter(ctx, "a copy to or from pageable host memory"))) return rc;
@@ -627,7 +669,7 @@ int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op) {
     return rc;
   }
   if (ctx->race) race_op(ctx, s, op, 1);
-  note_op(ctx, s, bufs, nb);
+  note_op(ctx, s, bufs, nb, nw);
   count_op(ctx, op);
   if (pageable) {
     if ((rc = dev_sync_wait(ctx, s, ctx->bk->stream_pos(s)))) { dev_sync_leave(ctx); return rc; }

@@ -397,9 +397,12 @@ enum {
 #define DEV_MAXIN 3   /* tensor operands held in a dev_kop, packed from in[0] */
 #define DEV_FMAXIN 8  /* tensor operands of a fused op: in[], then its fargs' xin[] */
 #define DEV_FPARAMS 8 /* number parameters of a fused op */
+#define DEV_FMAXOUT 4 /* results of a fused op: out, then its fargs' xout[] */
 
 /* A fused op's program (DEV_OP_FUSED): nodes in order, each reading only
- * earlier ones; the last is the result.  Each tensor node has the dtype the
+ * earlier ones; res[] are the results' nodes (nout of them, all of one
+ * shape: one pass writes them all, after reading every input; a program
+ * with one result has the last node as it).  Each tensor node has the dtype the
  * unfused op would have produced and rounds to it; a number node (CONST,
  * PARAM) has none: the op that reads it takes it as the unfused op takes a
  * number operand.  Programs are interned (dev_fprog_intern): one per content,
@@ -416,7 +419,8 @@ typedef struct dev_fnode {
 } dev_fnode;
 typedef struct dev_fprog {
   char name[DEV_SITE_LEN];   /* in messages and traces */
-  int n, nin, nparam;
+  int n, nin, nparam, nout;
+  int res[DEV_FMAXOUT];
 #ifndef __CUDACC_RTC__
   dev_fnode node[];
 #else
@@ -424,8 +428,11 @@ typedef struct dev_fprog {
 #endif
 } dev_fprog;
 /* The interned program of these nodes, checked (operands, dtype rules of
- * ops.h); NULL with a message in err. */
+ * ops.h); NULL with a message in err.  Its result is the last node;
+ * dev_fprog_intern_res's are the nout nodes res[] (0-based). */
 const dev_fprog *dev_fprog_intern(const char *name, const dev_fnode *nodes, int n, char *err, size_t errlen);
+const dev_fprog *dev_fprog_intern_res(const char *name, const dev_fnode *nodes, int n, const int *res, int nout,
+                                      char *err, size_t errlen);
 /* How many programs were interned so far (a cache miss each). */
 uint64_t dev_fprog_count(void);
 
@@ -452,12 +459,22 @@ typedef struct dev_kop {
  * keeps an op past dev_submit (a queue, a graph) keeps a copy. */
 typedef struct dev_fargs {
   dev_view xin[DEV_FMAXIN - DEV_MAXIN];
+  dev_view xout[DEV_FMAXOUT - 1];   /* results 2.. of a program with several */
   dev_scalar param[DEV_FPARAMS];
 } dev_fargs;
 
 /* Operand i of op (i < op->nin), wherever it is kept. */
 static inline const dev_view *dev_kop_in(const dev_kop *op, int i) {
   return i < DEV_MAXIN ? &op->in[i] : &op->fargs->xin[i - DEV_MAXIN];
+}
+
+/* How many outputs op writes (a fused op's program may have several), and
+ * output j of them, wherever it is kept. */
+static inline int dev_kop_nout(const dev_kop *op) {
+  return op->kind == DEV_OP_FUSED && op->fprog ? op->fprog->nout : 1;
+}
+static inline const dev_view *dev_kop_out(const dev_kop *op, int j) {
+  return j == 0 ? &op->out : &op->fargs->xout[j - 1];
 }
 
 /* Validate and enqueue on stream s (NULL: default stream).  If every buffer

@@ -80,14 +80,31 @@ static int check(const dev_fnode *nd, int n, int *nin, int *nparam, char *err, s
     default: return fail(err, errlen, i, "bad kind", 0, 0);
     }
   }
-  if (is_num(&nd[n - 1])) return fail(err, errlen, n - 1, "the result is a number, not a tensor", 0, 0);
   return 0;
 }
 
-const dev_fprog *dev_fprog_intern(const char *name, const dev_fnode *nodes, int n, char *err, size_t errlen)
+/* The results: 1..DEV_FMAXOUT nodes, each a tensor node. */
+static int check_res(const dev_fnode *nd, int n, const int *res, int nout, char *err, size_t errlen)
+{
+  if (nout < 1 || nout > DEV_FMAXOUT) {
+    snprintf(err, errlen, "%d results (1 to %d in one fused op)", nout, DEV_FMAXOUT);
+    return -1;
+  }
+  for (int j = 0; j < nout; j++) {
+    if (res[j] < 0 || res[j] >= n) {
+      snprintf(err, errlen, "result %d: bad node", j + 1);
+      return -1;
+    }
+    if (is_num(&nd[res[j]])) return fail(err, errlen, res[j], "the result is a number, not a tensor", 0, 0);
+  }
+  return 0;
+}
+
+const dev_fprog *dev_fprog_intern_res(const char *name, const dev_fnode *nodes, int n, const int *res, int nout,
+                                      char *err, size_t errlen)
 {
   int nin, nparam;
-  if (check(nodes, n, &nin, &nparam, err, errlen)) return NULL;
+  if (check(nodes, n, &nin, &nparam, err, errlen) || check_res(nodes, n, res, nout, err, errlen)) return NULL;
   size_t sz = sizeof(dev_fprog) + (size_t)n * sizeof(dev_fnode);
   dev_fprog *p = calloc(1, sz);
   if (!p) { snprintf(err, errlen, "out of memory"); return NULL; }
@@ -95,6 +112,8 @@ const dev_fprog *dev_fprog_intern(const char *name, const dev_fnode *nodes, int 
   p->n = n;
   p->nin = nin;
   p->nparam = nparam;
+  p->nout = nout;
+  memcpy(p->res, res, (size_t)nout * sizeof *res);
   memcpy(p->node, nodes, (size_t)n * sizeof(dev_fnode));
   pthread_mutex_lock(&lock);
   for (struct entry *e = programs; e; e = e->next)
@@ -111,6 +130,12 @@ const dev_fprog *dev_fprog_intern(const char *name, const dev_fnode *nodes, int 
   count++;
   pthread_mutex_unlock(&lock);
   return p;
+}
+
+const dev_fprog *dev_fprog_intern(const char *name, const dev_fnode *nodes, int n, char *err, size_t errlen)
+{
+  int last = n - 1;
+  return dev_fprog_intern_res(name, nodes, n, &last, 1, err, errlen);
 }
 
 uint64_t dev_fprog_count(void)

@@ -382,7 +382,8 @@ static int op_at(dev_ctx *ctx, dev_stream *s, const dev_kop *op, int commit, uin
     } else if (op->kind != DEV_OP_SLEEP) {
       for (int i = 0; i < op->nin; i++)
         if ((rc = one(ctx, s, dev_kop_in(op, i)->buf, 0, name, commit, pass, pos))) return rc;
-      if ((rc = one(ctx, s, op->out.buf, 1, name, commit, pass, pos))) return rc;
+      for (int j = 0; j < dev_kop_nout(op); j++)
+        if ((rc = one(ctx, s, dev_kop_out(op, j)->buf, 1, name, commit, pass, pos))) return rc;
     }
   }
   return DEV_OK;

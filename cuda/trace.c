@@ -104,7 +104,7 @@ void dev_trace_fill_op(dev_trace_rec *r, const dev_kop *op, int64_t stream) {
     name = "cast";
     r->bytes = view_bytes(&op->out);
   } else if (op->kind != DEV_OP_SLEEP && op->kind != DEV_OP_LAUNCH) {
-    r->bytes = view_bytes(&op->out);
+    for (int j = 0; j < dev_kop_nout(op); j++) r->bytes += view_bytes(dev_kop_out(op, j));
   }
   copy_str(r->name, sizeof r->name, name);
 }

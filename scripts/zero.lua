@@ -73,14 +73,17 @@ local P0 = lay:flatten(P)                           -- the start, for the second
 
 -- ---- Adam on (a block of) a bucket: p, g, m, v views of one size -----------
 
--- Three fused passes (gpu.fuse: each one kernel, bit for bit the unfused
--- ops): m and v read g once each, p reads the new m and v.  The step's bias
--- corrections are folded into two numbers (as torch.optim.Adam does), held
--- in one-element tensors refilled before each step, so that a graph
--- replays every step with that step's numbers.
-local adam_m = gpu.fuse(function(m, g) return m:lerp(g, 1 - B1) end, { name = "adam_m" })
-local adam_v = gpu.fuse(function(v, g) return v:lerp(g * g, 1 - B2) end, { name = "adam_v" })
-local adam_p = gpu.fuse(function(p, m, v, eps, lr) return p - m / (v:sqrt() + eps) * lr end, { name = "adam_p" })
+-- One fused pass (gpu.fuse: one kernel, bit for bit the unfused ops): p,
+-- g, m and v read once, p, m and v written once; p's update uses the new m
+-- and v, kept in registers.  The step's bias corrections are folded into
+-- two numbers (as torch.optim.Adam does), held in one-element tensors
+-- refilled before each step, so that a graph replays every step with that
+-- step's numbers.
+local adam_step = gpu.fuse(function(p, g, m, v, eps, lr)
+  local m2 = m:lerp(g, 1 - B1)                       -- m = B1 m + (1 - B1) g
+  local v2 = v:lerp(g * g, 1 - B2)                   -- v = B2 v + (1 - B2) g^2
+  return p - m2 / (v2:sqrt() + eps) * lr, m2, v2     -- p -= LR m^ / (sqrt(v^) + EPS)
+end, { name = "adam" })
 local eps_t, lr_t = gpu.zeros({ 1 }), gpu.zeros({ 1 })
 
 local function adam_numbers(t)
@@ -90,9 +93,7 @@ local function adam_numbers(t)
 end
 
 local function adam(p, g, m, v)
-  adam_m(m, g, { out = m })                          -- m = B1 m + (1 - B1) g
-  adam_v(v, g, { out = v })                          -- v = B2 v + (1 - B2) g^2
-  adam_p(p, m, v, eps_t, lr_t, { out = p })          -- p -= LR m^ / (sqrt(v^) + EPS)
+  adam_step(p, g, m, v, eps_t, lr_t, { out = { p, m, v } })
 end
 
 -- ---- one training run: stage 0 (DDP), 1 or 2; direct or replayed ------------

@@ -168,12 +168,13 @@ static int node_stmt(sbuf *b, const dev_fprog *p, int i, int *q, const char *sfx
 /* gf_elem2: two elements at once, the program's statements for each, and
  * each op's two results rounded together (k_round2: one packed conversion
  * for bf16 and f16, whose conversions bound a chain's speed). */
-static int elem2(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt, const char *out_dt, char *err,
+static int elem2(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt, const char *const *out_dt, char *err,
                  size_t errlen) {
   int q = 0;
   sb_str(b, "static __device__ __forceinline__ void gf_elem2(const gf_args &a");
   for (int k = 0; k < nin; k++) sb_printf(b, ", kt<%s>::S x%da, kt<%s>::S x%db", in_dt[k], k, in_dt[k], k);
-  sb_printf(b, ", kt<%s>::S &ra, kt<%s>::S &rb, int &z)\n{\n", out_dt, out_dt);
+  for (int o = 0; o < p->nout; o++) sb_printf(b, ", kt<%s>::S &out%da, kt<%s>::S &out%db", out_dt[o], o, out_dt[o], o);
+  sb_str(b, ", int &z)\n{\n");
   for (int i = 0; i < p->n; i++) {
     const dev_fnode *x = &p->node[i];
     int q0 = q, op = x->kind == DEV_FN_UNARY || x->kind == DEV_FN_BINARY || x->kind == DEV_FN_TERNARY;
@@ -182,7 +183,10 @@ static int elem2(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt,
     if (node_stmt(b, p, i, &q, "b", op, err, errlen)) return -1;
     if (op) sb_printf(b, "  k_round2<%s>(v%da, v%db);\n", dt_enum[x->dtype], i, i);
   }
-  sb_printf(b, "  ra = k_store<%s>(v%da);\n  rb = k_store<%s>(v%db);\n}\n\n", out_dt, p->n - 1, out_dt, p->n - 1);
+  for (int o = 0; o < p->nout; o++)
+    sb_printf(b, "  out%da = k_store<%s>(v%da);\n  out%db = k_store<%s>(v%db);\n", o, out_dt[o], p->res[o], o,
+              out_dt[o], p->res[o]);
+  sb_str(b, "}\n\n");
   return 0;
 }
 
@@ -209,9 +213,9 @@ static void reduce_src(sbuf *b, int nin, const char *const *in_dt, const char *o
   sb_printf(b, "struct gsrc {\n  gf_args a;\n  typedef kt<%s>::S S;\n", out_dt);
   sb_printf(b, "  __device__ %s S at(const S *q) const\n  {\n", inl);
   sb_str(b, ""
-            "    int64_t i = (int64_t)((uintptr_t)q / sizeof(S));\n    int z = 0;\n    S r = gf_elem(a");
+            "    int64_t i = (int64_t)((uintptr_t)q / sizeof(S));\n    int z = 0;\n    S r;\n    gf_elem(a");
   elem_args(b, nin, in_dt, vec, "i");
-  sb_str(b, ", z);\n    if (z && a.zflag) *a.zflag = a.ztag;\n    return r;\n  }\n");
+  sb_str(b, ", r, z);\n    if (z && a.zflag) *a.zflag = a.ztag;\n    return r;\n  }\n");
   sb_printf(b, "  __device__ %s uint4 at16(const uint4 *q) const\n  {\n", inl);
   sb_str(b, ""
             "    constexpr int N = 16 / sizeof(S);\n"
@@ -240,17 +244,70 @@ static void reduce_src(sbuf *b, int nin, const char *const *in_dt, const char *o
   }
 }
 
+/* gf_elem: the program, one statement per node, each value in its op's
+ * compute type rounded to its dtype (k_round); the results stored through
+ * out0.. after every input was read (an output may be an input's memory;
+ * node_stmt's own names are v, l and r with the node's number). */
+static int elem1(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt, const char *const *out_dt,
+                 char *err, size_t errlen) {
+  int q = 0;
+  sb_str(b, "static __device__ __forceinline__ void gf_elem(const gf_args &a");
+  for (int k = 0; k < nin; k++) sb_printf(b, ", kt<%s>::S x%d", in_dt[k], k);
+  for (int o = 0; o < p->nout; o++) sb_printf(b, ", kt<%s>::S &out%d", out_dt[o], o);
+  sb_str(b, ", int &z)\n{\n");
+  for (int i = 0; i < p->n; i++)
+    if (node_stmt(b, p, i, &q, "", 0, err, errlen)) return -1;
+  for (int o = 0; o < p->nout; o++) sb_printf(b, "  out%d = k_store<%s>(v%d);\n", o, out_dt[o], p->res[o]);
+  sb_str(b, "}\n\n");
+  return 0;
+}
+
+/* The kernel gf: each element (any layout), or V at a time (contiguous and
+ * aligned: 16 bytes of the widest dtype a step, then the tail one by one). */
+static void kernel(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt, const char *const *out_dt, int vec,
+                   int widest) {
+  sb_str(b, "extern \"C\" __global__ void __launch_bounds__(256) gf(const gf_args a)\n{\n"
+            "  int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x, i = tid;\n"
+            "  int z = 0;\n");
+  if (!vec) {
+    sb_str(b, "  for (; i < a.n; i += nth)\n    gf_elem(a");
+    for (int k = 0; k < nin; k++) sb_printf(b, ", *k_at<kt<%s>::S>(a.in[%d], i)", in_dt[k], k);
+    for (int o = 0; o < p->nout; o++) sb_printf(b, ", *k_at<kt<%s>::S>(a.out[%d], i)", out_dt[o], o);
+  } else {
+    int V = 16 / widest;
+    sb_printf(b, "  const int64_t nv = a.n / %d;\n  for (; i < nv; i += nth) {\n", V);
+    for (int k = 0; k < nin; k++)
+      sb_printf(b, "    kpack<kt<%s>::S, %d> p%d = ((const kpack<kt<%s>::S, %d> *)a.in[%d])[i];\n", in_dt[k], V, k,
+                in_dt[k], V, k);
+    for (int o = 0; o < p->nout; o++) sb_printf(b, "    kpack<kt<%s>::S, %d> r%d;\n", out_dt[o], V, o);
+    sb_printf(b, "#pragma unroll\n    for (int j = 0; j < %d; j += 2) gf_elem2(a", V);
+    for (int k = 0; k < nin; k++) sb_printf(b, ", p%d.x[j], p%d.x[j + 1]", k, k);
+    for (int o = 0; o < p->nout; o++) sb_printf(b, ", r%d.x[j], r%d.x[j + 1]", o, o);
+    sb_str(b, ", z);\n");
+    for (int o = 0; o < p->nout; o++)
+      sb_printf(b, "    ((kpack<kt<%s>::S, %d> *)a.out[%d])[i] = r%d;\n", out_dt[o], V, o, o);
+    sb_printf(b, "  }\n  for (i = nv * %d + tid; i < a.n; i += nth)\n    gf_elem(a", V);
+    for (int k = 0; k < nin; k++) sb_printf(b, ", ((const kt<%s>::S *)a.in[%d])[i]", in_dt[k], k);
+    for (int o = 0; o < p->nout; o++) sb_printf(b, ", ((kt<%s>::S *)a.out[%d])[i]", out_dt[o], o);
+  }
+  sb_str(b, ", z);\n  if (z && a.zflag) *a.zflag = a.ztag;\n}\n");
+}
+
 int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, size_t errlen) {
-  int nin = p->nin, nnum = cuda_fused_numbers(p), q = 0, widest = 1;
-  const dev_fnode *last = &p->node[p->n - 1];
-  const char *in_dt[DEV_FMAXIN] = {0};
-  const char *out_dt = dt_enum[last->dtype];
+  int nin = p->nin, nnum = cuda_fused_numbers(p), widest = 1;
+  const char *in_dt[DEV_FMAXIN] = {0}, *out_dt[DEV_FMAXOUT] = {0};
+  if (p->nout < 1 || p->nout > DEV_FMAXOUT || (red && p->nout != 1))
+    return fail_msg(err, errlen, "%s: bad result count %d", p->name, p->nout);
   for (int i = 0; i < p->n; i++)
     if (p->node[i].kind == DEV_FN_INPUT) {
       in_dt[p->node[i].index] = dt_enum[p->node[i].dtype];
       if (dsize(p->node[i].dtype) > widest) widest = dsize(p->node[i].dtype);
     }
-  if (dsize(last->dtype) > widest) widest = dsize(last->dtype);
+  for (int o = 0; o < p->nout; o++) {
+    dev_dtype t = p->node[p->res[o]].dtype;
+    out_dt[o] = dt_enum[t];
+    if (dsize(t) > widest) widest = dsize(t);
+  }
   for (int k = 0; k < nin; k++)
     if (!in_dt[k]) return fail_msg(err, errlen, "%s: input %d is never read", p->name, k + 1);
   if (red < 0 || red > DEV_NREDOP) return fail_msg(err, errlen, "%s: bad reduction %d", p->name, red - 1);
@@ -259,44 +316,12 @@ int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, 
   sb_str(b, "union knum { float f; double d; int64_t i; };\n");
   /* the views as kernels take them, or (contiguous) their first elements */
   const char *view = vec ? "char *" : "kview ";
-  sb_printf(b, "struct gf_args { %sout; %sin[%d]; int64_t n; int *zflag; int ztag; knum num[%d]; };\n\n", view, view,
-            nin, nnum > 0 ? nnum : 1);
-  /* the element function: the program, one statement per node, each value
-   * in its op's compute type rounded to its dtype (k_round) */
-  sb_printf(b, "static __device__ __forceinline__ kt<%s>::S gf_elem(const gf_args &a", out_dt);
-  for (int k = 0; k < nin; k++) sb_printf(b, ", kt<%s>::S x%d", in_dt[k], k);
-  sb_str(b, ", int &z)\n{\n");
-  for (int i = 0; i < p->n; i++)
-    if (node_stmt(b, p, i, &q, "", 0, err, errlen)) return -1;
-  sb_printf(b, "  return k_store<%s>(v%d);\n}\n\n", out_dt, p->n - 1);
+  sb_printf(b, "struct gf_args { %sout[%d]; %sin[%d]; int64_t n; int *zflag; int ztag; knum num[%d]; };\n\n", view,
+            p->nout, view, nin, nnum > 0 ? nnum : 1);
+  if (elem1(b, p, nin, in_dt, out_dt, err, errlen)) return -1;
   if (vec && elem2(b, p, nin, in_dt, out_dt, err, errlen)) return -1;
-  if (red) {
-    reduce_src(b, nin, in_dt, out_dt, vec, red - 1);
-    if (b->oom) return fail_msg(err, errlen, "%s: out of memory", p->name);
-    return 0;
-  }
-  sb_str(b, "extern \"C\" __global__ void __launch_bounds__(256) gf(const gf_args a)\n{\n"
-            "  int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x, i = tid;\n"
-            "  int z = 0;\n");
-  if (!vec) {
-    /* any layout */
-    sb_printf(b, "  for (; i < a.n; i += nth)\n    *k_at<kt<%s>::S>(a.out, i) = gf_elem(a", out_dt);
-    for (int k = 0; k < nin; k++) sb_printf(b, ", *k_at<kt<%s>::S>(a.in[%d], i)", in_dt[k], k);
-  } else {
-    /* contiguous and aligned: V elements a step, 16 bytes of the widest dtype */
-    int V = 16 / widest;
-    sb_printf(b, "  const int64_t nv = a.n / %d;\n  for (; i < nv; i += nth) {\n", V);
-    for (int k = 0; k < nin; k++)
-      sb_printf(b, "    kpack<kt<%s>::S, %d> p%d = ((const kpack<kt<%s>::S, %d> *)a.in[%d])[i];\n", in_dt[k], V, k,
-                in_dt[k], V, k);
-    sb_printf(b, "    kpack<kt<%s>::S, %d> r;\n#pragma unroll\n    for (int j = 0; j < %d; j += 2) gf_elem2(a",
-              out_dt, V, V);
-    for (int k = 0; k < nin; k++) sb_printf(b, ", p%d.x[j], p%d.x[j + 1]", k, k);
-    sb_printf(b, ", r.x[j], r.x[j + 1], z);\n    ((kpack<kt<%s>::S, %d> *)a.out)[i] = r;\n  }\n", out_dt, V);
-    sb_printf(b, "  for (i = nv * %d + tid; i < a.n; i += nth)\n    ((kt<%s>::S *)a.out)[i] = gf_elem(a", V, out_dt);
-    for (int k = 0; k < nin; k++) sb_printf(b, ", ((const kt<%s>::S *)a.in[%d])[i]", in_dt[k], k);
-  }
-  sb_str(b, ", z);\n  if (z && a.zflag) *a.zflag = a.ztag;\n}\n");
+  if (red) reduce_src(b, nin, in_dt, out_dt[0], vec, red - 1);
+  else kernel(b, p, nin, in_dt, out_dt, vec, widest);
   if (b->oom) return fail_msg(err, errlen, "%s: out of memory", p->name);
   return 0;
 }

@@ -47,7 +47,8 @@ static int op_touches_host(const dev_kop *op) {
       if (op->launch->bufs[i]->kind != DEV_MEM_DEVICE) return 1;
     return 0;
   }
-  if (op->out.buf->kind != DEV_MEM_DEVICE) return 1;
+  for (int j = 0; j < dev_kop_nout(op); j++)
+    if (dev_kop_out(op, j)->buf->kind != DEV_MEM_DEVICE) return 1;
   for (int i = 0; i < op->nin; i++)
     if (dev_kop_in(op, i)->buf->kind != DEV_MEM_DEVICE) return 1;
   return 0;

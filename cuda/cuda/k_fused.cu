@@ -34,12 +34,12 @@ extern "C" int cuk_fused_args(const dev_kop *op, const cuk_env *env, int ztag, v
                               size_t *len, int *vec, unsigned *grid, char *err, size_t errlen)
 {
   const dev_fprog *p = op->fprog;
-  kview kv[1 + DEV_FMAXIN];
-  int nv = 1 + op->nin, red = (op->flags & DEV_F_FREDUCE) != 0;
+  kview kv[DEV_FMAXOUT + DEV_FMAXIN];
+  int nout = p->nout, nv = nout + op->nin, red = (op->flags & DEV_F_FREDUCE) != 0;
   int contig = 1, widest = 1;
   uintptr_t bits = 0;
-  for (int i = 0; i < nv; i++) {
-    const dev_view *v = i ? dev_kop_in(op, i - 1) : &op->out;
+  for (int i = 0; i < nv; i++) {   /* as gf_args has them: the outputs, then the inputs */
+    const dev_view *v = i < nout ? dev_kop_out(op, i) : dev_kop_in(op, i - nout);
     kv[i] = k_view(v);
     if (i == 0 && red) continue;   /* the reduction's output: not the program's */
     contig = contig && kv[i].contig;

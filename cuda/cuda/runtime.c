@@ -753,7 +753,10 @@ static int touches_host(const dev_kop *op) {
       if (host_visible(op->launch->bufs[i])) return 1;
     return 0;
   }
-  return host_visible(op->out.buf) || (op->nin > 0 && host_visible(op->in[0].buf));
+  int nw = dev_kop_nout(op);
+  for (int i = 0; i < nw + op->nin; i++)   /* the outputs, then the inputs */
+    if (host_visible((i < nw ? dev_kop_out(op, i) : dev_kop_in(op, i - nw))->buf)) return 1;
+  return 0;
 }
 
 /* Bookkeeping after an op is on the stream: its position and name, a marker

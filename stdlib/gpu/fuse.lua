@@ -296,10 +296,13 @@ local function swap_gpu()
   end
 end
 
--- The program of result r: the nodes it reads, renumbered; its tensor and
--- number arguments in the order of its INPUT and PARAM nodes.
-local function make_program(tr, r)
-  local need, stack = {}, { r.id }
+-- The program of the results roots (tracers): the nodes they read,
+-- renumbered; its tensor and number arguments in the order of its INPUT and
+-- PARAM nodes; res, the results' nodes.  nil and a message when it reads
+-- too many tensors or numbers for one op.
+local function make_program(tr, roots)
+  local need, stack = {}, {}
+  for k, r in ipairs(roots) do stack[k] = r.id end
   while #stack > 0 do
     local i = table.remove(stack)
     if not need[i] then
@@ -321,9 +324,67 @@ local function make_program(tr, r)
       newid[i] = #nodes
     end
   end
-  if #ins > 8 then raise("%s: a result reads %d tensors (at most 8 in one fused op)", tr.name, #ins) end
-  if #params > 8 then raise("%s: a result reads %d number arguments (at most 8)", tr.name, #params) end
-  return { p = program(tr.name, nodes), nodes = nodes, ins = ins, params = params }
+  if #ins > 8 then return nil, string.format("%s: a result reads %d tensors (at most 8 in one fused op)", tr.name, #ins) end
+  if #params > 8 then return nil, string.format("%s: a result reads %d number arguments (at most 8)", tr.name, #params) end
+  local res = {}
+  for k, r in ipairs(roots) do res[k] = newid[r.id] end
+  return { p = program(tr.name, nodes, res), nodes = nodes, ins = ins, params = params, res = res }
+end
+
+-- The shape a program's result has, as far as the signature tells: per
+-- dim (aligned from the right, as broadcasting), "1" where every tensor it
+-- reads has size 1 or no such dim, "*" elsewhere.
+local function pattern(pr, args)
+  local rank = 0
+  for _, a in ipairs(pr.ins) do rank = math.max(rank, #args[a].shape) end
+  local p = {}
+  for d = 1, rank do
+    p[d] = "1"
+    for _, a in ipairs(pr.ins) do
+      local sh = args[a].shape
+      local k = #sh - rank + d
+      if k >= 1 and sh[k] ~= 1 then p[d] = "*" end
+    end
+  end
+  return table.concat(p)
+end
+
+-- The results of one shape (elementwise, no reduction: those in plain)
+-- made into programs of up to 4 results: one op, one pass, that reads every
+-- input before it writes.  The plan: steps in the order of their first
+-- result, each a group {pr, members} or a single result's index.
+local MAXOUT = 4
+local function plan(tr, args, results, progs, plain)
+  local by, order = {}, {}
+  for _, j in ipairs(plain) do
+    local key = pattern(progs[j], args)
+    if not by[key] then by[key] = {}; order[#order + 1] = key end
+    local b = by[key]
+    if #b == 0 or #b[#b] == MAXOUT then b[#b + 1] = {} end
+    local c = b[#b]
+    c[#c + 1] = j
+  end
+  local step_of = {}
+  for _, key in ipairs(order) do
+    for _, members in ipairs(by[key]) do
+      if #members > 1 then
+        local roots = {}
+        for k, j in ipairs(members) do roots[k] = results[j] end
+        local pr = make_program(tr, roots)
+        if pr then
+          local g = { pr = pr, members = members }
+          for _, j in ipairs(members) do step_of[j] = g end
+        end
+      end
+    end
+  end
+  local steps, seen = {}, {}
+  for j = 1, #progs do
+    local g = step_of[j]
+    if not g then steps[#steps + 1] = j
+    elseif not seen[g] then seen[g] = true; steps[#steps + 1] = g end
+  end
+  return steps
 end
 
 local function trace(self, args, n)
@@ -345,7 +406,7 @@ local function trace(self, args, n)
   current = nil
   if not ok then error(res, 0) end
   current = tr
-  local progs = {}
+  local progs, plain, roots = {}, {}, {}
   if res.n == 0 then raise("%s returned nothing (return the tensors it computes)", tr.name) end
   for j = 1, res.n do
     local r, red = res[j], nil
@@ -354,14 +415,19 @@ local function trace(self, args, n)
       current = nil
       raise("%s: result %d is not a tensor computed from its arguments", tr.name, j)
     end
-    progs[j] = make_program(tr, r)
+    local pr, why = make_program(tr, { r })
+    if not pr then current = nil; raise("%s", why) end
+    progs[j], roots[j] = pr, r
     if red then
       progs[j].reduce, progs[j].ropts = rawget(red, "reduce"), rawget(red, "opts")
+    else
+      plain[#plain + 1] = j
     end
   end
+  local steps = plan(tr, args, roots, progs, plain)
   current = nil
   self.traces = self.traces + 1
-  return { progs = progs, uses = tr.uses }
+  return { progs = progs, steps = steps, uses = tr.uses }
 end
 
 -- The program's ops one by one, the unfused calls themselves (the same
@@ -375,7 +441,7 @@ local SYMBOL = { add = "+", sub = "-", mul = "*", div = "/", pow = "^", remainde
 local left_op = {}
 for name, sym in pairs(SYMBOL) do left_op[name] = load("local k, a = ... return k " .. sym .. " a") end
 
-local function replay(pr, args)
+local function replay(pr, args, all)
   local v = {}
   for i, x in ipairs(pr.nodes) do
     local k = x.kind
@@ -393,6 +459,11 @@ local function replay(pr, args)
       else v[i] = a[row.name](a, b, c) end
     end
   end
+  if all then
+    local r = {}
+    for k, i in ipairs(pr.res) do r[k] = v[i] end
+    return r
+  end
   return v[#pr.nodes]
 end
 
@@ -409,6 +480,23 @@ local function run_unfused(pr, args, out, stream)
     return out
   end
   return r
+end
+
+-- A group's results unfused: all computed, then written to out (the fused
+-- op reads every input before it writes).
+local function run_unfused_group(pr, args, out, stream)
+  local scope <close> = stream and gpu.using(stream) or nil
+  local r = replay(pr, args, true)
+  if not out then return table.unpack(r) end
+  for k = 1, #r do
+    local so, sr = table.concat(out[k].shape, ","), table.concat(r[k].shape, ",")
+    if so ~= sr or out[k].dtype ~= r[k].dtype then
+      error(string.format("bad option 'out' (%s {%s} does not match the result %s {%s})", out[k].dtype, so,
+                          r[k].dtype, sr), 0)
+    end
+  end
+  for k = 1, #r do out[k]:copy(r[k]) end
+  return table.unpack(out, 1, #r)
 end
 
 -- The trailing reduction of a result r, unfused (the reference path).
@@ -436,6 +524,14 @@ local function run_one(pr, args, out, stream)
   local ok, r = pcall(run_unfused, pr, args, not pr.reduce and out or nil, stream)
   if ok and pr.reduce then ok, r = pcall(reduce, pr, r, out, stream) end
   return ok, r
+end
+
+-- A group of results: one op; ok, then the results or false (the inputs
+-- do not broadcast together this call).  The site as run_one's.
+local function run_group(g, args, out, stream)
+  local pr = g.pr
+  if not core.unfused then return pcall(run, pr.p, args, pr.ins, pr.params, out, stream, 4) end
+  return pcall(run_unfused_group, pr, args, out, stream)
 end
 
 -- The hot path of every call: nothing here makes a table but the
@@ -492,11 +588,30 @@ function Fused.__call(self, ...)
   if out ~= nil and (type(out) ~= "table" or #out ~= np) then
     raise("%s: out must be a list of %d tensors (one per result)", self.name, np)
   end
-  local results = {}
-  for j = 1, np do
-    local ok, r = run_one(progs[j], args, out and out[j], stream)
-    if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
-    results[j] = r
+  local results, steps = {}, entry.steps
+  for s = 1, #steps do
+    local g = steps[s]
+    local rs
+    if type(g) == "table" then
+      local gout
+      if out then
+        gout = {}
+        for k, j in ipairs(g.members) do gout[k] = out[j] end
+      end
+      rs = table.pack(run_group(g, args, gout, stream))
+      if not rs[1] then error((tostring(rs[2]):gsub(SELF_AT, "")), 2) end
+      if rs[2] ~= false then
+        for k, j in ipairs(g.members) do results[j] = rs[k + 1] end
+      end
+    end
+    if type(g) == "number" or rs[2] == false then
+      -- one op each: a single result, or a group whose inputs' shapes differ
+      for _, j in ipairs(type(g) == "number" and { g } or g.members) do
+        local ok, r = run_one(progs[j], args, out and out[j], stream)
+        if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
+        results[j] = r
+      end
+    end
   end
   return table.unpack(results, 1, np)
 end

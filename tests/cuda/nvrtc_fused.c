@@ -80,12 +80,35 @@ static void compile_unit(unit *u, const char *what) {
   memset(u, 0, sizeof *u);
 }
 
-/* argv[1] "reductions": only the trailing reductions' unit */
+/* several results of one program, of different dtypes: an op's, a
+ * comparison's (bool), a cast's (bf16), the input itself, one node twice */
+static void several_results(void) {
+  char name[64];
+  unit u = {0};
+  dev_fnode nd[6] = {in(DEV_F32, 0), in(DEV_F32, 1),
+                     {.kind = DEV_FN_BINARY, .code = DEV_BIN_MUL, .dtype = DEV_F32, .a = {0, 1}},
+                     {.kind = DEV_FN_BINARY, .code = DEV_BIN_LT, .dtype = DEV_BOOL, .a = {2, 1}},
+                     {.kind = DEV_FN_CAST, .dtype = DEV_BF16, .a = {2}},
+                     {.kind = DEV_FN_UNARY, .code = DEV_UN_EXP, .dtype = DEV_F32, .a = {0}}};
+  static const struct { int nout, res[DEV_FMAXOUT]; } rs[] = {{3, {2, 3, 4}}, {4, {5, 4, 0, 5}}, {2, {3, 2}}};
+  for (size_t c = 0; c < sizeof rs / sizeof rs[0]; c++) {
+    char err[256];
+    snprintf(name, sizeof name, "multi_%d", (int)c);
+    const dev_fprog *p = dev_fprog_intern_res(name, nd, 6, rs[c].res, rs[c].nout, err, sizeof err);
+    ok(p != NULL, "%s: %s", name, p ? "interned" : err);
+    if (p) add(&u, p);
+  }
+  compile_unit(&u, "several results");
+}
+
+/* argv[1] "reductions": only the trailing reductions' unit; "results":
+ * only the unit of several results */
 int main(int argc, char **argv) {
   char name[64];
   setenv("GPULUA_KERNEL_CACHE", "0", 1);
   int only_red = argc > 1 && strcmp(argv[1], "reductions") == 0;
-  for (int t = 0; t < DEV_NDTYPE && !only_red; t++) {
+  int only_res = argc > 1 && strcmp(argv[1], "results") == 0;
+  for (int t = 0; t < DEV_NDTYPE && !only_red && !only_res; t++) {
     unit u = {0};
     dev_dtype T = (dev_dtype)t;
     for (int op = 0; op < DEV_NUNOP; op++) {
@@ -122,6 +145,13 @@ int main(int argc, char **argv) {
     }
     snprintf(name, sizeof name, "every op on %s", dev_dtype_name(T));
     compile_unit(&u, name);
+  }
+  if (!only_red) {
+    several_results();
+    if (only_res) {
+      printf("1..%d\n", ntest);
+      return nfail != 0;
+    }
   }
   /* the trailing reductions (k_reduce.cuh's bodies with a program's
    * values; both layouts, rows and columns): each reduction once, over a

@@ -118,6 +118,68 @@ static void fused_reductions(dev_ctx *ctx, dev_stream *s) {
   dev_buf_release(o);
 }
 
+/* A fused program of several results (dev_fprog_intern_res): the results
+ * checked when interned; an op of it writes each output in one pass,
+ * after reading its inputs (here an output is its own input); outputs that
+ * overlap, of another dtype or shape, or without the op's fargs are
+ * refused, nothing written. */
+static void fused_results(dev_ctx *ctx, dev_stream *s) {
+  char err[256];
+  dev_fnode nodes[4] = {{.kind = DEV_FN_INPUT, .dtype = DEV_F32, .index = 0},
+                        {.kind = DEV_FN_CONST, .dtype = DEV_NDTYPE, .k = {0, 0, 2}},
+                        {.kind = DEV_FN_BINARY, .code = DEV_BIN_MUL, .dtype = DEV_F32, .a = {0, 1}},
+                        {.kind = DEV_FN_BINARY, .code = DEV_BIN_ADD, .dtype = DEV_F32, .a = {0, 1}}};
+  static const struct { int nout, res[DEV_FMAXOUT]; const char *what; } bad[] = {
+      {0, {0}, "no result"}, {5, {2, 3, 2, 3}, "five results"}, {2, {2, 4}, "a node past the end"},
+      {2, {-1, 2}, "node -1"}, {2, {2, 1}, "a number as a result"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const dev_fprog *q = dev_fprog_intern_res("bad", nodes, 4, bad[i].res, bad[i].nout, err, sizeof err);
+    ok(q == NULL, "results, %s: refused (%s)", bad[i].what, q ? "accepted" : err);
+  }
+  int res[2] = {2, 3};
+  const dev_fprog *p = dev_fprog_intern_res("twice_and_plus2", nodes, 4, res, 2, err, sizeof err);
+  dev_buf *x, *o;
+  ok(p != NULL && p->nout == 2 && dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &x) == DEV_OK &&
+     dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &o) == DEV_OK, "a program of x * 2 and x + 2, and its buffers");
+  if (!p) return;
+  float v[4] = {1, 2, 3, 4};
+  memcpy(x->ptr, v, sizeof v);
+  memset(o->ptr, 0, 16);
+  dev_fargs fa;
+  memset(&fa, 0, sizeof fa);
+  dev_kop f = op_on(DEV_OP_FUSED, x, 1);
+  f.fprog = p;
+  fa.xout[0] = f.out;
+  fa.xout[0].buf = o;
+  dev_kop nofa = f;
+  ok(dev_submit(ctx, s, &nofa) == DEV_ERR_INVALID, "without fargs: refused (%s)", dev_errmsg(ctx));
+  f.fargs = &fa;
+  dev_fargs same = fa, wide = fa, other = fa;
+  same.xout[0].buf = x;
+  wide.xout[0].dtype = DEV_F64;
+  other.xout[0].shape[0] = 2;
+  const dev_fargs *refused[] = {&same, &wide, &other};
+  const char *why[] = {"outputs that overlap", "an output of another dtype", "an output of another shape"};
+  for (int i = 0; i < 3; i++) {
+    dev_kop g = f;
+    g.fargs = refused[i];
+    ok(dev_submit(ctx, s, &g) == DEV_ERR_INVALID, "%s: refused (%s)", why[i], dev_errmsg(ctx));
+  }
+  dev_kop r = f;
+  r.flags = DEV_F_FREDUCE;
+  r.code = DEV_RED_SUM;
+  r.dim = -1;
+  ok(dev_submit(ctx, s, &r) == DEV_ERR_INVALID, "with a reduction: refused (%s)", dev_errmsg(ctx));
+  ok(dev_synchronize(ctx) == DEV_OK && ((float *)x->ptr)[0] == 1 && ((float *)o->ptr)[0] == 0,
+     "nothing written by the refused ops");
+  ok(dev_submit(ctx, s, &f) == DEV_OK && dev_synchronize(ctx) == DEV_OK, "x * 2 into x, x + 2 into o: one op");
+  const float *a = x->ptr, *b = o->ptr;
+  ok(a[0] == 2 && a[3] == 8 && b[0] == 3 && b[3] == 6, "x = %g..%g (2..8), o = %g..%g (3..6): both read the old x",
+     (double)a[0], (double)a[3], (double)b[0], (double)b[3]);
+  dev_buf_release(x);
+  dev_buf_release(o);
+}
+
 int main(void) {
   char err[256];
   dev_ctx *ctx = dev_open("host", err, sizeof err);
@@ -171,6 +233,7 @@ int main(void) {
 
   negative_strides(ctx, s, b);
   fused_reductions(ctx, s);
+  fused_results(ctx, s);
   dev_buf_release(b);
   dev_close(ctx);
   return done_testing();
