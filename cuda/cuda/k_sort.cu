@@ -419,6 +419,24 @@ template <int T, class K> __device__ __forceinline__ K tsel_key(const typename k
   else return sort_key32<T>(pi, sin, e, desc);
 }
 
+/* The keys of elements e + u * blockDim.x, u < TSEL_UNROLL, those before
+ * e1 (bit u of the result): all loaded before any is used, so that the
+ * loads are in flight together. */
+#define TSEL_UNROLL 4
+template <int T, class K>
+__device__ __forceinline__ unsigned tsel_keys(const typename kt<T>::S *pi, int64_t sin, int64_t e, int64_t e1,
+                                              int desc, K *key)
+{
+  unsigned in = 0;
+#pragma unroll
+  for (int u = 0; u < TSEL_UNROLL; u++) {
+    int64_t f = e + (int64_t)u * blockDim.x;
+    key[u] = f < e1 ? tsel_key<T, K>(pi, sin, f, desc) : (K)0;
+    in |= (unsigned)(f < e1) << u;
+  }
+  return in;
+}
+
 /* Block b of the rows' bpr each: its row and its contiguous slice [*e0, *e1)
  * (slices in position order: the ties' ranks need it). */
 __device__ __forceinline__ int64_t tsel_slice(int64_t b, int64_t bpr, int64_t len, int64_t *e0, int64_t *e1)
@@ -462,9 +480,12 @@ tsel_hist(kview oin, int64_t sin, int64_t len, int64_t nrows, int64_t bpr, int h
     const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
     for (int i = threadIdx.x; i < TSEL_BINS; i += blockDim.x) h[i] = 0;
     __syncthreads();
-    for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
-      K key = tsel_key<T, K>(pi, sin, e, desc);
-      if (((key ^ s.prefix) & mask) == 0) atomicAdd(&h[(unsigned)(key >> lo) & dmask], 1u);
+    for (int64_t e = e0 + threadIdx.x; e < e1; e += TSEL_UNROLL * blockDim.x) {
+      K key[TSEL_UNROLL];
+      unsigned in = tsel_keys<T, K>(pi, sin, e, e1, desc, key);
+#pragma unroll
+      for (int u = 0; u < TSEL_UNROLL; u++)
+        if ((in >> u & 1) && ((key[u] ^ s.prefix) & mask) == 0) atomicAdd(&h[(unsigned)(key[u] >> lo) & dmask], 1u);
     }
     __syncthreads();
     for (int i = threadIdx.x; i < TSEL_BINS; i += blockDim.x)
@@ -524,16 +545,22 @@ tsel_gather(kview oin, int64_t sin, int64_t len, int64_t nrows, int64_t bpr, int
     const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
     if (threadIdx.x == 0) neq = 0;
     __syncthreads();
-    for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
-      K key = tsel_key<T, K>(pi, sin, e, desc), km = key & mask;
-      if (km < s.prefix || (all && km == s.prefix)) {
-        unsigned at = atomicAdd(&cnt[r], 1u);
-        if (at < k) {   /* always (the counts are exact); a guard */
-          ck[r * k + at] = key;
-          cpos[r * k + at] = e;
+    for (int64_t e = e0 + threadIdx.x; e < e1; e += TSEL_UNROLL * blockDim.x) {
+      K key[TSEL_UNROLL];
+      unsigned in = tsel_keys<T, K>(pi, sin, e, e1, desc, key);
+#pragma unroll
+      for (int u = 0; u < TSEL_UNROLL; u++) {
+        K km = key[u] & mask;
+        if (!(in >> u & 1)) continue;
+        if (km < s.prefix || (all && km == s.prefix)) {
+          unsigned at = atomicAdd(&cnt[r], 1u);
+          if (at < k) {   /* always (the counts are exact); a guard */
+            ck[r * k + at] = key[u];
+            cpos[r * k + at] = e + (int64_t)u * blockDim.x;
+          }
+        } else if (km == s.prefix) {
+          atomicAdd(&neq, 1u);
         }
-      } else if (km == s.prefix) {
-        atomicAdd(&neq, 1u);
       }
     }
     __syncthreads();
