@@ -11,6 +11,7 @@
 --   lerp      a:lerp(b, 0.25, {out})            2 x 4 B read, 4 B written
 --   cat       gpu.cat({a1, a2}, 1, {out})       the halves read, the whole written
 --   transpose m:t():contiguous() into out       a square f32 matrix read, written
+--   flip      a:flip(1), a new tensor           4 B read, 4 B written
 --   gather    a:gather(2, idx, {out})           i64 index + f32 read, f32 written
 --   fuse_gelu_f32/bf16  gpu.fuse'd GELU of 9 ops  4 (2) B read, 4 (2) B written
 --   fuse_gelu_1, fuse_add1_1: one call on 1 element, us per call (host clock
@@ -127,6 +128,20 @@ B.guard("op_transpose", function()
         string.format("m:t() copied contiguous, %d x %d f32", side, side))
   local ok = out:get(1, 2) == m:get(2, 1) and out:get(side, 1) == m:get(1, side)
   B.check("op_transpose", ok, "out[i][j] == m[j][i] at the spot checks")
+end)
+
+-- flip: one copy of a view walking back; a new tensor each call (as
+-- torch.flip), given back at once
+B.guard("op_flip", function()
+  local out
+  local ms = timed(function()
+    if out then out:close() end
+    out = a:flip(1, o)
+  end)
+  B.row("op_flip", gbps(n * 8, ms), "GB/s", B.size_label("a:flip(1)", bytes))
+  local ok = out:get(1) == a:get(n) and out:get(n) == a:get(1) and out:get(n // 2 + 1) == a:get(n - n // 2)
+  B.check("op_flip", ok, "the first, middle and last elements come from the other end")
+  out:close()
 end)
 
 B.guard("op_gather", function()

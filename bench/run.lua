@@ -647,6 +647,8 @@ local ORDER = {
   { "op_lerp", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "op_cat", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "op_transpose", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "op_flip", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
+  { "op_flip", "ge_torch", 1.0, label = "%s (PyTorch column: torch.flip)" },
   { "op_gather", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "softmax_4096", "le_torch", 1.0 },
   -- issue 34: sort and topk against PyTorch on the same input

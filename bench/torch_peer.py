@@ -363,6 +363,8 @@ def bench_ops(s):
         mt = torch.empty(side, side, device="cuda")
         ms = timed_ms(s, lambda: mt.copy_(m.t()), COPY_WARM, COPY_REPS)
         row("op_transpose", gb(side * side * 8, ms), "GB/s", f"m:t() copied contiguous, {side} x {side} f32")
+        ms = timed_ms(s, lambda: torch.flip(a, (0,)), COPY_WARM, COPY_REPS)
+        row("op_flip", gb(n * 8, ms), "GB/s", size_label("a:flip(1)", COPY_BYTES))
         cols = 1024
         rows = n // cols
         src = a[: rows * cols].view(rows, cols)

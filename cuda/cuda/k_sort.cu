@@ -24,6 +24,7 @@
  * sorts are stable, so ties keep their input order, as the host's. */
 #define CCCL_DISABLE_NVTX
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
 #include "k_common.cuh"
@@ -272,7 +273,8 @@ static int sort_radix(kview oin, int64_t sin, kview oout, int64_t sout, int64_t 
 /* ---- topk: a selection ---------------------------------------------------- */
 
 /* topk of k <= TOPK_FAST (any k <= SORT_CHUNK on rows of up to SORT_CHUNK)
- * without a full sort: each chunk of SORT_CHUNK of a row sorted in shared
+ * without a full sort, for short rows and where the radix select below has
+ * no memory for its temporaries: each chunk of SORT_CHUNK of a row sorted in shared
  * memory as sort_chunk does, its first k kept as (key, position)
  * candidates; then the same over the candidates, round after round, until
  * a row's fit one chunk, whose first k are the result.  The first k of a
@@ -374,6 +376,303 @@ static int topk_runs(kview oin, int64_t sin, kview oout, int64_t sout, int64_t l
   return 0;
 }
 
+/* ---- topk of long rows: a radix select ----------------------------------- */
+
+/* topk of k <= TOPK_FAST on rows longer than SORT_CHUNK, in a few reads of
+ * the input.  The keys are sort_key32's (dtypes of 4 bytes or less) or
+ * sort_key's, as K; T is the k-th smallest key of the row (descending keys
+ * are inverted, so "smallest" is the result's order).  Digit passes from
+ * the high bits (11 at most) find T: a histogram of the elements whose
+ * known high bits equal T's, then one block a row picks the digit where the
+ * running count reaches need.  Every element whose known bits are below
+ * T's is in the result; need more come from those equal to it.  The result
+ * is then gathered (the equal ones by position where only some of them are
+ * taken: the stable order's first) and its k sorted by (key, position) in
+ * shared memory, as topk_chunk does.  Everything stays on the device: each
+ * kernel reads the row's state and a row that is done skips at once. */
+#define TSEL_BITS 11
+#define TSEL_BINS (1 << TSEL_BITS)
+#define TSEL_THREADS 512
+#define TSEL_SCAN 256
+#define TSEL_SLICE 16384   /* the fewest elements a block of a row reads */
+
+/* A row's state.  prefix: T's `known` high bits (the rest 0); need: how
+ * many of the k are still to come from the elements whose known bits are
+ * prefix's; eqn: how many those are (need <= eqn always). */
+template <class K> struct tsel { K prefix; int known; unsigned need, eqn; };
+
+template <class K> __device__ __forceinline__ K tsel_mask(int known)
+{
+  return known == 0 ? (K)0 : ~(K)0 << (8 * (int)sizeof(K) - known);
+}
+
+/* Done: T known, or every element matching the prefix taken. */
+template <class K> __device__ __forceinline__ bool tsel_done(const tsel<K> &s)
+{
+  return s.eqn == s.need || s.known == 8 * (int)sizeof(K);
+}
+
+template <int T, class K> __device__ __forceinline__ K tsel_key(const typename kt<T>::S *pi, int64_t sin, int64_t e,
+                                                                int desc)
+{
+  if constexpr (sizeof(K) == 8) return sort_key<T>(pi, sin, e, desc);
+  else return sort_key32<T>(pi, sin, e, desc);
+}
+
+/* The keys of elements e + u * blockDim.x, u < TSEL_UNROLL, those before
+ * e1 (bit u of the result): all loaded before any is used, so that the
+ * loads are in flight together. */
+#define TSEL_UNROLL 4
+template <int T, class K>
+__device__ __forceinline__ unsigned tsel_keys(const typename kt<T>::S *pi, int64_t sin, int64_t e, int64_t e1,
+                                              int desc, K *key)
+{
+  unsigned in = 0;
+#pragma unroll
+  for (int u = 0; u < TSEL_UNROLL; u++) {
+    int64_t f = e + (int64_t)u * blockDim.x;
+    key[u] = f < e1 ? tsel_key<T, K>(pi, sin, f, desc) : (K)0;
+    in |= (unsigned)(f < e1) << u;
+  }
+  return in;
+}
+
+/* Block b of the rows' bpr each: its row and its contiguous slice [*e0, *e1)
+ * (slices in position order: the ties' ranks need it). */
+__device__ __forceinline__ int64_t tsel_slice(int64_t b, int64_t bpr, int64_t len, int64_t *e0, int64_t *e1)
+{
+  int64_t slice = (len + bpr - 1) / bpr;
+  *e0 = (b % bpr) * slice;
+  *e1 = min(len, *e0 + slice);
+  return b / bpr;
+}
+
+/* Every row: need k of len, nothing known; histograms and counters 0. */
+template <class K>
+__global__ void __launch_bounds__(K_THREADS)
+tsel_init(int64_t nrows, int64_t len, int64_t k, tsel<K> *state, unsigned *cnt, unsigned *hist)
+{
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nrows * TSEL_BINS;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    hist[i] = 0;
+    if (i < nrows) {
+      state[i] = tsel<K>{ (K)0, 0, (unsigned)k, (unsigned)len };
+      cnt[i] = 0;
+    }
+  }
+}
+
+/* The pass of bits [lo, hi): each block counts the digits of its slice's
+ * elements that match the row's prefix (their bits from hi up known) in
+ * shared memory, then adds them to the row's histogram. */
+template <int T, class K>
+__global__ void __launch_bounds__(TSEL_THREADS)
+tsel_hist(kview oin, int64_t sin, int64_t len, int64_t nrows, int64_t bpr, int hi, int lo, int desc,
+          const tsel<K> *state, unsigned *hist)
+{
+  __shared__ unsigned h[TSEL_BINS];
+  unsigned dmask = (1u << (hi - lo)) - 1;
+  for (int64_t b = blockIdx.x; b < nrows * bpr; b += gridDim.x) {
+    int64_t e0, e1, r = tsel_slice(b, bpr, len, &e0, &e1);
+    tsel<K> s = state[r];
+    if (tsel_done(s)) continue;   /* the same for the whole block */
+    K mask = tsel_mask<K>(s.known);
+    const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
+    for (int i = threadIdx.x; i < TSEL_BINS; i += blockDim.x) h[i] = 0;
+    __syncthreads();
+    for (int64_t e = e0 + threadIdx.x; e < e1; e += TSEL_UNROLL * blockDim.x) {
+      K key[TSEL_UNROLL];
+      unsigned in = tsel_keys<T, K>(pi, sin, e, e1, desc, key);
+#pragma unroll
+      for (int u = 0; u < TSEL_UNROLL; u++)
+        if ((in >> u & 1) && ((key[u] ^ s.prefix) & mask) == 0) atomicAdd(&h[(unsigned)(key[u] >> lo) & dmask], 1u);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < TSEL_BINS; i += blockDim.x)
+      if (h[i]) atomicAdd(&hist[r * TSEL_BINS + i], h[i]);
+    __syncthreads();
+  }
+}
+
+/* One block a row: the digit d at lo where the count of the digits below
+ * it is < need and with it >= need (one such digit: the counts add up to
+ * eqn >= need).  T's digit is d; need less the digits below; the histogram
+ * zeroed for the next pass. */
+template <class K>
+__global__ void __launch_bounds__(TSEL_SCAN)
+tsel_scan(int64_t nrows, int lo, tsel<K> *state, unsigned *hist)
+{
+  typedef cub::BlockScan<unsigned, TSEL_SCAN> scan;
+  __shared__ typename scan::TempStorage tmp;
+  constexpr int per = TSEL_BINS / TSEL_SCAN;
+  for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+    tsel<K> s = state[r];
+    if (tsel_done(s)) continue;   /* the same for the whole block */
+    unsigned *h = hist + r * TSEL_BINS + threadIdx.x * per, c[per], sum = 0, before;
+    for (int i = 0; i < per; i++) sum += c[i] = h[i];
+    /* the scan's barriers: every thread has read state[r] before it is written */
+    scan(tmp).ExclusiveSum(sum, before);
+    for (int i = 0; i < per; i++) {
+      if (before < s.need && before + c[i] >= s.need) {
+        s.prefix |= (K)(threadIdx.x * per + i) << lo;
+        s.known = 8 * (int)sizeof(K) - lo;
+        s.need -= before;
+        s.eqn = c[i];
+        state[r] = s;
+      }
+      before += c[i];
+      h[i] = 0;
+    }
+    __syncthreads();
+  }
+}
+
+/* The result's candidates: the elements below the prefix (k - need of
+ * them) and, where all of them are taken (eqn == need), those equal to it,
+ * to row r's k slots in any order.  Where only need of the eqn equal ones
+ * are taken, each block counts its equal ones in eqc for tsel_ties. */
+template <int T, class K>
+__global__ void __launch_bounds__(TSEL_THREADS)
+tsel_gather(kview oin, int64_t sin, int64_t len, int64_t nrows, int64_t bpr, int64_t k, int desc,
+            const tsel<K> *state, unsigned *cnt, unsigned *eqc, uint64_t *ck, int64_t *cpos)
+{
+  __shared__ unsigned neq;
+  for (int64_t b = blockIdx.x; b < nrows * bpr; b += gridDim.x) {
+    int64_t e0, e1, r = tsel_slice(b, bpr, len, &e0, &e1);
+    tsel<K> s = state[r];
+    K mask = tsel_mask<K>(s.known);
+    bool all = s.eqn == s.need;
+    const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
+    if (threadIdx.x == 0) neq = 0;
+    __syncthreads();
+    for (int64_t e = e0 + threadIdx.x; e < e1; e += TSEL_UNROLL * blockDim.x) {
+      K key[TSEL_UNROLL];
+      unsigned in = tsel_keys<T, K>(pi, sin, e, e1, desc, key);
+#pragma unroll
+      for (int u = 0; u < TSEL_UNROLL; u++) {
+        K km = key[u] & mask;
+        if (!(in >> u & 1)) continue;
+        if (km < s.prefix || (all && km == s.prefix)) {
+          unsigned at = atomicAdd(&cnt[r], 1u);
+          if (at < k) {   /* always (the counts are exact); a guard */
+            ck[r * k + at] = key[u];
+            cpos[r * k + at] = e + (int64_t)u * blockDim.x;
+          }
+        } else if (km == s.prefix) {
+          atomicAdd(&neq, 1u);
+        }
+      }
+    }
+    __syncthreads();
+    if (!all && threadIdx.x == 0) eqc[b] = neq;
+    __syncthreads();
+  }
+}
+
+/* Where need < eqn (T known): the first need elements equal to T by
+ * position to row r's last need slots.  Block b's first has rank the count
+ * of the row's blocks before it; within the block, tiles in order, a scan
+ * of the flags.  Rows where all were taken, and blocks past need, exit. */
+template <int T, class K>
+__global__ void __launch_bounds__(TSEL_THREADS)
+tsel_ties(kview oin, int64_t sin, int64_t len, int64_t nrows, int64_t bpr, int64_t k, int desc,
+          const tsel<K> *state, const unsigned *eqc, uint64_t *ck, int64_t *cpos)
+{
+  typedef cub::BlockScan<unsigned, TSEL_THREADS> scan;
+  __shared__ typename scan::TempStorage tmp;
+  for (int64_t b = blockIdx.x; b < nrows * bpr; b += gridDim.x) {
+    int64_t e0, e1, r = tsel_slice(b, bpr, len, &e0, &e1);
+    tsel<K> s = state[r];
+    if (s.eqn == s.need) continue;   /* the same for the whole block */
+    unsigned base = 0;
+    for (int64_t j = r * bpr; j < b; j++) base += eqc[j];
+    const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
+    /* base is the same in every thread: the loop's test too */
+    for (int64_t t0 = e0; t0 < e1 && base < s.need; t0 += blockDim.x) {
+      int64_t e = t0 + threadIdx.x;
+      unsigned f = e < e1 && tsel_key<T, K>(pi, sin, e, desc) == s.prefix, rank, total;
+      scan(tmp).ExclusiveSum(f, rank, total);
+      if (f && base + rank < s.need) {
+        int64_t at = r * k + (k - s.need) + base + rank;
+        ck[at] = (uint64_t)s.prefix;
+        cpos[at] = e;
+      }
+      base += total;
+      __syncthreads();   /* tmp again */
+    }
+  }
+}
+
+/* Blocks a row: about four a multiprocessor in all, each reading at least
+ * TSEL_SLICE elements (fewer blocks add fewer atomics to the histogram). */
+static int64_t tsel_bpr(int64_t len, int64_t nrows, const cuk_env *env)
+{
+  int64_t want = (4 * (int64_t)k_sm(env) + nrows - 1) / nrows, most = len / TSEL_SLICE;
+  if (want > most) want = most;
+  return want > 0 ? want : 1;
+}
+
+static size_t tsel_al(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* The select's kernels in stream order, on buf (tsel_as says its layout). */
+template <int T, class K>
+static cudaError_t tsel_launch(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t k,
+                               int64_t nrows, int desc, int64_t bpr, char *buf, const cuk_env *env)
+{
+  cudaStream_t st = k_stream(env);
+  tsel<K> *state = (tsel<K> *)buf;
+  unsigned *hist = (unsigned *)(buf + tsel_al((size_t)nrows * sizeof(tsel<K>)));
+  unsigned *cnt = hist + (size_t)nrows * TSEL_BINS, *eqc = (unsigned *)((char *)cnt + tsel_al((size_t)nrows * 4));
+  uint64_t *ck = (uint64_t *)((char *)eqc + tsel_al((size_t)(nrows * bpr) * 4));
+  int64_t *cpos = (int64_t *)(ck + nrows * k);
+  unsigned grid = (unsigned)(nrows * bpr < INT32_MAX ? nrows * bpr : INT32_MAX);
+  unsigned rgrid = (unsigned)(nrows < INT32_MAX ? nrows : INT32_MAX);
+  cudaError_t e;
+  tsel_init<K><<<k_blocks(nrows * TSEL_BINS, env), K_THREADS, 0, st>>>(nrows, len, k, state, cnt, hist);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  for (int hi = 8 * (int)sizeof(K), lo; hi > 0; hi = lo) {
+    lo = hi > TSEL_BITS ? hi - TSEL_BITS : 0;
+    tsel_hist<T, K><<<grid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, hi, lo, desc, state, hist);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    tsel_scan<K><<<rgrid, TSEL_SCAN, 0, st>>>(nrows, lo, state, hist);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  }
+  tsel_gather<T, K><<<grid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, k, desc, state, cnt, eqc, ck, cpos);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  tsel_ties<T, K><<<grid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, k, desc, state, eqc, ck, cpos);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  /* the k candidates of a row: one chunk, sorted, its positions to out */
+  topk_chunk<T><<<rgrid, k <= 64 ? 32 : ((int)(k + 63) / 64) * 32, 0, st>>>(oin, sin, ck, cpos, k, nrows, k, desc,
+                                                                           NULL, NULL, 0, oout, sout);
+  return cudaGetLastError();
+}
+
+/* The select on its temporaries (the rows' states, histograms and
+ * counters, the blocks' tie counts, k candidates a row), stream ordered;
+ * 1 where there is no device memory for them (the caller goes by rounds). */
+template <int T>
+static int topk_select(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t k, int64_t nrows,
+                       int desc, const cuk_env *env, char *err, size_t errlen)
+{
+  typedef typename std::conditional<(sizeof(typename kt<T>::S) > 4), uint64_t, uint32_t>::type K;
+  cudaStream_t st = k_stream(env);
+  int64_t bpr = tsel_bpr(len, nrows, env);
+  size_t bytes = tsel_al((size_t)nrows * sizeof(tsel<K>)) + (size_t)nrows * TSEL_BINS * 4 +
+                 tsel_al((size_t)nrows * 4) + tsel_al((size_t)(nrows * bpr) * 4) + (size_t)(nrows * k) * 16;
+  char *buf = NULL;
+  cudaError_t e = cudaMallocAsync((void **)&buf, bytes, st), f;
+  if (e == cudaErrorMemoryAllocation) {   /* the rounds need less */
+    cudaGetLastError();
+    return 1;
+  }
+  if (e != cudaSuccess) return fail_msg(err, errlen, "%s:%d: topk: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  e = tsel_launch<T, K>(oin, sin, oout, sout, len, k, nrows, desc, bpr, buf, env);
+  f = cudaFreeAsync(buf, st);
+  if (e == cudaSuccess) e = f;
+  if (e != cudaSuccess) return fail_msg(err, errlen, "%s:%d: topk: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  return 0;
+}
+
 /* The other dims of v (as a kview) and the run along dim. */
 static kview sort_outer(const dev_view *v, int dim, int64_t *len, int64_t *rstride)
 {
@@ -422,11 +721,16 @@ int k_sort(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
   int64_t nrows = dev_view_numel(src) / (len > 0 ? len : 1);
   if (kout > len) return fail_msg(err, errlen, "sort: %lld results of rows of %lld", (long long)kout, (long long)len);
   if (len == 0 || nrows == 0 || kout == 0) return 0;
-  /* topk: a selection for small k (or short rows); the radix sort's first
-   * kout past it; without the memory for that, a selection up to TOPK_MAX */
+  /* topk: a selection for small k (or short rows), the radix select for
+   * long rows (the rounds without the memory for it); the radix sort's
+   * first kout past it; without the memory for that, rounds up to TOPK_MAX */
   int select = kout < len && (kout <= TOPK_FAST || len <= SORT_CHUNK);
   int rc = k_dispatch(src->dtype, [&](auto tag) {
     constexpr int T = decltype(tag)::value;
+    if (select && len > SORT_CHUNK && kout <= TOPK_FAST && len <= INT32_MAX) {
+      int r = topk_select<T>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
+      if (r != 1) return r;
+    }
     if (select) return topk_runs<T>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
     if (sort_radix_fits(len, nrows)) {
       int r = sort_radix<T>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);

@@ -549,6 +549,74 @@ T.test("topk paths: selection rounds, short rows, radix; NaN, -0, ties; strided;
   both(r, rh, 100, { largest = false }, "f16 8 rows of 64K k 100 smallest")
 end)
 
+-- topk's radix select on the cuda backend (rows longer than 2048, k up to
+-- 256): digit passes to the k-th key, the gather (all of the equal keys, or
+-- the first by position where only some are taken, across the blocks of a
+-- row), the candidates sorted; k = 257 goes by rounds
+T.test("topk radix select: long rows, ties, NaN, -0, strided, every k path; every dtype", function()
+  local function both(x, xh, k, opts, tag)
+    for _, largest in ipairs { true, false } do
+      local o = { largest = largest }
+      for key, v in pairs(opts or {}) do o[key] = v end
+      local v, i = x:topk(k, o)
+      local vh, ih = xh:topk(k, o)
+      local t = string.format("topk %s k %d%s", tag, k, largest and "" or " smallest")
+      same(v, vh, t .. " values", 0)
+      same(i, ih, t .. " indices", 0)
+    end
+  end
+  -- rows with maxima (and minima) every `step` positions: the k-th key's
+  -- equal ones spread over the blocks of a row
+  local function spikes(dt, shape, seed, step)
+    local d = inputs(dt, shape, seed, -9, 9)
+    local n = shape[#shape]
+    local v = d:view({ -1, n // step, step })
+    v:narrow(3, 7, 1):fill(isfloat(dt) and 100 or 60)
+    v:narrow(3, 9, 1):fill(isfloat(dt) and -100 or 0)
+    return d, d:to("pinned")
+  end
+  for _, dt in ipairs(ALL) do
+    -- eleven distinct values: the k-th key's equal ones outnumber need
+    for ci, shape in ipairs { { 2049 }, { 3, 4099 } } do
+      local x, xh = specials(dt, shape, 380 + ci)
+      local len = shape[#shape]
+      for _, k in ipairs { 1, 16, 255, 256, 257, len - 1 } do
+        both(x, xh, k, nil, string.format("%s specials %s", dt, table.concat(shape, "x")))
+      end
+    end
+    local z = gpu.full({ 2, 5000 }, dt == "bool" and 1 or 3, { dtype = dt })
+    for _, k in ipairs { 1, 16, 256 } do both(z, z:to("pinned"), k, nil, dt .. " all equal 2x5000") end
+    local r, rh = inputs(dt, { 4, 6000 }, 386, -100, 100)
+    for _, k in ipairs { 1, 16, 255, 256 } do both(r, rh, k, nil, dt .. " random 4x6000") end
+    if dt ~= "bool" then
+      local p, ph = spikes(dt, { 2, 70000 }, 387, 1000)
+      for _, k in ipairs { 16, 69, 70, 71, 256 } do both(p, ph, k, nil, dt .. " 70 equal maxima, 2x70000") end
+    end
+    -- strided: dim 1 of a 2-D tensor, a transposed one, a narrowed one
+    local s, sh = specials(dt, { 5000, 3 }, 388)
+    both(s, sh, 16, { dim = 1 }, dt .. " dim 1 of 5000x3")
+    both(s:t(), sh:t(), 200, nil, dt .. " transposed 3x5000")
+    both(s:narrow(1, 2, 4990), sh:narrow(1, 2, 4990), 256, { dim = 1 }, dt .. " dim 1 of narrowed 4990x3")
+  end
+  local big, bigh = inputs("f32", { 1 << 20 }, 389)
+  for _, k in ipairs { 1, 16, 255, 256, 257 } do both(big, bigh, k, nil, "f32 1M") end
+  local p, ph = spikes("f32", { 1 << 20 }, 390, 4096)
+  for _, k in ipairs { 16, 100, 256 } do both(p, ph, k, nil, "f32 1M with 256 equal maxima") end
+  local h, hh = inputs("f16", { 1 << 20 }, 391, -2, 2)   -- f16: many ties
+  both(h, hh, 256, nil, "f16 1M")
+  local d, dh = inputs("f64", { 1 << 20 }, 392)
+  both(d, dh, 16, nil, "f64 1M")
+  local q, qh = specials("i64", { 1 << 20 }, 393)
+  both(q, qh, 256, nil, "i64 specials 1M")
+  if gpu.backend == "cuda" then   -- host against host: hours of qsort for nothing
+    local m, mh = inputs("f32", { 64, 1 << 20 }, 394)
+    both(m, mh, 16, nil, "f32 64 rows of 1M (the bench's)")
+    local e, eh = spikes("f32", { 64, 1 << 20 }, 395, 4096)
+    both(e, eh, 100, nil, "f32 64 rows of 1M with 256 equal maxima")
+    both(m:t(), mh:t(), 16, { dim = 1 }, "f32 dim 1 of 1M x 64")
+  end
+end)
+
 -- flip is one copy of a view with negative strides: the copy kernel's
 -- gather and its tiled transpose (a transposed input) walking back
 T.test("flip: one copy walking back; every dtype, strided, transposed, large", function()
