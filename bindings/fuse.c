@@ -248,32 +248,132 @@ static int fuse_run(lua_State *L) {
   return p->nout;
 }
 
-/* key(args, n) -> the signature of a call's n arguments (the trace cache's
- * key): each tensor's dtype, rank and which dims are 1, "n" for a number;
- * nil and the bad argument's number for anything else. */
-static int fuse_key(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  int n = (int)luaL_checkinteger(L, 2);
+/* The signature of the n values at stack index a.. (the trace cache's
+ * key): each tensor's dtype, rank and which dims are 1, "n" for a number.
+ * Pushes it and returns 0, or pushes nothing and returns the first bad
+ * value's number. */
+static int push_key(lua_State *L, int a, int n) {
   luaL_Buffer b;
+  for (int i = 0; i < n; i++) {
+    int t = lua_type(L, a + i);
+    if (t != LUA_TNUMBER && !(t == LUA_TUSERDATA && bind_test_tensor(L, a + i))) return i + 1;
+  }
   luaL_buffinit(L, &b);
-  for (int i = 1; i <= n; i++) {
-    int t = lua_rawgeti(L, 1, i);
-    gpu_tensor *x = t == LUA_TUSERDATA ? bind_test_tensor(L, -1) : NULL;
-    lua_pop(L, 1);
-    if (t == LUA_TNUMBER) {
+  for (int i = 0; i < n; i++) {
+    gpu_tensor *x = lua_type(L, a + i) == LUA_TNUMBER ? NULL : bind_test_tensor(L, a + i);
+    if (!x) {
       luaL_addchar(&b, 'n');
-    } else if (x) {
+    } else {
       luaL_addchar(&b, (char)('A' + x->v.dtype));
       luaL_addchar(&b, (char)('0' + x->v.ndim));
       for (int d = 0; d < x->v.ndim; d++) luaL_addchar(&b, x->v.shape[d] == 1 ? '1' : '*');
-    } else {
-      lua_pushnil(L);
-      lua_pushinteger(L, i);
-      return 2;
     }
     luaL_addchar(&b, ';');
   }
   luaL_pushresult(&b);
+  return 0;
+}
+
+/* key(args, n) -> push_key of args[1..n]; nil and the bad argument's
+ * number for anything but tensors and numbers. */
+static int fuse_key(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int n = (int)luaL_checkinteger(L, 2);
+  luaL_checkstack(L, n + 2, "too many arguments");
+  for (int i = 1; i <= n; i++) lua_rawgeti(L, 1, i);
+  int bad = push_key(L, 3, n);
+  if (!bad) return 1;
+  lua_pushnil(L);
+  lua_pushinteger(L, bad);
+  return 2;
+}
+
+/* The slow path of a call: fuse.lua's (upvalue 1), with the same values. */
+static int call_slow(lua_State *L, int top) {
+  lua_settop(L, top);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, top, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* Whether the call at 1 (the callable) .. top (o: its options table, or 0)
+ * may take the fast path of entry.fast at f: options out and stream only,
+ * a number for each parameter. */
+static int fast_ok(lua_State *L, int f, int o) {
+  if (o) {
+    for (lua_pushnil(L); lua_next(L, o); lua_pop(L, 1)) {
+      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+      if (strcmp(k, "out") != 0 && strcmp(k, "stream") != 0) {
+        lua_pop(L, 2);
+        return 0;
+      }
+    }
+  }
+  lua_getfield(L, f, "params");
+  int np = (int)lua_rawlen(L, -1), ok = 1;
+  for (int i = 1; i <= np && ok; i++) {
+    lua_rawgeti(L, -1, i);
+    ok = lua_type(L, 1 + (int)lua_tointeger(L, -1)) == LUA_TNUMBER;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return ok;
+}
+
+/* f(...): the __call of gpu.fuse's callables.  A signature traced to one
+ * op whose number arguments need no check (fuse.lua's entry.fast) goes
+ * straight to run from here, its errors and site at the caller's line;
+ * everything else (a first call, several ops, checks, the reference path
+ * of tests) goes through fuse.lua's call (upvalue 1; upvalue 2: the module,
+ * whose `unfused` selects the reference path). */
+static int fuse_call(lua_State *L) {
+  int top = lua_gettop(L), n = top - 1, o = 0;
+  luaL_checkstack(L, 24, "fused call");
+  if (n > 0 && lua_type(L, top) == LUA_TTABLE) {
+    if (lua_getmetatable(L, top)) lua_pop(L, 1);
+    else o = top, n--;
+  }
+  lua_getfield(L, lua_upvalueindex(2), "unfused");
+  int unfused = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (unfused || lua_type(L, 1) != LUA_TTABLE || push_key(L, 2, n)) return call_slow(L, top);
+  lua_getfield(L, 1, "cache");
+  if (!lua_istable(L, -1)) return call_slow(L, top);
+  lua_rotate(L, -2, 1);
+  if (lua_rawget(L, -2) != LUA_TTABLE || lua_getfield(L, -1, "fast") != LUA_TTABLE) return call_slow(L, top);
+  int f = lua_gettop(L);
+  if (!fast_ok(L, f, o)) return call_slow(L, top);
+  lua_getfield(L, 1, "calls");
+  lua_pushinteger(L, lua_tointeger(L, -1) + 1);
+  lua_setfield(L, 1, "calls");
+  lua_pop(L, 1);
+  /* run's slots: prog, args, ins, params, out, stream, level, red, dim,
+   * keepdim; then the rest goes */
+  lua_getfield(L, f, "p");
+  lua_createtable(L, n, 0);
+  for (int i = 1; i <= n; i++) {
+    lua_pushvalue(L, 1 + i);
+    lua_rawseti(L, -2, i);
+  }
+  lua_getfield(L, f, "ins");
+  lua_getfield(L, f, "params");
+  if (o) lua_getfield(L, o, "out"); else lua_pushnil(L);
+  if (o) lua_getfield(L, o, "stream"); else lua_pushnil(L);
+  lua_pushinteger(L, 1);   /* the site: the caller's line */
+  lua_getfield(L, f, "reduce");
+  lua_getfield(L, f, "dim");
+  lua_getfield(L, f, "keepdim");
+  lua_rotate(L, 1, 10);
+  lua_settop(L, 10);
+  return fuse_run(L);
+}
+
+/* caller(slow) -> the __call of a callable: fuse_call over slow */
+static int fuse_caller(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_pushcclosure(L, fuse_call, 2);
   return 1;
 }
 
@@ -302,7 +402,7 @@ const luaL_Reg bind_fuse_funcs[] = {
 static int open_core(lua_State *L) {
   static const luaL_Reg core[] = {
     {"ops", fuse_ops}, {"program", fuse_program}, {"run", fuse_run}, {"key", fuse_key},
-    {"count", fuse_count}, {NULL, NULL}
+    {"count", fuse_count}, {"caller", fuse_caller}, {NULL, NULL}
   };
   luaL_newlib(L, core);
   return 1;

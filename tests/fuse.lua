@@ -235,7 +235,8 @@ T.test("what cannot be fused raises at its own line, naming the call", function(
               "an op's dtype rule")
   T.raises_at(function() fz(function(a) local r = a:add(a:to("f64")) return r end) end, "dtype f64 does not match f32",
               "mixed dtypes")
-  T.raises_at(function() fz(function() return 1 end) end, "result 1 is not a tensor", "a number result")
+  T.raises_at(function() gpu.fuse(function() return 1 end, { name = "step" })(x) end, "result 1 is not a tensor",
+              "a number result")
   -- a tail call leaves no line of the body: the body's first line then
   T.raises_at(function() fz(function(a) return a:matmul(a) end) end, "x:matmul%(%) " .. ctx, "in a tail call")
   T.is(gpu.synchronize ~= nil and type(gpu.synchronize), "function", "gpu's functions are back after a trace")

@@ -427,7 +427,21 @@ local function trace(self, args, n)
   local steps = plan(tr, args, roots, progs, plain)
   current = nil
   self.traces = self.traces + 1
-  return { progs = progs, steps = steps, uses = tr.uses }
+  -- one op whose numbers need no check (float ops take any number): the
+  -- C side of a call (gpu._fuse's caller) runs it without this module
+  local fast
+  if #progs == 1 then
+    fast = progs[1]
+    for _, u in ipairs(tr.uses) do
+      if class(u[2]) ~= "F" then fast = nil end
+    end
+    if fast then
+      local ro = fast.ropts
+      fast = { p = fast.p, ins = fast.ins, params = fast.params, reduce = fast.reduce, dim = ro and ro.dim,
+                keepdim = ro and ro.keepdim }
+    end
+  end
+  return { progs = progs, steps = steps, uses = tr.uses, fast = fast }
 end
 
 -- The program's ops one by one, the unfused calls themselves (the same
@@ -514,8 +528,9 @@ function Fused:stats()
 end
 
 -- One result of a call, its trailing reduction included: one op; ok,
--- result or error.  The site of the op: 4 levels up from run (pcall, this
--- function, Fused.__call, its caller).
+-- result or error.  The site of the op: the first line from 4 levels up
+-- from run (pcall, this function, the slow call, gpu._fuse's caller (C, no
+-- line), the call's line).
 local function run_one(pr, args, out, stream)
   if not core.unfused then
     local ro = pr.ropts
@@ -534,9 +549,10 @@ local function run_group(g, args, out, stream)
   return pcall(run_unfused_group, pr, args, out, stream)
 end
 
--- The hot path of every call: nothing here makes a table but the
--- arguments' (the signature is made in C, the site too).
-function Fused.__call(self, ...)
+-- A call's slow path (gpu._fuse's caller takes the hot one in C): the
+-- first call of a signature, several ops, numbers to check, the unfused
+-- reference path.  Called from C: its caller's line is 3 levels up.
+local function slow_call(self, ...)
   local n = select("#", ...)
   local args = { ... }
   local o = args[n]
@@ -582,7 +598,7 @@ function Fused.__call(self, ...)
   local np = #progs
   if np == 1 then
     local ok, r = run_one(progs[1], args, out, stream)
-    if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
+    if not ok then error((tostring(r):gsub(SELF_AT, "")), 3) end
     return r
   end
   if out ~= nil and (type(out) ~= "table" or #out ~= np) then
@@ -599,7 +615,7 @@ function Fused.__call(self, ...)
         for k, j in ipairs(g.members) do gout[k] = out[j] end
       end
       rs = table.pack(run_group(g, args, gout, stream))
-      if not rs[1] then error((tostring(rs[2]):gsub(SELF_AT, "")), 2) end
+      if not rs[1] then error((tostring(rs[2]):gsub(SELF_AT, "")), 3) end
       if rs[2] ~= false then
         for k, j in ipairs(g.members) do results[j] = rs[k + 1] end
       end
@@ -608,13 +624,15 @@ function Fused.__call(self, ...)
       -- one op each: a single result, or a group whose inputs' shapes differ
       for _, j in ipairs(type(g) == "number" and { g } or g.members) do
         local ok, r = run_one(progs[j], args, out and out[j], stream)
-        if not ok then error((tostring(r):gsub(SELF_AT, "")), 2) end
+        if not ok then error((tostring(r):gsub(SELF_AT, "")), 3) end
         results[j] = r
       end
     end
   end
   return table.unpack(results, 1, np)
 end
+
+Fused.__call = core.caller(slow_call, core)
 
 -- gpu.fuse(fn [, opts]): opts.name names the op in traces and messages
 -- (default: fused@<fn's source:line>).
