@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "cu.h"
+#include "scalar.h"
 #include "util.h"
 
 /* The headers a fused kernel includes, embedded at build time
@@ -165,6 +166,124 @@ static int node_stmt(sbuf *b, const dev_fprog *p, int i, int *q, const char *sfx
   return 0;
 }
 
+/* bf16 and f16: the dtypes whose pairs fused kernels keep packed */
+static int is_p16(dev_dtype t) { return t == DEV_BF16 || t == DEV_F16; }
+
+/* The float of a number node, as k_fused.cu's number() makes it */
+static float num_float(const dev_fnode *x) { return sc_d2f(x->k.is_int ? (double)x->k.i : x->k.f); }
+
+/* f's bits in t (bf16 or f16), rounded */
+static unsigned p16_bits(dev_dtype t, float f) { return t == DEV_BF16 ? sc_float_to_bf16(f) : sc_float_to_half(f); }
+
+/* Whether node a of p holds a value of t (bf16 or f16) exactly: 1 for a
+ * tensor node of t, or a CONST whose float is one; 2 for a PARAM, whose
+ * value is known only at run time; else 0. */
+static int p16_exact(const dev_fprog *p, int a, dev_dtype t) {
+  const dev_fnode *x = &p->node[a];
+  if (x->kind == DEV_FN_PARAM) return 2;
+  if (x->kind != DEV_FN_CONST) return x->dtype == t;
+  float f = num_float(x);
+  unsigned u = p16_bits(t, f);
+  float g = t == DEV_BF16 ? sc_bf16_to_float((uint16_t)u) : sc_half_to_float((uint16_t)u);
+  return f == f && g == f;
+}
+
+/* The packed op of node i (k_elem.cuh: k_p2_<op><T>), or NULL: + - x of two
+ * values of T to a result of T, and exp (and, for bf16, tanh) of T, are
+ * exact so.  (f16's tanh would fall back too often: docs/internals.md.) */
+static const char *p16_op(const dev_fprog *p, int i) {
+  const dev_fnode *x = &p->node[i];
+  if (!is_p16(x->dtype)) return NULL;
+  if (x->kind == DEV_FN_UNARY && p->node[x->a[0]].dtype == x->dtype && !is_num(&p->node[x->a[0]])) {
+    if (x->code == DEV_UN_TANH && x->dtype == DEV_BF16) return "tanh";
+    return x->code == DEV_UN_EXP ? "exp" : NULL;
+  }
+  if (x->kind != DEV_FN_BINARY || operand_dtype(p, x) != x->dtype) return NULL;
+  int e0 = p16_exact(p, x->a[0], x->dtype), e1 = p16_exact(p, x->a[1], x->dtype);
+  if (!e0 || !e1 || (e0 == 2 && e1 == 2)) return NULL;
+  switch (x->code) {
+  case DEV_BIN_ADD: return "add";
+  case DEV_BIN_SUB: return "sub";
+  case DEV_BIN_MUL: return "mul";
+  default: return NULL;
+  }
+}
+
+/* Operand j of node i as a packed pair of T, into b */
+static void p16_operand(sbuf *b, const dev_fprog *p, int i, int j, const char *T, int *q) {
+  const dev_fnode *x = &p->node[p->node[i].a[j]];
+  if (x->kind == DEV_FN_CONST) {
+    /* its bits, a constant of the kernel (p16_exact: exact) */
+    unsigned u = p16_bits(p->node[i].dtype, num_float(x));
+    sb_printf(b, "k_p2_bits<%s>(0x%04x, 0x%04x)", T, u, u);
+    (*q)++;
+  } else if (is_num(x)) {
+    sb_printf(b, "k_p2_num<%s>(a.num[%d].f)", T, (*q)++);
+  } else {
+    sb_printf(b, "h%d", p->node[i].a[j]);
+  }
+}
+
+/* The packed binary op f of node i, both operands, into b */
+static void p16_binary(sbuf *b, const dev_fprog *p, int i, const char *f, const char *T, int *q) {
+  sb_printf(b, "k_p2_%s<%s>(", f, T);
+  p16_operand(b, p, i, 0, T, q);
+  sb_str(b, ", ");
+  p16_operand(b, p, i, 1, T, q);
+  sb_str(b, ")");
+}
+
+/* pair_stmt of a packed op f with a PARAM operand: packed when the number
+ * is exact in T (a branch on a kernel parameter: the same way in every
+ * thread), else the float op rounded. */
+static int pair_param(sbuf *b, const dev_fprog *p, int i, const char *f, int *q, char *err, size_t errlen) {
+  const char *T = dt_enum[p->node[i].dtype];
+  int q0 = *q;
+  sb_printf(b, "  kp2<%s> h%d;\n  if (k_p2_exact<%s>(a.num[%d].f)) {\n    h%d = ", T, i, T, q0, i);
+  p16_binary(b, p, i, f, T, q);
+  sb_str(b, ";\n  } else {\n");
+  *q = q0;
+  if (node_stmt(b, p, i, q, "a", 1, err, errlen)) return -1;
+  *q = q0;
+  if (node_stmt(b, p, i, q, "b", 1, err, errlen)) return -1;
+  sb_printf(b, "  h%d = k_p2_round<%s>(v%da, v%db);\n  }\n", i, T, i, i);
+  sb_printf(b, "  kp1<%s> v%da = k_p2_lo<%s>(h%d), v%db = k_p2_hi<%s>(h%d);\n", T, i, T, i, i, T, i);
+  return 0;
+}
+
+/* Node i of p as statements of gf_elem2, for both elements of the pair (q:
+ * the next number).  A bf16 or f16 node has its value packed too, h<i>
+ * (unused ones cost nothing: the compiler drops them), so that the packed
+ * ops of p16_op read and write pairs; every node keeps v<i>a, v<i>b, its
+ * elements (floats, or kp1 for a packed op's). */
+static int pair_stmt(sbuf *b, const dev_fprog *p, int i, int *q, char *err, size_t errlen) {
+  const dev_fnode *x = &p->node[i];
+  const char *T = dt_enum[x->dtype], *f = p16_op(p, i);
+  int q0 = *q, op = x->kind == DEV_FN_UNARY || x->kind == DEV_FN_BINARY || x->kind == DEV_FN_TERNARY;
+  if (f && x->kind == DEV_FN_BINARY &&
+      (p->node[x->a[0]].kind == DEV_FN_PARAM || p->node[x->a[1]].kind == DEV_FN_PARAM))
+    return pair_param(b, p, i, f, q, err, errlen);
+  if (f) {
+    sb_printf(b, "  kp2<%s> h%d = ", T, i);
+    if (x->kind == DEV_FN_UNARY) sb_printf(b, "k_p2_%s<%s>(v%da, v%db)", f, T, x->a[0], x->a[0]);
+    else p16_binary(b, p, i, f, T, q);
+    sb_printf(b, ";\n  kp1<%s> v%da = k_p2_lo<%s>(h%d), v%db = k_p2_hi<%s>(h%d);\n", T, i, T, i, i, T, i);
+    return 0;
+  }
+  if (node_stmt(b, p, i, q, "a", op, err, errlen)) return -1;
+  *q = q0;
+  if (node_stmt(b, p, i, q, "b", op, err, errlen)) return -1;
+  if (!is_p16(x->dtype) || is_num(x)) {
+    if (op) sb_printf(b, "  k_round2<%s>(v%da, v%db);\n", T, i, i);
+  } else if (x->kind == DEV_FN_INPUT) {
+    sb_printf(b, "  kp2<%s> h%d = k_p2_bits<%s>(x%da, x%db);\n", T, i, T, x->index, x->index);
+  } else {
+    /* rounded (an op), or already of T (a cast) */
+    sb_printf(b, "  kp2<%s> h%d = k_p2_%s<%s>(v%da, v%db);\n", T, i, op ? "round" : "pack", T, i, i);
+  }
+  return 0;
+}
+
 /* gf_elem2: two elements at once, the program's statements for each, and
  * each op's two results rounded together (k_round2: one packed conversion
  * for bf16 and f16, whose conversions bound a chain's speed). */
@@ -176,12 +295,7 @@ static int elem2(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt,
   for (int o = 0; o < p->nout; o++) sb_printf(b, ", kt<%s>::S &out%da, kt<%s>::S &out%db", out_dt[o], o, out_dt[o], o);
   sb_str(b, ", int &z)\n{\n");
   for (int i = 0; i < p->n; i++) {
-    const dev_fnode *x = &p->node[i];
-    int q0 = q, op = x->kind == DEV_FN_UNARY || x->kind == DEV_FN_BINARY || x->kind == DEV_FN_TERNARY;
-    if (node_stmt(b, p, i, &q, "a", op, err, errlen)) return -1;
-    q = q0;
-    if (node_stmt(b, p, i, &q, "b", op, err, errlen)) return -1;
-    if (op) sb_printf(b, "  k_round2<%s>(v%da, v%db);\n", dt_enum[x->dtype], i, i);
+    if (pair_stmt(b, p, i, &q, err, errlen)) return -1;
   }
   for (int o = 0; o < p->nout; o++)
     sb_printf(b, "  out%da = k_store<%s>(v%da);\n  out%db = k_store<%s>(v%db);\n", o, out_dt[o], p->res[o], o,

@@ -217,6 +217,168 @@ template <int T> KH void k_round2(typename kt<T>::C &a, typename kt<T>::C &b)
   b = k_round<T>(b);
 }
 
+/* ---- bf16 and f16 pairs: exact shortcuts of fused kernels (fgen.c) -----
+ * A fused program's op whose result is bf16 or f16 computes in float and
+ * rounds (k_round2).  Where that rounding makes a cheaper way exact,
+ * fgen.c's contiguous kernel takes it, and keeps each such node also as a
+ * packed pair (kp2<T>), unpacked only for the ops that read floats.
+ * Device-only: the built-in kernels never call these.  Why each is exact:
+ * docs/internals.md, "bf16 and f16 pairs". */
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KD __device__ __forceinline__
+
+/* The packed type of T (bf16 or f16) and its intrinsics. */
+template <int T> struct kp16;
+template <> struct kp16<DEV_BF16> {
+  typedef __nv_bfloat162 P;
+  typedef __nv_bfloat16 H;
+  static KD P cvt(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  static KD P join(H a, H b) { return __halves2bfloat162(a, b); }
+  static KD H lo(P p) { return __low2bfloat16(p); }
+  static KD H hi(P p) { return __high2bfloat16(p); }
+  static KD H of(uint16_t u) { return __ushort_as_bfloat16(u); }
+  static KD uint16_t bits(H h) { return __bfloat16_as_ushort(h); }
+  static KD float f(H h) { return __bfloat162float(h); }
+  /* the _rn forms: an explicit rounding, never contracted into an FMA */
+  static KD P add(P a, P b) { return __hadd2_rn(a, b); }
+  static KD P sub(P a, P b) { return __hsub2_rn(a, b); }
+  static KD P mul(P a, P b) { return __hmul2_rn(a, b); }
+};
+template <> struct kp16<DEV_F16> {
+  typedef __half2 P;
+  typedef __half H;
+  static KD P cvt(float a, float b) { return __floats2half2_rn(a, b); }
+  static KD P join(H a, H b) { return __halves2half2(a, b); }
+  static KD H lo(P p) { return __low2half(p); }
+  static KD H hi(P p) { return __high2half(p); }
+  static KD H of(uint16_t u) { return __ushort_as_half(u); }
+  static KD uint16_t bits(H h) { return __half_as_ushort(h); }
+  static KD float f(H h) { return __half2float(h); }
+  static KD P add(P a, P b) { return __hadd2_rn(a, b); }
+  static KD P sub(P a, P b) { return __hsub2_rn(a, b); }
+  static KD P mul(P a, P b) { return __hmul2_rn(a, b); }
+};
+template <int T> using kp2 = typename kp16<T>::P;
+
+template <int T> KD uint32_t k_p2_u(kp2<T> h) { return *reinterpret_cast<const uint32_t *>(&h); }
+
+/* One element of a pair: a float where an op reads it, its own bits where
+ * it is stored (k_store below), not the float store's NaN test and
+ * conversion: the same bits (a packed op's NaN is the canonical one, as the
+ * float store makes of the float ops' NaN). */
+template <int T> struct kp1 {
+  typename kp16<T>::H h;
+  __device__ __forceinline__ operator float() const { return kp16<T>::f(h); }
+};
+template <int T> KD kp1<T> k_p2_lo(kp2<T> h) { return kp1<T>{kp16<T>::lo(h)}; }
+template <int T> KD kp1<T> k_p2_hi(kp2<T> h) { return kp1<T>{kp16<T>::hi(h)}; }
+
+/* k_store of a kp1: an exact match, so chosen over k_store(float) */
+template <int T, int U> KD typename kt<T>::S k_store(kp1<U> v)
+{
+  if constexpr (T == U) return kp16<U>::bits(v.h);
+  else return k_store<T>((typename kt<T>::C)(float)v);
+}
+
+/* two stored values as a pair (a low, b high) */
+template <int T> KD kp2<T> k_p2_bits(uint16_t a, uint16_t b) { return kp16<T>::join(kp16<T>::of(a), kp16<T>::of(b)); }
+
+/* whether a number (a kernel parameter) is exactly a T value */
+template <int T> KD bool k_p2_exact(float f) { return f == f && (float)kp16<T>::f(kp16<T>::lo(kp16<T>::cvt(f, f))) == f; }
+
+/* a number exactly representable in T, in both halves; two floats that
+ * hold T values, packed (exactly) */
+template <int T> KD kp2<T> k_p2_num(float f) { return kp16<T>::cvt(f, f); }
+template <int T> KD kp2<T> k_p2_pack(float a, float b) { return kp16<T>::cvt(a, b); }
+
+/* k_round2<T>, keeping the packed pair */
+template <int T> KD kp2<T> k_p2_round(float &a, float &b)
+{
+  kp2<T> h = kp16<T>::cvt(a, b);
+  a = kp16<T>::f(kp16<T>::lo(h));
+  b = kp16<T>::f(kp16<T>::hi(h));
+  return h;
+}
+
+/* + - x of two T pairs, rounded once to T: the float op rounded to T, bit
+ * for bit (float's 24 bits >= 2 p + 2 for bf16's p = 8 and f16's 11: its
+ * rounding before T's is innocuous; a product of two T values is exact in
+ * float). */
+template <int T> KD kp2<T> k_p2_add(kp2<T> a, kp2<T> b) { return kp16<T>::add(a, b); }
+template <int T> KD kp2<T> k_p2_sub(kp2<T> a, kp2<T> b) { return kp16<T>::sub(a, b); }
+template <int T> KD kp2<T> k_p2_mul(kp2<T> a, kp2<T> b) { return kp16<T>::mul(a, b); }
+
+KD float k_ex2_approx(float x)
+{
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+KD float k_rcp_approx(float x)
+{
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+/* tanh(x) for a bf16 or f16 x, into y, and a bound b on |y - tanhf(x)|
+ * (tanhf: the accurate function of sc_tanh_f, within 2 ulp).  |x| >= 2^-6:
+ * 1 - 2 / (2^(2|x| log2 e) + 1), from ex2.approx (2 ulp) and rcp.approx
+ * (1 ulp), within 2^-20.5 absolute (docs/internals.md); smaller |x|:
+ * x (1 - x^2 / 3), within 2^-22 relative (the series alternates; its
+ * next term is 2/15 x^5), and -0 stays -0.  b: twice those and more. */
+KD float k_tanh_near(float x, float &b)
+{
+  float ax = fabsf(x);
+  if (ax < 0x1p-6f) {
+    b = __fmaf_rn(ax, 0x1p-20f, 0x1p-140f);
+    return x * __fmaf_rn(x * x, -0x1.555556p-2f, 1.0f);
+  }
+  float e = k_ex2_approx(ax * 2.88539004f);
+  float y = __fmaf_rn(-2.0f, k_rcp_approx(e + 1.0f), 1.0f);
+  b = __fmaf_rn(y, 0x1p-20f, 0x1p-19f);
+  return copysignf(y, x);
+}
+
+/* tanh of a pair, rounded to T: the T rounding of tanhf, bit for bit.
+ * Rounding is monotone, so when y - b and y + b round to the same T value,
+ * tanhf(x), between them, rounds to it too; else (rare: a rounding
+ * boundary within b) the accurate function.  A NaN gives the canonical NaN
+ * either way (the conversion's). */
+template <int T> KD kp2<T> k_p2_tanh(float a, float b)
+{
+  float ba, bb, ya = k_tanh_near(a, ba), yb = k_tanh_near(b, bb);
+  kp2<T> lo = kp16<T>::cvt(ya - ba, yb - bb), hi = kp16<T>::cvt(ya + ba, yb + bb);
+  if (k_p2_u<T>(lo) == k_p2_u<T>(hi)) return lo;
+  return kp16<T>::cvt(sc_tanh_f(a), sc_tanh_f(b));
+}
+
+/* exp(x) for a bf16 or f16 x, |x| < 80, within 2^-20.5 relative of
+ * expf(x) (2 ulp): 2^(x L) as 2^(x Lh) (x Lh exact: at most 11 by 13
+ * significant bits, from ex2.approx, 2 ulp) times 2^(x Ll) = 1 + t +
+ * t^2/2 + t^3/6 (|t| < 2^-8). */
+KD float k_exp_near(float x)
+{
+  float t = x * 4.7194842e-5f;   /* (log2 e - Lh) ln 2, Lh = 5909 / 4096 */
+  float p = __fmaf_rn(__fmaf_rn(__fmaf_rn(t, 0x1.555556p-3f, 0.5f), t, 1.0f), t, 1.0f);
+  return k_ex2_approx(x * 1.442626953125f) * p;
+}
+
+/* exp of a pair, rounded to T: k_p2_tanh's argument, with the bound
+ * 2^-19 |y|; |x| >= 80 or NaN (results out of ex2.approx.ftz's range), the
+ * accurate function. */
+template <int T> KD kp2<T> k_p2_exp(float a, float b)
+{
+  float ya = k_exp_near(a), yb = k_exp_near(b);
+  const float dn = 1.0f - 0x1p-19f, up = 1.0f + 0x1p-19f;
+  kp2<T> lo = kp16<T>::cvt(ya * dn, yb * dn), hi = kp16<T>::cvt(ya * up, yb * up);
+  if (k_p2_u<T>(lo) == k_p2_u<T>(hi) && fabsf(a) < 80.0f && fabsf(b) < 80.0f) return lo;
+  return kp16<T>::cvt(sc_exp_f(a), sc_exp_f(b));
+}
+#undef KD
+#endif
+
 KH int k_esize(int t)
 {
   switch (t) {

@@ -56,6 +56,153 @@ static void try(unit *u, const char *name, const dev_fnode *nd, int n) {
   if (p) add(u, p);   /* refused: the op does not take the dtype (fprog.c checks that) */
 }
 
+static void compile_unit(unit *u, const char *what);
+
+static dev_fnode cnum(double v) {
+  return (dev_fnode){.kind = DEV_FN_CONST, .dtype = DEV_NDTYPE, .k = {.f = v}};
+}
+static dev_fnode un(int code, dev_dtype t, int a) {
+  return (dev_fnode){.kind = DEV_FN_UNARY, .code = code, .dtype = t, .a = {a}};
+}
+static dev_fnode bin(int code, dev_dtype t, int a, int b) {
+  return (dev_fnode){.kind = DEV_FN_BINARY, .code = code, .dtype = t, .a = {a, b}};
+}
+
+/* p's contiguous source has (want) or has not the text s */
+static void has(const dev_fprog *p, const char *s, int want) {
+  sbuf src = {0};
+  char err[256];
+  int rc = cuda_fused_source(p, 1, 0, &src, err, sizeof err);
+  ok(rc == 0 && (strstr(src.p, s) != NULL) == want, want ? "%s: uses %s" : "%s: does not use %s", p->name, s);
+  free(src.p);
+}
+
+/* The exact shortcuts of bf16 and f16 pairs (fgen.c's p16_op): which
+ * programs take them, and that those compile.  Whether they give the
+ * unfused bits is tests/gpu/fuse_exact.lua's, on the GPU. */
+static const dev_dtype dts[] = {DEV_BF16, DEV_F16, DEV_F32};
+static const char *const dtn[] = {"DEV_BF16", "DEV_F16", "DEV_F32"};
+
+/* GELU as bench/ops.lua writes it: 0.044715 and 0.79788 are in neither */
+static void p16_gelu(unit *u) {
+  char err[256], want[128];
+  const dev_fprog *p;
+  for (size_t d = 0; d < 2; d++) {
+    dev_dtype B = dts[d];
+    const char *N = dtn[d];
+    dev_fnode g[] = {in(B, 0),
+                     bin(DEV_BIN_MUL, B, 0, 0), bin(DEV_BIN_MUL, B, 1, 0), cnum(0.044715), bin(DEV_BIN_MUL, B, 2, 3),
+                     bin(DEV_BIN_ADD, B, 4, 0), cnum(0.7978845608), bin(DEV_BIN_MUL, B, 5, 6), un(DEV_UN_TANH, B, 7),
+                     cnum(1), bin(DEV_BIN_ADD, B, 8, 9), bin(DEV_BIN_MUL, B, 10, 0), cnum(0.5),
+                     bin(DEV_BIN_MUL, B, 11, 12)};
+    char name[64];
+    snprintf(name, sizeof name, "gelu_%s", dev_dtype_name(B));
+    p = dev_fprog_intern(name, g, (int)(sizeof g / sizeof g[0]), err, sizeof err);
+    ok(p != NULL, "%s: %s", name, p ? "interned" : err);
+    if (!p) continue;
+    snprintf(want, sizeof want, "k_p2_mul<%s>(h0, h0)", N);
+    has(p, want, 1);
+    has(p, "k_p2_tanh<", B == DEV_BF16);   /* f16's: the float op */
+    unsigned one = B == DEV_BF16 ? 0x3f80 : 0x3c00, half = B == DEV_BF16 ? 0x3f00 : 0x3800;
+    snprintf(want, sizeof want, "k_p2_add<%s>(h8, k_p2_bits<%s>(0x%04x, 0x%04x))", N, N, one, one);
+    has(p, want, 1);   /* + 1 */
+    snprintf(want, sizeof want, "k_p2_mul<%s>(h11, k_p2_bits<%s>(0x%04x, 0x%04x))", N, N, half, half);
+    has(p, want, 1);   /* * 0.5 */
+    snprintf(want, sizeof want, "k_p2_mul<%s>(h2, ", N);
+    has(p, want, 0);   /* x^3 * 0.044715: in float */
+    add(u, p);
+  }
+}
+
+/* each op with a CONST (2: exact, 0.1: not), a PARAM (known at run time),
+ * a number on the left; f32 never packed */
+static void p16_numbers(unit *u) {
+  char err[256];
+  const dev_fprog *p;
+  static const int ops[] = {DEV_BIN_ADD, DEV_BIN_SUB, DEV_BIN_MUL, DEV_BIN_DIV};
+  for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+      dev_dtype T = dts[d];
+      const char *N = dtn[d];
+      int o = ops[k], pk = T != DEV_F32;
+      /* a node is packed by its op, or (division) rounded and packed */
+      const char *fn = o == DEV_BIN_ADD ? "add" : o == DEV_BIN_SUB ? "sub" : o == DEV_BIN_MUL ? "mul" : "round";
+      char name[64], h2[64], h4[64], rnd[64];
+      snprintf(h2, sizeof h2, "h2 = k_p2_%s<%s>(", fn, N);
+      snprintf(h4, sizeof h4, "h4 = k_p2_%s<%s>(", fn, N);
+      snprintf(rnd, sizeof rnd, "h2 = k_p2_round<%s>(", N);
+      dev_fnode c2[] = {in(T, 0), cnum(2), bin(o, T, 0, 1), in(T, 1), bin(o, T, 2, 3)};
+      dev_fnode c01[] = {cnum(0.1), in(T, 0), bin(o, T, 0, 1)};
+      dev_fnode pr[] = {in(T, 0), par(0), bin(o, T, 0, 1)};
+      snprintf(name, sizeof name, "%s_const2_%s", dev_binop_info(o)->name, dev_dtype_name(T));
+      if ((p = dev_fprog_intern(name, c2, 5, err, sizeof err))) {
+        has(p, h2, pk);
+        has(p, h4, pk);
+        add(u, p);
+      }
+      snprintf(name, sizeof name, "%s_const01_%s", dev_binop_info(o)->name, dev_dtype_name(T));
+      if ((p = dev_fprog_intern(name, c01, 3, err, sizeof err))) {
+        has(p, rnd, pk);
+        add(u, p);
+      }
+      snprintf(name, sizeof name, "%s_param_%s", dev_binop_info(o)->name, dev_dtype_name(T));
+      if ((p = dev_fprog_intern(name, pr, 3, err, sizeof err))) {
+        /* packed when the number is one of T, else the float op rounded */
+        has(p, "if (k_p2_exact<", pk && o != DEV_BIN_DIV);
+        has(p, rnd, pk);
+        add(u, p);
+      }
+    }
+}
+
+/* tanh and exp of bf16 and f16 (f16's tanh: the float op); a cast read by
+ * a packed op; a packed node's elements read by ops of every kind */
+static void p16_reads(unit *u) {
+  char err[256], want[128];
+  const dev_fprog *p;
+  for (size_t d = 0; d < 2; d++) {
+    dev_dtype T = dts[d];
+    char name[64];
+    dev_fnode t[] = {in(T, 0), un(DEV_UN_TANH, T, 0), un(DEV_UN_EXP, T, 1)};
+    snprintf(name, sizeof name, "tanh_exp_%s", dev_dtype_name(T));
+    if ((p = dev_fprog_intern(name, t, 3, err, sizeof err))) {
+      has(p, "k_p2_tanh<DEV_BF16>(v0a, v0b)", T == DEV_BF16);
+      snprintf(want, sizeof want, "k_p2_exp<%s>(v1a, v1b)", dtn[d]);
+      has(p, want, 1);
+      add(u, p);
+    }
+  }
+  /* a cast to bf16 read by a packed op */
+  const dev_dtype B = DEV_BF16;
+  dev_fnode cast[] = {in(DEV_F32, 0), {.kind = DEV_FN_CAST, .dtype = B, .a = {0}}, in(B, 1),
+                      bin(DEV_BIN_MUL, B, 1, 2)};
+  if ((p = dev_fprog_intern("cast_mul_bf16", cast, 4, err, sizeof err))) {
+    has(p, "k_p2_mul<DEV_BF16>(h1, h2)", 1);
+    add(u, p);
+  }
+  /* a packed node's elements (kp1) read by a unary op, a ternary, a
+   * comparison, a packed op and a cast */
+  dev_fnode mix[] = {in(B, 0), in(B, 1), bin(DEV_BIN_MUL, B, 0, 1), un(DEV_UN_RELU, B, 2), in(DEV_BOOL, 2),
+                     {.kind = DEV_FN_TERNARY, .code = DEV_TER_WHERE, .dtype = B, .a = {4, 2, 3}},
+                     bin(DEV_BIN_ADD, B, 2, 5), bin(DEV_BIN_GT, DEV_BOOL, 6, 0),
+                     {.kind = DEV_FN_CAST, .dtype = DEV_F32, .a = {6}}, {.kind = DEV_FN_CAST, .dtype = DEV_F32, .a = {7}},
+                     bin(DEV_BIN_MUL, DEV_F32, 8, 9)};
+  if ((p = dev_fprog_intern("kp1_reads", mix, (int)(sizeof mix / sizeof mix[0]), err, sizeof err))) {
+    has(p, "kp2<DEV_BF16> h6 = k_p2_add<DEV_BF16>(h2, h5)", 1);
+    add(u, p);
+  } else {
+    ok(0, "%s: %s", "kp1_reads", err);
+  }
+}
+
+static void p16_pairs(void) {
+  unit u = {0};
+  p16_gelu(&u);
+  p16_numbers(&u);
+  p16_reads(&u);
+  compile_unit(&u, "bf16 and f16 pairs");
+}
+
 static void compile_unit(unit *u, const char *what) {
   dev_kimage img;
   char *log = NULL, err[512];
@@ -106,6 +253,12 @@ static void several_results(void) {
 int main(int argc, char **argv) {
   char name[64];
   setenv("GPULUA_KERNEL_CACHE", "0", 1);
+  /* argv[1] "pairs": only the unit of bf16 and f16 pairs */
+  if (argc > 1 && strcmp(argv[1], "pairs") == 0) {
+    p16_pairs();
+    printf("1..%d\n", ntest);
+    return nfail != 0;
+  }
   int only_red = argc > 1 && strcmp(argv[1], "reductions") == 0;
   int only_res = argc > 1 && strcmp(argv[1], "results") == 0;
   for (int t = 0; t < DEV_NDTYPE && !only_red && !only_res; t++) {
@@ -175,6 +328,7 @@ int main(int argc, char **argv) {
     if (p) add_red(&u, p, 1 + rcase[c].red);
   }
   compile_unit(&u, "trailing reductions");
+  if (!only_red) p16_pairs();
   printf("1..%d\n", ntest);
   return nfail != 0;
 }
