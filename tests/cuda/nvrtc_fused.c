@@ -250,62 +250,49 @@ static void several_results(void) {
 
 /* argv[1] "reductions": only the trailing reductions' unit; "results":
  * only the unit of several results */
-int main(int argc, char **argv) {
+/* every op of the table that takes T, and every cast from T, in one unit */
+static void every_op(dev_dtype T) {
   char name[64];
-  setenv("GPULUA_KERNEL_CACHE", "0", 1);
-  /* argv[1] "pairs": only the unit of bf16 and f16 pairs */
-  if (argc > 1 && strcmp(argv[1], "pairs") == 0) {
-    p16_pairs();
-    printf("1..%d\n", ntest);
-    return nfail != 0;
+  unit u = {0};
+  for (int op = 0; op < DEV_NUNOP; op++) {
+    if (op == DEV_UN_COPY) continue;
+    const dev_opinfo *o = dev_unop_info(op);
+    dev_fnode nd[2] = {in(T, 0), {.kind = DEV_FN_UNARY, .code = op, .dtype = o->to_bool ? DEV_BOOL : T, .a = {0}}};
+    snprintf(name, sizeof name, "%s_%s", o->name, dev_dtype_name(T));
+    try(&u, name, nd, 2);
   }
-  int only_red = argc > 1 && strcmp(argv[1], "reductions") == 0;
-  int only_res = argc > 1 && strcmp(argv[1], "results") == 0;
-  for (int t = 0; t < DEV_NDTYPE && !only_red && !only_res; t++) {
-    unit u = {0};
-    dev_dtype T = (dev_dtype)t;
-    for (int op = 0; op < DEV_NUNOP; op++) {
-      if (op == DEV_UN_COPY) continue;
-      const dev_opinfo *o = dev_unop_info(op);
-      dev_fnode nd[2] = {in(T, 0), {.kind = DEV_FN_UNARY, .code = op, .dtype = o->to_bool ? DEV_BOOL : T, .a = {0}}};
-      snprintf(name, sizeof name, "%s_%s", o->name, dev_dtype_name(T));
-      try(&u, name, nd, 2);
-    }
-    for (int op = 0; op < DEV_NBINOP; op++) {
-      const dev_opinfo *o = dev_binop_info(op);
-      dev_dtype R = o->to_bool ? DEV_BOOL : T;
-      dev_fnode tt[3] = {in(T, 0), in(T, 1), {.kind = DEV_FN_BINARY, .code = op, .dtype = R, .a = {0, 1}}};
-      dev_fnode tn[3] = {in(T, 0), par(0), {.kind = DEV_FN_BINARY, .code = op, .dtype = R, .a = {0, 1}}};
-      dev_fnode nt[3] = {par(0), in(T, 0), {.kind = DEV_FN_BINARY, .code = op, .dtype = R, .a = {0, 1}}};
-      snprintf(name, sizeof name, "%s_%s", o->name, dev_dtype_name(T));
-      try(&u, name, tt, 3);
-      try(&u, name, tn, 3);
-      if (o->flags & DEV_OPF_LEFT) try(&u, name, nt, 3);
-    }
-    for (int op = 0; op < DEV_NTEROP; op++) {
-      const dev_opinfo *o = dev_terop_info(op);
-      dev_dtype C = (o->flags & DEV_OPF_COND) ? DEV_BOOL : T;
-      dev_fnode t3[4] = {in(C, 0), in(T, 1), in(T, 2), {.kind = DEV_FN_TERNARY, .code = op, .dtype = T, .a = {0, 1, 2}}};
-      dev_fnode t1[4] = {in(C, 0), par(0), par(1), {.kind = DEV_FN_TERNARY, .code = op, .dtype = T, .a = {0, 1, 2}}};
-      snprintf(name, sizeof name, "%s_%s", o->name, dev_dtype_name(T));
-      try(&u, name, t3, 4);
-      try(&u, name, t1, 4);
-    }
-    for (int t2 = 0; t2 < DEV_NDTYPE; t2++) {
-      dev_fnode nd[2] = {in(T, 0), {.kind = DEV_FN_CAST, .dtype = (dev_dtype)t2, .a = {0}}};
-      snprintf(name, sizeof name, "cast_%s_%s", dev_dtype_name(T), dev_dtype_name((dev_dtype)t2));
-      try(&u, name, nd, 2);
-    }
-    snprintf(name, sizeof name, "every op on %s", dev_dtype_name(T));
-    compile_unit(&u, name);
+  for (int op = 0; op < DEV_NBINOP; op++) {
+    const dev_opinfo *o = dev_binop_info(op);
+    dev_dtype R = o->to_bool ? DEV_BOOL : T;
+    dev_fnode tt[3] = {in(T, 0), in(T, 1), {.kind = DEV_FN_BINARY, .code = op, .dtype = R, .a = {0, 1}}};
+    dev_fnode tn[3] = {in(T, 0), par(0), {.kind = DEV_FN_BINARY, .code = op, .dtype = R, .a = {0, 1}}};
+    dev_fnode nt[3] = {par(0), in(T, 0), {.kind = DEV_FN_BINARY, .code = op, .dtype = R, .a = {0, 1}}};
+    snprintf(name, sizeof name, "%s_%s", o->name, dev_dtype_name(T));
+    try(&u, name, tt, 3);
+    try(&u, name, tn, 3);
+    if (o->flags & DEV_OPF_LEFT) try(&u, name, nt, 3);
   }
-  if (!only_red) {
-    several_results();
-    if (only_res) {
-      printf("1..%d\n", ntest);
-      return nfail != 0;
-    }
+  for (int op = 0; op < DEV_NTEROP; op++) {
+    const dev_opinfo *o = dev_terop_info(op);
+    dev_dtype C = (o->flags & DEV_OPF_COND) ? DEV_BOOL : T;
+    dev_fnode t3[4] = {in(C, 0), in(T, 1), in(T, 2), {.kind = DEV_FN_TERNARY, .code = op, .dtype = T, .a = {0, 1, 2}}};
+    dev_fnode t1[4] = {in(C, 0), par(0), par(1), {.kind = DEV_FN_TERNARY, .code = op, .dtype = T, .a = {0, 1, 2}}};
+    snprintf(name, sizeof name, "%s_%s", o->name, dev_dtype_name(T));
+    try(&u, name, t3, 4);
+    try(&u, name, t1, 4);
   }
+  for (int t2 = 0; t2 < DEV_NDTYPE; t2++) {
+    dev_fnode nd[2] = {in(T, 0), {.kind = DEV_FN_CAST, .dtype = (dev_dtype)t2, .a = {0}}};
+    snprintf(name, sizeof name, "cast_%s_%s", dev_dtype_name(T), dev_dtype_name((dev_dtype)t2));
+    try(&u, name, nd, 2);
+  }
+  snprintf(name, sizeof name, "every op on %s", dev_dtype_name(T));
+  compile_unit(&u, name);
+}
+
+/* the trailing reductions' unit */
+static void reductions(void) {
+  char name[64];
   /* the trailing reductions (k_reduce.cuh's bodies with a program's
    * values; both layouts, rows and columns): each reduction once, over a
    * program of a dtype of each class.  Each compile costs about a second
@@ -328,6 +315,27 @@ int main(int argc, char **argv) {
     if (p) add_red(&u, p, 1 + rcase[c].red);
   }
   compile_unit(&u, "trailing reductions");
+}
+
+int main(int argc, char **argv) {
+  setenv("GPULUA_KERNEL_CACHE", "0", 1);
+  /* argv[1] "pairs": only the unit of bf16 and f16 pairs */
+  if (argc > 1 && strcmp(argv[1], "pairs") == 0) {
+    p16_pairs();
+    printf("1..%d\n", ntest);
+    return nfail != 0;
+  }
+  int only_red = argc > 1 && strcmp(argv[1], "reductions") == 0;
+  int only_res = argc > 1 && strcmp(argv[1], "results") == 0;
+  for (int t = 0; t < DEV_NDTYPE && !only_red && !only_res; t++) every_op((dev_dtype)t);
+  if (!only_red) {
+    several_results();
+    if (only_res) {
+      printf("1..%d\n", ntest);
+      return nfail != 0;
+    }
+  }
+  reductions();
   if (!only_red) p16_pairs();
   printf("1..%d\n", ntest);
   return nfail != 0;
