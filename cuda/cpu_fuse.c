@@ -117,10 +117,16 @@ static int eval(run *r, int i, int64_t k)
     at = r->p->node[x->a[0]].dtype;
     cpu_unop_block(x->code, class_of(at), operand(r, i, 0), v, k);
     break;
-  case DEV_FN_BINARY:
-    at = r->p->node[x->a[is_num(&r->p->node[x->a[0]])]].dtype;
-    if (cpu_binop_block(x->code, class_of(at), operand(r, i, 0), operand(r, i, 1), v, k) > 0) return -1;
+  case DEV_FN_BINARY: {
+    int left = is_num(&r->p->node[x->a[0]]), right = is_num(&r->p->node[x->a[1]]);
+    at = r->p->node[x->a[left]].dtype;
+    /* a number operand stays a number (in a register), not a block */
+    int64_t z = left != right ? cpu_binop_block_k(x->code, class_of(at), operand(r, i, left), operand(r, i, !left),
+                                                   left, v, k)
+                              : cpu_binop_block(x->code, class_of(at), operand(r, i, 0), operand(r, i, 1), v, k);
+    if (z > 0) return -1;
     break;
+  }
   case DEV_FN_TERNARY: {
     const block *cond = operand(r, i, 0);
     if (dev_terop_info(x->code)->flags & DEV_OPF_COND) {

@@ -356,6 +356,8 @@ void cpu_pad8(cclass c, block *b, int64_t n);
 void cpu_unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n);
 int64_t cpu_binop_block(int code, cclass c, const block *restrict x, const block *restrict y, block *restrict r,
                         int64_t n);
+int64_t cpu_binop_block_k(int code, cclass c, const block *restrict x, const block *kb, int left,
+                          block *restrict r, int64_t n);
 void cpu_terop_block(int code, cclass c, const block *restrict x, const block *restrict y, const block *restrict z,
                      block *restrict r, int64_t n);
 /* cpu_fuse.c: DEV_OP_FUSED */
