@@ -14,6 +14,8 @@
  * warm_bytes where smaller: 8 MiB on the host backend) keeps a loop's
  * temporaries few (their blocks are reused while warm); a full one instead
  * where the Lua heap is small beside the bytes made (full_is_cheap).  The
+ * young collection runs before the allocation that would pass its step, so
+ * that this allocation can take a block it frees.  The
  * limit is then live + max(live, gc_floor) with live <= the largest live set L, so
  * the bytes held never exceed 2 L + gc_floor (the bound docs/internals.md states).
  * Out of memory, an allocation collects in full, waits for the queued work
@@ -77,8 +79,11 @@ void bind_memory_init(gpu_state *st) {
  * held 10 times t where incremental mode held 5 (host backend, 64 MiB
  * tensors, 2026-11-25).  With big temporaries and a small heap this keeps
  * it at the figure of incremental mode; with small temporaries, or a big
- * heap, the young collections stay. */
-#define GC_FULL_RATIO 1024
+ * heap, the young collections stay.  128: a full collection of a 52 KiB
+ * heap costs about 9 us (host, 2026-11-29), 1/128 of 8 MiB of host ops'
+ * time at most; the operands a young collection ages then wait one step,
+ * not 6-7 (`(x * 2 + 1):relu()` on 4 MiB: 4 blocks besides x, not 9). */
+#define GC_FULL_RATIO 128
 static int full_is_cheap(lua_State *L, gpu_state *st) {
   size_t heap = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB);
   return st->gc_since_full / GC_FULL_RATIO >= heap;
@@ -95,23 +100,28 @@ dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int stream, co
   dev_ctx *ctx = st->ctx;
   if (dev_mem_live(ctx, kind) + bytes > st->gc_limit[kind]) {
     collect(L, st, kind, bytes);
-    st->gc_young = 0;
-  } else if ((st->gc_young += bytes) > st->gc_young_step) {
+    st->gc_young = bytes;
+  } else if (st->gc_young && st->gc_young + bytes > st->gc_young_step) {
     /* a young collection now and then keeps the blocks of a loop's
      * temporaries few and warm in the caches, long before any limit; a
-     * full one where that is cheap beside the memory at stake */
+     * full one where that is cheap beside the memory at stake.  It runs
+     * before the allocation that would pass the step, so that this one
+     * can take a block that the collection frees */
     if (full_is_cheap(L, st)) {
       collect_full(L, st, kind, bytes);
     } else {
       lua_gc(L, LUA_GCSTEP, 0);
     }
-    st->gc_young = 0;
+    st->gc_young = bytes;
     st->gc_count = 0;
-  } else if (++st->gc_count >= st->gc_count_step) {
-    /* the same by count, for small temporaries: only while the collector
-     * runs (collectgarbage("stop") holds), as Lua's own pacer would */
-    st->gc_count = 0;
-    if (lua_gc(L, LUA_GCISRUNNING)) lua_gc(L, LUA_GCSTEP, 0);
+  } else {
+    st->gc_young += bytes;
+    if (++st->gc_count >= st->gc_count_step) {
+      /* the same by count, for small temporaries: only while the collector
+       * runs (collectgarbage("stop") holds), as Lua's own pacer would */
+      st->gc_count = 0;
+      if (lua_gc(L, LUA_GCISRUNNING)) lua_gc(L, LUA_GCSTEP, 0);
+    }
   }
   st->gc_since_full += bytes;
   /* the stream looked up after any collection (a finalizer may close streams) */
