@@ -447,6 +447,50 @@ BINK_LOOP(f, float, float)
 BINK_LOOP(d, double, double)
 BINK_LOOP(i, int64_t, int64_t)
 
+/* Two f32 ops in one loop, (x op1 y) op2 k (left: k op2 (x op1 y)), for
+ * op1 and op2 among add, sub, mul, div: gpu.fuse's `t * a * 0.5` and the
+ * like.  Each op rounds to float as its own loop does (no contraction), so
+ * the result is the two loops' bit for bit, without the store and load of
+ * the value between them and one dispatch of two. */
+#define PAIR_CASE(i1, f1, i2, f2) case i1 * 4 + i2:                                                \
+  if (left) for (int64_t i = 0; i < n; i++) r[i] = sc_##f2##_f(k, sc_##f1##_f(x[i], y[i]));       \
+  else for (int64_t i = 0; i < n; i++) r[i] = sc_##f2##_f(sc_##f1##_f(x[i], y[i]), k);            \
+  break;
+#define PAIR_ROW(i1, f1) PAIR_CASE(i1, f1, 0, add) PAIR_CASE(i1, f1, 1, sub) PAIR_CASE(i1, f1, 2, mul) \
+  PAIR_CASE(i1, f1, 3, div)
+ARRAY_BODY void pair_f_run(int pair, int left, const float *restrict x, const float *restrict y, float k,
+                           float *restrict r, int64_t n)
+{
+  switch (pair) { PAIR_ROW(0, add) PAIR_ROW(1, sub) PAIR_ROW(2, mul) PAIR_ROW(3, div) default: break; }
+}
+
+ARRAY_FN void pair_f(int pair, int left, const float *restrict x, const float *restrict y, float k,
+                     float *restrict r, int64_t n)
+{
+  n = MULT8(n);
+  ARRAY_SPLIT(n, m, pair_f_run(pair, left, x, y, k, r, m), pair_f_run(pair, left, x + m, y + m, k, r + m, 8));
+}
+
+static int pair_index(int code)
+{
+  switch (code) {
+  case DEV_BIN_ADD: return 0;
+  case DEV_BIN_SUB: return 1;
+  case DEV_BIN_MUL: return 2;
+  case DEV_BIN_DIV: return 3;
+  default: return -1;
+  }
+}
+
+int cpu_binop_pair_f(int code1, int code2, int left, const block *restrict x, const block *restrict y,
+                     const block *kb, block *restrict r, int64_t n)
+{
+  int a = pair_index(code1), b = pair_index(code2);
+  if (a < 0 || b < 0) return 0;
+  pair_f(a * 4 + b, left, x->f, y->f, kb->f[0], r->f, round8(n));
+  return 1;
+}
+
 #define TER_LOOP(C, T)                                                                             \
   ARRAY_BODY void terop_##C##_run(int code, const T *restrict x, const T *restrict y,              \
                                   const T *restrict z, T *restrict r, int64_t n)                   \
