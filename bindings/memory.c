@@ -37,6 +37,11 @@
  * (bench/RESULTS.md, 2026-11-25). */
 #define GC_COUNT_STEP 256
 
+/* Tensor bytes per byte of Lua heap for a full collection to count as cheap
+ * (full_is_cheap, below). */
+#define GC_FULL_RATIO 1024
+#define GC_FULL_RATIO_WARM 128
+
 /* A full collection just ran: every kind's limit from what is live now,
  * counting the allocation about to be made (bytes of kind), which will be
  * live too: a request larger than the rest then does not force a full
@@ -65,13 +70,17 @@ void bind_memory_init(gpu_state *st) {
   st->gc_young_step = f;
   /* where the backend's ops go through small caches (the CPU's), sooner */
   size_t w = dev_warm_bytes(st->ctx);
-  if (w && w < f) st->gc_young_step = w;
+  st->gc_full_ratio = GC_FULL_RATIO;
+  if (w && w < f) {
+    st->gc_young_step = w;
+    st->gc_full_ratio = GC_FULL_RATIO_WARM;
+  }
   st->gc_count_step = GC_COUNT_STEP;
   gc_reset(st, DEV_MEM_DEVICE, 0);
 }
 
 /* Whether a full collection costs little beside the tensor bytes made since
- * the last one: its work is the Lua heap, at most 1/GC_FULL_RATIO of them.
+ * the last one: its work is the Lua heap, at most 1/gc_full_ratio of them.
  * A young collection frees only what died young, and in a loop that makes
  * one big temporary per iteration, `local u = (t * 2 + 1):relu()`, each u
  * outlives two young collections (its register holds it until the next u
@@ -79,14 +88,16 @@ void bind_memory_init(gpu_state *st) {
  * held 10 times t where incremental mode held 5 (host backend, 64 MiB
  * tensors, 2026-11-25).  With big temporaries and a small heap this keeps
  * it at the figure of incremental mode; with small temporaries, or a big
- * heap, the young collections stay.  128: a full collection of a 52 KiB
- * heap costs about 9 us (host, 2026-11-29), 1/128 of 8 MiB of host ops'
- * time at most; the operands a young collection ages then wait one step,
- * not 6-7 (`(x * 2 + 1):relu()` on 4 MiB: 4 blocks besides x, not 9). */
-#define GC_FULL_RATIO 128
+ * heap, the young collections stay.  GC_FULL_RATIO_WARM where the step is
+ * the backend's warm_bytes (host): a full collection of a 52 KiB heap costs
+ * about 9 us (2026-11-29), 1/128 of 8 MiB of host ops' time at most, and
+ * the operands a young collection ages then wait one step, not 6-7
+ * (`(x * 2 + 1):relu()` on 4 MiB: 4 blocks besides x, not 9).  On a GPU
+ * the step is up to 256 MiB and the ops' time is not the host's: a 2 MiB
+ * heap's full collection there would cost the enqueue loop 0.35 ms. */
 static int full_is_cheap(lua_State *L, gpu_state *st) {
   size_t heap = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB);
-  return st->gc_since_full / GC_FULL_RATIO >= heap;
+  return st->gc_since_full / st->gc_full_ratio >= heap;
 }
 
 static void collect(lua_State *L, gpu_state *st, dev_memkind kind, size_t bytes) {
