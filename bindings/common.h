@@ -65,6 +65,7 @@ typedef struct gpu_state {
   size_t gc_floor;             /* memory.c: garbage a kind may gather, at least */
   size_t gc_limit[DEV_NMEMKIND];   /* bytes live per kind past which the collector runs */
   size_t gc_young, gc_young_step;  /* bytes allocated since the last collection step, and the step */
+  size_t gc_full_ratio;            /* full_is_cheap: tensor bytes per byte of Lua heap (memory.c) */
   size_t gc_since_full;            /* bytes allocated since the last full collection */
   unsigned gc_count, gc_count_step;  /* allocations since then, and the step */
 } gpu_state;

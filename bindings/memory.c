@@ -14,6 +14,8 @@
  * warm_bytes where smaller: 8 MiB on the host backend) keeps a loop's
  * temporaries few (their blocks are reused while warm); a full one instead
  * where the Lua heap is small beside the bytes made (full_is_cheap).  The
+ * young collection runs before the allocation that would pass its step, so
+ * that this allocation can take a block it frees.  The
  * limit is then live + max(live, gc_floor) with live <= the largest live set L, so
  * the bytes held never exceed 2 L + gc_floor (the bound docs/internals.md states).
  * Out of memory, an allocation collects in full, waits for the queued work
@@ -34,6 +36,11 @@
  * 100 000 alive fell from 9.3 to 0.14, its instructions did not grow
  * (bench/RESULTS.md, 2026-11-25). */
 #define GC_COUNT_STEP 256
+
+/* Tensor bytes per byte of Lua heap for a full collection to count as cheap
+ * (full_is_cheap, below). */
+#define GC_FULL_RATIO 1024
+#define GC_FULL_RATIO_WARM 128
 
 /* A full collection just ran: every kind's limit from what is live now,
  * counting the allocation about to be made (bytes of kind), which will be
@@ -63,13 +70,17 @@ void bind_memory_init(gpu_state *st) {
   st->gc_young_step = f;
   /* where the backend's ops go through small caches (the CPU's), sooner */
   size_t w = dev_warm_bytes(st->ctx);
-  if (w && w < f) st->gc_young_step = w;
+  st->gc_full_ratio = GC_FULL_RATIO;
+  if (w && w < f) {
+    st->gc_young_step = w;
+    st->gc_full_ratio = GC_FULL_RATIO_WARM;
+  }
   st->gc_count_step = GC_COUNT_STEP;
   gc_reset(st, DEV_MEM_DEVICE, 0);
 }
 
 /* Whether a full collection costs little beside the tensor bytes made since
- * the last one: its work is the Lua heap, at most 1/GC_FULL_RATIO of them.
+ * the last one: its work is the Lua heap, at most 1/gc_full_ratio of them.
  * A young collection frees only what died young, and in a loop that makes
  * one big temporary per iteration, `local u = (t * 2 + 1):relu()`, each u
  * outlives two young collections (its register holds it until the next u
@@ -77,11 +88,16 @@ void bind_memory_init(gpu_state *st) {
  * held 10 times t where incremental mode held 5 (host backend, 64 MiB
  * tensors, 2026-11-25).  With big temporaries and a small heap this keeps
  * it at the figure of incremental mode; with small temporaries, or a big
- * heap, the young collections stay. */
-#define GC_FULL_RATIO 1024
+ * heap, the young collections stay.  GC_FULL_RATIO_WARM where the step is
+ * the backend's warm_bytes (host): a full collection of a 52 KiB heap costs
+ * about 9 us (2026-11-29), 1/128 of 8 MiB of host ops' time at most, and
+ * the operands a young collection ages then wait one step, not 6-7
+ * (`(x * 2 + 1):relu()` on 4 MiB: 4 blocks besides x, not 9).  On a GPU
+ * the step is up to 256 MiB and the ops' time is not the host's: a 2 MiB
+ * heap's full collection there would cost the enqueue loop 0.35 ms. */
 static int full_is_cheap(lua_State *L, gpu_state *st) {
   size_t heap = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB);
-  return st->gc_since_full / GC_FULL_RATIO >= heap;
+  return st->gc_since_full / st->gc_full_ratio >= heap;
 }
 
 static void collect(lua_State *L, gpu_state *st, dev_memkind kind, size_t bytes) {
@@ -95,23 +111,28 @@ dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int stream, co
   dev_ctx *ctx = st->ctx;
   if (dev_mem_live(ctx, kind) + bytes > st->gc_limit[kind]) {
     collect(L, st, kind, bytes);
-    st->gc_young = 0;
-  } else if ((st->gc_young += bytes) > st->gc_young_step) {
+    st->gc_young = bytes;
+  } else if (st->gc_young && st->gc_young + bytes > st->gc_young_step) {
     /* a young collection now and then keeps the blocks of a loop's
      * temporaries few and warm in the caches, long before any limit; a
-     * full one where that is cheap beside the memory at stake */
+     * full one where that is cheap beside the memory at stake.  It runs
+     * before the allocation that would pass the step, so that this one
+     * can take a block that the collection frees */
     if (full_is_cheap(L, st)) {
       collect_full(L, st, kind, bytes);
     } else {
       lua_gc(L, LUA_GCSTEP, 0);
     }
-    st->gc_young = 0;
+    st->gc_young = bytes;
     st->gc_count = 0;
-  } else if (++st->gc_count >= st->gc_count_step) {
-    /* the same by count, for small temporaries: only while the collector
-     * runs (collectgarbage("stop") holds), as Lua's own pacer would */
-    st->gc_count = 0;
-    if (lua_gc(L, LUA_GCISRUNNING)) lua_gc(L, LUA_GCSTEP, 0);
+  } else {
+    st->gc_young += bytes;
+    if (++st->gc_count >= st->gc_count_step) {
+      /* the same by count, for small temporaries: only while the collector
+       * runs (collectgarbage("stop") holds), as Lua's own pacer would */
+      st->gc_count = 0;
+      if (lua_gc(L, LUA_GCISRUNNING)) lua_gc(L, LUA_GCSTEP, 0);
+    }
   }
   st->gc_since_full += bytes;
   /* the stream looked up after any collection (a finalizer may close streams) */

@@ -22,6 +22,8 @@ typedef struct run {
   block **val;       /* per node: its value's block (a slot, shared with nodes that are done) */
   block **home;      /* per node: its slot (an input's val may point into the tensor instead) */
   block *num;        /* a number operand of a node, as its op takes it: 3 per node */
+  const int *last;   /* per node: the last node that reads it (assign_slots) */
+  int skip;          /* a node that its reader's pair loop already ran, -1: none */
   walk in[DEV_FMAXIN];
   char scratch[BLK * 8];
 } run;
@@ -96,6 +98,27 @@ static char *walk_direct(walk *w, dev_dtype t, int64_t k)
   return p;
 }
 
+/* Node i, an f32 op of two f32 values, and node i + 1, the only reader of
+ * its value, an f32 op of it and a number: both in one loop
+ * (cpu_binop_pair_f: add, sub, mul, div) into i + 1's block, when that
+ * block is not one i reads.  1 when it ran. */
+static int eval_pair(run *r, int i, int64_t k)
+{
+  const dev_fprog *p = r->p;
+  const dev_fnode *x = &p->node[i], *y = &p->node[i + 1];
+  if (i + 1 >= p->n || r->last[i] != i + 1 || y->kind != DEV_FN_BINARY) return 0;
+  if (x->dtype != DEV_F32 || y->dtype != DEV_F32 || is_num(&p->node[x->a[0]]) || is_num(&p->node[x->a[1]]))
+    return 0;
+  if (p->node[x->a[0]].dtype != DEV_F32 || p->node[x->a[1]].dtype != DEV_F32) return 0;
+  int left = is_num(&p->node[y->a[0]]);
+  if (left == is_num(&p->node[y->a[1]]) || y->a[left] != i) return 0;
+  const block *a = operand(r, i, 0), *b = operand(r, i, 1);
+  if (r->val[i + 1] == a || r->val[i + 1] == b) return 0;
+  if (!cpu_binop_pair_f(x->code, y->code, left, a, b, operand(r, i + 1, !left), r->val[i + 1], k)) return 0;
+  r->skip = i + 1;
+  return 1;
+}
+
 /* Node i over the block's k elements; -1 on an integer division by zero. */
 static int eval(run *r, int i, int64_t k)
 {
@@ -103,6 +126,8 @@ static int eval(run *r, int i, int64_t k)
   block *v = r->val[i];
   cclass c = class_of(x->dtype), ca;
   dev_dtype at;
+  if (i == r->skip) { r->skip = -1; return 0; }
+  if (x->kind == DEV_FN_BINARY && eval_pair(r, i, k)) return 0;
   switch (x->kind) {
   case DEV_FN_INPUT: {
     char *d = walk_direct(&r->in[x->index], x->dtype, k);
@@ -117,10 +142,16 @@ static int eval(run *r, int i, int64_t k)
     at = r->p->node[x->a[0]].dtype;
     cpu_unop_block(x->code, class_of(at), operand(r, i, 0), v, k);
     break;
-  case DEV_FN_BINARY:
-    at = r->p->node[x->a[is_num(&r->p->node[x->a[0]])]].dtype;
-    if (cpu_binop_block(x->code, class_of(at), operand(r, i, 0), operand(r, i, 1), v, k) > 0) return -1;
+  case DEV_FN_BINARY: {
+    int left = is_num(&r->p->node[x->a[0]]), right = is_num(&r->p->node[x->a[1]]);
+    at = r->p->node[x->a[left]].dtype;
+    /* a number operand stays a number (in a register), not a block */
+    int64_t z = left != right ? cpu_binop_block_k(x->code, class_of(at), operand(r, i, left), operand(r, i, !left),
+                                                   left, v, k)
+                              : cpu_binop_block(x->code, class_of(at), operand(r, i, 0), operand(r, i, 1), v, k);
+    if (z > 0) return -1;
     break;
+  }
   case DEV_FN_TERNARY: {
     const block *cond = operand(r, i, 0);
     if (dev_terop_info(x->code)->flags & DEV_OPF_COND) {
@@ -199,6 +230,8 @@ static void fused_chunk(void *arg, int64_t lo, int64_t hi)
   r->val = val;
   r->home = val + p->n;
   r->num = (block *)j->num;   /* read only here */
+  r->last = j->slot + p->n;
+  r->skip = -1;
   for (int i = 0; i < op->nin; i++) {
     walk_init(&r->in[i], dev_kop_in(op, i));
     walk_seek(&r->in[i], lo);

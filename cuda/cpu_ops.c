@@ -201,17 +201,23 @@ static int run_rand(const dev_kop *op, char *err, size_t errlen)
 #define RES_SAME(same, b) same
 #define RES_BOOL(same, b) b
 /* On x86-64 each array function is also built for AVX2 (8 floats a
- * vector rather than SSE's 4), picked at load time by the CPU.  The loops
- * are the same C, IEEE arithmetic without contraction (-std=c11 keeps
- * fp-contract off), so every result is the same bits in either build;
- * AVX-512 is not asked for: at -O2 gcc vectorises only loops with no
- * remainder, and n is a multiple of 8, not 16. */
+ * vector rather than SSE's 4) and AVX-512 (16), picked at load time by the
+ * CPU.  The loops are the same C, IEEE arithmetic without contraction
+ * (-std=c11 keeps fp-contract off), so every result is the same bits in
+ * any build.  At -O2 gcc vectorises only loops with no remainder, so each
+ * function runs its loop over the multiple of 16 and then over the 8 left
+ * (ARRAY_SPLIT): a fused GELU's block loops are bound by their loads and
+ * stores, and 16 floats a vector halve them (2^20 f32 on the 2-core Zen 5
+ * machine: bench/RESULTS.md, 2026-11-29 host32c). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ARRAY_CLONES __attribute__((target_clones("avx2", "default")))
+#define ARRAY_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define ARRAY_CLONES
 #endif
 #define ARRAY_FN static __attribute__((noinline)) ARRAY_CLONES
+#define ARRAY_BODY static inline __attribute__((always_inline))
+/* body over [0, n) as a multiple of 16 and the rest (0 or 8 elements) */
+#define ARRAY_SPLIT(n, m, run_lo, run_hi) do { int64_t m = (n) & ~(int64_t)15; run_lo; if (m < (n)) run_hi; } while (0)
 #define MULT8(n) ((n) & ~(int64_t)7)
 
 static inline int64_t round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
@@ -333,14 +339,19 @@ static int mvec_unop_d(int code, const double *x, double *r, int64_t n) { (void)
 /* One array function per compute type C (f, d, i) and arity; r points to
  * the result array (int64 for a bool result). */
 #define UN_LOOP(C, T, RT)                                                                          \
+  ARRAY_BODY void unop_##C##_run(int code, const T *restrict x, void *rv, int64_t off, int64_t n)  \
+  {                                                                                                \
+    RT *restrict r = (RT *)rv + off;                                                               \
+    int64_t *restrict rb = (int64_t *)rv + off;                                                    \
+    (void)r; (void)rb;                                                                             \
+    switch (code) { UN_CASES_##C default: break; }                                                 \
+  }                                                                                                \
   ARRAY_FN void unop_##C(int code, const T *restrict x, void *restrict rv, int64_t n)              \
   {                                                                                                \
-    RT *restrict r = rv;                                                                           \
-    int64_t *restrict rb = rv;                                                                     \
-    (void)r; (void)rb;                                                                             \
     n = MULT8(n);                                                                                  \
     if (MVEC_##C(code, x, rv, n)) return;                                                          \
-    switch (code) { UN_CASES_##C default: break; }                                                 \
+    ARRAY_SPLIT(n, m, unop_##C##_run(code, x, rv, 0, m),                                         \
+                unop_##C##_run(code, x + m, rv, m, 8));                  \
   }
 #define UN_F(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_UN_##E: \
   for (int64_t i = 0; i < n; i++) RES_##res(r, rb)[i] = sc_##name##_f(x[i]); break;)
@@ -360,14 +371,22 @@ UN_LOOP(i, int64_t, int64_t)
 
 /* Returns how many integer divisions by zero there were (among the first n0). */
 #define BIN_LOOP(C, T, RT)                                                                         \
+  ARRAY_BODY int64_t binop_##C##_run(int code, const T *restrict x, const T *restrict y,           \
+                                     void *rv, int64_t off, int64_t n, int64_t n0)                 \
+  {                                                                                                \
+    RT *restrict r = (RT *)rv + off;                                                               \
+    int64_t *restrict rb = (int64_t *)rv + off, zeros = 0;                                         \
+    (void)r; (void)rb; (void)n0;                                                                   \
+    switch (code) { BIN_CASES_##C default: break; }                                                \
+    return zeros;                                                                                  \
+  }                                                                                                \
   ARRAY_FN int64_t binop_##C(int code, const T *restrict x, const T *restrict y, void *restrict rv, \
                              int64_t n, int64_t n0)                                                \
   {                                                                                                \
-    RT *restrict r = rv;                                                                           \
-    int64_t *restrict rb = rv, zeros = 0;                                                          \
-    (void)r; (void)rb; (void)n0;                                                                   \
+    int64_t zeros = 0;                                                                             \
     n = MULT8(n);                                                                                  \
-    switch (code) { BIN_CASES_##C default: break; }                                                \
+    ARRAY_SPLIT(n, m, zeros = binop_##C##_run(code, x, y, rv, 0, m, n0 < m ? n0 : m),            \
+                zeros += binop_##C##_run(code, x + m, y + m, rv, m, 8, n0 - m)); \
     return zeros;                                                                                  \
   }
 #define BIN_F(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_BIN_##E: \
@@ -385,12 +404,105 @@ BIN_LOOP(f, float, float)
 BIN_LOOP(d, double, double)
 BIN_LOOP(i, int64_t, int64_t)
 
+/* The same with a number for one operand (left: k op x[i], else x[i] op
+ * k): k stays in a register, where a block of copies of it cost a load
+ * per element (a fused GELU has 4 such ops of its 8). */
+#define BINK_LOOP(C, T, RT)                                                                        \
+  ARRAY_BODY int64_t binopk_##C##_run(int code, const T *restrict x, T k, int left, void *rv,      \
+                                      int64_t off, int64_t n, int64_t n0)                          \
+  {                                                                                                \
+    RT *restrict r = (RT *)rv + off;                                                               \
+    int64_t *restrict rb = (int64_t *)rv + off, zeros = 0;                                         \
+    (void)r; (void)rb; (void)n0;                                                                   \
+    switch (code) { BINK_CASES_##C default: break; }                                               \
+    return zeros;                                                                                  \
+  }                                                                                                \
+  ARRAY_FN int64_t binopk_##C(int code, const T *restrict x, T k, int left, void *restrict rv,     \
+                              int64_t n, int64_t n0)                                               \
+  {                                                                                                \
+    int64_t zeros = 0;                                                                             \
+    n = MULT8(n);                                                                                  \
+    ARRAY_SPLIT(n, m, zeros = binopk_##C##_run(code, x, k, left, rv, 0, m, n0 < m ? n0 : m),     \
+                zeros += binopk_##C##_run(code, x + m, k, left, rv, m, 8, n0 - m)); \
+    return zeros;                                                                                  \
+  }
+#define BINK_FD(E, name, cls, res, sfx) DEV_IF_F(cls, case DEV_BIN_##E:                            \
+  if (left) for (int64_t i = 0; i < n; i++) RES_##res(r, rb)[i] = sc_##name##_##sfx(k, x[i]);      \
+  else for (int64_t i = 0; i < n; i++) RES_##res(r, rb)[i] = sc_##name##_##sfx(x[i], k);          \
+  break;)
+#define BINK_F(E, name, cls, res, fl) BINK_FD(E, name, cls, res, f)
+#define BINK_D(E, name, cls, res, fl) BINK_FD(E, name, cls, res, d)
+#define BINK_I(E, name, cls, res, fl) DEV_IF_I(cls, case DEV_BIN_##E:                              \
+  if (left) for (int64_t i = 0; i < n; i++) rb[i] = sc_##name##_i(k, x[i]);                        \
+  else for (int64_t i = 0; i < n; i++) rb[i] = sc_##name##_i(x[i], k);                             \
+  if ((fl) & DEV_OPF_ZDIV) {                                                                       \
+    if (left) for (int64_t i = 0; i < n0; i++) zeros += x[i] == 0;                                 \
+    else if (k == 0 && n0 > 0) zeros += n0;                                                        \
+  }                                                                                                \
+  break;)
+#define BINK_CASES_f DEV_BINARY_OPS(BINK_F)
+#define BINK_CASES_d DEV_BINARY_OPS(BINK_D)
+#define BINK_CASES_i DEV_BINARY_OPS(BINK_I)
+BINK_LOOP(f, float, float)
+BINK_LOOP(d, double, double)
+BINK_LOOP(i, int64_t, int64_t)
+
+/* Two f32 ops in one loop, (x op1 y) op2 k (left: k op2 (x op1 y)), for
+ * op1 and op2 among add, sub, mul, div: gpu.fuse's `t * a * 0.5` and the
+ * like.  Each op rounds to float as its own loop does (no contraction), so
+ * the result is the two loops' bit for bit, without the store and load of
+ * the value between them and one dispatch of two. */
+#define PAIR_CASE(i1, f1, i2, f2) case i1 * 4 + i2:                                                \
+  if (left) for (int64_t i = 0; i < n; i++) r[i] = sc_##f2##_f(k, sc_##f1##_f(x[i], y[i]));       \
+  else for (int64_t i = 0; i < n; i++) r[i] = sc_##f2##_f(sc_##f1##_f(x[i], y[i]), k);            \
+  break;
+#define PAIR_ROW(i1, f1) PAIR_CASE(i1, f1, 0, add) PAIR_CASE(i1, f1, 1, sub) PAIR_CASE(i1, f1, 2, mul) \
+  PAIR_CASE(i1, f1, 3, div)
+ARRAY_BODY void pair_f_run(int pair, int left, const float *restrict x, const float *restrict y, float k,
+                           float *restrict r, int64_t n)
+{
+  switch (pair) { PAIR_ROW(0, add) PAIR_ROW(1, sub) PAIR_ROW(2, mul) PAIR_ROW(3, div) default: break; }
+}
+
+ARRAY_FN void pair_f(int pair, int left, const float *restrict x, const float *restrict y, float k,
+                     float *restrict r, int64_t n)
+{
+  n = MULT8(n);
+  ARRAY_SPLIT(n, m, pair_f_run(pair, left, x, y, k, r, m), pair_f_run(pair, left, x + m, y + m, k, r + m, 8));
+}
+
+static int pair_index(int code)
+{
+  switch (code) {
+  case DEV_BIN_ADD: return 0;
+  case DEV_BIN_SUB: return 1;
+  case DEV_BIN_MUL: return 2;
+  case DEV_BIN_DIV: return 3;
+  default: return -1;
+  }
+}
+
+int cpu_binop_pair_f(int code1, int code2, int left, const block *restrict x, const block *restrict y,
+                     const block *kb, block *restrict r, int64_t n)
+{
+  int a = pair_index(code1), b = pair_index(code2);
+  if (a < 0 || b < 0) return 0;
+  pair_f(a * 4 + b, left, x->f, y->f, kb->f[0], r->f, round8(n));
+  return 1;
+}
+
 #define TER_LOOP(C, T)                                                                             \
+  ARRAY_BODY void terop_##C##_run(int code, const T *restrict x, const T *restrict y,              \
+                                  const T *restrict z, T *restrict r, int64_t n)                   \
+  {                                                                                                \
+    switch (code) { TER_CASES_##C default: break; }                                                \
+  }                                                                                                \
   ARRAY_FN void terop_##C(int code, const T *restrict x, const T *restrict y, const T *restrict z, \
                           T *restrict r, int64_t n)                                                \
   {                                                                                                \
     n = MULT8(n);                                                                                  \
-    switch (code) { TER_CASES_##C default: break; }                                                \
+    ARRAY_SPLIT(n, m, terop_##C##_run(code, x, y, z, r, m),                                       \
+                terop_##C##_run(code, x + m, y + m, z + m, r + m, 8));                             \
   }
 #define TER_F(E, name, cls, res, fl) DEV_IF_F(cls, case DEV_TER_##E: \
   for (int64_t i = 0; i < n; i++) r[i] = sc_##name##_f(x[i], y[i], z[i]); break;)
@@ -423,6 +535,18 @@ int64_t cpu_binop_block(int code, cclass c, const block *restrict x, const block
   case C_FLOAT: return binop_f(code, x->f, y->f, r, round8(n), n);
   case C_DOUBLE: return binop_d(code, x->d, y->d, r, round8(n), n);
   case C_INT: return binop_i(code, x->i, y->i, r, round8(n), n);
+  }
+  return 0;
+}
+
+/* x op k (left: k op x), k the first value of the number block kb. */
+int64_t cpu_binop_block_k(int code, cclass c, const block *restrict x, const block *kb, int left,
+                          block *restrict r, int64_t n)
+{
+  switch (c) {
+  case C_FLOAT: return binopk_f(code, x->f, kb->f[0], left, r, round8(n), n);
+  case C_DOUBLE: return binopk_d(code, x->d, kb->d[0], left, r, round8(n), n);
+  case C_INT: return binopk_i(code, x->i, kb->i[0], left, r, round8(n), n);
   }
   return 0;
 }
@@ -489,12 +613,16 @@ static int64_t binary_direct(int code, cclass c, const char *x, const char *y, c
                              char *r, int64_t n)
 {
   size_t esz = class_size(c);
-  int64_t zeros = 0, n8 = MULT8(n), k = n - n8, step = y ? n8 : BLK;
+  int64_t zeros = 0, n8 = MULT8(n), k = n - n8;
   block bx, by, br;
-  for (int64_t done = 0; done < n8; done += step) {
-    int64_t m = min64(step, n8 - done);
-    const void *a = x + done * esz, *b = y ? (const void *)(y + done * esz) : (const void *)s;
-    zeros += binop_any(code, c, left ? b : a, left ? a : b, r + done * esz, m, m);
+  if (n8 && y) {
+    zeros += binop_any(code, c, x, y, r, n8, n8);
+  } else if (n8) {
+    switch (c) {
+    case C_FLOAT: zeros += binopk_f(code, (const float *)x, s->f[0], left, r, n8, n8); break;
+    case C_DOUBLE: zeros += binopk_d(code, (const double *)x, s->d[0], left, r, n8, n8); break;
+    case C_INT: zeros += binopk_i(code, (const int64_t *)x, s->i[0], left, r, n8, n8); break;
+    }
   }
   if (k == 0) return zeros;
   memcpy(left ? &by : &bx, x + n8 * esz, (size_t)k * esz);

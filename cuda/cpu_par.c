@@ -4,7 +4,8 @@
  * calling stream worker and helper threads take from an atomic counter; it
  * returns when every chunk is done.  The helpers are a process-wide pool of
  * GPULUA_HOST_THREADS - 1 threads (one per CPU by default, as the host
- * kernels' block workers), started at the first large op.  One op uses the
+ * kernels' block workers), started at the first large op and joined
+ * when the library is unloaded or the process ends (pool_stop).  One op uses the
  * pool at a time: an op of another stream that finds it busy runs by itself
  * on its own thread, so no op waits for another stream's op.  The chunks
  * write disjoint ranges, so the result is the same for any thread count. */
@@ -36,8 +37,9 @@ static struct {
   int busy;                     /* an op holds the pool */
   int size;                     /* threads per op, the caller's counted; 0: not read yet */
   int started;
+  int stop;                     /* the library is being unloaded: helpers leave */
   char bad[160];                /* GPULUA_HOST_THREADS is not a count */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, ""};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, 0, ""};
 
 static void run_chunks(par_job *j)
 {
@@ -54,6 +56,7 @@ static void *helper(void *unused)
   pthread_mutex_lock(&pool.mu);
   for (;;) {
     par_job *j = pool.job;
+    if (pool.stop) break;
     if (!j || atomic_load(&j->next) >= j->n) {
       pthread_cond_wait(&pool.work, &pool.mu);
       continue;
@@ -64,7 +67,26 @@ static void *helper(void *unused)
     pthread_mutex_lock(&pool.mu);
     if (--j->active == 0) pthread_cond_broadcast(&pool.idle);
   }
+  pthread_mutex_unlock(&pool.mu);
   return NULL;
+}
+
+/* The helpers' threads, joined by pool_stop. */
+static pthread_t helper_th[1024];
+
+/* gpu.so unloaded by a stock lua5.4 (its state closed, dlclose), or the
+ * process ending: the helpers run this library's code, so they leave and
+ * are joined first (detached, one parked in pthread_cond_wait woke into
+ * unmapped code: 2 in 40 runs of tests/luamod.lua's os.exit(3, true)
+ * crashed).  A helper inside a job finishes its chunks first. */
+__attribute__((destructor)) static void pool_stop(void)
+{
+  pthread_mutex_lock(&pool.mu);
+  pool.stop = 1;
+  int n = pool.started;
+  pthread_cond_broadcast(&pool.work);
+  pthread_mutex_unlock(&pool.mu);
+  for (int i = 0; i < n; i++) pthread_join(helper_th[i], NULL);
 }
 
 /* Under pool.mu: the pool's size read once, its helpers started. */
@@ -83,7 +105,8 @@ static void pool_start(void)
         pool.size = (int)v;
     }
   }
-  while (!*pool.bad && pool.started < pool.size - 1) {
+  while (!*pool.bad && !pool.stop && pool.started < pool.size - 1 &&
+         pool.started < (int)(sizeof helper_th / sizeof helper_th[0])) {
     sigset_t all, old;
     pthread_t th;
     sigfillset(&all);   /* signals go to the interpreter's thread, not here */
@@ -91,8 +114,7 @@ static void pool_start(void)
     int e = pthread_create(&th, NULL, helper, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e) break;
-    pthread_detach(th);
-    pool.started++;
+    helper_th[pool.started++] = th;
   }
 }
 

@@ -356,6 +356,12 @@ void cpu_pad8(cclass c, block *b, int64_t n);
 void cpu_unop_block(int code, cclass c, const block *restrict x, block *restrict r, int64_t n);
 int64_t cpu_binop_block(int code, cclass c, const block *restrict x, const block *restrict y, block *restrict r,
                         int64_t n);
+int64_t cpu_binop_block_k(int code, cclass c, const block *restrict x, const block *kb, int left,
+                          block *restrict r, int64_t n);
+/* f32 blocks: (x code1 y) code2 k (left: k code2 (...)) in one loop; 0 when
+ * the pair is not among add, sub, mul, div (then nothing ran) */
+int cpu_binop_pair_f(int code1, int code2, int left, const block *restrict x, const block *restrict y,
+                     const block *kb, block *restrict r, int64_t n);
 void cpu_terop_block(int code, cclass c, const block *restrict x, const block *restrict y, const block *restrict z,
                      block *restrict r, int64_t n);
 /* cpu_fuse.c: DEV_OP_FUSED */

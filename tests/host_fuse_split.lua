@@ -183,4 +183,51 @@ if gpu.backend == "host" then
   end)
 end
 
+-- Two f32 ops in one loop (cpu_fuse.c eval_pair): an op of two values
+-- whose only reader is the next op, with a number, runs as one loop.  Every
+-- pair of add, sub, mul, div, the number on either side, a constant or a
+-- parameter, over NaN, infinities, zeros of both signs, subnormals and
+-- values that round, at a length that leaves a tail of 8 (and one below
+-- the split): the unfused ops' bits.  A value read twice is not paired.
+T.test("pairs of f32 ops in one loop, bit for bit", function()
+  local special = { 0 / 0, 1 / 0, -1 / 0, 0.0, -0.0, 1e-45, -3e-39, 1.0, -1.5, 3.4e38, 1 / 3, 7 }
+  local function operands(n, shift)
+    local v = {}
+    for i = 1, n do
+      v[i] = i % 3 == 0 and special[(i // 3 * 5 + shift) % #special + 1] or math.sin(i * 0.37 + shift) * 3
+    end
+    return gpu.tensor(v, { dtype = "f32" })
+  end
+  -- the bits, NaN and -0 included (eq says NaN ~= NaN and -0 == 0)
+  local function bits(a, b, name)
+    local x, y = a:totable(), b:totable()
+    local bad
+    for i = 1, #x do
+      if string.pack("<f", x[i]) ~= string.pack("<f", y[i]) then bad = i break end
+    end
+    if not T.ok(a.dtype == b.dtype and not bad, name) then
+      T.diag(string.format("  first difference at %d: %s vs %s", bad or 0, x[bad or 1], y[bad or 1]))
+    end
+  end
+  local OPS = { "+", "-", "*", "/" }
+  for _, n in ipairs({ 1000, 65536 + 24 }) do
+    local a, b = operands(n, 0), operands(n, 5)
+    for _, o1 in ipairs(OPS) do
+      for _, o2 in ipairs(OPS) do
+        for _, k in ipairs({ 0.75, 0, -3 }) do
+          local right = load(string.format("return function(a, b, k) return (a %s b) %s k end", o1, o2))()
+          local left = load(string.format("return function(a, b, k) return k %s (a %s b) end", o2, o1))()
+          local konst = load(string.format("return function(a, b) return (a %s b) %s %s end", o1, o2, k))()
+          local name = string.format("n=%d (a %s b) %s %s", n, o1, o2, k)
+          bits(gpu.fuse(right)(a, b, k), right(a, b, k), name)
+          bits(gpu.fuse(left)(a, b, k), left(a, b, k), name .. ", the number on the left")
+          bits(gpu.fuse(konst)(a, b), konst(a, b), name .. ", a constant")
+        end
+      end
+    end
+    local twice = function(x, y) local u = x * y; return u * 2 + u end
+    bits(gpu.fuse(twice)(a, b), twice(a, b), "n=" .. n .. " a value read twice")
+  end
+end)
+
 T.done()

@@ -248,6 +248,62 @@ T.done()
   if not ok or #bad > 0 then T.diag(out) end
 end)
 
+-- 4 MiB temporaries on the host backend, with no collectgarbage of the
+-- script's: the young step (8 MiB there) collects before the allocation
+-- that would pass it, so the block of a temporary just dropped goes to that
+-- very allocation when its queued uses allow.  src is dropped while b's
+-- copy of it waits behind a sleep; the tensors made next on a and c must
+-- not get its block (they are not ordered after b), under jitter and the
+-- race checker.  Then a loop of `x + 1` keeps few blocks (4 of 4 MiB
+-- before this pacing, 2 with it): at most 3 besides x.
+T.test("4 MiB temporaries: reuse at once, never under another stream's work", function()
+  child("4 MiB, jitter, races", "GPULUA_HOST_JITTER=1 GPULUA_CHECK=races", [==[
+local gpu = require "gpu"
+local T = require "gpu.test"
+local n, K = 1 << 20, 12
+T.test("dropped while another stream reads it", function()
+  local a <close> = gpu.stream()
+  local b <close> = gpu.stream()
+  local c <close> = gpu.stream()
+  local dsts, junk = {}, {}
+  for i = 1, K do
+    local src = gpu.full({ n }, i, { stream = a })
+    b:wait(a)
+    gpu.sleep(5, { stream = b })
+    local dst = gpu.empty({ n }, { stream = b })
+    dst:copy(src, { stream = b })
+    dsts[i] = dst
+    src = nil                           -- luacheck: ignore
+    for _, s in ipairs { a, c, a } do
+      local x = gpu.full({ n }, -i, { stream = s })
+      junk[#junk + 1] = { x, -i }
+    end
+  end
+  gpu.synchronize()
+  local bad = {}
+  for i = 1, K do
+    local lo, hi = dsts[i]:min():item(), dsts[i]:max():item()
+    if lo ~= i or hi ~= i then bad[#bad + 1] = string.format("dst %d: min %g max %g", i, lo, hi) end
+  end
+  for k, j in ipairs(junk) do
+    local lo, hi = j[1]:min():item(), j[1]:max():item()
+    if lo ~= j[2] or hi ~= j[2] then bad[#bad + 1] = string.format("junk %d: min %g max %g", k, lo, hi) end
+  end
+  T.is(bad, {}, "every copy read its own source, every new tensor kept its fill")
+end)
+T.test("a loop of x + 1 keeps few blocks", function()
+  local x = gpu.rand(n)
+  local function f() return x + 1 end
+  collectgarbage(); gpu.synchronize(); gpu.empty_cache()
+  for _ = 1, 60 do f() end
+  gpu.synchronize()
+  local extra = gpu.memory().reserved - x:nbytes()
+  T.ok(extra <= 3 * x:nbytes(), string.format("reserved besides x: %.1f MiB <= 3 blocks of 4 MiB", extra / 2^20))
+end)
+T.done()
+]==])
+end)
+
 -- 4. tasks and pipeline stages ---------------------------------------------
 
 -- Two tasks, each on its own stream, 220 iterations of three 4 MiB
