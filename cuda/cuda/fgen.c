@@ -407,6 +407,19 @@ static void kernel(sbuf *b, const dev_fprog *p, int nin, const char *const *in_d
   sb_str(b, ", z);\n  if (z && a.zflag) *a.zflag = a.ztag;\n}\n");
 }
 
+/* p's name as the source's comment and NVRTC's file name may hold it: any
+ * byte but letters, digits and _.:@/+- as '_' (a user's name may hold a
+ * quote, which the PTX's .file directive does not escape, or a newline,
+ * which would end the comment). */
+static void plain_name(const dev_fprog *p, char *out, size_t n) {
+  size_t i = 0;
+  for (const char *c = p->name; *c && i + 1 < n; c++, i++) {
+    int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("_.:@/+-", *c);
+    out[i] = ok ? *c : '_';
+  }
+  out[i] = 0;
+}
+
 int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, size_t errlen) {
   int nin = p->nin, nnum = cuda_fused_numbers(p), widest = 1;
   const char *in_dt[DEV_FMAXIN] = {0}, *out_dt[DEV_FMAXOUT] = {0};
@@ -425,7 +438,9 @@ int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, 
   for (int k = 0; k < nin; k++)
     if (!in_dt[k]) return fail_msg(err, errlen, "%s: input %d is never read", p->name, k + 1);
   if (red < 0 || red > DEV_NREDOP) return fail_msg(err, errlen, "%s: bad reduction %d", p->name, red - 1);
-  sb_printf(b, "// gpu.fuse: %s (%s%s%s)\n#include \"%s\"\n\n", p->name, vec ? "contiguous" : "any layout",
+  char pname[DEV_SITE_LEN];
+  plain_name(p, pname, sizeof pname);
+  sb_printf(b, "// gpu.fuse: %s (%s%s%s)\n#include \"%s\"\n\n", pname, vec ? "contiguous" : "any layout",
             red ? ", then " : "", red ? dev_redop_name(red - 1) : "", red ? "k_reduce.cuh" : "k_elem.cuh");
   sb_str(b, "union knum { float f; double d; int64_t i; };\n");
   /* the views as kernels take them, or (contiguous) their first elements */
@@ -469,7 +484,8 @@ int cuda_fused_compile(const dev_fprog *p, int vec, int red, const char *arch, d
     return -1;
   }
   char name[DEV_SITE_LEN + 16];
-  snprintf(name, sizeof name, "%s.cu", p->name);
+  plain_name(p, name, sizeof name - 3);
+  strcat(name, ".cu");
   int rc = cuda_fused_compile_src(src.p, name, arch, img, log, err, errlen);
   free(src.p);
   return rc;

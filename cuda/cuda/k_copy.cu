@@ -44,6 +44,26 @@ __global__ void __launch_bounds__(K_THREADS) copy_kernel(kview out, kview in, in
   for (int64_t i = tid; i < n; i += nth) *k_at<E>(out, i) = *k_at<E>(in, i);
 }
 
+/* out[i] = in[-i] (in: the address of the run's first element, which
+ * walks back: a flip), 16 bytes a step where both ends are aligned so, the
+ * elements of each step reversed in registers; then the rest one by one. */
+template <typename E>
+__global__ void __launch_bounds__(K_THREADS) copy_reversed(E *out, const E *in, int64_t n, int vec)
+{
+  constexpr int V = 16 / sizeof(E);
+  union pack { uint4 u; E x[V]; };
+  int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x;
+  int64_t nv = vec ? n / V : 0;
+  for (int64_t v = tid; v < nv; v += nth) {
+    pack a, b;
+    a.u = *(const uint4 *)(in - (v * V + V - 1));
+#pragma unroll
+    for (int j = 0; j < V; j++) b.x[j] = a.x[V - 1 - j];
+    ((uint4 *)out)[v] = b.u;
+  }
+  for (int64_t i = nv * V + tid; i < n; i += nth) out[i] = in[-i];
+}
+
 /* Batch z's offsets (elements) of in and out.  Not unrolled: the common
  * copy has no batch dims, and an unrolled walk of all DEV_MAXDIM made the
  * kernel spill at its 32 registers (0.78 of D2D on an H200 against 0.94). */
@@ -197,12 +217,31 @@ static int launch_transpose(const ktrans &t, int dtype, const cuk_env *env, char
   return 0;
 }
 
+/* A run copied backwards (a flip of a contiguous tensor) */
+static int launch_reversed(const kview &out, const kview &in, int64_t n, const cuk_env *env, char *err, size_t errlen)
+{
+  cudaStream_t st = k_stream(env);
+  int es = k_esize(out.dtype);
+  /* the 16 bytes of a step: out's from its start, in's ending at element 0 */
+  int vec = ((uintptr_t)out.p % 16) == 0 && ((uintptr_t)(in.p - (16 - es)) % 16) == 0;
+  unsigned grid = k_blocks(vec ? (n + 15 / es) / (16 / es) : n, env);
+  switch (es) {
+  case 1: copy_reversed<uint8_t><<<grid, K_THREADS, 0, st>>>((uint8_t *)out.p, (const uint8_t *)in.p, n, vec); break;
+  case 2: copy_reversed<uint16_t><<<grid, K_THREADS, 0, st>>>((uint16_t *)out.p, (const uint16_t *)in.p, n, vec); break;
+  case 4: copy_reversed<uint32_t><<<grid, K_THREADS, 0, st>>>((uint32_t *)out.p, (const uint32_t *)in.p, n, vec); break;
+  default: copy_reversed<uint64_t><<<grid, K_THREADS, 0, st>>>((uint64_t *)out.p, (const uint64_t *)in.p, n, vec); break;
+  }
+  K_LAUNCHED();
+  return 0;
+}
+
 static int launch_copy(const kview &out, const kview &in, int64_t n, const cuk_env *env, char *err, size_t errlen)
 {
   unsigned grid;
   cudaStream_t st = k_stream(env);
   ktrans t;
   if (transpose_plan(out, in, &t)) return launch_transpose(t, out.dtype, env, err, errlen);
+  if (out.contig && in.ndim == 1 && in.stride[0] == -1) return launch_reversed(out, in, n, env, err, errlen);
   grid = k_blocks(n, env);
   switch (k_esize(out.dtype)) {
   case 1: copy_kernel<uint8_t><<<grid, K_THREADS, 0, st>>>(out, in, n); break;

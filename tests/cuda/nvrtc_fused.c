@@ -246,6 +246,19 @@ static void several_results(void) {
     if (p) add(&u, p);
   }
   compile_unit(&u, "several results");
+  /* a name as load() makes it, with quotes, and one with a newline: the
+   * source's comment and NVRTC's file name (PTX's .file) take them */
+  static const char *const odd[] = {"fused@[string \"return function(a) return a end\"]:1", "two\nlines */ x"};
+  for (int i = 0; i < 2; i++) {
+    char err[512];
+    const dev_fprog *p = dev_fprog_intern_res(odd[i], nd, 6, rs[0].res, 1, err, sizeof err);
+    dev_kimage img;
+    char *log = NULL;
+    int rc = p ? cuda_fused_compile(p, 1, 0, "sm_90", &img, &log, err, sizeof err) : -1;
+    ok(rc == 0, "a program named %s compiles%s", i ? "with a newline" : "with quotes", rc ? err : "");
+    if (rc == 0) dev_kimage_free(&img);
+    free(log);
+  }
 }
 
 /* argv[1] "reductions": only the trailing reductions' unit; "results":

@@ -634,8 +634,18 @@ T.test("flip: one copy walking back; every dtype, strided, transposed, large", f
     local e, eh = inputs(dt, { 1, 400 }, 372, -9, 9)
     same(e:expand({ 3, 400 }):flip({ 1, 2 }), eh:expand({ 3, 400 }):flip({ 1, 2 }), "flip of an expanded " .. dt, 0)
   end
+  -- a contiguous run backwards: 16 bytes a step where aligned, else one by one
+  for _, dt in ipairs(ALL) do
+    for _, n in ipairs { 1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 1000, 4099 } do
+      local v, vh = inputs(dt, { n + 5 }, 374 + n, -9, 9)
+      same(v:flip(1), vh:flip(1), string.format("flip of %d %s", n + 5, dt), 0)
+      same(v:narrow(1, 2, n):flip(1), vh:narrow(1, 2, n):flip(1), string.format("flip of %d %s from 2", n, dt), 0)
+      same(v:narrow(1, 5, n):flip(1), vh:narrow(1, 5, n):flip(1), string.format("flip of %d %s from 5", n, dt), 0)
+    end
+  end
   local big, bigh = inputs("f32", { 4096, 1024 }, 373)
   same(big:flip(2), bigh:flip(2), "flip of 4M f32 along the last dim", 0)
+  same(big:flip({ 1, 2 }), bigh:flip({ 1, 2 }), "flip of 4M f32 along both dims: one run backwards", 0)
   T.is(big:flip({ 1, 2 }):get(1, 1), big:get(4096, 1024), "the last element first")
 end)
 
