@@ -53,8 +53,19 @@ __global__ void __launch_bounds__(K_THREADS) copy_reversed(E *out, const E *in, 
   constexpr int V = 16 / sizeof(E);
   union pack { uint4 u; E x[V]; };
   int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x;
-  int64_t nv = vec ? n / V : 0;
-  for (int64_t v = tid; v < nv; v += nth) {
+  int64_t nv = vec ? n / V : 0, v = tid;
+  for (; v + 3 * nth < nv; v += 4 * nth) {   /* four loads in flight */
+    pack a[4], b;
+#pragma unroll
+    for (int u = 0; u < 4; u++) a[u].u = *(const uint4 *)(in - ((v + u * nth) * V + V - 1));
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+#pragma unroll
+      for (int j = 0; j < V; j++) b.x[j] = a[u].x[V - 1 - j];
+      ((uint4 *)out)[v + u * nth] = b.u;
+    }
+  }
+  for (; v < nv; v += nth) {
     pack a, b;
     a.u = *(const uint4 *)(in - (v * V + V - 1));
 #pragma unroll
