@@ -254,15 +254,16 @@ static int fuse_run(lua_State *L) {
  * value's number. */
 static int push_key(lua_State *L, int a, int n) {
   luaL_Buffer b;
-  for (int i = 0; i < n; i++) {
-    int t = lua_type(L, a + i);
-    if (t != LUA_TNUMBER && !(t == LUA_TUSERDATA && bind_test_tensor(L, a + i))) return i + 1;
-  }
+  int base = lua_gettop(L);
   luaL_buffinit(L, &b);
   for (int i = 0; i < n; i++) {
-    gpu_tensor *x = lua_type(L, a + i) == LUA_TNUMBER ? NULL : bind_test_tensor(L, a + i);
-    if (!x) {
+    int t = lua_type(L, a + i);
+    gpu_tensor *x = t == LUA_TUSERDATA ? bind_test_tensor(L, a + i) : NULL;
+    if (t == LUA_TNUMBER) {
       luaL_addchar(&b, 'n');
+    } else if (!x) {
+      lua_settop(L, base);   /* the buffer's box, if it made one */
+      return i + 1;
     } else {
       luaL_addchar(&b, (char)('A' + x->v.dtype));
       luaL_addchar(&b, (char)('0' + x->v.ndim));

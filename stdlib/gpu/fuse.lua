@@ -352,7 +352,8 @@ end
 -- The results of one shape (elementwise, no reduction: those in plain)
 -- made into programs of up to 4 results: one op, one pass, that reads every
 -- input before it writes.  The plan: steps in the order of their first
--- result, each a group {pr, members} or a single result's index.
+-- result, each {pr =, members =} (a group) or {members = {j}} (result j
+-- alone).
 local MAXOUT = 4
 local function plan(tr, args, results, progs, plain)
   local by, order = {}, {}
@@ -381,7 +382,7 @@ local function plan(tr, args, results, progs, plain)
   local steps, seen = {}, {}
   for j = 1, #progs do
     local g = step_of[j]
-    if not g then steps[#steps + 1] = j
+    if not g then steps[#steps + 1] = { members = { j } }
     elseif not seen[g] then seen[g] = true; steps[#steps + 1] = g end
   end
   return steps
@@ -608,7 +609,7 @@ local function slow_call(self, ...)
   for s = 1, #steps do
     local g = steps[s]
     local rs
-    if type(g) == "table" then
+    if g.pr then
       local gout
       if out then
         gout = {}
@@ -620,9 +621,9 @@ local function slow_call(self, ...)
         for k, j in ipairs(g.members) do results[j] = rs[k + 1] end
       end
     end
-    if type(g) == "number" or rs[2] == false then
+    if not g.pr or rs[2] == false then
       -- one op each: a single result, or a group whose inputs' shapes differ
-      for _, j in ipairs(type(g) == "number" and { g } or g.members) do
+      for _, j in ipairs(g.members) do
         local ok, r = run_one(progs[j], args, out and out[j], stream)
         if not ok then error((tostring(r):gsub(SELF_AT, "")), 3) end
         results[j] = r
