@@ -95,6 +95,7 @@ void bind_tensor_submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, co
     if (in[i]) op->in[i].buf = bind_check_tensor(L, in[i])->v.buf;
   bind_call_site(L, ctx, fname);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, op), fname);
+  bind_gc_owed(L);
 }
 
 void bind_tensor_submit(lua_State *L, int stream, dev_kop *op, int out, const int *in, int nin, const char *fname) {
@@ -435,6 +436,7 @@ void bind_tensor_copy_view(lua_State *L, dev_stream *s, int didx, dev_view dst, 
   op.in[0].buf = bind_check_tensor(L, sidx)->v.buf;
   bind_call_site(L, ctx, fname);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), fname);
+  bind_gc_owed(L);
 }
 
 /* ---- the type: fields, close ------------------------------------------ */

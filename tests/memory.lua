@@ -777,4 +777,46 @@ T.test("an upload whose stream is closed raises and holds no staging memory (mak
   T.is(gpu.memory().pinned, base, "no pinned staging buffer left behind")
 end)
 
+-- A pacing step (a collection every gc step of bytes allocated) that would
+-- free nothing this allocation needs (a cached block fits it already) runs
+-- after the op is queued, so that the device starts it first: a finalizer
+-- run by that step sees the op counted.  The step stays: the finalizer
+-- runs, and a loop of big temporaries still holds few blocks.
+T.test("a pacing step a cached block makes needless runs after the op", function()
+  child("owed step", "GPULUA_HOST_MEMORY=256M", [==[
+local gpu = require "gpu"
+local T = require "gpu.test"
+local n = (8 << 20) // 4                        -- the host's pacing step (warm bytes), in f32
+local a = gpu.ones({ n })
+local out = a:clone()
+out:close()                                     -- its block is cached: the next clone takes it
+gpu.synchronize()
+local seen
+do setmetatable({}, { __gc = function() seen = gpu.stats().copies end }) end
+local before = gpu.stats().copies
+out = a:clone()
+T.is(seen, before + 1, "the step ran after the clone was queued")
+seen = nil
+do setmetatable({}, { __gc = function() seen = gpu.stats().copies end }) end
+collectgarbage("step")                          -- nothing owed is left behind
+T.ok(seen ~= nil, "the step's finalizer ran")
+-- no cached block of this size: the step runs first, as before
+out = nil
+collectgarbage(); collectgarbage(); gpu.synchronize(); gpu.empty_cache()
+local b = gpu.empty({ n + n // 2 })             -- passes the step; a new block
+seen = nil
+do setmetatable({}, { __gc = function() seen = gpu.stats().copies end }) end
+before = gpu.stats().copies
+local c = b:clone()
+T.is(seen, before, "without a cached block the step ran before the clone")
+gpu.reset_peak_memory()
+for _ = 1, 40 do local u = a:clone() end
+gpu.synchronize()
+T.ok(gpu.memory().peak <= 6 * 4 * n + (1 << 20), string.format("40 clones hold %.1f x a at most",
+  gpu.memory().peak / (4 * n)))
+a, b, c, out = nil, nil, nil, nil
+T.done()
+]==])
+end)
+
 T.done()

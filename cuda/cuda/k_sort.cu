@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(K_THREADS)
 sort_pairs_in(kview oin, int64_t sin, int64_t len, int64_t n, int desc, K *key, int *val)
 {
   for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (int64_t)gridDim.x * blockDim.x) {
-    int64_t r = p / len, i = p - r * len;
+    int64_t r = n == len ? 0 : p / len, i = p - r * len;   /* one row: no 64-bit division */
     const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
     if constexpr (W == 64) key[p] = sort_key<T>(pi, sin, i, desc);
     else if constexpr (sizeof(K) == 8) key[p] = (K)r << 32 | sort_key32<T>(pi, sin, i, desc);
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(K_THREADS)
 sort_pairs_out(kview oout, int64_t sout, int64_t len, int64_t kout, int64_t n, const int *val)
 {
   for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (int64_t)gridDim.x * blockDim.x) {
-    int64_t r = p / len, i = p - r * len;
+    int64_t r = n == len ? 0 : p / len, i = p - r * len;
     if (i < kout) ((int64_t *)oout.p + k_off(oout, r))[i * sout] = (int64_t)val[p] + 1;
   }
 }
@@ -394,7 +394,7 @@ static int topk_runs(kview oin, int64_t sin, kview oout, int64_t sout, int64_t l
 #define TSEL_BINS (1 << TSEL_BITS)
 #define TSEL_THREADS 512
 #define TSEL_SCAN 256
-#define TSEL_SLICE 16384   /* the fewest elements a block of a row reads */
+#define TSEL_SLICE 8192   /* the fewest elements a slice of a row holds */
 
 /* A row's state.  prefix: T's `known` high bits (the rest 0); need: how
  * many of the k are still to come from the elements whose known bits are
@@ -570,46 +570,98 @@ tsel_gather(kview oin, int64_t sin, int64_t len, int64_t nrows, int64_t bpr, int
 }
 
 /* Where need < eqn (T known): the first need elements equal to T by
- * position to row r's last need slots.  Block b's first has rank the count
- * of the row's blocks before it; within the block, tiles in order, a scan
- * of the flags.  Rows where all were taken, and blocks past need, exit. */
+ * position to row r's last need slots.  Block b's slice starts at rank
+ * base, the count of the row's slices before it (eqc); slices whose base
+ * is past need, or with none equal, exit at once.  Within the slice each
+ * warp takes a contiguous part: the warps count theirs (TSEL_UNROLL tiles
+ * of 32 in flight), a scan of the counts gives each warp its first rank,
+ * and the warps whose ranks reach below need walk their part again, a
+ * ballot a tile giving the lanes' ranks.  No barrier a tile: the walk is a
+ * few rounds of loads, not one a tile. */
 template <int T, class K>
 __global__ void __launch_bounds__(TSEL_THREADS)
 tsel_ties(kview oin, int64_t sin, int64_t len, int64_t nrows, int64_t bpr, int64_t k, int desc,
           const tsel<K> *state, const unsigned *eqc, uint64_t *ck, int64_t *cpos)
 {
-  typedef cub::BlockScan<unsigned, TSEL_THREADS> scan;
-  __shared__ typename scan::TempStorage tmp;
+  __shared__ unsigned wc[TSEL_THREADS / 32], sbase;
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int64_t b = blockIdx.x; b < nrows * bpr; b += gridDim.x) {
     int64_t e0, e1, r = tsel_slice(b, bpr, len, &e0, &e1);
     tsel<K> s = state[r];
-    if (s.eqn == s.need) continue;   /* the same for the whole block */
-    unsigned base = 0;
-    for (int64_t j = r * bpr; j < b; j++) base += eqc[j];
-    const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
-    /* base is the same in every thread: the loop's test too */
-    for (int64_t t0 = e0; t0 < e1 && base < s.need; t0 += blockDim.x) {
-      int64_t e = t0 + threadIdx.x;
-      unsigned f = e < e1 && tsel_key<T, K>(pi, sin, e, desc) == s.prefix, rank, total;
-      scan(tmp).ExclusiveSum(f, rank, total);
-      if (f && base + rank < s.need) {
-        int64_t at = r * k + (k - s.need) + base + rank;
-        ck[at] = (uint64_t)s.prefix;
-        cpos[at] = e;
-      }
-      base += total;
-      __syncthreads();   /* tmp again */
+    if (s.eqn == s.need || eqc[b] == 0) continue;   /* the same for the whole block */
+    if (w == 0) {
+      unsigned sum = 0;
+      for (int64_t j = r * bpr + lane; j < b; j += 32) sum += eqc[j];
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane == 0) sbase = sum;
     }
+    __syncthreads();
+    unsigned base = sbase;
+    if (base < s.need) {   /* the same for the whole block */
+      const typename kt<T>::S *pi = (const typename kt<T>::S *)oin.p + k_off(oin, r);
+      int64_t part = (e1 - e0 + nw - 1) / nw, w0 = min(e1, e0 + w * part), w1 = min(e1, w0 + part);
+      unsigned c = 0;
+      for (int64_t t = w0 + lane; t < w1 + lane; t += 32 * TSEL_UNROLL) {
+        bool f[TSEL_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TSEL_UNROLL; u++) {
+          int64_t e = t + 32 * u;
+          f[u] = e < w1 && tsel_key<T, K>(pi, sin, e, desc) == s.prefix;
+        }
+#pragma unroll
+        for (int u = 0; u < TSEL_UNROLL; u++) c += __popc(__ballot_sync(0xffffffffu, f[u]));
+      }
+      if (lane == 0) wc[w] = c;
+      __syncthreads();
+      unsigned at = base;
+      for (int i = 0; i < w; i++) at += wc[i];
+      unsigned below = (1u << lane) - 1;
+      for (int64_t t = w0 + lane; t < w1 + lane && at < s.need; t += 32 * TSEL_UNROLL) {
+        bool f[TSEL_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TSEL_UNROLL; u++) {
+          int64_t e = t + 32 * u;
+          f[u] = e < w1 && tsel_key<T, K>(pi, sin, e, desc) == s.prefix;
+        }
+#pragma unroll
+        for (int u = 0; u < TSEL_UNROLL; u++) {
+          unsigned m = __ballot_sync(0xffffffffu, f[u]), rank = at + __popc(m & below);
+          if (f[u] && rank < s.need) {
+            int64_t slot = r * k + (k - s.need) + rank;
+            ck[slot] = (uint64_t)s.prefix;
+            cpos[slot] = t + 32 * u;
+          }
+          at += __popc(m);
+        }
+      }
+    }
+    __syncthreads();   /* wc and sbase again */
   }
 }
 
-/* Blocks a row: about four a multiprocessor in all, each reading at least
- * TSEL_SLICE elements (fewer blocks add fewer atomics to the histogram). */
+/* Slices a row: about four times as many slices in all as blocks resident
+ * on the GPU (the grid below is that many blocks, each taking slices in
+ * turn: no part-empty last wave, which cost as much as a full one), each
+ * of at least TSEL_SLICE elements (each slice adds its histogram's atomics). */
 static int64_t tsel_bpr(int64_t len, int64_t nrows, const cuk_env *env)
 {
-  int64_t want = (4 * (int64_t)k_sm(env) + nrows - 1) / nrows, most = len / TSEL_SLICE;
+  int64_t want = (16 * (int64_t)k_sm(env) + nrows - 1) / nrows, most = len / TSEL_SLICE;
   if (want > most) want = most;
   return want > 0 ? want : 1;
+}
+
+/* The grid of a select kernel: its resident blocks on the GPU, or fewer
+ * where there are fewer slices (4 a multiprocessor if the query fails; it
+ * then leaves its error behind, which is cleared: nothing was launched). */
+template <typename F> static unsigned tsel_grid(F kernel, int64_t units, const cuk_env *env)
+{
+  int per = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, TSEL_THREADS, 0) != cudaSuccess || per <= 0) {
+    (void)cudaGetLastError();
+    per = 4;
+  }
+  int64_t most = (int64_t)per * k_sm(env);
+  return (unsigned)(units < most ? units : most);
 }
 
 static size_t tsel_al(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -625,21 +677,22 @@ static cudaError_t tsel_launch(kview oin, int64_t sin, kview oout, int64_t sout,
   unsigned *cnt = hist + (size_t)nrows * TSEL_BINS, *eqc = (unsigned *)((char *)cnt + tsel_al((size_t)nrows * 4));
   uint64_t *ck = (uint64_t *)((char *)eqc + tsel_al((size_t)(nrows * bpr) * 4));
   int64_t *cpos = (int64_t *)(ck + nrows * k);
-  unsigned grid = (unsigned)(nrows * bpr < INT32_MAX ? nrows * bpr : INT32_MAX);
+  unsigned hgrid = tsel_grid(tsel_hist<T, K>, nrows * bpr, env), ggrid = tsel_grid(tsel_gather<T, K>, nrows * bpr, env);
+  unsigned tgrid = tsel_grid(tsel_ties<T, K>, nrows * bpr, env);
   unsigned rgrid = (unsigned)(nrows < INT32_MAX ? nrows : INT32_MAX);
   cudaError_t e;
   tsel_init<K><<<k_blocks(nrows * TSEL_BINS, env), K_THREADS, 0, st>>>(nrows, len, k, state, cnt, hist);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   for (int hi = 8 * (int)sizeof(K), lo; hi > 0; hi = lo) {
     lo = hi > TSEL_BITS ? hi - TSEL_BITS : 0;
-    tsel_hist<T, K><<<grid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, hi, lo, desc, state, hist);
+    tsel_hist<T, K><<<hgrid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, hi, lo, desc, state, hist);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     tsel_scan<K><<<rgrid, TSEL_SCAN, 0, st>>>(nrows, lo, state, hist);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
-  tsel_gather<T, K><<<grid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, k, desc, state, cnt, eqc, ck, cpos);
+  tsel_gather<T, K><<<ggrid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, k, desc, state, cnt, eqc, ck, cpos);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  tsel_ties<T, K><<<grid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, k, desc, state, eqc, ck, cpos);
+  tsel_ties<T, K><<<tgrid, TSEL_THREADS, 0, st>>>(oin, sin, len, nrows, bpr, k, desc, state, eqc, ck, cpos);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   /* the k candidates of a row: one chunk, sorted, its positions to out */
   topk_chunk<T><<<rgrid, k <= 64 ? 32 : ((int)(k + 63) / 64) * 32, 0, st>>>(oin, sin, ck, cpos, k, nrows, k, desc,
