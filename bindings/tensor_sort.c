@@ -1,6 +1,6 @@
 /* gpu.Tensor sorting: sort, argsort, topk.  One device op (DEV_OP_SORT)
- * gives the 1-based positions along a dim in sorted order; the values are a
- * gather of them, and topk narrows both to the first k.  Every sort is
+ * gives the 1-based positions along a dim in sorted order and, for sort and
+ * topk, the values there (DEV_SORT_VALUES); topk narrows both to the first k.  Every sort is
  * stable: equal keys keep their order, NaN sorts above every number (last
  * ascending, first descending), as NumPy's and PyTorch's. */
 #include <string.h>
@@ -41,25 +41,21 @@ static dev_view as_rows(dev_view v) {
 }
 
 /* The sort of the tensor at 1 along dim into the i64 tensor at stack index
- * ix, on s. */
-static void submit_sort(lua_State *L, dev_stream *s, int ix, int dim, int desc, const char *fname) {
+ * ix, on s; vx > 0: the values at those positions into the tensor at vx, in
+ * the same op (DEV_SORT_VALUES). */
+static void submit_sort(lua_State *L, dev_stream *s, int ix, int vx, int dim, int desc, const char *fname) {
   dev_kop op = {.kind = DEV_OP_SORT, .code = DEV_SORT_STABLE | (desc ? DEV_SORT_DESCENDING : 0), .nin = 1,
                 .dim = dim};
+  dev_fargs fa;
   op.out = as_rows(bind_check_tensor(L, ix)->v);
   op.in[0] = as_rows(bind_check_tensor(L, 1)->v);
+  if (vx) {
+    op.code |= DEV_SORT_VALUES;
+    fa.xout[0] = as_rows(bind_check_tensor(L, vx)->v);
+    op.fargs = &fa;
+  }
   int in[1] = {1};
   bind_tensor_submit_on(L, s, &op, ix, in, 1, fname);
-}
-
-/* The values of the tensor at 1 at the positions iv (a view of the tensor at
- * ix) along dim, into the tensor at vx, on s. */
-static void submit_gather(lua_State *L, dev_stream *s, int vx, int ix, dev_view iv, int dim, const char *fname) {
-  dev_kop op = {.kind = DEV_OP_INDEX, .code = DEV_IDX_GATHER, .nin = 2, .dim = dim};
-  op.out = as_rows(bind_check_tensor(L, vx)->v);
-  op.in[0] = as_rows(bind_check_tensor(L, 1)->v);
-  op.in[1] = as_rows(iv);
-  int in[2] = {1, ix};
-  bind_tensor_submit_on(L, s, &op, vx, in, 2, fname);
 }
 
 /* t:sort([dim] [, opts]) -> values, indices; t:argsort the indices only */
@@ -78,9 +74,8 @@ static int sort_or_argsort(lua_State *L, int values, const char *fname) {
   int ix = lua_gettop(L);
   if (values) bind_tensor_like(L, t, tv.dtype, tv.ndim, tv.shape, stream, fname);
   dev_stream *s = bind_stream(L, stream);
-  submit_sort(L, s, ix, dim, desc, fname);
+  submit_sort(L, s, ix, values ? ix + 1 : 0, dim, desc, fname);
   if (!values) return 1;
-  submit_gather(L, s, ix + 1, ix, bind_check_tensor(L, ix)->v, dim, fname);
   lua_pushvalue(L, ix);
   return 2;
 }
@@ -91,7 +86,7 @@ static int t_argsort(lua_State *L) { return sort_or_argsort(L, 0, "argsort"); }
 /* t:topk(k [, dim] [, opts]) -> values, indices: the k largest (smallest
  * with largest = false) along dim, in order: a sort op into indices k long
  * (the first k positions of the stable sort; on cuda a selection for small
- * k), then the gather of the values. */
+ * k), with the values. */
 static int t_topk(lua_State *L) {
   static const char *const names[] = {"dim", "largest", "sorted", "stream", NULL};
   gpu_tensor *t = bind_check_tensor(L, 1);
@@ -116,8 +111,7 @@ static int t_topk(lua_State *L) {
   int ix = lua_gettop(L);
   bind_tensor_like(L, t, t->v.dtype, t->v.ndim, kshape, stream, "topk");
   dev_stream *s = bind_stream(L, stream);
-  submit_sort(L, s, ix, dim, largest, "topk");
-  submit_gather(L, s, ix + 1, ix, bind_check_tensor(L, ix)->v, dim, "topk");
+  submit_sort(L, s, ix, ix + 1, dim, largest, "topk");
   lua_pushvalue(L, ix);
   return 2;
 }

@@ -893,6 +893,19 @@ static int run_sleep(double ms)
   return 0;
 }
 
+/* DEV_OP_SORT; with DEV_SORT_VALUES, the values at the positions too (a
+ * gather along dim, as cuda's paths that do not write them in the sort) */
+static int run_sort(const dev_kop *op, char *err, size_t errlen)
+{
+  int rc = cpu_run_sort(op, err, errlen);
+  if (rc || !(op->code & DEV_SORT_VALUES) || !op->fargs) return rc;
+  dev_kop g = {.kind = DEV_OP_INDEX, .code = DEV_IDX_GATHER, .nin = 2, .dim = op->dim};
+  g.out = op->fargs->xout[0];
+  g.in[0] = op->in[0];
+  g.in[1] = op->out;
+  return run_index(&g, err, errlen);
+}
+
 int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
 {
   if (op == NULL) return fail_msg(err, errlen, "no op");
@@ -908,7 +921,7 @@ int dev_cpu_run(const dev_kop *op, char *err, size_t errlen)
   case DEV_OP_COPY: return run_copy(&op->out, &op->in[0], err, errlen);
   case DEV_OP_CUMSUM: case DEV_OP_SOFTMAX: return cpu_run_rows(op, err, errlen);
   case DEV_OP_INDEX: return run_index(op, err, errlen);
-  case DEV_OP_SORT: return cpu_run_sort(op, err, errlen);
+  case DEV_OP_SORT: return run_sort(op, err, errlen);
   case DEV_OP_FUSED:
     return op->flags & DEV_F_FREDUCE ? cpu_run_fused_reduce(op, err, errlen) : cpu_run_fused(op, err, errlen);
   case DEV_OP_SLEEP: return run_sleep(op->ms);

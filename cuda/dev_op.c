@@ -207,6 +207,8 @@ static int check_along(dev_ctx *ctx, const dev_kop *op) {
 #define check_cumsum check_along
 #define check_softmax check_along
 
+static int views_overlap(const dev_view *a, const dev_view *b);
+
 /* sort: the 1-based positions along dim, i64, of in[0]'s shape, or the
  * first k of them (out k long along dim: topk) */
 static int check_sort(dev_ctx *ctx, const dev_kop *op) {
@@ -214,9 +216,19 @@ static int check_sort(dev_ctx *ctx, const dev_kop *op) {
   int shape_ok = op->nin == 1 && op->dim >= 0 && op->dim < src->ndim && src->ndim == op->out.ndim;
   for (int d = 0; shape_ok && d < src->ndim; d++)
     shape_ok = d == op->dim ? op->out.shape[d] <= src->shape[d] : op->out.shape[d] == src->shape[d];
-  if (!shape_ok || (unsigned)op->code > (DEV_SORT_DESCENDING | DEV_SORT_STABLE))
+  if (!shape_ok || (unsigned)op->code > (DEV_SORT_DESCENDING | DEV_SORT_STABLE | DEV_SORT_VALUES))
     return dev_fail(ctx, DEV_ERR_INVALID, "sort: bad dim, shape or flags");
   if (op->out.dtype != DEV_I64) return dev_fail(ctx, DEV_ERR_INVALID, "sort: the result must be i64");
+  if (!(op->code & DEV_SORT_VALUES)) return DEV_OK;
+  /* the values: a view as the output is checked, of out's shape and the
+   * input's dtype, not over the positions */
+  const dev_view *v = op->fargs ? &op->fargs->xout[0] : NULL;
+  int rc;
+  if (!v) return dev_fail(ctx, DEV_ERR_INVALID, "sort: values asked for, no view for them");
+  if ((rc = dev_check_view(ctx, v, "values")) || (rc = dev_check_writable(ctx, v))) return rc;
+  if (!same_shape(v, &op->out) || v->dtype != src->dtype)
+    return dev_fail(ctx, DEV_ERR_INVALID, "sort: the values must have the positions' shape and the input's dtype");
+  if (views_overlap(v, &op->out)) return dev_fail(ctx, DEV_ERR_INVALID, "sort: values and positions overlap");
   return DEV_OK;
 }
 
@@ -270,8 +282,6 @@ static int check_copy(dev_ctx *ctx, const dev_kop *op) {
     return dev_fail(ctx, DEV_ERR_INVALID, "copy: dtype or numel mismatch");
   return DEV_OK;
 }
-
-static int views_overlap(const dev_view *a, const dev_view *b);
 
 /* The results 2.. of a fused program with several: each a view as the
  * output is checked, of out's shape and its result's dtype, and no two

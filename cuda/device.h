@@ -349,9 +349,12 @@ typedef enum { DEV_RAND_UNIFORM, DEV_RAND_NORMAL, DEV_RAND_INT } dev_randkind;
 typedef enum { DEV_SOFTMAX, DEV_LOG_SOFTMAX } dev_softkind;
 /* DEV_OP_CUMSUM: a running sum or product */
 typedef enum { DEV_CUM_SUM, DEV_CUM_PROD } dev_cumkind;
-/* DEV_OP_SORT's flags (its code) */
+/* DEV_OP_SORT's flags (its code).  DEV_SORT_VALUES: a second output,
+ * fargs->xout[0], gets the values at those positions (in[0]'s dtype, out's
+ * shape): t:sort and t:topk in one op, not a sort and a gather. */
 #define DEV_SORT_DESCENDING 1
 #define DEV_SORT_STABLE 2
+#define DEV_SORT_VALUES 4
 /* DEV_OP_INDEX: select is gather with the index broadcast (see dev_opkind) */
 typedef enum { DEV_IDX_SELECT, DEV_IDX_GATHER, DEV_IDX_SCATTER_ADD, DEV_NIDX } dev_idxkind;
 
@@ -452,7 +455,7 @@ typedef struct dev_kop {
   double ms;               /* DEV_OP_SLEEP */
   const struct dev_launch *launch;   /* DEV_OP_LAUNCH */
   const struct dev_fprog *fprog;     /* DEV_OP_FUSED */
-  const struct dev_fargs *fargs;     /* DEV_OP_FUSED: the caller's, until dev_submit returns */
+  const struct dev_fargs *fargs;     /* DEV_OP_FUSED, DEV_OP_SORT's values: the caller's, until dev_submit returns */
 } dev_kop;
 
 /* What a fused op has past a dev_kop's own fields: its operands past in[]
@@ -474,6 +477,7 @@ static inline const dev_view *dev_kop_in(const dev_kop *op, int i) {
 /* How many outputs op writes (a fused op's program may have several), and
  * output j of them, wherever it is kept. */
 static inline int dev_kop_nout(const dev_kop *op) {
+  if (op->kind == DEV_OP_SORT) return (op->code & DEV_SORT_VALUES) && op->fargs ? 2 : 1;
   return op->kind == DEV_OP_FUSED && op->fprog ? op->fprog->nout : 1;
 }
 static inline const dev_view *dev_kop_out(const dev_kop *op, int j) {

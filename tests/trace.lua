@@ -554,6 +554,20 @@ T.test("--trace errors", function()
        .. out:match("[^\n]*"))
 end)
 
+T.test("t:sort and t:topk are one op each: the values come with the positions", function()
+  local path = base .. "_sort.json"
+  local out, ok = run("GPULUA_TRACE=" .. path, "--device host -e 'local x = gpu.tensor({3, 1, 2}); "
+    .. "local v, i = x:sort(); local w, j = x:topk(2); local k = x:argsort()'")
+  T.ok(ok, "exit 0: " .. out)
+  local doc = select(2, pcall(json_decode, slurp(path) or ""))
+  local names = {}
+  for _, e in ipairs(type(doc) == "table" and doc.traceEvents or {}) do
+    if e.ph == "X" and e.args.kind == "op" then names[#names + 1] = e.name end
+  end
+  T.is(names, { "copy H2D", "sort", "sort", "sort" }, "an upload, then one sort op per call, no gather")
+  os.remove(path)
+end)
+
 T.test("GPULUA_TRACE, --trace=FILE, and a failing script", function()
   local path = base .. "_env.json"
   local out, ok = run("GPULUA_TRACE=" .. path, "--device host -e 'gpu.ones({8}):add_(1)'")

@@ -163,14 +163,21 @@ sort_pairs_in(kview oin, int64_t sin, int64_t len, int64_t n, int desc, K *key, 
 }
 
 /* The sorted pairs' positions (1-based) into out, the first kout of each
- * row: pair p is in row p / len, whichever way it was sorted (the row leads
- * the key, or a segment each). */
+ * row, and the values there into ovals (where its p is not NULL: a read of
+ * the input the sort has just left in L2): pair p is in row p / len,
+ * whichever way it was sorted (the row leads the key, or a segment each). */
+template <int T>
 __global__ void __launch_bounds__(K_THREADS)
-sort_pairs_out(kview oout, int64_t sout, int64_t len, int64_t kout, int64_t n, const int *val)
+sort_pairs_out(kview oout, int64_t sout, int64_t len, int64_t kout, int64_t n, const int *val, kview oin,
+               int64_t sin, kview ovals, int64_t svals)
 {
+  typedef typename kt<T>::S S;
   for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (int64_t)gridDim.x * blockDim.x) {
     int64_t r = n == len ? 0 : p / len, i = p - r * len;
-    if (i < kout) ((int64_t *)oout.p + k_off(oout, r))[i * sout] = (int64_t)val[p] + 1;
+    if (i >= kout) continue;
+    int64_t at = val[p];
+    ((int64_t *)oout.p + k_off(oout, r))[i * sout] = at + 1;
+    if (ovals.p) ((S *)ovals.p + k_off(ovals, r))[i * svals] = ((const S *)oin.p + k_off(oin, r))[at * sin];
   }
 }
 
@@ -207,8 +214,8 @@ static cudaError_t sort_cub(cub::DoubleBuffer<K> &kb, cub::DoubleBuffer<int> &vb
 /* W-bit keys in K: the pairs made, sorted and written out; 1 where there
  * is no device memory for the pairs (the caller sorts another way). */
 template <int T, int W, class K>
-static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t kout, int64_t nrows,
-                         int desc, const cuk_env *env, char *err, size_t errlen)
+static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, kview ovals, int64_t svals, int64_t len,
+                         int64_t kout, int64_t nrows, int desc, const cuk_env *env, char *err, size_t errlen)
 {
   cudaStream_t st = k_stream(env);
   int64_t n = len * nrows;
@@ -239,7 +246,8 @@ static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, int64
       if ((e = cudaGetLastError()) != cudaSuccess) goto done;
     }
     if ((e = sort_cub<K>(kb, vb, n, nrows, bits, off, st)) != cudaSuccess) goto done;
-    sort_pairs_out<<<k_blocks(n, env), K_THREADS, 0, st>>>(oout, sout, len, kout, n, vb.Current());
+    sort_pairs_out<T><<<k_blocks(n, env), K_THREADS, 0, st>>>(oout, sout, len, kout, n, vb.Current(), oin, sin,
+                                                               ovals, svals);
     e = cudaGetLastError();
   }
 done:
@@ -259,15 +267,18 @@ static int sort_radix_fits(int64_t len, int64_t nrows)
 }
 
 template <int T>
-static int sort_radix(kview oin, int64_t sin, kview oout, int64_t sout, int64_t len, int64_t kout, int64_t nrows,
-                      int desc, const cuk_env *env, char *err, size_t errlen)
+static int sort_radix(kview oin, int64_t sin, kview oout, int64_t sout, kview ovals, int64_t svals, int64_t len,
+                      int64_t kout, int64_t nrows, int desc, const cuk_env *env, char *err, size_t errlen)
 {
   if constexpr (sizeof(typename kt<T>::S) > 4)
-    return sort_radix_as<T, 64, uint64_t>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
+    return sort_radix_as<T, 64, uint64_t>(oin, sin, oout, sout, ovals, svals, len, kout, nrows, desc, env, err,
+                                          errlen);
   else if (nrows == 1)
-    return sort_radix_as<T, 32, uint32_t>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
+    return sort_radix_as<T, 32, uint32_t>(oin, sin, oout, sout, ovals, svals, len, kout, nrows, desc, env, err,
+                                          errlen);
   else
-    return sort_radix_as<T, 32, uint64_t>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
+    return sort_radix_as<T, 32, uint64_t>(oin, sin, oout, sout, ovals, svals, len, kout, nrows, desc, env, err,
+                                          errlen);
 }
 
 /* ---- topk: a selection ---------------------------------------------------- */
@@ -763,14 +774,36 @@ static int sort_runs(kview oin, int64_t sin, kview oout, int64_t sout, int64_t l
   return 0;
 }
 
+/* DEV_SORT_VALUES where the path did not write them: the values at the
+ * positions in out, a gather along dim (k_index's; the positions are in
+ * range, so its check never fires). */
+static int sort_values(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
+{
+  dev_kop g;
+  memset(&g, 0, sizeof g);
+  g.kind = DEV_OP_INDEX;
+  g.code = DEV_IDX_GATHER;
+  g.nin = 2;
+  g.dim = op->dim;
+  g.out = op->fargs->xout[0];
+  g.in[0] = op->in[0];
+  g.in[1] = op->out;
+  return k_index(&g, env, err, errlen);
+}
+
 int k_sort(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
 {
   const dev_view *src = &op->in[0], *out = &op->out;
   int dim = op->dim, desc = op->code & DEV_SORT_DESCENDING;
-  int64_t len, kout, sin, sout;
+  int values = (op->code & DEV_SORT_VALUES) && op->fargs, wrote = 0;
+  int64_t len, kout, sin, sout, kv = 0, svals = 0;
   if (dim < 0 || dim >= src->ndim || src->ndim != out->ndim || out->dtype != DEV_I64)
     return fail_msg(err, errlen, "sort: bad dim %d or result dtype", dim);
-  kview oin = sort_outer(src, dim, &len, &sin), oout = sort_outer(out, dim, &kout, &sout);
+  if (values && (op->fargs->xout[0].ndim != out->ndim || op->fargs->xout[0].dtype != src->dtype))
+    return fail_msg(err, errlen, "sort: bad values view");
+  kview oin = sort_outer(src, dim, &len, &sin), oout = sort_outer(out, dim, &kout, &sout), ovals;
+  if (values) ovals = sort_outer(&op->fargs->xout[0], dim, &kv, &svals);
+  else memset(&ovals, 0, sizeof ovals);
   int64_t nrows = dev_view_numel(src) / (len > 0 ? len : 1);
   if (kout > len) return fail_msg(err, errlen, "sort: %lld results of rows of %lld", (long long)kout, (long long)len);
   if (len == 0 || nrows == 0 || kout == 0) return 0;
@@ -786,7 +819,8 @@ int k_sort(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
     }
     if (select) return topk_runs<T>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
     if (sort_radix_fits(len, nrows)) {
-      int r = sort_radix<T>(oin, sin, oout, sout, len, kout, nrows, desc, env, err, errlen);
+      int r = sort_radix<T>(oin, sin, oout, sout, ovals, svals, len, kout, nrows, desc, env, err, errlen);
+      wrote = r == 0;
       if (r != 1) return r;
     }
     if (kout < len && kout <= TOPK_MAX)
@@ -797,5 +831,6 @@ int k_sort(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
     return sort_runs<T>(oin, sin, oout, sout, len, nrows, desc, env, err, errlen);
   });
   if (rc == -2) return fail_msg(err, errlen, "sort: bad dtype %d", (int)src->dtype);
+  if (rc == 0 && values && !wrote) rc = sort_values(op, env, err, errlen);
   return rc;
 }

@@ -180,6 +180,55 @@ static void fused_results(dev_ctx *ctx, dev_stream *s) {
   dev_buf_release(o);
 }
 
+/* A sort with its values (DEV_SORT_VALUES): the values' view in fargs,
+ * checked as an output, of the positions' shape and the input's dtype;
+ * the positions and the values in one op. */
+static void sort_values(dev_ctx *ctx, dev_stream *s) {
+  dev_buf *x, *pos, *val;
+  ok(dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &x) == DEV_OK && dev_buf_alloc(ctx, DEV_MEM_PINNED, 32, &pos) == DEV_OK &&
+     dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &val) == DEV_OK, "sort: a tensor of 4 f32 and its results' buffers");
+  float v[4] = {3, -1, 2, -1};
+  memcpy(x->ptr, v, sizeof v);
+  memset(val->ptr, 0, 16);
+  dev_kop op = op_on(DEV_OP_SORT, x, 1);
+  op.out.buf = pos;
+  op.out.dtype = DEV_I64;
+  op.code = DEV_SORT_STABLE | DEV_SORT_VALUES;
+  dev_fargs fa;
+  memset(&fa, 0, sizeof fa);
+  fa.xout[0] = op.in[0];
+  fa.xout[0].buf = val;
+  ok(dev_submit(ctx, s, &op) == DEV_ERR_INVALID, "values asked for without fargs: refused (%s)", dev_errmsg(ctx));
+  op.fargs = &fa;
+  dev_fargs wide = fa, other = fa, over = fa, into = fa;
+  wide.xout[0].dtype = DEV_F64;
+  other.xout[0].shape[0] = 2;
+  over.xout[0].buf = pos;   /* f32 values over the positions */
+  into.xout[0].buf = NULL;
+  const dev_fargs *refused[] = {&wide, &other, &over, &into};
+  const char *why[] = {"values of another dtype", "values of another shape", "values over the positions",
+                       "values without a buffer"};
+  for (int i = 0; i < 4; i++) {
+    dev_kop g = op;
+    g.fargs = refused[i];
+    ok(dev_submit(ctx, s, &g) == DEV_ERR_INVALID, "%s: refused (%s)", why[i], dev_errmsg(ctx));
+  }
+  dev_kop bad = op;
+  bad.code = 8;
+  ok(dev_submit(ctx, s, &bad) == DEV_ERR_INVALID, "an unknown sort flag: refused (%s)", dev_errmsg(ctx));
+  ok(dev_synchronize(ctx) == DEV_OK && ((float *)val->ptr)[0] == 0, "nothing written by the refused ops");
+  ok(dev_submit(ctx, s, &op) == DEV_OK && dev_synchronize(ctx) == DEV_OK, "positions and values: one op");
+  const int64_t *p = pos->ptr;
+  const float *w = val->ptr;
+  ok(p[0] == 2 && p[1] == 4 && p[2] == 3 && p[3] == 1, "positions %lld %lld %lld %lld (2 4 3 1: ties in order)",
+     (long long)p[0], (long long)p[1], (long long)p[2], (long long)p[3]);
+  ok(w[0] == -1 && w[1] == -1 && w[2] == 2 && w[3] == 3, "values %g %g %g %g", (double)w[0], (double)w[1],
+     (double)w[2], (double)w[3]);
+  dev_buf_release(x);
+  dev_buf_release(pos);
+  dev_buf_release(val);
+}
+
 int main(void) {
   char err[256];
   dev_ctx *ctx = dev_open("host", err, sizeof err);
@@ -234,6 +283,7 @@ int main(void) {
   negative_strides(ctx, s, b);
   fused_reductions(ctx, s);
   fused_results(ctx, s);
+  sort_values(ctx, s);
   dev_buf_release(b);
   dev_close(ctx);
   return done_testing();
