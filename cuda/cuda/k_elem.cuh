@@ -367,10 +367,11 @@ KD float k_tanh_pos(float t)
 /* tanh of a bf16 pair h, rounded to bf16: the bf16 rounding of tanhf
  * (sc_tanh_f, the unfused op), bit for bit, with no test and no fallback.
  * |x| < 2^-6: x itself (tanhf(x) is within |x|^3 / 3 + 2 ulp of x, far
- * less than half of x's bf16 ulp; -0 and the subnormals included).  Larger
- * |x| (inf included): k_tanh_pos(|x|), whose bf16 rounding is tanhf's for
- * every one of the 16256 finite bf16 values there, under those error
- * bounds: an exhaustive check (docs/internals.md, tests/fuse_tanh_bf16.lua).
+ * less than half the gap to the bf16 value below x; -0 and the subnormals
+ * included).  Larger |x|: k_tanh_pos(|x|), whose bf16 rounding is tanhf's
+ * for every one of the 17152 finite bf16 values there and inf, under
+ * those error bounds: an exhaustive check (docs/internals.md,
+ * tests/fuse_tanh_bf16.lua).
  * |x| is x's bits less the sign, and the sign goes back into the packed
  * result: tanh is odd, rounding to nearest symmetric.  A NaN stays a NaN. */
 KD kp2<DEV_BF16> k_p2_tanh_bf16(kp2<DEV_BF16> h)
