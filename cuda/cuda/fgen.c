@@ -190,7 +190,7 @@ static int p16_exact(const dev_fprog *p, int a, dev_dtype t) {
 
 /* The packed op of node i (k_elem.cuh: k_p2_<op><T>), or NULL: + - x of two
  * values of T to a result of T, and exp (and, for bf16, tanh) of T, are
- * exact so.  (f16's tanh would fall back too often: docs/internals.md.) */
+ * exact so.  (f16's tanh is not: docs/internals.md.) */
 static const char *p16_op(const dev_fprog *p, int i) {
   const dev_fnode *x = &p->node[i];
   if (!is_p16(x->dtype)) return NULL;
@@ -265,7 +265,11 @@ static int pair_stmt(sbuf *b, const dev_fprog *p, int i, int *q, char *err, size
     return pair_param(b, p, i, f, q, err, errlen);
   if (f) {
     sb_printf(b, "  kp2<%s> h%d = ", T, i);
-    if (x->kind == DEV_FN_UNARY) sb_printf(b, "k_p2_%s<%s>(v%da, v%db)", f, T, x->a[0], x->a[0]);
+    int a0 = x->a[0];
+    /* bf16's tanh reads the pair (its operand is a node of T: every such
+     * node has one) */
+    if (x->kind == DEV_FN_UNARY && strcmp(f, "tanh") == 0) sb_printf(b, "k_p2_tanh_bf16(h%d)", a0);
+    else if (x->kind == DEV_FN_UNARY) sb_printf(b, "k_p2_%s<%s>(v%da, v%db)", f, T, a0, a0);
     else p16_binary(b, p, i, f, T, q);
     sb_printf(b, ";\n  kp1<%s> v%da = k_p2_lo<%s>(h%d), v%db = k_p2_hi<%s>(h%d);\n", T, i, T, i, i, T, i);
     return 0;
@@ -297,9 +301,16 @@ static int elem2(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt,
   for (int i = 0; i < p->n; i++) {
     if (pair_stmt(b, p, i, &q, err, errlen)) return -1;
   }
-  for (int o = 0; o < p->nout; o++)
-    sb_printf(b, "  out%da = k_store<%s>(v%da);\n  out%db = k_store<%s>(v%db);\n", o, out_dt[o], p->res[o], o,
-              out_dt[o], p->res[o]);
+  for (int o = 0; o < p->nout; o++) {
+    const dev_fnode *r = &p->node[p->res[o]];
+    /* a node of bf16 or f16 stored as its pair's bits, halves of one word:
+     * no unpacking and packing again */
+    if (is_p16(r->dtype) && !is_num(r))
+      sb_printf(b, "  k_p2_put<%s>(out%da, out%db, h%d);\n", out_dt[o], o, o, p->res[o]);
+    else
+      sb_printf(b, "  out%da = k_store<%s>(v%da);\n  out%db = k_store<%s>(v%db);\n", o, out_dt[o], p->res[o], o,
+                out_dt[o], p->res[o]);
+  }
   sb_str(b, "}\n\n");
   return 0;
 }

@@ -239,6 +239,10 @@ template <> struct kp16<DEV_BF16> {
   static KD H of(uint16_t u) { return __ushort_as_bfloat16(u); }
   static KD uint16_t bits(H h) { return __bfloat16_as_ushort(h); }
   static KD float f(H h) { return __bfloat162float(h); }
+  /* the halves as floats: a bf16's float is its bits in the high half, so
+   * one integer op each, not an extraction and a conversion */
+  static KD float flo(P p) { return __uint_as_float(*reinterpret_cast<const uint32_t *>(&p) << 16); }
+  static KD float fhi(P p) { return __uint_as_float(*reinterpret_cast<const uint32_t *>(&p) & 0xffff0000u); }
   /* the _rn forms: an explicit rounding, never contracted into an FMA */
   static KD P add(P a, P b) { return __hadd2_rn(a, b); }
   static KD P sub(P a, P b) { return __hsub2_rn(a, b); }
@@ -254,6 +258,8 @@ template <> struct kp16<DEV_F16> {
   static KD H of(uint16_t u) { return __ushort_as_half(u); }
   static KD uint16_t bits(H h) { return __half_as_ushort(h); }
   static KD float f(H h) { return __half2float(h); }
+  static KD float flo(P p) { return __low2float(p); }
+  static KD float fhi(P p) { return __high2float(p); }
   static KD P add(P a, P b) { return __hadd2_rn(a, b); }
   static KD P sub(P a, P b) { return __hsub2_rn(a, b); }
   static KD P mul(P a, P b) { return __hmul2_rn(a, b); }
@@ -265,19 +271,46 @@ template <int T> KD uint32_t k_p2_u(kp2<T> h) { return *reinterpret_cast<const u
 /* One element of a pair: a float where an op reads it, its own bits where
  * it is stored (k_store below), not the float store's NaN test and
  * conversion: the same bits (a packed op's NaN is the canonical one, as the
- * float store makes of the float ops' NaN). */
-template <int T> struct kp1 {
-  typename kp16<T>::H h;
-  __device__ __forceinline__ operator float() const { return kp16<T>::f(h); }
+ * float store makes of the float ops' NaN).  bf16 keeps the float itself
+ * (its bits are the element's, shifted: no rounding, NaNs included); f16
+ * its half, converted where read. */
+template <int T> struct kp1;
+template <> struct kp1<DEV_BF16> {
+  float f;
+  KD operator float() const { return f; }
+  KD uint16_t bits() const { return (uint16_t)(__float_as_uint(f) >> 16); }
 };
-template <int T> KD kp1<T> k_p2_lo(kp2<T> h) { return kp1<T>{kp16<T>::lo(h)}; }
-template <int T> KD kp1<T> k_p2_hi(kp2<T> h) { return kp1<T>{kp16<T>::hi(h)}; }
+template <> struct kp1<DEV_F16> {
+  __half h;
+  KD operator float() const { return __half2float(h); }
+  KD uint16_t bits() const { return __half_as_ushort(h); }
+};
+template <int T> KD kp1<T> k_p2_lo(kp2<T> h)
+{
+  if constexpr (T == DEV_BF16) return kp1<T>{kp16<T>::flo(h)};
+  else return kp1<T>{kp16<T>::lo(h)};
+}
+template <int T> KD kp1<T> k_p2_hi(kp2<T> h)
+{
+  if constexpr (T == DEV_BF16) return kp1<T>{kp16<T>::fhi(h)};
+  else return kp1<T>{kp16<T>::hi(h)};
+}
 
 /* k_store of a kp1: an exact match, so chosen over k_store(float) */
 template <int T, int U> KD typename kt<T>::S k_store(kp1<U> v)
 {
-  if constexpr (T == U) return kp16<U>::bits(v.h);
+  if constexpr (T == U) return v.bits();
   else return k_store<T>((typename kt<T>::C)(float)v);
+}
+
+/* a pair's elements into two stored values (a low, b high): b is the
+ * element after a, and a 4-byte aligned (fgen.c's calls: two elements j,
+ * j + 1 of a 16-byte pack, j even), so one 32-bit word.  (Apart, the
+ * compiler unpacks the word and packs it again.) */
+template <int T> KD void k_p2_put(uint16_t &a, uint16_t &b, kp2<T> h)
+{
+  (void)b;
+  *reinterpret_cast<kp2<T> *>(&a) = h;
 }
 
 /* two stored values as a pair (a low, b high) */
@@ -295,8 +328,8 @@ template <int T> KD kp2<T> k_p2_pack(float a, float b) { return kp16<T>::cvt(a, 
 template <int T> KD kp2<T> k_p2_round(float &a, float &b)
 {
   kp2<T> h = kp16<T>::cvt(a, b);
-  a = kp16<T>::f(kp16<T>::lo(h));
-  b = kp16<T>::f(kp16<T>::hi(h));
+  a = kp16<T>::flo(h);
+  b = kp16<T>::fhi(h);
   return h;
 }
 
@@ -322,36 +355,33 @@ KD float k_rcp_approx(float x)
   return r;
 }
 
-/* tanh(x) for a bf16 or f16 x, into y, and a bound b on |y - tanhf(x)|
- * (tanhf: the accurate function of sc_tanh_f, within 2 ulp).  |x| >= 2^-6:
- * 1 - 2 / (2^(2|x| log2 e) + 1), from ex2.approx (2 ulp) and rcp.approx
- * (1 ulp), within 2^-20.5 absolute (docs/internals.md); smaller |x|:
- * x (1 - x^2 / 3), within 2^-22 relative (the series alternates; its
- * next term is 2/15 x^5), and -0 stays -0.  b: twice those and more. */
-KD float k_tanh_near(float x, float &b)
+/* tanh(t) for t >= 0: 1 - 2 / (2^(2 t log2 e) + 1), from ex2.approx (2
+ * ulp) and rcp.approx (1 ulp); t = inf gives 1.  Within 2^-20.5 absolute
+ * of tanh for t >= 2^-6 (docs/internals.md). */
+KD float k_tanh_pos(float t)
 {
-  float ax = fabsf(x);
-  if (ax < 0x1p-6f) {
-    b = __fmaf_rn(ax, 0x1p-20f, 0x1p-140f);
-    return x * __fmaf_rn(x * x, -0x1.555556p-2f, 1.0f);
-  }
-  float e = k_ex2_approx(ax * 2.88539004f);
-  float y = __fmaf_rn(-2.0f, k_rcp_approx(e + 1.0f), 1.0f);
-  b = __fmaf_rn(y, 0x1p-20f, 0x1p-19f);
-  return copysignf(y, x);
+  float e = k_ex2_approx(t * 2.88539004f);
+  return __fmaf_rn(-2.0f, k_rcp_approx(e + 1.0f), 1.0f);
 }
 
-/* tanh of a pair, rounded to T: the T rounding of tanhf, bit for bit.
- * Rounding is monotone, so when y - b and y + b round to the same T value,
- * tanhf(x), between them, rounds to it too; else (rare: a rounding
- * boundary within b) the accurate function.  A NaN gives the canonical NaN
- * either way (the conversion's). */
-template <int T> KD kp2<T> k_p2_tanh(float a, float b)
+/* tanh of a bf16 pair h, rounded to bf16: the bf16 rounding of tanhf
+ * (sc_tanh_f, the unfused op), bit for bit, with no test and no fallback.
+ * |x| < 2^-6: x itself (tanhf(x) is within |x|^3 / 3 + 2 ulp of x, far
+ * less than half the gap to the bf16 value below x; -0 and the subnormals
+ * included).  Larger |x|: k_tanh_pos(|x|), whose bf16 rounding is tanhf's
+ * for every one of the 17152 finite bf16 values there and inf, under
+ * those error bounds: an exhaustive check (docs/internals.md,
+ * tests/fuse_tanh_bf16.lua).
+ * |x| is x's bits less the sign, and the sign goes back into the packed
+ * result: tanh is odd, rounding to nearest symmetric.  A NaN stays a NaN. */
+KD kp2<DEV_BF16> k_p2_tanh_bf16(kp2<DEV_BF16> h)
 {
-  float ba, bb, ya = k_tanh_near(a, ba), yb = k_tanh_near(b, bb);
-  kp2<T> lo = kp16<T>::cvt(ya - ba, yb - bb), hi = kp16<T>::cvt(ya + ba, yb + bb);
-  if (k_p2_u<T>(lo) == k_p2_u<T>(hi)) return lo;
-  return kp16<T>::cvt(sc_tanh_f(a), sc_tanh_f(b));
+  uint32_t u = k_p2_u<DEV_BF16>(h), m = u & 0x7fff7fffu;
+  float ta = __uint_as_float(m << 16), tb = __uint_as_float(m & 0xffff0000u);
+  ta = ta < 0x1p-6f ? ta : k_tanh_pos(ta);
+  tb = tb < 0x1p-6f ? tb : k_tanh_pos(tb);
+  uint32_t r = k_p2_u<DEV_BF16>(kp16<DEV_BF16>::cvt(ta, tb)) | (u & 0x80008000u);
+  return *reinterpret_cast<const kp2<DEV_BF16> *>(&r);
 }
 
 /* exp(x) for a bf16 or f16 x, |x| < 80, within 2^-20.5 relative of
@@ -365,9 +395,11 @@ KD float k_exp_near(float x)
   return k_ex2_approx(x * 1.442626953125f) * p;
 }
 
-/* exp of a pair, rounded to T: k_p2_tanh's argument, with the bound
- * 2^-19 |y|; |x| >= 80 or NaN (results out of ex2.approx.ftz's range), the
- * accurate function. */
+/* exp of a pair, rounded to T.  Rounding is monotone, so when y - b and
+ * y + b round to the same T value, expf(x), between them, rounds to it
+ * too (b = 2^-19 |y|); else (rare: a rounding boundary within b) the
+ * accurate function, as for |x| >= 80 or NaN (results out of
+ * ex2.approx.ftz's range). */
 template <int T> KD kp2<T> k_p2_exp(float a, float b)
 {
   float ya = k_exp_near(a), yb = k_exp_near(b);

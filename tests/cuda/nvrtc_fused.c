@@ -83,26 +83,31 @@ static void has(const dev_fprog *p, const char *s, int want) {
 static const dev_dtype dts[] = {DEV_BF16, DEV_F16, DEV_F32};
 static const char *const dtn[] = {"DEV_BF16", "DEV_F16", "DEV_F32"};
 
-/* GELU as bench/ops.lua writes it: 0.044715 and 0.79788 are in neither */
+/* GELU as bench/ops.lua writes it, of dtype B: 0.044715 and 0.79788 are
+ * in neither bf16 nor f16 */
+static const dev_fprog *gelu(dev_dtype B, char *err, size_t errlen) {
+  dev_fnode g[] = {in(B, 0),
+                   bin(DEV_BIN_MUL, B, 0, 0), bin(DEV_BIN_MUL, B, 1, 0), cnum(0.044715), bin(DEV_BIN_MUL, B, 2, 3),
+                   bin(DEV_BIN_ADD, B, 4, 0), cnum(0.7978845608), bin(DEV_BIN_MUL, B, 5, 6), un(DEV_UN_TANH, B, 7),
+                   cnum(1), bin(DEV_BIN_ADD, B, 8, 9), bin(DEV_BIN_MUL, B, 10, 0), cnum(0.5),
+                   bin(DEV_BIN_MUL, B, 11, 12)};
+  char name[64];
+  snprintf(name, sizeof name, "gelu_%s", dev_dtype_name(B));
+  return dev_fprog_intern(name, g, (int)(sizeof g / sizeof g[0]), err, errlen);
+}
+
 static void p16_gelu(unit *u) {
   char err[256], want[128];
   const dev_fprog *p;
   for (size_t d = 0; d < 2; d++) {
     dev_dtype B = dts[d];
     const char *N = dtn[d];
-    dev_fnode g[] = {in(B, 0),
-                     bin(DEV_BIN_MUL, B, 0, 0), bin(DEV_BIN_MUL, B, 1, 0), cnum(0.044715), bin(DEV_BIN_MUL, B, 2, 3),
-                     bin(DEV_BIN_ADD, B, 4, 0), cnum(0.7978845608), bin(DEV_BIN_MUL, B, 5, 6), un(DEV_UN_TANH, B, 7),
-                     cnum(1), bin(DEV_BIN_ADD, B, 8, 9), bin(DEV_BIN_MUL, B, 10, 0), cnum(0.5),
-                     bin(DEV_BIN_MUL, B, 11, 12)};
-    char name[64];
-    snprintf(name, sizeof name, "gelu_%s", dev_dtype_name(B));
-    p = dev_fprog_intern(name, g, (int)(sizeof g / sizeof g[0]), err, sizeof err);
-    ok(p != NULL, "%s: %s", name, p ? "interned" : err);
+    p = gelu(B, err, sizeof err);
+    ok(p != NULL, "gelu_%s: %s", dev_dtype_name(B), p ? "interned" : err);
     if (!p) continue;
     snprintf(want, sizeof want, "k_p2_mul<%s>(h0, h0)", N);
     has(p, want, 1);
-    has(p, "k_p2_tanh<", B == DEV_BF16);   /* f16's: the float op */
+    has(p, "k_p2_tanh_bf16(h7)", B == DEV_BF16);   /* f16's: the float op */
     unsigned one = B == DEV_BF16 ? 0x3f80 : 0x3c00, half = B == DEV_BF16 ? 0x3f00 : 0x3800;
     snprintf(want, sizeof want, "k_p2_add<%s>(h8, k_p2_bits<%s>(0x%04x, 0x%04x))", N, N, one, one);
     has(p, want, 1);   /* + 1 */
@@ -110,6 +115,8 @@ static void p16_gelu(unit *u) {
     has(p, want, 1);   /* * 0.5 */
     snprintf(want, sizeof want, "k_p2_mul<%s>(h2, ", N);
     has(p, want, 0);   /* x^3 * 0.044715: in float */
+    snprintf(want, sizeof want, "k_p2_put<%s>(out0a, out0b, h13)", N);
+    has(p, want, 1);   /* the result stored as a pair */
     add(u, p);
   }
 }
@@ -166,7 +173,7 @@ static void p16_reads(unit *u) {
     dev_fnode t[] = {in(T, 0), un(DEV_UN_TANH, T, 0), un(DEV_UN_EXP, T, 1)};
     snprintf(name, sizeof name, "tanh_exp_%s", dev_dtype_name(T));
     if ((p = dev_fprog_intern(name, t, 3, err, sizeof err))) {
-      has(p, "k_p2_tanh<DEV_BF16>(v0a, v0b)", T == DEV_BF16);
+      has(p, "k_p2_tanh_bf16(h0)", T == DEV_BF16);
       snprintf(want, sizeof want, "k_p2_exp<%s>(v1a, v1b)", dtn[d]);
       has(p, want, 1);
       add(u, p);
@@ -330,8 +337,46 @@ static void reductions(void) {
   compile_unit(&u, "trailing reductions");
 }
 
+/* The bench's GELU of dtype name dt (bf16, f16, f32), contiguous: its CUDA
+ * source to stdout, its sm_90 cubin (NVRTC's) into the file cubin.  For
+ * counting a kernel's instructions where no GPU (and no disassembler) is:
+ * sm_90 instructions are 16 bytes, so the size of the cubin's .text.gf
+ * (readelf -SW) / 16 is gf's count; nvcc -ptx on the source (-Icuda
+ * -Icuda/cuda -fmad=false) gives its PTX. */
+static int gelu_kernel(const char *dt, const char *cubin) {
+  dev_dtype t = DEV_NDTYPE;
+  char err[512];
+  for (int i = 0; i < DEV_NDTYPE; i++)
+    if (strcmp(dt, dev_dtype_name((dev_dtype)i)) == 0) t = (dev_dtype)i;
+  const dev_fprog *p = t == DEV_BF16 || t == DEV_F16 || t == DEV_F32 ? gelu(t, err, sizeof err) : NULL;
+  sbuf src = {0};
+  if (!p || cuda_fused_source(p, 1, 0, &src, err, sizeof err)) {
+    fprintf(stderr, "gelu %s: %s\n", dt, p ? err : "bf16, f16 or f32");
+    free(src.p);
+    return 1;
+  }
+  fputs(src.p, stdout);
+  dev_kimage img;
+  char *log = NULL;
+  int rc = cuda_fused_compile_src(src.p, "gelu.cu", "sm_90", &img, &log, err, sizeof err);
+  free(src.p);
+  free(log);
+  if (rc) {
+    fprintf(stderr, "gelu %s: %s\n", dt, err);
+    return 1;
+  }
+  FILE *f = fopen(cubin, "wb");
+  int bad = !f || fwrite(img.data, 1, img.size, f) != img.size;
+  if (f && fclose(f) != 0) bad = 1;
+  dev_kimage_free(&img);
+  if (bad) fprintf(stderr, "gelu %s: cannot write %s\n", dt, cubin);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   setenv("GPULUA_KERNEL_CACHE", "0", 1);
+  /* argv[1] "gelu", argv[2] a dtype, argv[3] a file: gelu_kernel */
+  if (argc > 3 && strcmp(argv[1], "gelu") == 0) return gelu_kernel(argv[2], argv[3]);
   /* argv[1] "pairs": only the unit of bf16 and f16 pairs */
   if (argc > 1 && strcmp(argv[1], "pairs") == 0) {
     p16_pairs();

@@ -3,7 +3,9 @@
 -- + - x, tanh and exp from approximations with an exact fallback;
 -- docs/internals.md, "bf16 and f16 pairs"): every bf16 and every f16 value
 -- through GELU, tanh, exp and x op c for numbers exact in the dtype and
--- not, as constants and as parameters; pairs of tensors through + - x.
+-- not, as constants and as parameters; pairs of tensors through + - x;
+-- bf16's tanh (no fallback: tests/fuse_tanh_bf16.lua) of every operand kind,
+-- results stored as pairs, and a reduction of them.
 -- Meaningful on the cuda backend (make test-gpu); on the host it checks the
 -- host's fused path the same way, on fewer random pairs.
 local gpu = require "gpu"
@@ -63,6 +65,22 @@ for _, fm in ipairs(FORMATS) do
     check("exp " .. dt, function(a) return a:exp() end, x)
     check("x * x * x " .. dt, function(a) return a * a * a end, x)
     check("tanh(x * 0.5) + 1 " .. dt, function(a) return (a * 0.5):tanh() + 1 end, x)
+    -- tanh of a float op's rounded result, of a cast, of -x
+    check("tanh(x * 0.1) " .. dt, function(a) return (a * 0.1):tanh() end, x)
+    check("tanh of a cast from f32 " .. dt, function(a) return (a:to("f32") * 3):to(dt):tanh() end, x)
+    check("tanh(-x) + tanh(x) " .. dt, function(a) return (-a):tanh() + a:tanh() end, x)
+  end)
+
+  T.test("every " .. dt .. " value: several results stored as pairs", function()
+    local x = all_values(fm[2], fm[3], dt)
+    local function fn(a) return a:tanh(), a, a * 2, (a * 0.1):exp() end
+    local got, want = { gpu.fuse(fn, { name = "results " .. dt })(x) }, { fn(x) }
+    for k = 1, #want do
+      local n, i = mismatches(got[k], want[k])
+      if not T.ok(n == 0, dt .. " result " .. k) then
+        T.diag(string.format("  %d differ; first at %d: x = %s", n, i, tostring(x:get(i))))
+      end
+    end
   end)
 
   T.test("every " .. dt .. " value with numbers, as constants and as parameters", function()
@@ -114,6 +132,10 @@ for _, fm in ipairs(FORMATS) do
     check("random " .. dt .. " GELU of randn", gelu9, z)
     check("random " .. dt .. " GELU of randn * 4", function(a) return gelu9(a * 4) end, z)
     check("random " .. dt .. " exp of randn * 4", function(a) return (a * 4):exp() end, z)
+    -- a reduction of packed results (its 16-byte steps: gf_elem2)
+    local function tsum(a) return (a * 4):tanh():sum() end
+    local got, want = gpu.fuse(tsum, { name = "tanh sum " .. dt })(z):item(), tsum(z):item()
+    T.is(got, want, "random " .. dt .. " sum of tanh(randn * 4)")
   end)
 end
 
