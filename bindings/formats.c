@@ -379,8 +379,45 @@ static void check_names_opt(lua_State *L, int sel) {
     else lua_pop(L, 1);
 }
 
+/* A member's .npy, read through rd at base + off. */
+typedef struct member_file { int fd; uint64_t base; } member_file;
+
+static int member_read(void *ctx, void *p, size_t n, uint64_t off) {
+  member_file *m = ctx;
+  return bind_read_at(m->fd, p, n, m->base + off);
+}
+
+/* A stored member to the device as gpu.load loads a .npy: its local
+ * header and .npy header read from the file, its elements mapped and the
+ * copy queued; the tensor set in out.  0 when they cannot be mapped (no
+ * elements, bools, swapped, deflated, mmap refused): the caller reads the
+ * member whole then, CRC-32 checked. */
+static int map_member(lua_State *L, int fd, const zip_archive *z, const zip_entry *e, int stream, const char *path,
+                      int out) {
+  if (e->method != 0) return 0;
+  char err[512];
+  uint64_t off;
+  if (zip_member_offset(fd_read, &fd, z, e, &off, err, sizeof err)) luaL_error(L, "load_npz: %s: %s", path, err);
+  /* the .npy header is checked against the member's size: nothing past it is read */
+  member_file m = {fd, off};
+  npy_header h;
+  memset(&h, 0, sizeof h);
+  if (npy_read_header(member_read, &m, e->usize, &h, err, sizeof err))
+    luaL_error(L, "load_npz: %s: member '%s': %s", path, e->name, err);
+  if (h.nbytes == 0 || h.dt == DEV_BOOL || h.swap) return 0;
+  h.data_offset += (size_t)off;
+  push_key(L, e);
+  if (!bind_npy_map(L, fd, &h, stream, "load_npz")) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_rawset(L, out);
+  return 1;
+}
+
 static void load_member(lua_State *L, int fd, const zip_archive *z, const zip_entry *e, dev_memkind kind,
-                        int stream, const char *path, int out) {
+                        int stream, int map, const char *path, int out) {
+  if (map && kind == DEV_MEM_DEVICE && map_member(L, fd, z, e, stream, path, out)) return;
   char err[512];
   unsigned char *buf = lua_newuserdatauv(L, e->usize ? (size_t)e->usize : 1, 0);
   if (zip_read_member(fd_read, &fd, z, e, buf, err, sizeof err))
@@ -396,14 +433,15 @@ static void load_member(lua_State *L, int fd, const zip_archive *z, const zip_en
   lua_pop(L, 1);   /* the member's bytes */
 }
 
-/* gpu.load_npz(path [, {names = {...}, device =, stream =}]) --> {name = tensor} */
+/* gpu.load_npz(path [, {names = {...}, device =, stream =, map =}]) --> {name = tensor} */
 static int gpu_load_npz(lua_State *L) {
   size_t plen;
   const char *path = luaL_checklstring(L, 1, &plen);
   if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
-  static const char *const names[] = {"names", "device", "stream", NULL};
+  static const char *const names[] = {"names", "device", "stream", "map", NULL};
   int o = bind_read_opts(L, 2, names), sel = o, stream = o + 2;
   dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  int map = bind_opt_map(L, o + 3, "load_npz");
   bind_stream(L, stream);
   check_names_opt(L, sel);
   int fd = bind_open_read(L, path, "load_npz");
@@ -428,7 +466,7 @@ static int gpu_load_npz(lua_State *L) {
   lua_newtable(L);
   int out = lua_gettop(L);
   if (lua_isnil(L, sel)) {
-    for (size_t i = 0; i < z->n; i++) load_member(L, fd, z, &z->e[i], kind, stream, path, out);
+    for (size_t i = 0; i < z->n; i++) load_member(L, fd, z, &z->e[i], kind, stream, map, path, out);
     return 1;
   }
   for (int pass = 0; pass < 2; pass++)
@@ -440,7 +478,7 @@ static int gpu_load_npz(lua_State *L) {
       }
       size_t k = (size_t)lua_tointeger(L, -1);
       lua_pop(L, 1);
-      if (pass) load_member(L, fd, z, &z->e[k], kind, stream, path, out);
+      if (pass) load_member(L, fd, z, &z->e[k], kind, stream, map, path, out);
     }
   return 1;
 }
