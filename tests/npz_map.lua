@@ -336,6 +336,22 @@ T.test("npz: loads in a loop leave no mapping and no buffer behind", function()
   if maps then T.is(maps, {}, "no mapping of the file stays") end
 end)
 
+T.test("npz: the race checker sees a byte-copied member's copy as writing the whole tensor", function()
+  local p = tmppath()
+  -- x's elements start at an odd offset: its copy is a byte copy
+  gpu.save_npz(p, { x = gpu.arange(5000, { dtype = "f64" }) })
+  gpu.check_races(true)
+  local s <close> = gpu.stream { nonblocking = true }
+  gpu.sleep(20, { stream = s })
+  local t = gpu.load_npz(p, { stream = s })
+  local ok, err = pcall(function() return t.x + 1 end)
+  s:synchronize()
+  gpu.check_races(false)
+  T.ok(not ok and tostring(err):find("race: 'add' on the default stream", 1, true) ~= nil,
+    "a use without waiting for the copy is a race: " .. tostring(err):sub(1, 120))
+  T.is(t.x:get(5000), 4999.0, "the values, once waited for")
+end)
+
 T.test("gpu.load: unaligned elements are mapped too, copied as bytes", function()
   local n = 1 << 16
   local dict = string.format("{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }", n)
