@@ -163,6 +163,29 @@ T.test("npz: map = false (and host, pinned) read at the call and check the CRC-3
     "bad option 'map' to 'load_npz' %(boolean expected, got number%)", "map is a boolean")
 end)
 
+T.test("npz: a stored member read in place is CRC-checked whole: preamble, header and elements", function()
+  -- a space becomes a tab, an element's byte changes
+  local function spoil(npy, at) return npy:sub(1, at - 1) .. string.char(npy:byte(at) ~ 0x29) .. npy:sub(at + 1) end
+  local f = npy_bytes(gpu.tensor({ 1, 2, 3 }, { dtype = "f32" }))
+  local k = npy_bytes(gpu.tensor({ true, false }, { dtype = "bool" }))
+  local e = npy_bytes(gpu.zeros({ 0, 2 }))
+  local pad = f:find(" \n", 1, true)   -- a space of the header's padding: the header still parses
+  for _, c in ipairs {
+    { "a header byte", "f", spoil(f, pad), f, { map = false } },
+    { "a header byte, pinned", "f", spoil(f, pad), f, { device = "pinned" } },
+    { "a header byte, host", "f", spoil(f, pad), f, { device = "host" } },
+    { "an element", "f", spoil(f, #f), f, { map = false } },
+    { "a bool (read, never mapped)", "k", spoil(k, #k), k, {} },
+    { "an empty array's header", "e", spoil(e, e:find(" \n", 1, true)), e, {} },
+  } do
+    local p = file(zip({ { c[2] .. ".npy", c[3], crc = crc32(c[4]) } }))
+    T.raises_at(function() gpu.load_npz(p, c[5]) end,
+      "member '" .. c[2] .. "%.npy': CRC%-32 mismatch", c[1])
+  end
+  T.is(gpu.load_npz(file(zip({ { "f.npy", spoil(f, pad), crc = crc32(f) } }))).f:totable(), { 1, 2, 3 },
+    "mapped: not CRC-checked")
+end)
+
 -- every dtype, 0-d and empty, big-endian: name, array expression, values a load gives back
 local ARRAYS = {
   { "f32", "np.array([1.5, -2.25, 1e6], np.float32)", { 1.5, -2.25, 1e6 } },
