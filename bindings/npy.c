@@ -12,8 +12,8 @@
  * staged copy from the mapping on the stream, so the call returns before
  * the file is read; the device layer keeps the mapping until that copy is
  * done (elements not aligned to their size are copied as bytes).  What
- * cannot be mapped (bools, swapped elements, map = false, deflated npz
- * members) is read straight into a pinned buffer (or the host
+ * cannot be mapped (bools, swapped elements, map = false) is read straight
+ * into a pinned buffer (or the host
  * tensor asked for) and its copy queued the same way.  Every
  * size the header claims is checked against the file's before anything is
  * allocated.  Saving writes what numpy.save writes for the same array, byte
