@@ -379,8 +379,59 @@ static void check_names_opt(lua_State *L, int sel) {
     else lua_pop(L, 1);
 }
 
+/* A stored member's .npy read in place, at base in the file, its CRC-32
+ * folded in as the reads go: the .npy reader reads a member front to back
+ * (preamble, header, elements), rereading at most a few bytes. */
+typedef struct member_file { int fd; uint64_t base, done; uint32_t crc; } member_file;
+
+static int member_read(void *ctx, void *p, size_t n, uint64_t off) {
+  member_file *m = ctx;
+  if (bind_read_at(m->fd, p, n, m->base + off) != 0) return -1;
+  if (off <= m->done && n > m->done - off) {
+    m->crc = zip_crc32(m->crc, (const char *)p + (m->done - off), (size_t)(off + n - m->done));
+    m->done = off + n;
+  }
+  return 0;
+}
+
+/* A stored member as gpu.load loads a .npy, pushed: its local header and
+ * .npy header read from the file; to the device its elements mapped and
+ * the copy queued (not CRC-checked: nothing is read), else read straight
+ * into the tensor (or its staging buffer) and the CRC-32 checked. */
+static void load_stored(lua_State *L, int fd, const zip_archive *z, const zip_entry *e, dev_memkind kind,
+                        int stream, int map, const char *path) {
+  char err[512];
+  uint64_t off;
+  if (zip_member_offset(fd_read, &fd, z, e, &off, err, sizeof err)) luaL_error(L, "load_npz: %s: %s", path, err);
+  /* the .npy header is checked against the member's size: nothing past it is read */
+  member_file m = {fd, off, 0, 0};
+  npy_header h;
+  memset(&h, 0, sizeof h);
+  if (npy_read_header(member_read, &m, e->usize, &h, err, sizeof err))
+    luaL_error(L, "load_npz: %s: member '%s': %s", path, e->name, err);
+  if (map && kind == DEV_MEM_DEVICE && h.nbytes && h.dt != DEV_BOOL && !h.swap) {
+    npy_header in_file = h;
+    in_file.data_offset += (size_t)off;
+    if (bind_npy_map(L, fd, &in_file, stream, "load_npz")) return;
+  }
+  bind_npy_load(L, member_read, &m, &h, kind, stream, "load_npz", path);
+  /* a tensor made of corrupt data is dropped (a queued copy to it is harmless) */
+  if (m.done != e->usize || m.crc != e->crc) {
+    snprintf(err, sizeof err, "CRC-32 mismatch (the data is corrupt: %08x, the archive says %08x)", (unsigned)m.crc,
+             (unsigned)e->crc);
+    luaL_error(L, "load_npz: %s: member '%s': %s", path, e->name, err);
+  }
+}
+
 static void load_member(lua_State *L, int fd, const zip_archive *z, const zip_entry *e, dev_memkind kind,
-                        int stream, const char *path, int out) {
+                        int stream, int map, const char *path, int out) {
+  push_key(L, e);
+  if (e->method == 0) {
+    load_stored(L, fd, z, e, kind, stream, map, path);
+    lua_rawset(L, out);
+    return;
+  }
+  /* deflated: inflated whole into memory, CRC-32 checked, then loaded from there */
   char err[512];
   unsigned char *buf = lua_newuserdatauv(L, e->usize ? (size_t)e->usize : 1, 0);
   if (zip_read_member(fd_read, &fd, z, e, buf, err, sizeof err))
@@ -390,20 +441,20 @@ static void load_member(lua_State *L, int fd, const zip_archive *z, const zip_en
   memset(&h, 0, sizeof h);
   if (npy_read_header(mem_read, &m, e->usize, &h, err, sizeof err))
     luaL_error(L, "load_npz: %s: member '%s': %s", path, e->name, err);
-  push_key(L, e);
   bind_npy_load(L, mem_read, &m, &h, kind, stream, "load_npz", path);
+  lua_remove(L, -2);   /* the member's bytes */
   lua_rawset(L, out);
-  lua_pop(L, 1);   /* the member's bytes */
 }
 
-/* gpu.load_npz(path [, {names = {...}, device =, stream =}]) --> {name = tensor} */
+/* gpu.load_npz(path [, {names = {...}, device =, stream =, map =}]) --> {name = tensor} */
 static int gpu_load_npz(lua_State *L) {
   size_t plen;
   const char *path = luaL_checklstring(L, 1, &plen);
   if (strlen(path) != plen) return luaL_argerror(L, 1, "the path contains a zero byte");
-  static const char *const names[] = {"names", "device", "stream", NULL};
+  static const char *const names[] = {"names", "device", "stream", "map", NULL};
   int o = bind_read_opts(L, 2, names), sel = o, stream = o + 2;
   dev_memkind kind = bind_check_device(L, o + 1, DEV_MEM_DEVICE);
+  int map = bind_opt_map(L, o + 3, "load_npz");
   bind_stream(L, stream);
   check_names_opt(L, sel);
   int fd = bind_open_read(L, path, "load_npz");
@@ -428,7 +479,7 @@ static int gpu_load_npz(lua_State *L) {
   lua_newtable(L);
   int out = lua_gettop(L);
   if (lua_isnil(L, sel)) {
-    for (size_t i = 0; i < z->n; i++) load_member(L, fd, z, &z->e[i], kind, stream, path, out);
+    for (size_t i = 0; i < z->n; i++) load_member(L, fd, z, &z->e[i], kind, stream, map, path, out);
     return 1;
   }
   for (int pass = 0; pass < 2; pass++)
@@ -440,7 +491,7 @@ static int gpu_load_npz(lua_State *L) {
       }
       size_t k = (size_t)lua_tointeger(L, -1);
       lua_pop(L, 1);
-      if (pass) load_member(L, fd, z, &z->e[k], kind, stream, path, out);
+      if (pass) load_member(L, fd, z, &z->e[k], kind, stream, map, path, out);
     }
   return 1;
 }

@@ -8,11 +8,12 @@
  * spaces and a '\n' so that the data starts aligned (64 bytes today, 16 for
  * older writers; any alignment is read), then the elements in C order.
  *
- * Loading to the device maps the elements' pages (map_load) and queues a
+ * Loading to the device maps the elements' pages (bind_npy_map) and queues a
  * staged copy from the mapping on the stream, so the call returns before
  * the file is read; the device layer keeps the mapping until that copy is
- * done.  What cannot be mapped (bools, swapped or unaligned elements, map =
- * false, npz members) is read straight into a pinned buffer (or the host
+ * done (elements not aligned to their size are copied as bytes).  What
+ * cannot be mapped (bools, swapped elements, map = false) is read straight
+ * into a pinned buffer (or the host
  * tensor asked for) and its copy queued the same way.  Every
  * size the header claims is checked against the file's before anything is
  * allocated.  Saving writes what numpy.save writes for the same array, byte
@@ -433,16 +434,15 @@ static void unmap_release(void *ud, void *ptr) {
  * guarded pageable memory, so the copy is staged and queued on the stream
  * and the call returns before it has read a byte; the mapping goes when the
  * copy is done.  Only those pages are mapped, so a selection reads nothing
- * else.  0 (nothing pushed) when mapping is not possible: no elements,
- * elements not aligned to their size in the file, a file not as large as
- * the header said any more, mmap refused; the caller then reads them. */
-static int map_load(lua_State *L, int fd, const npy_header *h, int stream, const char *fname) {
+ * else.  Elements not aligned to their size in the file (an .npz member's,
+ * as numpy.savez places them) are copied as bytes.  0 (nothing pushed) when
+ * mapping is not possible: no elements, a file not as large as the header
+ * said any more, mmap refused; the caller then reads them. */
+int bind_npy_map(lua_State *L, int fd, const npy_header *h, int stream, const char *fname) {
   struct stat st;
   if (h->nbytes == 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
   uint64_t end = (uint64_t)h->data_offset + h->nbytes;
   if (end < h->nbytes || end > (uint64_t)st.st_size) return 0;   /* the pread path reports it */
-  /* elements must be aligned in memory; a file that places them otherwise is read */
-  if (h->data_offset % dev_dtype_size(h->dt)) return 0;
   long pg = sysconf(_SC_PAGESIZE);
   uint64_t first = (uint64_t)h->data_offset / (uint64_t)pg * (uint64_t)pg;
   size_t len = (size_t)(end - first);
@@ -479,6 +479,13 @@ static int map_load(lua_State *L, int fd, const npy_header *h, int stream, const
   op.in[0] = t->v;
   op.in[0].buf = b;
   op.in[0].offset = 0;
+  /* views must be aligned to their element size; bytes always are */
+  if (h->data_offset % dev_dtype_size(h->dt)) {
+    int64_t n = (int64_t)h->nbytes;
+    op.out.dtype = op.in[0].dtype = DEV_U8;
+    dev_view_set_contiguous(&op.out, 1, &n);
+    dev_view_set_contiguous(&op.in[0], 1, &n);
+  }
   int rc = dev_submit(ctx, s, &op);
   /* the queued copy holds the buffer now: the mapping lives until it is done */
   dev_buf_release(b);
@@ -496,7 +503,7 @@ void bind_npy_load(lua_State *L, npy_read_fn rd, void *rctx, const npy_header *h
   /* a file's elements as they are on disk go to the device mapped; bools
    * (any nonzero byte is true) and swapped elements are fixed up on the host */
   if (rd == fd_read && kind == DEV_MEM_DEVICE && !h->nomap && !h->swap && h->dt != DEV_BOOL &&
-      map_load(L, *(int *)rctx, h, stream, fname))
+      bind_npy_map(L, *(int *)rctx, h, stream, fname))
     return;
   /* the device tensor first: out of device memory fails before the read */
   int dst = 0;

@@ -38,6 +38,11 @@ size_t bind_npy_make_header(const dev_view *v, char *out);
  * h->data_offset, as gpu.load does (npy.c). */
 void bind_npy_load(lua_State *L, npy_read_fn rd, void *ctx, const npy_header *h, dev_memkind kind, int stream,
                    const char *fname, const char *path);
+/* Pushes a new device tensor of h's elements at h->data_offset of the
+ * regular file fd, its pages mapped and the staged copy queued on the
+ * stream at slot stream: 1; or 0, nothing pushed, when they cannot be
+ * mapped (the caller reads them then).  No byte swapping, no bool fix-up. */
+int bind_npy_map(lua_State *L, int fd, const npy_header *h, int stream, const char *fname);
 #endif
 
 #endif

@@ -300,6 +300,38 @@ static int parse_cd(const unsigned char *cd, uint64_t cd_size, uint64_t count, z
   return 0;
 }
 
+static int by_offset(const void *a, const void *b) {
+  const zip_entry *x = *(const zip_entry *const *)a, *y = *(const zip_entry *const *)b;
+  if (x->lho != y->lho) return x->lho < y->lho ? -1 : 1;
+  return x < y ? -1 : x > y;   /* central directory order: the same message every time */
+}
+
+/* No two members share bytes: each spans at least its local header, its
+ * name and its data from its offset.  A member is then at most read (or
+ * mapped) once, and overlapping members (a zip bomb's trick) are refused. */
+static int check_overlap(const zip_archive *za, char *err, size_t errlen) {
+  if (za->n < 2) return 0;
+  const zip_entry **by = malloc(za->n * sizeof *by);
+  if (!by) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < za->n; i++) by[i] = &za->e[i];
+  qsort(by, za->n, sizeof *by, by_offset);
+  int rc = 0;
+  for (size_t i = 0; i + 1 < za->n && !rc; i++) {
+    const zip_entry *a = by[i], *b = by[i + 1];
+    /* lho + csize <= cd_off (parse_cd): the sum does not overflow */
+    if (b->lho - a->lho < 30 + a->namelen + a->csize) {
+      snprintf(err, errlen, "members '%.200s' and '%.200s' overlap (at %llu and %llu): corrupt", a->name, b->name,
+               (unsigned long long)a->lho, (unsigned long long)b->lho);
+      rc = -1;
+    }
+  }
+  free(by);
+  return rc;
+}
+
 int zip_open(zip_read_fn rd, void *ctx, uint64_t size, zip_archive *za, char *err, size_t errlen) {
   uint64_t cd_off, cd_size, count;
   memset(za, 0, sizeof *za);
@@ -315,25 +347,105 @@ int zip_open(zip_read_fn rd, void *ctx, uint64_t size, zip_archive *za, char *er
   }
   za->cd_off = cd_off;
   int rc = parse_cd(cd, cd_size, count, za, err, errlen);
+  if (rc == 0) rc = check_overlap(za, err, errlen);
   free(cd);
   if (rc) zip_free(za);
   return rc;
 }
 
-int zip_read_member(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, void *out, char *err,
-                    size_t errlen) {
+/* The sizes of a local header's zip64 extra field: both, real size first
+ * (APPNOTE 4.5.3: in a local header the field holds both).  0, or -1. */
+static int local_zip64(const unsigned char *x, size_t xlen, uint64_t *usize, uint64_t *csize) {
+  while (xlen >= 4) {
+    uint16_t id = u16(x), n = u16(x + 2);
+    if ((size_t)n > xlen - 4) return -1;
+    if (id == 1) {
+      if (n < 16) return -1;
+      *usize = u64(x + 4);
+      *csize = u64(x + 12);
+      return 0;
+    }
+    x += 4 + n;
+    xlen -= 4 + (size_t)n;
+  }
+  return -1;
+}
+
+/* What the local header says (nx: its name, then its extra field) against
+ * the central directory entry e: the same name and method, and the same
+ * sizes and CRC-32 unless a data descriptor holds them (flag bit 3). */
+static int check_local(const unsigned char *lh, const unsigned char *nx, const zip_entry *e, char *err,
+                       size_t errlen) {
+  size_t nlen = u16(lh + 26), xlen = u16(lh + 28);
+  if (nlen != e->namelen || memcmp(nx, e->name, nlen) != 0) {
+    snprintf(err, errlen, "member '%.200s': its local header names '%.*s': corrupt", e->name,
+             (int)(nlen < 200 ? nlen : 200), (const char *)nx);
+    return -1;
+  }
+  if (u16(lh + 8) != e->method) {
+    snprintf(err, errlen, "member '%.200s': its local header says method %d, the central directory %d: corrupt",
+             e->name, u16(lh + 8), e->method);
+    return -1;
+  }
+  if (u16(lh + 6) & 8) return 0;
+  uint64_t cs = u32(lh + 18), us = u32(lh + 22), cs64 = 0, us64 = 0;
+  if (cs == 0xFFFFFFFFu || us == 0xFFFFFFFFu) {
+    if (local_zip64(nx + nlen, xlen, &us64, &cs64)) {
+      snprintf(err, errlen, "member '%.200s': bad zip64 extra field in its local header", e->name);
+      return -1;
+    }
+    if (cs == 0xFFFFFFFFu) cs = cs64;
+    if (us == 0xFFFFFFFFu) us = us64;
+  }
+  if (us != e->usize || cs != e->csize) {
+    snprintf(err, errlen, "member '%.200s': its local header says %llu bytes (%llu compressed), the central "
+             "directory %llu (%llu): corrupt", e->name, (unsigned long long)us, (unsigned long long)cs,
+             (unsigned long long)e->usize, (unsigned long long)e->csize);
+    return -1;
+  }
+  if (u32(lh + 14) != e->crc) {
+    snprintf(err, errlen, "member '%.200s': its local header's CRC-32 (%08x) is not the central directory's "
+             "(%08x): corrupt", e->name, (unsigned)u32(lh + 14), (unsigned)e->crc);
+    return -1;
+  }
+  return 0;
+}
+
+int zip_member_offset(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, uint64_t *off,
+                      char *err, size_t errlen) {
   unsigned char lh[30];
+  if (za->cd_off - e->lho < 30) {
+    snprintf(err, errlen, "member '%.200s': its local header runs into the central directory: corrupt", e->name);
+    return -1;
+  }
   if (rd(ctx, lh, 30, e->lho) != 0) return read_fail(err, errlen, "a local header");
   if (u32(lh) != SIG_LOCAL) {
     snprintf(err, errlen, "member '%.200s': bad local header (wrong signature at %llu)", e->name,
              (unsigned long long)e->lho);
     return -1;
   }
-  uint64_t off = e->lho + 30 + u16(lh + 26) + u16(lh + 28);
-  if (off > za->cd_off || e->csize > za->cd_off - off) {
+  size_t nx = (size_t)u16(lh + 26) + u16(lh + 28);
+  uint64_t at = e->lho + 30 + nx;   /* lho < cd_off: no overflow */
+  if (at > za->cd_off || e->csize > za->cd_off - at) {
     snprintf(err, errlen, "member '%.200s': its data runs into the central directory: corrupt", e->name);
     return -1;
   }
+  unsigned char *x = malloc(nx ? nx : 1);
+  if (!x) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  int rc = nx && rd(ctx, x, nx, e->lho + 30) != 0 ? read_fail(err, errlen, "a local header")
+                                                  : check_local(lh, x, e, err, errlen);
+  free(x);
+  *off = at;
+  return rc;
+}
+
+int zip_read_member(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, void *out, char *err,
+                    size_t errlen) {
+  uint64_t off;
+  if (zip_member_offset(rd, ctx, za, e, &off, err, errlen)) return -1;
   if (e->method == 0) {
     if (e->usize && rd(ctx, out, (size_t)e->usize, off) != 0) return read_fail(err, errlen, "a member's data");
   } else if (inflate_member(rd, ctx, e, off, out, err, errlen)) {

@@ -1,6 +1,6 @@
 /* Zip archives as NumPy's .npz files are (zip.c): the central directory
  * parsed and checked, zip64 included, members stored or deflated (zlib),
- * their CRC-32 checked.  Lua-free, so that it can be fuzzed alone
+ * their CRC-32 checked; no two members overlap.  Lua-free, so that it can be fuzzed alone
  * (tests/fuzz/fuzz_npz.c).  Only what .npz needs: one disk, no encryption. */
 #ifndef GPULUA_ZIP_H
 #define GPULUA_ZIP_H
@@ -29,6 +29,12 @@ typedef struct zip_archive {
  * size bytes.  0, or -1 with a message (za is then empty). */
 int zip_open(zip_read_fn rd, void *ctx, uint64_t size, zip_archive *za, char *err, size_t errlen);
 void zip_free(zip_archive *za);
+/* Where the member's data starts in the file (*off): its local header
+ * read and checked against the central directory (name, method, and the
+ * sizes and CRC-32 unless a data descriptor holds them), its data checked
+ * to lie before the central directory.  0, or -1 with a message. */
+int zip_member_offset(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, uint64_t *off,
+                      char *err, size_t errlen);
 /* The member's usize bytes into out, inflated if need be, CRC-32 checked. */
 int zip_read_member(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, void *out, char *err,
                     size_t errlen);

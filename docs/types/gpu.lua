@@ -190,6 +190,7 @@
 ---@field names? string[] only these arrays (default all)
 ---@field device? gpu.device memory of the tensors (default "device")
 ---@field stream? gpu.Stream stream of the uploads
+---@field map? boolean map stored members for a device load, not CRC-checked (default true)
 
 ---@class gpu.SaveNpzOpts
 ---@field compress? boolean deflate the members, as numpy.savez_compressed (default false)

@@ -1,8 +1,9 @@
 /* Fuzz target: the .npz reader of gpu.load_npz: the zip reader
  * (bindings/zip.c: end records, central directory, local headers,
  * inflate, CRC-32) and, for each member it gives, the .npy header reader
- * (bindings/npy.c, included reader only), all Lua-free, over the input as
- * a whole file in memory.  A crash, a sanitizer report or a broken
+ * (bindings/npy.c, included reader only), both on the member read whole
+ * and in place in the file (the mapped path), all Lua-free, over the
+ * input as a whole file in memory.  A crash, a sanitizer report or a broken
  * invariant (abort) is a failure; an error is fine.  replay_npz.c replays
  * the corpus in the suite. */
 #define GPULUA_NPY_HEADER_ONLY
@@ -27,6 +28,38 @@ static int mem_read(void *ctx, void *p, size_t n, uint64_t off) {
 
 static int terminated(const char *s, size_t n) { return memchr(s, 0, n) != NULL; }
 
+/* A stored member's .npy read in place, as gpu.load_npz maps it: every
+ * read must stay inside the member. */
+typedef struct member { mem *f; uint64_t base, size; } member;
+
+static int member_read(void *ctx, void *p, size_t n, uint64_t off) {
+  member *m = ctx;
+  FUZZ_ASSERT(off <= m->size && n <= m->size - off);
+  return mem_read(m->f, p, n, m->base + off);
+}
+
+/* The mapped path: the local header against the central directory, then
+ * the .npy header from the file, its elements inside the member. */
+static void member_in_place(mem *f, const zip_archive *z, const zip_entry *e) {
+  char err[512];
+  uint64_t off = 0;
+  memset(err, 0, sizeof err);
+  if (zip_member_offset(mem_read, f, z, e, &off, err, sizeof err)) {
+    FUZZ_ASSERT(terminated(err, sizeof err) && err[0] != 0);
+    return;
+  }
+  FUZZ_ASSERT(off <= z->cd_off && e->csize <= z->cd_off - off);
+  if (e->method != 0) return;
+  member m = {f, off, e->usize};
+  npy_header h;
+  memset(&h, 0, sizeof h);
+  memset(err, 0, sizeof err);
+  if (npy_read_header(member_read, &m, e->usize, &h, err, sizeof err) == 0)
+    FUZZ_ASSERT(h.data_offset + h.nbytes == e->usize);
+  else
+    FUZZ_ASSERT(terminated(err, sizeof err) && err[0] != 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mem f = {data, size};
   zip_archive z;
@@ -44,6 +77,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_ASSERT(e->name && e->name[e->namelen] == 0);
     FUZZ_ASSERT(e->method == 0 || e->method == 8);
     FUZZ_ASSERT(e->lho <= z.cd_off && e->csize <= z.cd_off - e->lho);
+    /* no two members overlap */
+    for (size_t j = 0; j < i; j++) {
+      const zip_entry *a = z.e[j].lho < e->lho ? &z.e[j] : e, *b = a == e ? &z.e[j] : e;
+      FUZZ_ASSERT(b->lho - a->lho >= 30 + a->namelen + a->csize);
+    }
+    member_in_place(&f, &z, e);
     if (e->usize > (1u << 24)) continue;   /* a big claim is only memory, not a finding */
     unsigned char *out = malloc(e->usize ? (size_t)e->usize : 1);
     FUZZ_ASSERT(out != NULL);
