@@ -68,7 +68,6 @@ typedef struct gpu_state {
   size_t gc_full_ratio;            /* full_is_cheap: tensor bytes per byte of Lua heap (memory.c) */
   size_t gc_since_full;            /* bytes allocated since the last full collection */
   unsigned gc_count, gc_count_step;  /* allocations since then, and the step */
-  int gc_owed;                     /* a pacing step put off until the op is queued (memory.c) */
 } gpu_state;
 
 typedef struct gpu_stream { const bind_type *tag; dev_stream *s; } gpu_stream;
@@ -245,7 +244,7 @@ void bind_memory_init(gpu_state *st); /* once the context is open */
  * still uses freed memory and retries, then raises "<fname>: out of memory
  * ..." with the figures.  May run finalizers: fetch raw pointers after it. */
 dev_buf *bind_alloc(lua_State *L, dev_memkind kind, size_t bytes, int stream, const char *fname);
-void bind_gc_owed(lua_State *L);
+void bind_memory_closed(lua_State *L, size_t bytes);
 /* After a device call failed with DEV_ERR_NOMEM for memory of this kind
  * (bytes wanted): a full collection and dev_mem_reclaim, so that one retry
  * can succeed; DEV_OK, or the reclaim's error (message in the context). */

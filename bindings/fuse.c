@@ -244,7 +244,6 @@ static int fuse_run(lua_State *L) {
   bind_site_from(L, ctx, level > 0 ? level : 1);
   dev_set_call(ctx, p->name);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), p->name);
-  bind_gc_owed(L);
   for (int j = 1; j <= p->nout; j++) lua_pushvalue(L, top + j);
   return p->nout;
 }

@@ -95,7 +95,6 @@ void bind_tensor_submit_on(lua_State *L, dev_stream *s, dev_kop *op, int out, co
     if (in[i]) op->in[i].buf = bind_check_tensor(L, in[i])->v.buf;
   bind_call_site(L, ctx, fname);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, op), fname);
-  bind_gc_owed(L);
 }
 
 void bind_tensor_submit(lua_State *L, int stream, dev_kop *op, int out, const int *in, int nin, const char *fname) {
@@ -436,7 +435,6 @@ void bind_tensor_copy_view(lua_State *L, dev_stream *s, int didx, dev_view dst, 
   op.in[0].buf = bind_check_tensor(L, sidx)->v.buf;
   bind_call_site(L, ctx, fname);
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), fname);
-  bind_gc_owed(L);
 }
 
 /* ---- the type: fields, close ------------------------------------------ */
@@ -471,6 +469,21 @@ static int t_release(lua_State *L) {
     t->v.buf = NULL;
     dev_buf_release(b);
   }
+  return 0;
+}
+
+/* t:close() and <close>: as the collector's release, and the bytes that
+ * this gave back (none for a view of a buffer still held) are told to the
+ * pacing (bind_memory_closed). */
+static int t_close(lua_State *L) {
+  gpu_tensor *t = to_tensor(L, 1);
+  if (!t->v.buf) return 0;
+  dev_ctx *ctx = t->v.buf->ctx;
+  dev_memkind kind = t->v.buf->kind;
+  size_t before = dev_mem_live(ctx, kind);
+  t_release(L);
+  size_t after = dev_mem_live(ctx, kind);
+  if (after < before) bind_memory_closed(L, before - after);
   return 0;
 }
 
@@ -512,7 +525,7 @@ static int t_newindex(lua_State *L) {
 static const luaL_Reg methods[] = {
   {"numel", t_numel}, {"nbytes", t_nbytes}, {"is_contiguous", t_is_contiguous},
   {"save", bind_tensor_save},
-  {"close", t_release},
+  {"close", t_close},
   {NULL, NULL}
 };
 
@@ -522,7 +535,7 @@ static const luaL_Reg metamethods[] = {
   {"__len", t_len},
   {"__tostring", bind_tensor_tostring},
   {"__gc", t_release},
-  {"__close", t_release},
+  {"__close", t_close},
   {NULL, NULL}
 };
 

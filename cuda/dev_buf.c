@@ -476,24 +476,6 @@ int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s
   return buf_alloc(ctx, kind, bytes, s, kind == DEV_MEM_DEVICE, out);
 }
 
-/* cache_take's first two choices, without taking: a ready block, or one of
- * the newest pending ones whose uses s is ordered after. */
-int dev_buf_reusable(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s) {
-  if ((unsigned)kind >= DEV_NMEMKIND || !ctx->cache) return 0;
-  if (s && s->capture) s = NULL;
-  size_t block;
-  int cls = size_class(bytes ? bytes : 1, &block), probes = 0;
-  struct dev_memcache *mc = ctx->cache;
-  if (mc->ready[kind][cls]) return 1;
-  if (!s || kind != DEV_MEM_DEVICE) return 0;
-  for (bufx *x = mc->ptail[kind][cls]; x && probes < 8; x = x->prev, probes++) {
-    int ok = 1;
-    for (int i = 0; ok && i < x->nuse; i++) ok = ordered_after(s, x->use[i].s);
-    if (ok) return 1;
-  }
-  return 0;
-}
-
 int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out) {
   return buf_alloc(ctx, kind, bytes, NULL, 0, out);
 }

@@ -173,9 +173,6 @@ struct dev_buf {
  * returned to the backend. */
 int dev_buf_alloc(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_buf **out);
 int dev_buf_alloc_on(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s, dev_buf **out);
-/* Whether dev_buf_alloc_on(ctx, kind, bytes, s) would now take a cached
- * block rather than new memory (a look only: nothing changes). */
-int dev_buf_reusable(dev_ctx *ctx, dev_memkind kind, size_t bytes, dev_stream *s);
 /* Bytes of live buffers of a kind, and what the kind has in all. */
 size_t dev_mem_live(dev_ctx *ctx, dev_memkind kind);
 size_t dev_mem_total(dev_ctx *ctx, dev_memkind kind);
