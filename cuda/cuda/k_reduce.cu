@@ -13,10 +13,7 @@
  * Columns: a block's 32 lanes take 32 neighbouring outputs, its 8 warps split
  * the run, for reductions across the innermost dim.  When there are too few
  * outputs to fill the GPU, each is split over several groups/blocks whose
- * partial results the one that finishes an output (or a block's 32) last
- * combines (a warp per output), in the same kernel: a count per output in
- * the partials' allocation, zeroed on the stream before the launch
- * (k_reduce.cuh: k_done).
+ * partial results a last kernel combines (a warp per output).
  *
  * The device code is k_reduce.cuh's, which a fused program that ends in a
  * reduction shares (cuk_reduce_fused): its kernels take the place of
@@ -47,6 +44,23 @@ __global__ void __launch_bounds__(K_THREADS) reduce_cols(const krargs r)
   k_reduce_cols<T, CODE>(r, kmem<typename kt<T>::S>());
 }
 
+/* The nsplit partials of each output (part[o * nsplit + j]): a warp each. */
+template <int T, int CODE>
+__global__ void __launch_bounds__(K_THREADS)
+reduce_final(const typename red<T, CODE>::A *part, int64_t nsplit, int64_t nout, int64_t len, kview out, kprm prm)
+{
+  typedef red<T, CODE> R;
+  typedef typename R::A A;
+  int lane = threadIdx.x & 31;
+  int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  for (int64_t o = w; o < nout; o += nw) {
+    A acc = R::init();
+    for (int64_t j = lane; j < nsplit; j += 32) acc = R::comb(acc, part[o * nsplit + j]);
+    acc = warp_reduce<R>(acc);
+    if (lane == 0) emit<R>(acc, o, 1, NULL, out, len, prm);
+  }
+}
+
 /* ---- launchers ----------------------------------------------------------- */
 
 /* How one reduction is laid out on the GPU. */
@@ -75,25 +89,6 @@ template <typename K> static int occupancy(K kernel)
   return n > 0 ? n : 4;
 }
 
-/* A split's partials (pbytes), then a count per output, in one stream-ordered
- * allocation: the counts are this launch's alone (another stream's, or a
- * graph replay's, are others), zeroed on the stream (a memset is shorter
- * than a second kernel).  On failure *part is NULL or to be freed. */
-static int alloc_parts(void **part, unsigned **cnt, size_t pbytes, int64_t nout, cudaStream_t st, char *err,
-                       size_t errlen)
-{
-  cudaError_t e;
-  pbytes = (pbytes + 15) & ~(size_t)15;
-  if ((e = cudaMallocAsync(part, pbytes + (size_t)nout * sizeof(unsigned), st)) != cudaSuccess) {
-    *part = NULL;
-    return fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
-  }
-  *cnt = (unsigned *)((char *)*part + pbytes);
-  if ((e = cudaMemsetAsync(*cnt, 0, (size_t)nout * sizeof(unsigned), st)) != cudaSuccess)
-    return fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
-  return 0;
-}
-
 template <int T, int CODE>
 static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t errlen)
 {
@@ -105,7 +100,6 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
   int which = pl->cols ? CUK_RED_COLS : run ? CUK_RED_RUN : CUK_RED_ROWS;
   int64_t nsplit = 1, chunk, len = pl->len, nout = pl->nout;
   A *part = NULL;
-  unsigned *cnt = NULL;
   cudaError_t e;
   /* Split outputs until the GPU holds one full wave of blocks: a fixed count
    * leaves a part-empty last wave, as the blocks per SM vary with the
@@ -126,23 +120,22 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
   if (nsplit < 1) nsplit = 1;
   chunk = cdiv(len, nsplit);
   nsplit = cdiv(len, chunk);
-  if (nsplit > 1 && alloc_parts((void **)&part, &cnt, (size_t)(nout * nsplit) * sizeof(A), nout, st, err, errlen))
-    goto done;
+  if (nsplit > 1) {
+    e = cudaMallocAsync((void **)&part, (size_t)(nout * nsplit) * sizeof(A), st);
+    if (e != cudaSuccess) {
+      fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+      part = NULL;
+      goto done;
+    }
+  }
   {
     krargs ra;
     memset(&ra, 0, sizeof ra);
     ra.in = pl->in, ra.outer = pl->outer, ra.out = pl->out, ra.full = pl->full, ra.G = G;
     ra.rstride = pl->rstride, ra.len = len, ra.nout = nout, ra.nsplit = nsplit, ra.chunk = chunk;
-    ra.part = part, ra.cnt = cnt, ra.prm = pl->prm;
+    ra.part = part, ra.prm = pl->prm;
     dim3 grid = pl->cols ? dim3((unsigned)min64(cdiv(nout, 32), (int64_t)sm * per_sm * 8), (unsigned)nsplit)
                          : dim3((unsigned)min64(cdiv(nout * nsplit, K_THREADS / G), (int64_t)sm * per_sm * 8));
-    /* a split is at most one wave, so each group (block of columns) stores
-     * one partial at most: the fold after the kernels' loops relies on it */
-    if (nsplit > 1 && (pl->cols ? grid.x < cdiv(nout, 32) : (int64_t)grid.x * (K_THREADS / G) < nout * nsplit)) {
-      fail_msg(err, errlen, "reduce: a split of %lld outputs over %lld does not fit one grid", (long long)nout,
-               (long long)nsplit);
-      goto done;
-    }
     if (pl->src) {
       if (pl->src->launch(pl->src->ud, which, grid.x, grid.y, &ra, err, errlen)) goto done;
     } else {
@@ -153,6 +146,14 @@ static int launch_reduce(const rplan *pl, const cuk_env *env, char *err, size_t 
         fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
         goto done;
       }
+    }
+  }
+  if (nsplit > 1) {
+    reduce_final<T, CODE><<<(unsigned)min64(cdiv(nout * 32, K_THREADS), (int64_t)sm * 32), K_THREADS, 0, st>>>(
+        part, nsplit, nout, len, pl->out, pl->prm);
+    if ((e = cudaGetLastError()) != cudaSuccess) {
+      fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+      goto done;
     }
   }
   rc = 0;
@@ -268,7 +269,7 @@ int k_reduce(const dev_kop *op, const cuk_env *env, char *err, size_t errlen)
 
 /* A fused program's values (of dtype t and shape vshape, contiguous: the
  * tensor the unfused program would have made) reduced into out by code
- * along dim: the built-in plan and src's kernels. */
+ * along dim: the built-in plan, built-in final kernel, src's kernels. */
 int cuk_reduce_fused(dev_dtype t, int vndim, const int64_t *vshape, const dev_view *out, int code, int dim,
                      const cuk_rsource *src, const cuk_env *env, char *err, size_t errlen)
 {

@@ -276,42 +276,9 @@ struct krargs {
   kview in, outer, out;
   int full, G;
   int64_t rstride, len, nout, nsplit, chunk;
-  void *part;      /* nsplit > 1: the partials, red<T, CODE>::A each */
-  unsigned *cnt;   /* nsplit > 1: the partials written, per output (rows) or
-                      per 32 outputs (cols); zeroed before each launch */
+  void *part;   /* nsplit > 1: the partials, red<T, CODE>::A each */
   kprm prm;
 };
-
-/* Output o's result from its nsplit partials (part[o * nsplit + j]), by a
- * whole warp: lane-strided over j, then the warp's tree; lane 0 stores it. */
-template <class R>
-__device__ __forceinline__ void k_final(const typename R::A *part, int64_t o, const krargs &r)
-{
-  typename R::A acc = R::init();
-  for (int64_t j = threadIdx.x & 31; j < r.nsplit; j += 32) acc = R::comb(acc, part[o * r.nsplit + j]);
-  acc = warp_reduce<R>(acc);
-  if ((threadIdx.x & 31) == 0) emit<R>(acc, o, 1, NULL, r.out, r.len, r.prm);
-}
-
-/* With nsplit > 1, after a kernel's loop, by a whole warp whose lane 0
- * stored partial gid (-1: none) of output o: the count of o's partials up
- * and, if that was the last, o's result from them (k_final).  The writer's
- * fence puts its partial before its count in the GPU's order; the last
- * one's, the others' partials before its loads.  The fold is outside the
- * kernels' loops, where it costs fewer registers: a split's grid has a
- * group (block, for columns) per partial (k_reduce.cu checks it), so each
- * stored one partial at most, the first of its loop. */
-template <class R> __device__ __forceinline__ void k_fold(int64_t gid, int64_t o, unsigned *cnt, const krargs &r)
-{
-  unsigned last = 0;
-  if ((threadIdx.x & 31) == 0 && gid >= 0) {
-    __threadfence();
-    last = atomicAdd(&cnt[o], 1u) == (unsigned)(r.nsplit - 1);
-  }
-  if (!__shfl_sync(0xffffffffu, last, 0)) return;
-  __threadfence();
-  k_final<R>((const typename R::A *)r.part, o, r);
-}
 
 /* The built-in kernels' source: memory. */
 template <typename S> struct kmem {
@@ -425,11 +392,6 @@ __device__ __forceinline__ void k_reduce_rows(const krargs &r, const L &src)
       __syncthreads();
     }
   }
-  /* the group's first warp (its lane 0 stored the partial) */
-  if (nsplit > 1 && t < 32) {
-    int64_t gid = (int64_t)blockIdx.x * groups + g;
-    k_fold<R>(gid < total ? gid : -1, gid / nsplit, r.cnt, r);
-  }
 }
 
 /* 32 neighbouring outputs per block (lanes), their runs split over the 8
@@ -470,24 +432,6 @@ __device__ __forceinline__ void k_reduce_cols(const krargs &r, const L &src)
       emit<R>(acc, o * nsplit + sp, nsplit, part, r.out, len, r.prm);
     }
     __syncthreads();
-  }
-  /* the block's tile (one, split: see k_fold) counted once for its 32
-   * partials, each fenced by its writer; the tile's last block combines
-   * them, a warp per output */
-  if (nsplit > 1 && (int64_t)blockIdx.x < ntiles) {
-    __shared__ unsigned last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      last = atomicAdd(&r.cnt[blockIdx.x], 1u) == (unsigned)(nsplit - 1);
-    }
-    __syncthreads();
-    if (last) {
-      __threadfence();
-      for (int i = ty; i < 32; i += W)
-        if ((int64_t)blockIdx.x * 32 + i < nout) k_final<R>(part, (int64_t)blockIdx.x * 32 + i, r);
-    }
   }
 }
 

@@ -1,6 +1,6 @@
--- Reductions split over several blocks (k_reduce.cu: the partials of an
--- output combined in the same kernel by the block that stores its last
--- one): every reduction code, sizes around the split thresholds, one output
+-- Reductions split over several blocks (k_reduce.cu: partials, then
+-- reduce_final combines them): every reduction code, sizes around the
+-- split thresholds, one output
 -- and many, rows and columns, against the same reduction of pinned memory
 -- (the host kernels on the calling thread).  The data make every order give
 -- the same bits where the code allows it (sums of eighths, products of
@@ -16,7 +16,10 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-local RTOL = { f32 = 1e-5, f64 = 1e-12, bf16 = 1.6e-2 }
+-- var and std of f64 merge (count, mean, squared deviations) in a tree
+-- whose order differs from the host's: over 1M elements they differed by
+-- 2.4e-11 relative on an H200 (2026-11-29), so f64 is not held to 1e-12
+local RTOL = { f32 = 1e-5, f64 = 1e-10, bf16 = 1.6e-2 }
 local DTYPES = { "f32", "f64", "bf16", "i32" }
 local dump = arg and arg[1] and assert(io.open(arg[1], "w"))
 
