@@ -26,6 +26,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
+#include <mutex>
 
 #include "k_common.cuh"
 
@@ -190,29 +191,56 @@ __global__ void __launch_bounds__(K_THREADS) sort_offsets(int64_t *off, int64_t 
 
 /* CUB's sort of the n = nrows * len pairs in kb/vb (their alternate
  * buffers beside them): one radix sort of the bits [0, bits) when the row is
- * in the key or there is one row, a segmented one otherwise.  The
- * temporary storage is stream ordered, as every other buffer here. */
+ * in the key or there is one row, a segmented one (seg) otherwise, of
+ * the segments at off.  tmp NULL: only *bytes, the temporary storage it
+ * needs, is set (the buffers are not read). */
 template <class K>
-static cudaError_t sort_cub(cub::DoubleBuffer<K> &kb, cub::DoubleBuffer<int> &vb, int64_t n, int64_t nrows, int bits,
-                            const int64_t *off, cudaStream_t st)
+static cudaError_t sort_cub(void *tmp, size_t *bytes, cub::DoubleBuffer<K> &kb, cub::DoubleBuffer<int> &vb,
+                            int64_t n, int64_t nrows, int bits, int seg, const int64_t *off, cudaStream_t st)
 {
-  size_t bytes = 0;
-  void *tmp = NULL;
-  cudaError_t e;
-  for (int pass = 0; pass < 2; pass++) {
-    if (off)
-      e = cub::DeviceSegmentedSort::StableSortPairs(tmp, bytes, kb, vb, n, nrows, off, off + 1, st);
-    else
-      e = cub::DeviceRadixSort::SortPairs(tmp, bytes, kb, vb, n, 0, bits, st);
-    if (e != cudaSuccess || pass == 1) break;
-    if ((e = cudaMallocAsync(&tmp, bytes ? bytes : 1, st)) != cudaSuccess) return e;
+  if (seg) return cub::DeviceSegmentedSort::StableSortPairs(tmp, *bytes, kb, vb, n, nrows, off, off + 1, st);
+  return cub::DeviceRadixSort::SortPairs(tmp, *bytes, kb, vb, n, 0, bits, st);
+}
+
+/* CUB's temporary bytes for a sort's shape, asked once: the query runs
+ * CUB's whole dispatch on the host (its policy, occupancy and size
+ * computations), which a sort of 1M then paid twice a call.  A few shapes
+ * are kept, the last ones asked, per device (its policy and size follow
+ * the device's architecture). */
+struct cub_need { int64_t n, nrows; int bits, seg, ksize, device; size_t bytes; };
+static std::mutex cub_need_mu;
+static cub_need cub_needs[8];
+static unsigned cub_next;
+
+template <class K>
+static cudaError_t sort_cub_bytes(cub::DoubleBuffer<K> &kb, cub::DoubleBuffer<int> &vb, int64_t n, int64_t nrows,
+                                  int bits, int seg, cudaStream_t st, size_t *bytes)
+{
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
+  cub_need key = {n, nrows, bits, seg, (int)sizeof(K), device, 0};
+  {
+    std::lock_guard<std::mutex> g(cub_need_mu);
+    for (const cub_need &c : cub_needs)
+      if (c.n == key.n && c.nrows == key.nrows && c.bits == key.bits && c.seg == key.seg && c.ksize == key.ksize &&
+          c.device == key.device && c.n > 0) {
+        *bytes = c.bytes;
+        return cudaSuccess;
+      }
   }
-  cudaError_t f = tmp ? cudaFreeAsync(tmp, st) : cudaSuccess;
-  return e != cudaSuccess ? e : f;
+  *bytes = 0;
+  cudaError_t e = sort_cub<K>(NULL, bytes, kb, vb, n, nrows, bits, seg, NULL, st);
+  if (e != cudaSuccess) return e;
+  key.bytes = *bytes;
+  std::lock_guard<std::mutex> g(cub_need_mu);
+  cub_needs[cub_next++ % 8] = key;
+  return cudaSuccess;
 }
 
 /* W-bit keys in K: the pairs made, sorted and written out; 1 where there
- * is no device memory for the pairs (the caller sorts another way). */
+ * is no device memory for the pairs (the caller sorts another way).  One
+ * allocation holds the pairs, their alternates, the offsets and CUB's
+ * temporary storage. */
 template <int T, int W, class K>
 static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, kview ovals, int64_t svals, int64_t len,
                          int64_t kout, int64_t nrows, int desc, const cuk_env *env, char *err, size_t errlen)
@@ -222,12 +250,20 @@ static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, kview
   int bits = W;
   int segmented = W == 64 && nrows > 1;
   char *buf = NULL;
-  /* each of the five arrays 256-byte aligned, as cudaMallocAsync's own */
+  /* each array 256-byte aligned, as cudaMallocAsync's own */
   size_t kbytes = ((size_t)n * sizeof(K) + 255) & ~(size_t)255, vbytes = ((size_t)n * sizeof(int) + 255) & ~(size_t)255;
+  size_t obytes = segmented ? ((size_t)(nrows + 1) * 8 + 255) & ~(size_t)255 : 0, tbytes = 0;
   cudaError_t e;
   if (W == 32 && sizeof(K) == 8)
     while (((int64_t)1 << (bits - 32)) < nrows) bits++;   /* the row's bits above the key */
-  e = cudaMallocAsync((void **)&buf, 2 * kbytes + 2 * vbytes + (segmented ? (size_t)(nrows + 1) * 8 : 0), st);
+  {
+    /* the query reads only the shapes, not the buffers */
+    cub::DoubleBuffer<K> qk((K *)NULL, (K *)NULL);
+    cub::DoubleBuffer<int> qv((int *)NULL, (int *)NULL);
+    e = sort_cub_bytes<K>(qk, qv, n, nrows, bits, segmented, st, &tbytes);
+    if (e != cudaSuccess) return fail_msg(err, errlen, "%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  }
+  e = cudaMallocAsync((void **)&buf, 2 * kbytes + 2 * vbytes + obytes + (tbytes ? tbytes : 1), st);
   if (e == cudaErrorMemoryAllocation) {   /* the bitonic sort needs none */
     cudaGetLastError();
     return 1;
@@ -237,6 +273,7 @@ static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, kview
     K *k0 = (K *)buf, *k1 = (K *)(buf + kbytes);
     int *v0 = (int *)(buf + 2 * kbytes), *v1 = (int *)(buf + 2 * kbytes + vbytes);
     int64_t *off = segmented ? (int64_t *)(buf + 2 * kbytes + 2 * vbytes) : NULL;
+    void *tmp = buf + 2 * kbytes + 2 * vbytes + obytes;
     cub::DoubleBuffer<K> kb(k0, k1);
     cub::DoubleBuffer<int> vb(v0, v1);
     sort_pairs_in<T, W, K><<<k_blocks(n, env), K_THREADS, 0, st>>>(oin, sin, len, n, desc, k0, v0);
@@ -245,7 +282,7 @@ static int sort_radix_as(kview oin, int64_t sin, kview oout, int64_t sout, kview
       sort_offsets<<<k_blocks(nrows + 1, env), K_THREADS, 0, st>>>(off, len, nrows);
       if ((e = cudaGetLastError()) != cudaSuccess) goto done;
     }
-    if ((e = sort_cub<K>(kb, vb, n, nrows, bits, off, st)) != cudaSuccess) goto done;
+    if ((e = sort_cub<K>(tmp, &tbytes, kb, vb, n, nrows, bits, segmented, off, st)) != cudaSuccess) goto done;
     sort_pairs_out<T><<<k_blocks(n, env), K_THREADS, 0, st>>>(oout, sout, len, kout, n, vb.Current(), oin, sin,
                                                                ovals, svals);
     e = cudaGetLastError();
