@@ -2,7 +2,7 @@
 -- fused_chunk, through cpu_par.c): each chunk seeks its own walks over the
 -- inputs and out.  Every result here is the unfused ops' bit for bit, at
 -- sizes around the split threshold (2^16 elements) and not a multiple of
--- the block (512), with broadcast and non-contiguous inputs, two results,
+-- the block (BLK, 1024), with broadcast and non-contiguous inputs, two results,
 -- an update in place, a division by zero in one chunk, and in a child
 -- under GPULUA_HOST_JITTER=1 with one thread and with four.  A chunk that
 -- started at the wrong element, or a walk that seeked wrongly through a
@@ -11,7 +11,7 @@
 local gpu = require "gpu"
 local T = require "gpu.test"
 
-local SIZES = { 65535, 65536, 65537, 65536 + 512 * 7 + 3, 200003 }
+local SIZES = { 65535, 65536, 65537, 65536 + 512 * 7 + 3, 65536 + 1024 * 5 + 3, 200003 }
 
 -- distinct values at every position (a misplaced one shows)
 local function ramp(n, shift)
