@@ -85,8 +85,9 @@ static void read_node(lua_State *L, dev_fnode *x) {
   lua_pop(L, 1);
 }
 
-/* program(name, nodes [, res]) -> the interned program (light userdata):
- * its results the nodes res[] (1-based; default: the last node) */
+/* program(name, nodes [, res [, reds]]) -> the interned program (light
+ * userdata): its results the nodes res[] (1-based; default: the last
+ * node), each reduced by reds[j] (a trailing reduction's name) if given */
 static int fuse_program(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -112,7 +113,23 @@ static int fuse_program(lua_State *L) {
   }
   char err[200];
   if (!nout) res[nout++] = n - 1;
-  const dev_fprog *p = dev_fprog_intern_res(name, nodes, n, res, nout, err, sizeof err);
+  int red[DEV_FMAXOUT], *reds = NULL;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    if ((int)lua_rawlen(L, 4) != nout) return luaL_error(L, "%s: %d reductions for %d results", name,
+                                                         (int)lua_rawlen(L, 4), nout);
+    for (int j = 0; j < nout; j++) {
+      lua_rawgeti(L, 4, j + 1);
+      const char *rn = luaL_checkstring(L, -1);
+      red[j] = -1;
+      for (int c = 0; c < DEV_NREDOP; c++)
+        if (strcmp(dev_redop_name(c), rn) == 0) red[j] = c;
+      if (red[j] < 0) return luaL_error(L, "%s: no reduction '%s'", name, rn);
+      lua_pop(L, 1);
+    }
+    reds = red;
+  }
+  const dev_fprog *p = dev_fprog_intern_red(name, nodes, n, res, nout, reds, err, sizeof err);
   if (!p) return luaL_error(L, "%s: %s", name, err);
   lua_pushlightuserdata(L, (void *)p);
   return 1;
@@ -157,66 +174,67 @@ static int run_inputs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *
   return 0;
 }
 
-/* The trailing reduction of a run (slots r: name, r + 1: dim, r + 2:
- * keepdim) on op, of a result of rank ndim and this shape: the output's
- * dtype, rank and shape as the unfused reduction makes them. */
-static dev_dtype run_reduction(lua_State *L, int r, const dev_fprog *p, dev_kop *op, int *ndim, int64_t *shape) {
-  const char *name = luaL_checkstring(L, r);
-  int code = -1;
-  for (int c = 0; c < DEV_NREDOP; c++)
-    if (strcmp(dev_redop_name(c), name) == 0) code = c;
-  if (code < 0) luaL_error(L, "%s: no reduction '%s'", p->name, name);
-  dev_dtype rt = p->node[p->res[0]].dtype;
-  if (!(dev_dtype_class(rt) & dev_redop_info(code)->classes))   /* before the dim's own checks, as unfused */
-    luaL_error(L, "%s: not supported for %s (needs a float dtype)", name, dev_dtype_name(rt));
-  op->dim = bind_reduce_dim(L, r + 1, *ndim, name);
+/* The trailing reductions of a run (slots r: dim, r + 1: keepdim) on op,
+ * of results of rank ndim and this shape: the outputs' dtypes (dt[], the
+ * results' on entry), rank and shape as the unfused reductions make them. */
+static void run_reduction(lua_State *L, int r, const dev_fprog *p, dev_kop *op, dev_dtype *dt, int *ndim,
+                          int64_t *shape) {
+  for (int j = 0; j < p->nout; j++) {   /* before the dim's own checks, as unfused */
+    int code = p->red[j];
+    if (!(dev_dtype_class(dt[j]) & dev_redop_info(code)->classes))
+      luaL_error(L, "%s: not supported for %s (needs a float dtype)", dev_redop_name(code), dev_dtype_name(dt[j]));
+  }
+  op->dim = bind_reduce_dim(L, r, *ndim, dev_redop_name(p->red[0]));
   op->flags |= DEV_F_FREDUCE;
-  op->code = code;
-  return bind_reduce_out(L, (dev_redop)code, rt, op->dim, lua_toboolean(L, r + 2), ndim, shape);
+  int nd = *ndim;
+  int64_t sh[DEV_MAXDIM];
+  for (int j = 0; j < p->nout; j++) {
+    *ndim = nd;
+    memcpy(sh, shape, sizeof sh);
+    dt[j] = bind_reduce_out(L, (dev_redop)p->red[j], dt[j], op->dim, lua_toboolean(L, r + 1), ndim, sh);
+  }
+  memcpy(shape, sh, sizeof sh);
 }
 
 /* The outputs of a program of several results (slot 5: nil, or a list of
- * one tensor each to write), made or checked, into op and pushed in order. */
-static void run_outs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *fa, const gpu_tensor *like, int ndim,
-                     const int64_t *shape) {
+ * one tensor each to write), of dtypes dt[], made or checked, into op and
+ * pushed in order. */
+static void run_outs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *fa, const gpu_tensor *like,
+                     const dev_dtype *dt, int ndim, const int64_t *shape) {
   if (!lua_isnil(L, 5) && (!lua_istable(L, 5) || (int)lua_rawlen(L, 5) != p->nout))
     luaL_error(L, "%s: out must be a list of %d tensors (one per result)", p->name, p->nout);
   for (int j = 0; j < p->nout; j++) {
     if (lua_istable(L, 5)) lua_rawgeti(L, 5, j + 1);
     else lua_pushnil(L);
     int slot = lua_gettop(L);
-    gpu_tensor *o = bind_tensor_out(L, slot, 6, like, p->node[p->res[j]].dtype, ndim, shape, p->name);
+    gpu_tensor *o = bind_tensor_out(L, slot, 6, like, dt[j], ndim, shape, p->name);
     lua_replace(L, slot);
     if (j == 0) op->out = o->v;
     else fa->xout[j - 1] = o->v;
   }
 }
 
-/* run(prog, args, ins, params, out, stream, level [, red, dim, keepdim])
- * -> the results (false: run_inputs's -1): one DEV_OP_FUSED op on the stream, of inputs args[ins[i]]
- * and parameters args[params[i]] (out: nil, or a tensor to write; a list
- * of them for a program of several results), and with red (a reduction's
- * name) that result reduced, in the same op; its site is the nearest line
- * of a Lua function from `level` up the stack from run (not
- * debug.getinfo's table, made per call). */
-static int fuse_run(lua_State *L) {
+/* run(prog, args, ins, params, out, stream, level [, dim, keepdim])
+ * -> the results (false: run_inputs's -1): one DEV_OP_FUSED op on the
+ * stream, of inputs args[ins[i]] and parameters args[params[i]] (out: nil,
+ * or a tensor to write; a list of them for a program of several results);
+ * a program that ends in reductions reduces its results along dim, in the
+ * same op.  Its site is the nearest line of a Lua function from `level` up
+ * the stack from run (not debug.getinfo's table, made per call). */
+static int run_op(lua_State *L) {
   luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
   const dev_fprog *p = lua_touserdata(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TTABLE);
   luaL_checktype(L, 4, LUA_TTABLE);
   int level = (int)luaL_optinteger(L, 7, 0);
-  lua_settop(L, 10);
   if ((int)lua_rawlen(L, 3) != p->nin) return luaL_error(L, "%s: %d inputs, the program takes %d", p->name,
                                                           (int)lua_rawlen(L, 3), p->nin);
   dev_fargs fa;
   dev_kop op = {.kind = DEV_OP_FUSED, .fprog = p, .fargs = &fa};
   int ndim, idx[DEV_FMAXIN];
   int64_t shape[DEV_MAXDIM];
-  if (run_inputs(L, p, &op, &fa, &ndim, shape, idx)) {
-    lua_pushboolean(L, 0);
-    return 1;
-  }
+  if (run_inputs(L, p, &op, &fa, &ndim, shape, idx)) return -1;
   for (int i = 0; i < p->nparam; i++) {
     lua_rawgeti(L, 4, i + 1);
     lua_rawget(L, 2);
@@ -227,16 +245,14 @@ static int fuse_run(lua_State *L) {
     else return luaL_error(L, "%s: parameter %d is not a number", p->name, i + 1);
     lua_pop(L, 1);
   }
-  dev_dtype rt = p->node[p->res[0]].dtype;
-  if (!lua_isnil(L, 8)) {
-    if (p->nout > 1) return luaL_error(L, "%s: a fused reduction has one result", p->name);
-    rt = run_reduction(L, 8, p, &op, &ndim, shape);
-  }
+  dev_dtype dt[DEV_FMAXOUT];
+  for (int j = 0; j < p->nout; j++) dt[j] = p->node[p->res[j]].dtype;
+  if (p->nred) run_reduction(L, 8, p, &op, dt, &ndim, shape);
   int top = lua_gettop(L);
   if (p->nout > 1) {
-    run_outs(L, p, &op, &fa, bind_check_tensor(L, idx[0]), ndim, shape);
+    run_outs(L, p, &op, &fa, bind_check_tensor(L, idx[0]), dt, ndim, shape);
   } else {
-    gpu_tensor *o = bind_tensor_out(L, 5, 6, bind_check_tensor(L, idx[0]), rt, ndim, shape, p->name);
+    gpu_tensor *o = bind_tensor_out(L, 5, 6, bind_check_tensor(L, idx[0]), dt[0], ndim, shape, p->name);
     op.out = o->v;
   }
   dev_stream *s = bind_stream(L, 6);
@@ -246,6 +262,17 @@ static int fuse_run(lua_State *L) {
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), p->name);
   for (int j = 1; j <= p->nout; j++) lua_pushvalue(L, top + j);
   return p->nout;
+}
+
+/* run's slots 1..9 (above them, anything: fuse_call's), as above: the
+ * count of results pushed, or -1 (nothing to use pushed) when a program of
+ * several results has inputs that do not broadcast together. */
+static int fuse_run(lua_State *L) {
+  lua_settop(L, 9);
+  int n = run_op(L);
+  if (n >= 0) return n;
+  lua_pushboolean(L, 0);
+  return 1;
 }
 
 /* The signature of the n values at stack index a.. (the trace cache's
@@ -345,12 +372,9 @@ static int fuse_call(lua_State *L) {
   if (lua_rawget(L, -2) != LUA_TTABLE || lua_getfield(L, -1, "fast") != LUA_TTABLE) return call_slow(L, top);
   int f = lua_gettop(L);
   if (!fast_ok(L, f, o)) return call_slow(L, top);
-  lua_getfield(L, 1, "calls");
-  lua_pushinteger(L, lua_tointeger(L, -1) + 1);
-  lua_setfield(L, 1, "calls");
-  lua_pop(L, 1);
-  /* run's slots: prog, args, ins, params, out, stream, level, red, dim,
-   * keepdim; then the rest goes */
+  /* run's slots: prog, args, ins, params, out, stream, level, dim,
+   * keepdim; then the callable and the options (to fall back to the slow
+   * path), and the rest goes */
   lua_getfield(L, f, "p");
   lua_createtable(L, n, 0);
   for (int i = 1; i <= n; i++) {
@@ -362,12 +386,30 @@ static int fuse_call(lua_State *L) {
   if (o) lua_getfield(L, o, "out"); else lua_pushnil(L);
   if (o) lua_getfield(L, o, "stream"); else lua_pushnil(L);
   lua_pushinteger(L, 1);   /* the site: the caller's line */
-  lua_getfield(L, f, "reduce");
   lua_getfield(L, f, "dim");
   lua_getfield(L, f, "keepdim");
-  lua_rotate(L, 1, 10);
-  lua_settop(L, 10);
-  return fuse_run(L);
+  lua_pushvalue(L, 1);
+  if (o) lua_pushvalue(L, o); else lua_pushnil(L);
+  lua_rotate(L, 1, 11);
+  lua_settop(L, 11);
+  int nres = run_op(L);
+  if (nres >= 0) {
+    lua_getfield(L, 10, "calls");
+    lua_pushinteger(L, lua_tointeger(L, -1) + 1);
+    lua_setfield(L, 10, "calls");
+    lua_pop(L, 1);
+    return nres;
+  }
+  /* a group whose inputs do not broadcast together this call: the slow
+   * path runs its results one op each */
+  lua_settop(L, 11);
+  lua_pushvalue(L, 10);
+  for (int i = 1; i <= n; i++) lua_rawgeti(L, 2, i);
+  int has_o = !lua_isnil(L, 11);
+  if (has_o) lua_pushvalue(L, 11);
+  int cnt = 1 + n + has_o;
+  lua_rotate(L, 1, cnt);
+  return call_slow(L, cnt);
 }
 
 /* caller(slow) -> the __call of a callable: fuse_call over slow */

@@ -386,40 +386,56 @@ int cpu_run_rows(const dev_kop *op, char *err, size_t errlen)
   return cpu_each_row(op, softmax_row, err, errlen);
 }
 
-/* DEV_OP_FUSED with a trailing reduction (DEV_F_FREDUCE): the program's
- * values into a new contiguous tensor of the inputs' shape, then the
- * reduction of it, as the unfused calls make them (the same bits).  One op
- * of the queue; the cuda backend does it in one pass. */
+/* DEV_OP_FUSED with trailing reductions (DEV_F_FREDUCE): the program's
+ * values into new contiguous tensors of the inputs' shape, then the
+ * reduction of each, as the unfused calls make them (the same bits).  One
+ * op of the queue; the cuda backend does it in one pass. */
 int cpu_run_fused_reduce(const dev_kop *op, char *err, size_t errlen)
 {
   const dev_fprog *p = op->fprog;
-  if (!p || op->nin < 1) return fail_msg(err, errlen, "fused: bad program");
+  if (!p || op->nin < 1 || p->nred != p->nout || (p->nout > 1 && !op->fargs))
+    return fail_msg(err, errlen, "fused: bad program");
   const dev_view *shape = dev_kop_in(op, 0);
   if (check_view(shape, "in", err, errlen)) return -1;
-  dev_dtype t = p->node[p->n - 1].dtype;
+  dev_dtype t = p->node[p->res[0]].dtype;
   int64_t n = dev_view_numel(shape);
   size_t bytes = (size_t)(n > 0 ? n : 1) * dev_dtype_size(t);
-  struct dev_buf tmp;
-  memset(&tmp, 0, sizeof tmp);
-  tmp.ptr = malloc(bytes);
-  tmp.bytes = bytes;
-  tmp.kind = DEV_MEM_HOST;
-  if (!tmp.ptr) return fail_msg(err, errlen, "%s: out of memory (%zu bytes for the values it reduces)", p->name, bytes);
-  dev_kop ew = *op, red = {.kind = DEV_OP_REDUCE, .code = op->code, .nin = 1, .dim = op->dim, .out = op->out};
+  struct dev_buf tmp[DEV_FMAXOUT];
+  dev_fargs fa;
+  dev_kop ew = *op;
   ew.flags &= ~DEV_F_FREDUCE;
-  ew.out.buf = &tmp;
-  ew.out.offset = 0;
-  ew.out.dtype = t;
-  ew.out.ndim = shape->ndim;
-  int64_t step = 1;
-  for (int d = shape->ndim - 1; d >= 0; d--) {
-    ew.out.shape[d] = shape->shape[d];
-    ew.out.stride[d] = step;
-    step *= shape->shape[d];
+  if (op->fargs) {
+    fa = *op->fargs;
+    ew.fargs = &fa;
   }
-  red.in[0] = ew.out;
-  int rc = cpu_run_fused(&ew, err, errlen);
-  if (rc == 0) rc = cpu_run_reduce(&red, err, errlen);
-  free(tmp.ptr);
+  memset(tmp, 0, sizeof tmp);
+  int rc = 0;
+  for (int j = 0; j < p->nout && rc == 0; j++) {
+    tmp[j].ptr = malloc(bytes);
+    tmp[j].bytes = bytes;
+    tmp[j].kind = DEV_MEM_HOST;
+    if (!tmp[j].ptr) {
+      rc = fail_msg(err, errlen, "%s: out of memory (%zu bytes for the values it reduces)", p->name, bytes);
+      break;
+    }
+    dev_view *v = j == 0 ? &ew.out : &fa.xout[j - 1];
+    memset(v, 0, sizeof *v);
+    v->buf = &tmp[j];
+    v->dtype = t;
+    v->ndim = shape->ndim;
+    int64_t step = 1;
+    for (int d = shape->ndim - 1; d >= 0; d--) {
+      v->shape[d] = shape->shape[d];
+      v->stride[d] = step;
+      step *= shape->shape[d];
+    }
+  }
+  if (rc == 0) rc = cpu_run_fused(&ew, err, errlen);
+  for (int j = 0; j < p->nout && rc == 0; j++) {
+    dev_kop red = {.kind = DEV_OP_REDUCE, .code = p->red[j], .nin = 1, .dim = op->dim, .out = *dev_kop_out(op, j)};
+    red.in[0] = j == 0 ? ew.out : fa.xout[j - 1];
+    rc = cpu_run_reduce(&red, err, errlen);
+  }
+  for (int j = 0; j < p->nout; j++) free(tmp[j].ptr);
   return rc;
 }

@@ -284,14 +284,13 @@ static int check_copy(dev_ctx *ctx, const dev_kop *op) {
 }
 
 /* The results 2.. of a fused program with several: each a view as the
- * output is checked, of out's shape and its result's dtype, and no two
+ * output is checked, of out's shape and its result's dtype dt[j] (a
+ * reduction's, for a program that ends in reductions), and no two
  * overlapping (an element written twice in one pass). */
-static int check_fused_outs(dev_ctx *ctx, const dev_kop *op) {
+static int check_fused_outs(dev_ctx *ctx, const dev_kop *op, const dev_dtype *dt) {
   const dev_fprog *p = op->fprog;
   int rc;
-  if (!op->fargs || (op->flags & DEV_F_FREDUCE))
-    return dev_fail(ctx, DEV_ERR_INVALID, "%d results: %s", p->nout,
-                    op->fargs ? "a fused reduction has one" : "no arguments");
+  if (!op->fargs) return dev_fail(ctx, DEV_ERR_INVALID, "%d results: no arguments", p->nout);
   for (int j = 1; j < p->nout; j++) {
     const dev_view *o = dev_kop_out(op, j);
     if ((rc = dev_check_view(ctx, o, "output")) || (rc = dev_check_writable(ctx, o))) return rc;
@@ -299,9 +298,9 @@ static int check_fused_outs(dev_ctx *ctx, const dev_kop *op) {
   }
   for (int j = 0; j < p->nout; j++) {
     const dev_view *o = dev_kop_out(op, j);
-    if (o->dtype != p->node[p->res[j]].dtype)
+    if (o->dtype != dt[j])
       return dev_fail(ctx, DEV_ERR_INVALID, "result %d: the output's dtype is %s, the result's %s", j + 1,
-                      dev_dtype_name(o->dtype), dev_dtype_name(p->node[p->res[j]].dtype));
+                      dev_dtype_name(o->dtype), dev_dtype_name(dt[j]));
     for (int k = 0; k < j; k++)
       if (views_overlap(o, dev_kop_out(op, k)))
         return dev_fail(ctx, DEV_ERR_INVALID, "results %d and %d are written to overlapping memory",
@@ -310,43 +309,50 @@ static int check_fused_outs(dev_ctx *ctx, const dev_kop *op) {
   return DEV_OK;
 }
 
+/* A program's reductions (DEV_F_FREDUCE, exactly when it has them): a
+ * tensor input, whose shape is the values', a dim of it, and out of the
+ * reduced size; dt[] become the reductions' dtypes. */
+static int check_fused_red(dev_ctx *ctx, const dev_kop *op, dev_dtype *dt) {
+  const dev_fprog *p = op->fprog;
+  if (!(op->flags & DEV_F_FREDUCE) != !p->nred)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: the reduction flag does not match the program", p->name);
+  if (!p->nred) return DEV_OK;
+  if (op->nin < 1) return dev_fail(ctx, DEV_ERR_INVALID, "%s: a fused reduction needs a tensor input", p->name);
+  const dev_view *shape = dev_kop_in(op, 0);
+  if (op->dim < -1 || op->dim >= shape->ndim) return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dim %d", p->name, op->dim + 1);
+  for (int j = 0; j < p->nout; j++) {
+    int c = p->red[j];
+    if (!(dev_dtype_class(dt[j]) & dev_redop_info(c)->classes))
+      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s is not defined for %s", p->name, dev_redop_name(c),
+                      dev_dtype_name(dt[j]));
+    dt[j] = dev_redop_dtype(c, dt[j]);
+  }
+  int64_t nout = 1;
+  for (int d = 0; d < shape->ndim; d++)
+    if (op->dim >= 0 && d != op->dim) nout *= shape->shape[d];
+  if (dev_view_numel(&op->out) != nout)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: out has %lld elements, the reduction makes %lld", p->name,
+                    (long long)dev_view_numel(&op->out), (long long)nout);
+  return DEV_OK;
+}
+
 /* A fused program's inputs: of its input nodes' dtypes, each of out's shape
- * (broadcast), and the result of out's dtype (the program checked the rest
- * when it was interned). */
+ * (broadcast; with reductions, of the first input's), and the results of
+ * their dtypes (the program checked the rest when it was interned). */
 static int check_fused(dev_ctx *ctx, const dev_kop *op) {
   const dev_fprog *p = op->fprog;
   if (!p || op->nin != p->nin || p->nparam > DEV_FPARAMS || ((op->nin > DEV_MAXIN || p->nparam) && !op->fargs))
     return dev_fail(ctx, DEV_ERR_INVALID, "fused: bad program or operands");
-  dev_dtype rt = p->node[p->res[0]].dtype;
-  if (p->nout > 1) {
-    int rc = check_fused_outs(ctx, op);
-    if (rc) return rc;
-  }
-  /* the result's shape: out's, or with a reduction the inputs' */
-  const dev_view *shape = &op->out;
-  if (op->flags & DEV_F_FREDUCE) {
-    int c = op->code;
-    if (c != DEV_RED_SUM && c != DEV_RED_MEAN && c != DEV_RED_PROD && c != DEV_RED_MAX && c != DEV_RED_MIN)
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: a fused op ends in sum, mean, prod, max or min, not %s", p->name,
-                      (unsigned)c < DEV_NREDOP ? dev_redop_name(c) : "?");
-    if (op->nin < 1) return dev_fail(ctx, DEV_ERR_INVALID, "%s: a fused reduction needs a tensor input", p->name);
-    shape = dev_kop_in(op, 0);
-    if (op->dim < -1 || op->dim >= shape->ndim)
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad dim %d", p->name, op->dim + 1);
-    if (!(dev_dtype_class(rt) & dev_redop_info(c)->classes))
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: %s is not defined for %s", p->name, dev_redop_name(c),
-                      dev_dtype_name(rt));
-    int64_t nout = 1;
-    for (int d = 0; d < shape->ndim; d++)
-      if (op->dim >= 0 && d != op->dim) nout *= shape->shape[d];
-    if (dev_view_numel(&op->out) != nout)
-      return dev_fail(ctx, DEV_ERR_INVALID, "%s: out has %lld elements, the reduction makes %lld", p->name,
-                      (long long)dev_view_numel(&op->out), (long long)nout);
-    rt = dev_redop_dtype(c, rt);
-  }
-  if (op->out.dtype != rt)
+  dev_dtype dt[DEV_FMAXOUT];
+  for (int j = 0; j < p->nout; j++) dt[j] = p->node[p->res[j]].dtype;
+  int rc = check_fused_red(ctx, op, dt);
+  if (rc) return rc;
+  if (p->nout > 1 && (rc = check_fused_outs(ctx, op, dt))) return rc;
+  if (op->out.dtype != dt[0])
     return dev_fail(ctx, DEV_ERR_INVALID, "%s: the output's dtype is %s, the result's %s", p->name,
-                    dev_dtype_name(op->out.dtype), dev_dtype_name(rt));
+                    dev_dtype_name(op->out.dtype), dev_dtype_name(dt[0]));
+  /* the values' shape: out's, or with reductions the inputs' */
+  const dev_view *shape = p->nred ? dev_kop_in(op, 0) : &op->out;
   for (int i = 0; i < p->n; i++) {
     const dev_fnode *x = &p->node[i];
     if (x->kind != DEV_FN_INPUT) continue;

@@ -393,8 +393,9 @@ enum {
   DEV_F_SCALAR_LEFT = 2,   /* binary: s0 op in[0] instead of in[0] op s0 */
   DEV_F_SCALAR2 = 4,       /* ternary: operand 2 is s0 */
   DEV_F_SCALAR3 = 8,       /* ternary: operand 3 is s1 */
-  DEV_F_FREDUCE = 16       /* fused: out is the result reduced by code (sum,
-                              mean, prod, max, min) along dim (-1: all) */
+  DEV_F_FREDUCE = 16       /* fused: the program's results reduced by its
+                              red[] (sum, mean, prod, max, min) along dim (-1:
+                              all); set exactly when the program has them */
 };
 
 #define DEV_MAXIN 3   /* tensor operands held in a dev_kop, packed from in[0] */
@@ -405,7 +406,10 @@ enum {
 /* A fused op's program (DEV_OP_FUSED): nodes in order, each reading only
  * earlier ones; res[] are the results' nodes (nout of them, all of one
  * shape: one pass writes them all, after reading every input; a program
- * with one result has the last node as it).  Each tensor node has the dtype the
+ * with one result has the last node as it).  A program may end in
+ * reductions (nred = nout): result j is then reduced by red[j] (DEV_RED_SUM,
+ * MEAN, PROD, MAX or MIN) along the op's dim, every result of one dtype,
+ * and the op's outputs are the reductions'.  Each tensor node has the dtype the
  * unfused op would have produced and rounds to it; a number node (CONST,
  * PARAM) has none: the op that reads it takes it as the unfused op takes a
  * number operand.  Programs are interned (dev_fprog_intern): one per content,
@@ -424,6 +428,8 @@ typedef struct dev_fprog {
   char name[DEV_SITE_LEN];   /* in messages and traces */
   int n, nin, nparam, nout;
   int res[DEV_FMAXOUT];
+  int nred;               /* 0, or nout: every result reduced */
+  int red[DEV_FMAXOUT];   /* result j's reduction (DEV_RED_*) when nred */
 #ifndef __CUDACC_RTC__
   dev_fnode node[];
 #else
@@ -432,10 +438,13 @@ typedef struct dev_fprog {
 } dev_fprog;
 /* The interned program of these nodes, checked (operands, dtype rules of
  * ops.h); NULL with a message in err.  Its result is the last node;
- * dev_fprog_intern_res's are the nout nodes res[] (0-based). */
+ * dev_fprog_intern_res's are the nout nodes res[] (0-based), and
+ * dev_fprog_intern_red's the same, each reduced by red[j] (NULL: none). */
 const dev_fprog *dev_fprog_intern(const char *name, const dev_fnode *nodes, int n, char *err, size_t errlen);
 const dev_fprog *dev_fprog_intern_res(const char *name, const dev_fnode *nodes, int n, const int *res, int nout,
                                       char *err, size_t errlen);
+const dev_fprog *dev_fprog_intern_red(const char *name, const dev_fnode *nodes, int n, const int *res, int nout,
+                                      const int *red, char *err, size_t errlen);
 /* How many programs were interned so far (a cache miss each). */
 uint64_t dev_fprog_count(void);
 

@@ -100,11 +100,33 @@ static int check_res(const dev_fnode *nd, int n, const int *res, int nout, char 
   return 0;
 }
 
-const dev_fprog *dev_fprog_intern_res(const char *name, const dev_fnode *nodes, int n, const int *res, int nout,
-                                      char *err, size_t errlen)
+/* The reductions a program may end in: one of the trailing ones per
+ * result, every result of one dtype (one pass reduces them all). */
+static int check_red(const dev_fnode *nd, const int *res, int nout, const int *red, char *err, size_t errlen)
+{
+  for (int j = 0; j < nout; j++) {
+    int c = red[j];
+    if (c != DEV_RED_SUM && c != DEV_RED_MEAN && c != DEV_RED_PROD && c != DEV_RED_MAX && c != DEV_RED_MIN) {
+      snprintf(err, errlen, "result %d: a fused op ends in sum, mean, prod, max or min, not %s", j + 1,
+               (unsigned)c < DEV_NREDOP ? dev_redop_name(c) : "?");
+      return -1;
+    }
+    if (nd[res[j]].dtype != nd[res[0]].dtype) {
+      snprintf(err, errlen, "result %d: the values reduced in one op have one dtype (%s, then %s)", j + 1,
+               dev_dtype_name(nd[res[0]].dtype), dev_dtype_name(nd[res[j]].dtype));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+const dev_fprog *dev_fprog_intern_red(const char *name, const dev_fnode *nodes, int n, const int *res, int nout,
+                                      const int *red, char *err, size_t errlen)
 {
   int nin, nparam;
-  if (check(nodes, n, &nin, &nparam, err, errlen) || check_res(nodes, n, res, nout, err, errlen)) return NULL;
+  if (check(nodes, n, &nin, &nparam, err, errlen) || check_res(nodes, n, res, nout, err, errlen) ||
+      (red && check_red(nodes, res, nout, red, err, errlen)))
+    return NULL;
   size_t sz = sizeof(dev_fprog) + (size_t)n * sizeof(dev_fnode);
   dev_fprog *p = calloc(1, sz);
   if (!p) { snprintf(err, errlen, "out of memory"); return NULL; }
@@ -114,6 +136,10 @@ const dev_fprog *dev_fprog_intern_res(const char *name, const dev_fnode *nodes, 
   p->nparam = nparam;
   p->nout = nout;
   memcpy(p->res, res, (size_t)nout * sizeof *res);
+  if (red) {
+    p->nred = nout;
+    memcpy(p->red, red, (size_t)nout * sizeof *red);
+  }
   memcpy(p->node, nodes, (size_t)n * sizeof(dev_fnode));
   pthread_mutex_lock(&lock);
   for (struct entry *e = programs; e; e = e->next)
@@ -130,6 +156,12 @@ const dev_fprog *dev_fprog_intern_res(const char *name, const dev_fnode *nodes, 
   count++;
   pthread_mutex_unlock(&lock);
   return p;
+}
+
+const dev_fprog *dev_fprog_intern_res(const char *name, const dev_fnode *nodes, int n, const int *res, int nout,
+                                      char *err, size_t errlen)
+{
+  return dev_fprog_intern_red(name, nodes, n, res, nout, NULL, err, errlen);
 }
 
 const dev_fprog *dev_fprog_intern(const char *name, const dev_fnode *nodes, int n, char *err, size_t errlen)

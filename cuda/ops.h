@@ -185,9 +185,10 @@
  *            elementwise ops above; its tensor inputs (each of out's shape,
  *            broadcast with stride 0) are in[], then fargs->xin[]
  *            (dev_kop_in), its number parameters fargs->param[].  With
- *            DEV_F_FREDUCE in flags, out = that result (a tensor of the
- *            inputs' shape) reduced as REDUCE reduces it, by code (SUM, MEAN,
- *            PROD, MAX, MIN) along dim: the same value, in one pass
+ *            DEV_F_FREDUCE in flags (a program with red[]), out and
+ *            fargs->xout[] = the results (tensors of the inputs' shape)
+ *            reduced as REDUCE reduces them, each by its red[] (SUM, MEAN,
+ *            PROD, MAX, MIN) along dim: the same values, in one pass
  */
 #define DEV_OPK_NOIN 1u
 #define DEV_OPK_NOVIEWS 2u

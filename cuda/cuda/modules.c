@@ -153,7 +153,7 @@ static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cuda
   return DEV_OK;
 }
 
-static int fused_red(const dev_kop *op) { return op->flags & DEV_F_FREDUCE ? 1 + op->code : 0; }
+static int fused_red(const dev_kop *op) { return op->flags & DEV_F_FREDUCE ? 1 + op->fprog->red[0] : 0; }
 
 /* op's kernel parameter into buf, and its kernels, compiled if need be */
 static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag, void *buf, size_t cap,
@@ -163,7 +163,8 @@ static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag
   size_t len;
   int vec;
   char msg[256];
-  if ((unsigned)fused_red(op) >= NRED) return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad reduction", op->fprog->name);
+  if ((unsigned)fused_red(op) >= NRED || op->fprog->nred > 1)
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad reduction", op->fprog->name);
   if (cuk_fused_args(op, &env, tag, buf, cap, &len, &vec, grid, msg, sizeof msg))
     return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
   return fused_kernel(ctx, op->fprog, vec, fused_red(op), k);
@@ -224,7 +225,7 @@ int cuda_fused_launch(dev_ctx *ctx, cudaStream_t st, const dev_kop *op) {
     cuk_rsource src = {rlaunch_one, &l};
     const dev_view *v = dev_kop_in(op, 0);
     char err[256];
-    if (cuk_reduce_fused(op->fprog->node[op->fprog->n - 1].dtype, v->ndim, v->shape, &op->out, op->code, op->dim,
+    if (cuk_reduce_fused(op->fprog->node[op->fprog->n - 1].dtype, v->ndim, v->shape, &op->out, op->fprog->red[0], op->dim,
                          &src, &env, err, sizeof err))
       return dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", what, err);
     return DEV_OK;

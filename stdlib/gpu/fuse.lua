@@ -298,9 +298,10 @@ end
 
 -- The program of the results roots (tracers): the nodes they read,
 -- renumbered; its tensor and number arguments in the order of its INPUT and
--- PARAM nodes; res, the results' nodes.  nil and a message when it reads
--- too many tensors or numbers for one op.
-local function make_program(tr, roots)
+-- PARAM nodes; res, the results' nodes; reds, nil or the reduction of each
+-- root.  nil and a message when it reads too many tensors or numbers for
+-- one op.
+local function make_program(tr, roots, reds)
   local need, stack = {}, {}
   for k, r in ipairs(roots) do stack[k] = r.id end
   while #stack > 0 do
@@ -328,7 +329,7 @@ local function make_program(tr, roots)
   if #params > 8 then return nil, string.format("%s: a result reads %d number arguments (at most 8)", tr.name, #params) end
   local res = {}
   for k, r in ipairs(roots) do res[k] = newid[r.id] end
-  return { p = program(tr.name, nodes, res), nodes = nodes, ins = ins, params = params, res = res }
+  return { p = program(tr.name, nodes, res, reds), nodes = nodes, ins = ins, params = params, res = res }
 end
 
 -- The shape a program's result has, as far as the signature tells: per
@@ -349,16 +350,26 @@ local function pattern(pr, args)
   return table.concat(p)
 end
 
--- The results of one shape (elementwise, no reduction: those in plain)
--- made into programs of up to 4 results: one op, one pass, that reads every
--- input before it writes.  The plan: steps in the order of their first
--- result, each {pr =, members =} (a group) or {members = {j}} (result j
--- alone).
+-- What may share one op with result j: the same shape pattern, and for a
+-- reduced result the same dim, keepdim and dtype of the values it reduces
+-- (one pass reduces them on one plan).
+local function group_key(pr, args, root)
+  local key = pattern(pr, args)
+  if not pr.reduce then return "=" .. key end
+  local ro = pr.ropts or {}
+  return string.format("%s/%s/%s/%s", key, tostring(ro.dim), ro.keepdim and "k" or "", root.dtype)
+end
+
+-- The results of one group key made into programs of up to 4 results: one
+-- op, one pass, that reads every input before it writes (and, for
+-- reductions, reduces every result on one plan).  The plan: steps in the
+-- order of their first result, each {pr =, members =, ropts =} (a group)
+-- or {members = {j}} (result j alone).
 local MAXOUT = 4
-local function plan(tr, args, results, progs, plain)
+local function plan(tr, args, results, progs)
   local by, order = {}, {}
-  for _, j in ipairs(plain) do
-    local key = pattern(progs[j], args)
+  for j, pr in ipairs(progs) do
+    local key = group_key(pr, args, results[j])
     if not by[key] then by[key] = {}; order[#order + 1] = key end
     local b = by[key]
     if #b == 0 or #b[#b] == MAXOUT then b[#b + 1] = {} end
@@ -369,11 +380,17 @@ local function plan(tr, args, results, progs, plain)
   for _, key in ipairs(order) do
     for _, members in ipairs(by[key]) do
       if #members > 1 then
-        local roots = {}
-        for k, j in ipairs(members) do roots[k] = results[j] end
-        local pr = make_program(tr, roots)
+        local roots, reds = {}, nil
+        for k, j in ipairs(members) do
+          roots[k] = results[j]
+          if progs[j].reduce then
+            reds = reds or {}
+            reds[k] = progs[j].reduce
+          end
+        end
+        local pr = make_program(tr, roots, reds)
         if pr then
-          local g = { pr = pr, members = members }
+          local g = { pr = pr, members = members, ropts = progs[members[1]].ropts, reds = reds }
           for _, j in ipairs(members) do step_of[j] = g end
         end
       end
@@ -407,7 +424,7 @@ local function trace(self, args, n)
   current = nil
   if not ok then error(res, 0) end
   current = tr
-  local progs, plain, roots = {}, {}, {}
+  local progs, roots = {}, {}
   if res.n == 0 then raise("%s returned nothing (return the tensors it computes)", tr.name) end
   for j = 1, res.n do
     local r, red = res[j], nil
@@ -416,31 +433,25 @@ local function trace(self, args, n)
       current = nil
       raise("%s: result %d is not a tensor computed from its arguments", tr.name, j)
     end
-    local pr, why = make_program(tr, { r })
+    local pr, why = make_program(tr, { r }, red and { rawget(red, "reduce") })
     if not pr then current = nil; raise("%s", why) end
     progs[j], roots[j] = pr, r
-    if red then
-      progs[j].reduce, progs[j].ropts = rawget(red, "reduce"), rawget(red, "opts")
-    else
-      plain[#plain + 1] = j
-    end
+    if red then progs[j].reduce, progs[j].ropts = rawget(red, "reduce"), rawget(red, "opts") end
   end
-  local steps = plan(tr, args, roots, progs, plain)
+  local steps = plan(tr, args, roots, progs)
   current = nil
   self.traces = self.traces + 1
-  -- one op whose numbers need no check (float ops take any number): the
-  -- C side of a call (gpu._fuse's caller) runs it without this module
-  local fast
-  if #progs == 1 then
-    fast = progs[1]
-    for _, u in ipairs(tr.uses) do
-      if class(u[2]) ~= "F" then fast = nil end
-    end
-    if fast then
-      local ro = fast.ropts
-      fast = { p = fast.p, ins = fast.ins, params = fast.params, reduce = fast.reduce, dim = ro and ro.dim,
-                keepdim = ro and ro.keepdim }
-    end
+  -- one op (one result, or a group of them all) whose numbers need no check
+  -- (float ops take any number): the C side of a call (gpu._fuse's caller)
+  -- runs it without this module, and comes back here when a group's inputs
+  -- do not broadcast together
+  local fast = #steps == 1 and (steps[1].pr or progs[1])
+  for _, u in ipairs(tr.uses) do
+    if class(u[2]) ~= "F" then fast = nil end
+  end
+  if fast then
+    local ro = steps[1].pr and steps[1].ropts or progs[1].ropts
+    fast = { p = fast.p, ins = fast.ins, params = fast.params, dim = ro and ro.dim, keepdim = ro and ro.keepdim }
   end
   return { progs = progs, steps = steps, uses = tr.uses, fast = fast }
 end
@@ -514,11 +525,22 @@ local function run_unfused_group(pr, args, out, stream)
   return table.unpack(out, 1, #r)
 end
 
--- The trailing reduction of a result r, unfused (the reference path).
-local function reduce(pr, r, out, stream)
+-- The trailing reduction (name red, options ropts) of a result r, unfused
+-- (the reference path).
+local function reduce(red, ropts, r, out, stream)
   local o = { out = out, stream = stream }
-  for k, v in pairs(pr.ropts or {}) do o[k] = v end
-  return r[pr.reduce](r, o)
+  for k, v in pairs(ropts or {}) do o[k] = v end
+  return r[red](r, o)
+end
+
+-- A group's reduced results unfused: every value computed, then each
+-- reduced (into out[k] when given).
+local function run_unfused_rgroup(g, args, out, stream)
+  local scope <close> = stream and gpu.using(stream) or nil
+  local r = replay(g.pr, args, true)
+  local res = {}
+  for k = 1, #r do res[k] = reduce(g.reds[k], g.ropts, r[k], out and out[k], stream) end
+  return table.unpack(res, 1, #r)
 end
 
 local Fused = {}
@@ -535,18 +557,19 @@ end
 local function run_one(pr, args, out, stream)
   if not core.unfused then
     local ro = pr.ropts
-    return pcall(run, pr.p, args, pr.ins, pr.params, out, stream, 4, pr.reduce, ro and ro.dim, ro and ro.keepdim)
+    return pcall(run, pr.p, args, pr.ins, pr.params, out, stream, 4, ro and ro.dim, ro and ro.keepdim)
   end
   local ok, r = pcall(run_unfused, pr, args, not pr.reduce and out or nil, stream)
-  if ok and pr.reduce then ok, r = pcall(reduce, pr, r, out, stream) end
+  if ok and pr.reduce then ok, r = pcall(reduce, pr.reduce, pr.ropts, r, out, stream) end
   return ok, r
 end
 
 -- A group of results: one op; ok, then the results or false (the inputs
 -- do not broadcast together this call).  The site as run_one's.
 local function run_group(g, args, out, stream)
-  local pr = g.pr
-  if not core.unfused then return pcall(run, pr.p, args, pr.ins, pr.params, out, stream, 4) end
+  local pr, ro = g.pr, g.ropts
+  if not core.unfused then return pcall(run, pr.p, args, pr.ins, pr.params, out, stream, 4, ro and ro.dim, ro and ro.keepdim) end
+  if g.reds then return pcall(run_unfused_rgroup, g, args, out, stream) end
   return pcall(run_unfused_group, pr, args, out, stream)
 end
 

@@ -65,41 +65,46 @@ static void negative_strides(dev_ctx *ctx, dev_stream *s, dev_buf *b) {
   dev_buf_release(h);
 }
 
-/* A fused op ending in a reduction (DEV_F_FREDUCE): the reductions it may
- * end in, its dim, its output's size and dtype are checked; a well-formed
- * one reduces the program's values, also into an output that is one of its
- * inputs (through a temporary, as any op that is not elementwise). */
+/* A fused op ending in a reduction (DEV_F_FREDUCE): the reductions its
+ * program may end in, its dim, its output's size and dtype are checked; a
+ * well-formed one reduces the program's values, also into an output that
+ * is one of its inputs (through a temporary, as any op that is not
+ * elementwise). */
 static void fused_reductions(dev_ctx *ctx, dev_stream *s) {
   char err[256];
   dev_fnode nodes[3] = {{.kind = DEV_FN_INPUT, .dtype = DEV_F32, .index = 0},
                         {.kind = DEV_FN_CONST, .dtype = DEV_NDTYPE, .k = {0, 0, 2}},
                         {.kind = DEV_FN_BINARY, .code = DEV_BIN_MUL, .dtype = DEV_F32, .a = {0, 1}}};
-  const dev_fprog *p = dev_fprog_intern("twice", nodes, 3, err, sizeof err);
+  int last = 2, sum = DEV_RED_SUM;
+  const dev_fprog *p = dev_fprog_intern_red("twice", nodes, 3, &last, 1, &sum, err, sizeof err);
+  const dev_fprog *plain = dev_fprog_intern("twice", nodes, 3, err, sizeof err);
+  static const int refused_codes[] = {DEV_RED_ARGMAX, DEV_RED_VAR, DEV_NREDOP + 3, -1};
+  for (size_t i = 0; i < sizeof refused_codes / sizeof refused_codes[0]; i++)
+    ok(!dev_fprog_intern_red("bad", nodes, 3, &last, 1, &refused_codes[i], err, sizeof err),
+       "a program ending in reduction %d: refused (%s)", refused_codes[i], err);
   dev_buf *in, *o;
-  ok(p != NULL && dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &in) == DEV_OK &&
-     dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &o) == DEV_OK, "a program x * 2 and its buffers");
-  if (!p) return;
+  ok(p != NULL && plain != NULL && p != plain && dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &in) == DEV_OK &&
+     dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &o) == DEV_OK, "a program sum(x * 2), x * 2 apart, and their buffers");
+  if (!p || !plain) return;
   float v[4] = {1, 2, 3, 4};
   memcpy(in->ptr, v, sizeof v);
   dev_kop f = op_on(DEV_OP_FUSED, in, 1);
   f.fprog = p;
   f.flags = DEV_F_FREDUCE;
-  f.code = DEV_RED_SUM;
   f.dim = -1;
   f.out.buf = o;
   f.out.dtype = dev_redop_dtype(DEV_RED_SUM, DEV_F32);
   int64_t one[1] = {1}, two[1] = {2};
   dev_view_set_contiguous(&f.out, 1, one);
-  static const struct { int code, dim, n; dev_dtype t; const char *what; } bad[] = {
-      {DEV_RED_ARGMAX, -1, 1, DEV_I64, "argmax (not a trailing reduction)"},
-      {DEV_NREDOP + 3, -1, 1, DEV_F32, "a code out of the table"},
-      {DEV_RED_SUM, 1, 1, DEV_F32, "dim 1 of a 1-dim result"},
-      {DEV_RED_SUM, -2, 1, DEV_F32, "dim -2"},
-      {DEV_RED_SUM, -1, 2, DEV_F32, "an output of 2 elements"},
-      {DEV_RED_SUM, -1, 1, DEV_I32, "an output of another dtype"}};
+  static const struct { int flags, dim, n; dev_dtype t; const char *what; } bad[] = {
+      {0, -1, 1, DEV_F32, "without the flag"},
+      {DEV_F_FREDUCE, 1, 1, DEV_F32, "dim 1 of a 1-dim result"},
+      {DEV_F_FREDUCE, -2, 1, DEV_F32, "dim -2"},
+      {DEV_F_FREDUCE, -1, 2, DEV_F32, "an output of 2 elements"},
+      {DEV_F_FREDUCE, -1, 1, DEV_I32, "an output of another dtype"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dev_kop g = f;
-    g.code = bad[i].code;
+    g.flags = bad[i].flags;
     g.dim = bad[i].dim;
     g.out.dtype = bad[i].t;
     dev_view_set_contiguous(&g.out, 1, bad[i].n == 2 ? two : one);
@@ -107,6 +112,10 @@ static void fused_reductions(dev_ctx *ctx, dev_stream *s) {
     const char *msg = dev_errmsg(ctx);
     ok(rc == DEV_ERR_INVALID, "fused reduction, %s: refused (%s)", bad[i].what, msg ? msg : "(none)");
   }
+  dev_kop pf = f;
+  pf.fprog = plain;
+  ok(dev_submit(ctx, s, &pf) == DEV_ERR_INVALID, "the flag on a program without reductions: refused (%s)",
+     dev_errmsg(ctx));
   int ran = dev_submit(ctx, s, &f) == DEV_OK && dev_synchronize(ctx) == DEV_OK;
   ok(ran && ((float *)o->ptr)[0] == 20, "sum of x * 2: 20 (got %g)", (double)((float *)o->ptr)[0]);
   dev_kop g = f;
@@ -167,15 +176,71 @@ static void fused_results(dev_ctx *ctx, dev_stream *s) {
   }
   dev_kop r = f;
   r.flags = DEV_F_FREDUCE;
-  r.code = DEV_RED_SUM;
   r.dim = -1;
-  ok(dev_submit(ctx, s, &r) == DEV_ERR_INVALID, "with a reduction: refused (%s)", dev_errmsg(ctx));
+  ok(dev_submit(ctx, s, &r) == DEV_ERR_INVALID, "the reduction flag on a program without: refused (%s)",
+     dev_errmsg(ctx));
   ok(dev_synchronize(ctx) == DEV_OK && ((float *)x->ptr)[0] == 1 && ((float *)o->ptr)[0] == 0,
      "nothing written by the refused ops");
   ok(dev_submit(ctx, s, &f) == DEV_OK && dev_synchronize(ctx) == DEV_OK, "x * 2 into x, x + 2 into o: one op");
   const float *a = x->ptr, *b = o->ptr;
   ok(a[0] == 2 && a[3] == 8 && b[0] == 3 && b[3] == 6, "x = %g..%g (2..8), o = %g..%g (3..6): both read the old x",
      (double)a[0], (double)a[3], (double)b[0], (double)b[3]);
+  dev_buf_release(x);
+  dev_buf_release(o);
+}
+
+/* A fused program of several results, each reduced (dev_fprog_intern_red):
+ * results of different dtypes refused when interned; an op of it reduces
+ * each into its own output in one op, the outputs of the reductions'
+ * dtypes, checked as a program of several results' are. */
+static void fused_two_reductions(dev_ctx *ctx, dev_stream *s) {
+  char err[256];
+  dev_fnode nodes[5] = {{.kind = DEV_FN_INPUT, .dtype = DEV_I32, .index = 0},
+                        {.kind = DEV_FN_CONST, .dtype = DEV_NDTYPE, .k = {1, 2, 2}},
+                        {.kind = DEV_FN_BINARY, .code = DEV_BIN_MUL, .dtype = DEV_I32, .a = {0, 1}},
+                        {.kind = DEV_FN_BINARY, .code = DEV_BIN_SUB, .dtype = DEV_I32, .a = {0, 1}},
+                        {.kind = DEV_FN_BINARY, .code = DEV_BIN_GT, .dtype = DEV_BOOL, .a = {0, 1}}};
+  int res[2] = {2, 3}, mixed[2] = {2, 4}, red[2] = {DEV_RED_SUM, DEV_RED_MAX};
+  ok(!dev_fprog_intern_red("mixed", nodes, 5, mixed, 2, red, err, sizeof err),
+     "reductions of an i32 and a bool result in one program: refused (%s)", err);
+  const dev_fprog *p = dev_fprog_intern_red("sum_and_max", nodes, 5, res, 2, red, err, sizeof err);
+  dev_buf *x, *o;
+  ok(p != NULL && p->nred == 2 && dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &x) == DEV_OK &&
+     dev_buf_alloc(ctx, DEV_MEM_PINNED, 16, &o) == DEV_OK, "sum(x * 2) and max(x - 2) of i32, and buffers");
+  if (!p) return;
+  int32_t v[4] = {1, -7, 3, 5};
+  memcpy(x->ptr, v, sizeof v);
+  memset(o->ptr, 0, 16);
+  dev_fargs fa;
+  memset(&fa, 0, sizeof fa);
+  dev_kop f = op_on(DEV_OP_FUSED, x, 1);
+  f.fprog = p;
+  f.in[0].dtype = DEV_I32;
+  f.flags = DEV_F_FREDUCE;
+  f.dim = -1;
+  f.fargs = &fa;
+  int64_t one[1] = {1};
+  f.out.buf = o;
+  f.out.dtype = DEV_I64;   /* an integer sum's */
+  dev_view_set_contiguous(&f.out, 1, one);
+  fa.xout[0] = f.out;
+  fa.xout[0].offset = 8;
+  fa.xout[0].dtype = DEV_I32;   /* max keeps the dtype */
+  dev_kop g = f;
+  g.out.dtype = DEV_I32;
+  ok(dev_submit(ctx, s, &g) == DEV_ERR_INVALID, "the sum into an i32 output: refused (%s)", dev_errmsg(ctx));
+  dev_fargs wide = fa;
+  wide.xout[0].dtype = DEV_I64;
+  g = f;
+  g.fargs = &wide;
+  ok(dev_submit(ctx, s, &g) == DEV_ERR_INVALID, "the max into an i64 output: refused (%s)", dev_errmsg(ctx));
+  int rc = dev_submit(ctx, s, &f);
+  ok(rc == DEV_OK && dev_synchronize(ctx) == DEV_OK, "both reductions: one op (%s)", rc ? dev_errmsg(ctx) : "ran");
+  int64_t sum;
+  int32_t max;
+  memcpy(&sum, o->ptr, 8);
+  memcpy(&max, (char *)o->ptr + 8, 4);
+  ok(sum == 4 && max == 3, "sum(x * 2) = %lld (4), max(x - 2) = %d (3)", (long long)sum, max);
   dev_buf_release(x);
   dev_buf_release(o);
 }
@@ -283,6 +348,7 @@ int main(void) {
   negative_strides(ctx, s, b);
   fused_reductions(ctx, s);
   fused_results(ctx, s);
+  fused_two_reductions(ctx, s);
   sort_values(ctx, s);
   dev_buf_release(b);
   dev_close(ctx);
