@@ -11,11 +11,12 @@
  * Each node's value is kept in its op's compute type, rounded to its dtype
  * (k_round: what the next op would load of the stored result).
  *
- * A program that ends in a reduction (DEV_F_FREDUCE) has, instead of gf,
- * gfr_rows, gfr_cols and gfr_run: k_reduce.cuh's bodies of the built-in reduction's
- * kernels, reading the program's values where those read memory, launched
- * on the built-in's plan (k_reduce.cu: cuk_reduce_fused), so the result is
- * the unfused reduction's bit for bit, in one pass.
+ * A program that ends in reductions (DEV_F_FREDUCE; dev_fprog.red) has,
+ * instead of gf, gfr_rows, gfr_cols and gfr_run: k_reduce.cuh's bodies of
+ * the built-in reduction's kernels, reading the program's values where
+ * those read memory and carrying one accumulator per result (rmulti),
+ * launched on the built-in's plan (k_reduce.cu: cuk_reduce_fused), so each
+ * result is the unfused reduction's bit for bit, in one pass.
  *
  * Two variants of the kernel `gf` per program, each compiled when first
  * needed: one for every view contiguous and 16-byte aligned, which moves 16
@@ -327,24 +328,27 @@ static void elem_args(sbuf *b, int nin, const char *const *in_dt, int vec, const
   }
 }
 
-/* A reduction's kernels: k_reduce.cuh's bodies, whose elements are the
- * program's values (gsrc) rather than memory.  Element q - NULL of the run
- * is element i of the result; at16 is N of them, N-aligned. */
-static void reduce_src(sbuf *b, int nin, const char *const *in_dt, const char *out_dt, int vec, int code) {
+/* The reductions' kernels: k_reduce.cuh's bodies, whose elements are the
+ * program's values (gsrc) rather than memory, reduced by rmulti (one
+ * accumulator per result).  Element q - NULL of the run is element i of
+ * each result; at16 is N of each, N-aligned. */
+static void reduce_src(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt, const char *out_dt, int vec) {
+  int K = p->nout;
   /* any layout: each element walks every input's view (k_at), so the
    * element is one function, not inlined at each of the bodies' sites (it
    * would be at about 80 for a u8 result: minutes of NVRTC) */
   const char *inl = vec ? "__forceinline__" : "__noinline__";
-  sb_printf(b, "struct gsrc {\n  gf_args a;\n  typedef kt<%s>::S S;\n", out_dt);
-  sb_printf(b, "  __device__ %s S at(const S *q) const\n  {\n", inl);
-  sb_str(b, ""
-            "    int64_t i = (int64_t)((uintptr_t)q / sizeof(S));\n    int z = 0;\n    S r;\n    gf_elem(a");
+  sb_printf(b, "struct gsrc {\n  gf_args a;\n  krouts o;\n  typedef kt<%s>::S S;\n  typedef kv4<S> V;\n"
+               "  typedef kp4<S> P;\n", out_dt);
+  sb_printf(b, "  __device__ %s V at(const S *q) const\n  {\n", inl);
+  sb_str(b, "    int64_t i = (int64_t)((uintptr_t)q / sizeof(S));\n    int z = 0;\n    V r = V();\n    gf_elem(a");
   elem_args(b, nin, in_dt, vec, "i");
-  sb_str(b, ", r, z);\n    if (z && a.zflag) *a.zflag = a.ztag;\n    return r;\n  }\n");
-  sb_printf(b, "  __device__ %s uint4 at16(const uint4 *q) const\n  {\n", inl);
+  for (int k = 0; k < K; k++) sb_printf(b, ", r.x[%d]", k);
+  sb_str(b, ", z);\n    if (z && a.zflag) *a.zflag = a.ztag;\n    return r;\n  }\n");
+  sb_printf(b, "  __device__ %s P at16(const uint4 *q) const\n  {\n", inl);
   sb_str(b, ""
             "    constexpr int N = 16 / sizeof(S);\n"
-            "    int64_t i = (int64_t)((uintptr_t)q / sizeof(S));\n    int z = 0;\n    kvec<S> r;\n");
+            "    int64_t i = (int64_t)((uintptr_t)q / sizeof(S));\n    int z = 0;\n    P r = P();\n");
   if (vec) {
     /* N of each input at once (aligned: i is a multiple of N) */
     for (int k = 0; k < nin; k++)
@@ -352,20 +356,29 @@ static void reduce_src(sbuf *b, int nin, const char *const *in_dt, const char *o
                 in_dt[k], k);
     sb_str(b, "#pragma unroll\n    for (int j = 0; j < N; j += 2) gf_elem2(a");
     for (int k = 0; k < nin; k++) sb_printf(b, ", p%d.x[j], p%d.x[j + 1]", k, k);
-    sb_str(b, ", r.x[j], r.x[j + 1], z);\n");
+    for (int k = 0; k < K; k++) sb_printf(b, ", r.v[%d].x[j], r.v[%d].x[j + 1]", k, k);
+    sb_str(b, ", z);\n");
   } else {
-    sb_str(b, "    for (int j = 0; j < N; j++) r.x[j] = at((const S *)q + j);\n");
+    sb_str(b, "    for (int j = 0; j < N; j++) {\n      V e = at((const S *)q + j);\n");
+    for (int k = 0; k < K; k++) sb_printf(b, "      r.v[%d].x[j] = e.x[%d];\n", k, k);
+    sb_str(b, "    }\n");
   }
-  sb_str(b, "    if (z && a.zflag) *a.zflag = a.ztag;\n    return r.u;\n  }\n};\n\n");
+  sb_str(b, "    if (z && a.zflag) *a.zflag = a.ztag;\n    return r;\n  }\n");
+  sb_str(b, "  static __device__ __forceinline__ V pick(const P &p, int j)\n  {\n    V v = V();\n");
+  for (int k = 0; k < K; k++) sb_printf(b, "    v.x[%d] = p.v[%d].x[j];\n", k, k);
+  sb_str(b, "    return v;\n  }\n};\n\n");
+  char R[160];
+  snprintf(R, sizeof R, "rmulti<%s, %s, %s, %s, %s>", out_dt, red_enum[p->red[0]], K > 1 ? red_enum[p->red[1]] : "-1",
+           K > 2 ? red_enum[p->red[2]] : "-1", K > 3 ? red_enum[p->red[3]] : "-1");
   /* k_reduce.cu's three kernels, in the order of CUK_RED_* */
   static const char *const kname[] = {"rows", "cols", "run"};
   static const char *const body[] = {"k_reduce_rows<%s, %s, gsrc>", "k_reduce_cols<%s, %s, gsrc>",
                                      "k_reduce_rows<%s, %s, gsrc, 8, true>"};
   for (int k = 0; k < 3; k++) {
-    sb_printf(b, "extern \"C\" __global__ void __launch_bounds__(256) gfr_%s(const krargs r, const gf_args a)\n{\n  ",
-              kname[k]);
-    sb_printf(b, body[k], out_dt, red_enum[code]);
-    sb_str(b, "(r, gsrc{a});\n}\n");
+    sb_printf(b, "extern \"C\" __global__ void __launch_bounds__(256) gfr_%s(const krargs r, const gf_args a, "
+                 "const krouts o)\n{\n  ", kname[k]);
+    sb_printf(b, body[k], out_dt, R);
+    sb_str(b, "(r, gsrc{a, o});\n}\n");
   }
 }
 
@@ -434,8 +447,10 @@ static void plain_name(const dev_fprog *p, char *out, size_t n) {
 int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, size_t errlen) {
   int nin = p->nin, nnum = cuda_fused_numbers(p), widest = 1;
   const char *in_dt[DEV_FMAXIN] = {0}, *out_dt[DEV_FMAXOUT] = {0};
-  if (p->nout < 1 || p->nout > DEV_FMAXOUT || (red && p->nout != 1))
-    return fail_msg(err, errlen, "%s: bad result count %d", p->name, p->nout);
+  if (p->nout < 1 || p->nout > DEV_FMAXOUT) return fail_msg(err, errlen, "%s: bad result count %d", p->name, p->nout);
+  if (red && p->nred != p->nout) return fail_msg(err, errlen, "%s: the program has no reductions", p->name);
+  for (int j = 0; red && j < p->nout; j++)
+    if ((unsigned)p->red[j] >= DEV_NREDOP) return fail_msg(err, errlen, "%s: bad reduction %d", p->name, p->red[j]);
   for (int i = 0; i < p->n; i++)
     if (p->node[i].kind == DEV_FN_INPUT) {
       in_dt[p->node[i].index] = dt_enum[p->node[i].dtype];
@@ -448,11 +463,11 @@ int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, 
   }
   for (int k = 0; k < nin; k++)
     if (!in_dt[k]) return fail_msg(err, errlen, "%s: input %d is never read", p->name, k + 1);
-  if (red < 0 || red > DEV_NREDOP) return fail_msg(err, errlen, "%s: bad reduction %d", p->name, red - 1);
   char pname[DEV_SITE_LEN];
   plain_name(p, pname, sizeof pname);
-  sb_printf(b, "// gpu.fuse: %s (%s%s%s)\n#include \"%s\"\n\n", pname, vec ? "contiguous" : "any layout",
-            red ? ", then " : "", red ? dev_redop_name(red - 1) : "", red ? "k_reduce.cuh" : "k_elem.cuh");
+  sb_printf(b, "// gpu.fuse: %s (%s", pname, vec ? "contiguous" : "any layout");
+  for (int j = 0; red && j < p->nout; j++) sb_printf(b, "%s%s", j ? ", " : ", then ", dev_redop_name(p->red[j]));
+  sb_printf(b, ")\n#include \"%s\"\n\n", red ? "k_reduce.cuh" : "k_elem.cuh");
   sb_str(b, "union knum { float f; double d; int64_t i; };\n");
   /* the views as kernels take them, or (contiguous) their first elements */
   const char *view = vec ? "char *" : "kview ";
@@ -460,7 +475,7 @@ int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, 
             p->nout, view, nin, nnum > 0 ? nnum : 1);
   if (elem1(b, p, nin, in_dt, out_dt, err, errlen)) return -1;
   if (vec && elem2(b, p, nin, in_dt, out_dt, err, errlen)) return -1;
-  if (red) reduce_src(b, nin, in_dt, out_dt[0], vec, red - 1);
+  if (red) reduce_src(b, p, nin, in_dt, out_dt[0], vec);
   else kernel(b, p, nin, in_dt, out_dt, vec, widest);
   if (b->oom) return fail_msg(err, errlen, "%s: out of memory", p->name);
   return 0;

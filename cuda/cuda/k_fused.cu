@@ -41,7 +41,7 @@ extern "C" int cuk_fused_args(const dev_kop *op, const cuk_env *env, int ztag, v
   for (int i = 0; i < nv; i++) {   /* as gf_args has them: the outputs, then the inputs */
     const dev_view *v = i < nout ? dev_kop_out(op, i) : dev_kop_in(op, i - nout);
     kv[i] = k_view(v);
-    if (i == 0 && red) continue;   /* the reduction's output: not the program's */
+    if (i < nout && red) continue;   /* the reductions' outputs: not the program's */
     contig = contig && kv[i].contig;
     bits |= (uintptr_t)kv[i].p;
     if (k_esize(v->dtype) > widest) widest = k_esize(v->dtype);

@@ -4,10 +4,13 @@
  * a fused sum equals the unfused one bit for bit.
  *
  * The kernels' bodies read their elements through a source L: at(q) for the
- * element at q, at16(q) for the 16 bytes at q.  The built-in kernels read
- * memory (kmem); a fused program's source computes element (q - NULL) of
- * its result, whose run starts at a null "address" as a new tensor's starts
- * 16-byte aligned. */
+ * element at q (an L::V), at16(q) for the 16 bytes at q (an L::P, whose
+ * element j is L::pick(p, j)).  The built-in kernels read memory (kmem); a
+ * fused program's source computes element (q - NULL) of its results, whose
+ * run starts at a null "address" as a new tensor's starts 16-byte aligned.
+ * A reduction R combines what R::elem makes of each element and stores
+ * through R::put: red<T, CODE> is one reduction, rmulti up to four, of
+ * the results of one fused program, each on its own accumulator. */
 #ifndef GPULUA_K_REDUCE_CUH
 #define GPULUA_K_REDUCE_CUH
 
@@ -269,9 +272,9 @@ __device__ __forceinline__ void emit(typename R::A a, int64_t gid, int64_t nspli
   else k_store_d_rt(out.dtype, p, R::res_d(a, len, prm));
 }
 
-/* A reduction's layout on the GPU, the kernels' one parameter (k_reduce.cu
- * makes it): rows (a group of G threads per output and split; full: over
- * k_off(in, k)), or columns (32 neighbouring outputs a block) */
+/* A reduction's layout on the GPU, the kernels' first parameter
+ * (k_reduce.cu makes it): rows (a group of G threads per output and split;
+ * full: over k_off(in, k)), or columns (32 neighbouring outputs a block) */
 struct krargs {
   kview in, outer, out;
   int full, G;
@@ -280,10 +283,140 @@ struct krargs {
   kprm prm;
 };
 
+/* One reduction: its accumulator's steps (red), and its result stored
+ * through krargs' out (or part). */
+template <int T, int CODE> struct red1 : red<T, CODE> {
+  typedef red<T, CODE> R;
+  template <class L>
+  static __device__ __forceinline__ void put(const krargs &r, const L &, const typename R::A &a, int64_t gid)
+  {
+    emit<R>(a, gid, r.nsplit, (typename R::A *)r.part, r.out, r.len, r.prm);
+  }
+};
+
 /* The built-in kernels' source: memory. */
 template <typename S> struct kmem {
+  typedef S V;
+  typedef kvec<S> P;
   __device__ __forceinline__ S at(const S *q) const { return *q; }
-  __device__ __forceinline__ uint4 at16(const uint4 *q) const { return *q; }
+  __device__ __forceinline__ P at16(const uint4 *q) const
+  {
+    P p;
+    p.u = *q;
+    return p;
+  }
+  static __device__ __forceinline__ S pick(const P &p, int j) { return p.x[j]; }
+};
+
+/* ---- several reductions in one pass (gpu.fuse) ----------------------------- */
+
+/* Where the results of a pass of several go (the kernels' third parameter,
+ * held by the fused program's source): each result's output, its partials
+ * when outputs are split, and which results this pass stores (a pass on a
+ * plan that is not a result's own computes it but leaves it to another). */
+#define KR_MAXRES 4
+struct krouts {
+  kview out[KR_MAXRES];
+  void *part[KR_MAXRES];
+  unsigned mask;
+};
+
+struct knil {};
+__device__ __forceinline__ knil shfl_down(const knil &a, int) { return a; }
+
+/* Result k of a pass: reduction CODE of T, or none (-1). */
+template <int T, int CODE> struct rslot : red<T, CODE> {
+  static constexpr bool none = false;
+};
+template <int T> struct rslot<T, -1> {
+  static constexpr bool none = true;
+  typedef knil A;
+  static KH A init() { return A(); }
+  static KH A comb(const A &x, const A &) { return x; }
+  template <class S> static KH A elem(const kprm &, S, int64_t) { return A(); }
+};
+
+template <class A0, class A1, class A2, class A3> struct kacc4 {
+  A0 a0;
+  A1 a1;
+  A2 a2;
+  A3 a3;
+};
+template <class A0, class A1, class A2, class A3>
+__device__ __forceinline__ kacc4<A0, A1, A2, A3> shfl_down(const kacc4<A0, A1, A2, A3> &x, int o)
+{
+  kacc4<A0, A1, A2, A3> r;
+  r.a0 = shfl_down(x.a0, o);
+  r.a1 = shfl_down(x.a1, o);
+  r.a2 = shfl_down(x.a2, o);
+  r.a3 = shfl_down(x.a3, o);
+  return r;
+}
+
+/* An element of each result; 16 bytes of each. */
+template <typename S> struct kv4 {
+  S x[KR_MAXRES];
+};
+template <typename S> struct kp4 {
+  kvec<S> v[KR_MAXRES];
+};
+
+template <class R>
+__device__ __forceinline__ void slot_put(const krargs &r, const krouts &o, int k, const typename R::A &a,
+                                         int64_t gid)
+{
+  if constexpr (!R::none) {
+    if (o.mask & (1u << k)) emit<R>(a, gid, r.nsplit, (typename R::A *)o.part[k], o.out[k], r.len, r.prm);
+  }
+}
+
+/* Up to four reductions (codes C0.., -1 for none) of the results of one
+ * program, all of T: the tuple of their accumulators, each combined by its
+ * own steps, so that each result is the one its reduction alone would make
+ * on the same plan.  The source (L::o) says where they go. */
+template <int T, int C0, int C1, int C2, int C3> struct rmulti {
+  typedef rslot<T, C0> R0;
+  typedef rslot<T, C1> R1;
+  typedef rslot<T, C2> R2;
+  typedef rslot<T, C3> R3;
+  typedef kacc4<typename R0::A, typename R1::A, typename R2::A, typename R3::A> A;
+  typedef typename kt<T>::S S;
+
+  static KH A init()
+  {
+    A a;
+    a.a0 = R0::init();
+    a.a1 = R1::init();
+    a.a2 = R2::init();
+    a.a3 = R3::init();
+    return a;
+  }
+  static KH A elem(const kprm &prm, const kv4<S> &v, int64_t k)
+  {
+    A a;
+    a.a0 = R0::elem(prm, v.x[0], k);
+    a.a1 = R1::elem(prm, v.x[1], k);
+    a.a2 = R2::elem(prm, v.x[2], k);
+    a.a3 = R3::elem(prm, v.x[3], k);
+    return a;
+  }
+  static KH A comb(const A &x, const A &y)
+  {
+    A r;
+    r.a0 = R0::comb(x.a0, y.a0);
+    r.a1 = R1::comb(x.a1, y.a1);
+    r.a2 = R2::comb(x.a2, y.a2);
+    r.a3 = R3::comb(x.a3, y.a3);
+    return r;
+  }
+  template <class L>
+  static __device__ __forceinline__ void put(const krargs &r, const L &src, const A &a, int64_t gid)
+  {
+    slot_put<R0>(r, src.o, 0, a.a0, gid);
+    slot_put<R1>(r, src.o, 1, a.a1, gid);
+    slot_put<R2>(r, src.o, 2, a.a2, gid);
+    slot_put<R3>(r, src.o, 3, a.a3, gid);
+  }
 };
 
 /* ---- kernels ------------------------------------------------------------- */
@@ -295,12 +428,10 @@ template <typename S> struct kmem {
  * not the result: the kernels of runs along memory take 8 (9 % faster than
  * 4 for a sum of 256 MiB f32 on an H200), the general one 4 (fewer
  * registers for its other paths). */
-template <int T, int CODE, class L, int U>
-__device__ __forceinline__ typename red<T, CODE>::A k_run_acc(typename red<T, CODE>::A acc, const L &src,
-                                                             const typename kt<T>::S *q, int64_t k0, int64_t cnt,
-                                                             int t, int G, const kprm &prm)
+template <int T, class R, class L, int U>
+__device__ __forceinline__ typename R::A k_run_acc(typename R::A acc, const L &src, const typename kt<T>::S *q,
+                                                   int64_t k0, int64_t cnt, int t, int G, const kprm &prm)
 {
-  typedef red<T, CODE> R;
   typedef typename kt<T>::S S;
   constexpr int N = 16 / sizeof(S);
   int64_t head = (int64_t)(((16 - ((uintptr_t)q & 15)) & 15) / sizeof(S));
@@ -309,22 +440,21 @@ __device__ __forceinline__ typename red<T, CODE>::A k_run_acc(typename red<T, CO
   const uint4 *vq = (const uint4 *)(q + head);
   int64_t nv = (cnt - head) / N, v = t;
   for (; v + (U - 1) * (int64_t)G < nv; v += U * (int64_t)G) {
-    kvec<S> x[U];
+    typename L::P x[U];
     K_UNROLL
-    for (int u = 0; u < U; u++) x[u].u = src.at16(vq + v + u * (int64_t)G);
+    for (int u = 0; u < U; u++) x[u] = src.at16(vq + v + u * (int64_t)G);
     K_UNROLL
     for (int u = 0; u < U; u++) {
       int64_t b = k0 + head + (v + u * (int64_t)G) * N;
       K_UNROLL
-      for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(prm, x[u].x[j], b + j));
+      for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(prm, L::pick(x[u], j), b + j));
     }
   }
   for (; v < nv; v += G) {
-    kvec<S> x0;
-    x0.u = src.at16(vq + v);
+    typename L::P x0 = src.at16(vq + v);
     int64_t b0 = k0 + head + v * N;
     K_UNROLL
-    for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(prm, x0.x[j], b0 + j));
+    for (int j = 0; j < N; j++) acc = R::comb(acc, R::elem(prm, L::pick(x0, j), b0 + j));
   }
   for (int64_t kk = head + nv * N + t; kk < cnt; kk += G) acc = R::comb(acc, R::elem(prm, src.at(q + kk), k0 + kk));
   return acc;
@@ -336,16 +466,15 @@ __device__ __forceinline__ typename red<T, CODE>::A k_run_acc(typename red<T, CO
  * along memory (not full, rstride 1), a kernel of fewer registers (more
  * blocks per SM: 1.13x the bandwidth of the general kernel for a sum of
  * 256 MiB f32 on an H200). */
-template <int T, int CODE, class L, int U = 4, bool RUN = false>
+template <int T, class R, class L, int U = 4, bool RUN = false>
 __device__ __forceinline__ void k_reduce_rows(const krargs &r, const L &src)
 {
-  typedef red<T, CODE> R;
   typedef typename R::A A;
+  typedef typename L::V V;
   typedef typename kt<T>::S S;
   const kview &in = r.in, &outer = r.outer;
   const int full = r.full, G = r.G;
   const int64_t rstride = r.rstride, len = r.len, nout = r.nout, nsplit = r.nsplit, chunk = r.chunk;
-  A *part = (A *)r.part;
   __shared__ A sm[K_THREADS / 32];
   int groups = K_THREADS / G, g = threadIdx.x / G, t = threadIdx.x % G;
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -361,13 +490,13 @@ __device__ __forceinline__ void k_reduce_rows(const krargs &r, const L &src)
         const S *p = (const S *)in.p;
         for (; k < k1; k += G) acc = R::comb(acc, R::elem(r.prm, src.at(p + k_off(in, k)), k));
       } else if (RUN || rstride == 1) {
-        acc = k_run_acc<T, CODE, L, U>(acc, src, (const typename kt<T>::S *)outer.p + k_off(outer, o) + k0, k0,
+        acc = k_run_acc<T, R, L, U>(acc, src, (const typename kt<T>::S *)outer.p + k_off(outer, o) + k0, k0,
                                        k1 - k0, t, G, r.prm);
       } else if constexpr (!RUN) {
         const S *p = (const S *)outer.p + k_off(outer, o);
         /* four loads in flight before they are combined, in order */
         for (; k + 3 * (int64_t)G < k1; k += 4 * (int64_t)G) {
-          S v0 = src.at(p + k * rstride), v1 = src.at(p + (k + G) * rstride), v2 = src.at(p + (k + 2 * G) * rstride),
+          V v0 = src.at(p + k * rstride), v1 = src.at(p + (k + G) * rstride), v2 = src.at(p + (k + 2 * G) * rstride),
             v3 = src.at(p + (k + 3 * G) * rstride);
           acc = R::comb(acc, R::elem(r.prm, v0, k));
           acc = R::comb(acc, R::elem(r.prm, v1, k + G));
@@ -379,7 +508,7 @@ __device__ __forceinline__ void k_reduce_rows(const krargs &r, const L &src)
     }
     acc = warp_reduce<R>(acc);
     if (G == 32) {
-      if (lane == 0 && gid < total) emit<R>(acc, gid, nsplit, part, r.out, len, r.prm);
+      if (lane == 0 && gid < total) R::put(r, src, acc, gid);
     } else {
       if (lane == 0) sm[warp] = acc;
       __syncthreads();
@@ -387,7 +516,7 @@ __device__ __forceinline__ void k_reduce_rows(const krargs &r, const L &src)
         int w0 = g * (G / 32);
         A rr = sm[w0];
         for (int j = 1; j < G / 32; j++) rr = R::comb(rr, sm[w0 + j]);
-        emit<R>(rr, gid, nsplit, part, r.out, len, r.prm);
+        R::put(r, src, rr, gid);
       }
       __syncthreads();
     }
@@ -396,15 +525,14 @@ __device__ __forceinline__ void k_reduce_rows(const krargs &r, const L &src)
 
 /* 32 neighbouring outputs per block (lanes), their runs split over the 8
  * warps; blockIdx.y is the split. */
-template <int T, int CODE, class L>
+template <int T, class R, class L>
 __device__ __forceinline__ void k_reduce_cols(const krargs &r, const L &src)
 {
-  typedef red<T, CODE> R;
   typedef typename R::A A;
+  typedef typename L::V V;
   typedef typename kt<T>::S S;
   const kview &outer = r.outer;
   const int64_t rstride = r.rstride, len = r.len, nout = r.nout, nsplit = r.nsplit, chunk = r.chunk;
-  A *part = (A *)r.part;
   constexpr int W = K_THREADS / 32;
   __shared__ A sm[W][32];
   int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
@@ -417,7 +545,7 @@ __device__ __forceinline__ void k_reduce_cols(const krargs &r, const L &src)
       int64_t k0 = sp * chunk, k1 = min(len, k0 + chunk), k = k0 + ty;
       /* eight loads in flight, then combined in order */
       for (; k + 7 * W < k1; k += 8 * W) {
-        S v[8];
+        V v[8];
         K_UNROLL
         for (int j = 0; j < 8; j++) v[j] = src.at(p + (k + j * W) * rstride);
         K_UNROLL
@@ -429,7 +557,7 @@ __device__ __forceinline__ void k_reduce_cols(const krargs &r, const L &src)
     __syncthreads();
     if (ty == 0 && o < nout) {
       for (int j = 1; j < W; j++) acc = R::comb(acc, sm[j][tx]);
-      emit<R>(acc, o * nsplit + sp, nsplit, part, r.out, len, r.prm);
+      R::put(r, src, acc, o * nsplit + sp);
     }
     __syncthreads();
   }

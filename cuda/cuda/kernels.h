@@ -36,22 +36,26 @@ int cuk_launch(const dev_kop *op, const cuk_env *env, char *err, size_t errlen);
 int cuk_fused_args(const dev_kop *op, const cuk_env *env, int ztag, void *buf, size_t cap, size_t *len, int *vec,
                    unsigned *grid, char *err, size_t errlen);
 
-/* DEV_OP_FUSED with a trailing reduction (DEV_F_FREDUCE): the program's
+/* DEV_OP_FUSED with trailing reductions (DEV_F_FREDUCE): the program's
  * kernels that take the place of the built-in reduce_rows, reduce_cols or
  * reduce_run (which: CUK_RED_*), launched by launch on the grid (gx, gy) of
- * 256 threads with rargs (k_reduce.cuh: krargs) as their first parameter. */
+ * 256 threads with rargs (k_reduce.cuh: krargs) as their first parameter,
+ * the program's gf_args second and routs (k_reduce.cuh: krouts: where
+ * each result goes) third. */
 enum { CUK_RED_ROWS, CUK_RED_COLS, CUK_RED_RUN, CUK_RED_NKERNELS };
 typedef struct cuk_rsource {
-  int (*launch)(void *ud, int which, unsigned gx, unsigned gy, const void *rargs, char *err, size_t errlen);
+  int (*launch)(void *ud, int which, unsigned gx, unsigned gy, const void *rargs, const void *routs, char *err,
+                size_t errlen);
   void *ud;
 } cuk_rsource;
 
 /* The values of dtype t and shape vshape (vndim dims) that a fused program
- * computes, reduced by code along dim (-1: all) into out as DEV_OP_REDUCE
- * reduces a new contiguous tensor of them: the same plan, so the same tree
- * and the same bits. */
-int cuk_reduce_fused(dev_dtype t, int vndim, const int64_t *vshape, const dev_view *out, int code, int dim,
-                     const cuk_rsource *src, const cuk_env *env, char *err, size_t errlen);
+ * computes, its nres results (1..4), each reduced by codes[k] along dim (-1:
+ * all) into outs[k] as DEV_OP_REDUCE reduces a new contiguous tensor of
+ * them: each on its built-in plan, so the same tree and the same bits; in
+ * one pass when their plans agree. */
+int cuk_reduce_fused(dev_dtype t, int vndim, const int64_t *vshape, const dev_view *const *outs, const int *codes,
+                     int nres, int dim, const cuk_rsource *src, const cuk_env *env, char *err, size_t errlen);
 
 /* One kernel of each module (each k_*.cu), the commonest ops first: the
  * backend's loader (loader.c) loads the rest of their modules from these.

@@ -84,7 +84,7 @@ int cuda_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n) {
  * [0] and for contiguous views [1] (fgen.c), and with a trailing reduction
  * [.][1 + code] its two reduction kernels (rows, cols), each compiled when
  * first needed. */
-enum { NRED = 1 + DEV_NREDOP };
+enum { NRED = 2 };   /* the gf kernel, or a program's reductions' */
 typedef struct cfused {
   struct cfused *next;
   const dev_fprog *p;
@@ -112,8 +112,8 @@ static cfused *fused_get(cstate *cs, const dev_fprog *p) {
 /* Programs are interned (one per content, never freed), so the pointer is
  * the key.  The compile goes through the disk cache of compiled kernels,
  * whose key holds the source, the headers and NVRTC's version.  out[0]:
- * gf; with red (a dev_redop + 1, 0 none) out[CUK_RED_*]: gfr_rows,
- * gfr_cols, gfr_run. */
+ * gf; with red (1: the program ends in reductions) out[CUK_RED_*]:
+ * gfr_rows, gfr_cols, gfr_run. */
 static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cudaKernel_t out[CUK_RED_NKERNELS]) {
   cstate *cs = CS(ctx);
   cfused *f = fused_get(cs, p);
@@ -153,7 +153,7 @@ static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cuda
   return DEV_OK;
 }
 
-static int fused_red(const dev_kop *op) { return op->flags & DEV_F_FREDUCE ? 1 + op->fprog->red[0] : 0; }
+static int fused_red(const dev_kop *op) { return op->fprog->nred > 0; }
 
 /* op's kernel parameter into buf, and its kernels, compiled if need be */
 static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag, void *buf, size_t cap,
@@ -163,8 +163,6 @@ static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag
   size_t len;
   int vec;
   char msg[256];
-  if ((unsigned)fused_red(op) >= NRED || op->fprog->nred > 1)
-    return dev_fail(ctx, DEV_ERR_INVALID, "%s: bad reduction", op->fprog->name);
   if (cuk_fused_args(op, &env, tag, buf, cap, &len, &vec, grid, msg, sizeof msg))
     return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
   return fused_kernel(ctx, op->fprog, vec, fused_red(op), k);
@@ -202,9 +200,10 @@ typedef struct rlaunch {
   cudaStream_t st;
 } rlaunch;
 
-static int rlaunch_one(void *ud, int which, unsigned gx, unsigned gy, const void *rargs, char *err, size_t errlen) {
+static int rlaunch_one(void *ud, int which, unsigned gx, unsigned gy, const void *rargs, const void *routs, char *err,
+                       size_t errlen) {
   rlaunch *l = ud;
-  void *args[2] = {(void *)rargs, l->args};
+  void *args[3] = {(void *)rargs, l->args, (void *)routs};
   cudaError_t e = cudaLaunchKernel((const void *)l->k[which], (dim3){gx, gy, 1}, (dim3){256, 1, 1}, args, 0, l->st);
   if (e != cudaSuccess) return fail_msg(err, errlen, "%s", cudaGetErrorString(e));
   return 0;
@@ -223,10 +222,12 @@ int cuda_fused_launch(dev_ctx *ctx, cudaStream_t st, const dev_kop *op) {
     cuk_env env = {st, cs->flag_dev, cs->sm_count, 1};
     rlaunch l = {k, buf, st};
     cuk_rsource src = {rlaunch_one, &l};
-    const dev_view *v = dev_kop_in(op, 0);
+    const dev_view *v = dev_kop_in(op, 0), *outs[DEV_FMAXOUT];
+    const dev_fprog *p = op->fprog;
     char err[256];
-    if (cuk_reduce_fused(op->fprog->node[op->fprog->n - 1].dtype, v->ndim, v->shape, &op->out, op->fprog->red[0], op->dim,
-                         &src, &env, err, sizeof err))
+    for (int j = 0; j < p->nout; j++) outs[j] = dev_kop_out(op, j);
+    if (cuk_reduce_fused(p->node[p->res[0]].dtype, v->ndim, v->shape, outs, p->red, p->nout, op->dim, &src, &env,
+                         err, sizeof err))
       return dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", what, err);
     return DEV_OK;
   }

@@ -27,8 +27,8 @@ static dev_fnode par(int i) { return (dev_fnode){.kind = DEV_FN_PARAM, .dtype = 
 
 typedef struct unit { sbuf src; int n; } unit;
 
-/* p's source into u (red: its trailing reduction + 1, or 0), its names
- * made its own */
+/* p's source into u (red: its trailing reductions' kernels, or 0: gf), its
+ * names made its own */
 static void add_red(unit *u, const dev_fprog *p, int red) {
   static const char *const names[] = {"gf", "gf_elem", "gf_elem2", "gf_args", "knum", "gsrc", "gfr_rows", "gfr_cols", "gfr_run"};
   char err[256];
@@ -330,9 +330,28 @@ static void reductions(void) {
     if (T == DEV_BOOL) nd[2].code = DEV_BIN_LOGICAL_AND, nd[4].code = DEV_BIN_LOGICAL_OR;
     snprintf(name, sizeof name, "red_%s", dev_dtype_name(T));
     char err[256];
-    const dev_fprog *p = dev_fprog_intern(name, nd, 5, err, sizeof err);
+    int last = 4;
+    const dev_fprog *p = dev_fprog_intern_red(name, nd, 5, &last, 1, &rcase[c].red, err, sizeof err);
     ok(p != NULL, "%s: %s", name, p ? "interned" : err);
-    if (p) add_red(&u, p, 1 + rcase[c].red);
+    if (p) add_red(&u, p, 1);
+  }
+  /* several reductions of one program, one accumulator each (rmulti):
+   * sum, max and mean of three f32 values; every trailing reduction but
+   * mean of four i32 ones */
+  static const struct { dev_dtype t; int nres, red[4]; } mcase[] = {
+      {DEV_F32, 3, {DEV_RED_SUM, DEV_RED_MAX, DEV_RED_MEAN}},
+      {DEV_I32, 4, {DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX, DEV_RED_MIN}}};
+  for (size_t c = 0; c < sizeof mcase / sizeof mcase[0]; c++) {
+    dev_dtype T = mcase[c].t;
+    dev_fnode nd[6] = {in(T, 0), par(0), {.kind = DEV_FN_BINARY, .code = DEV_BIN_MUL, .dtype = T, .a = {0, 1}},
+                       in(T, 1), {.kind = DEV_FN_BINARY, .code = DEV_BIN_FLOOR_DIVIDE, .dtype = T, .a = {2, 3}},
+                       {.kind = DEV_FN_BINARY, .code = DEV_BIN_SUB, .dtype = T, .a = {3, 0}}};
+    int res[4] = {2, 4, 5, 0};
+    char err[256];
+    snprintf(name, sizeof name, "reds%d_%s", mcase[c].nres, dev_dtype_name(T));
+    const dev_fprog *p = dev_fprog_intern_red(name, nd, 6, res, mcase[c].nres, mcase[c].red, err, sizeof err);
+    ok(p != NULL, "%s: %s", name, p ? "interned" : err);
+    if (p) add_red(&u, p, 1);
   }
   compile_unit(&u, "trailing reductions");
 }
