@@ -19,6 +19,8 @@
 --   fuse_first_call: the first call of a new fused function (trace, compile)
 --   op_sum, fuse_relu_sum: t:sum() and gpu.fuse'd (x * 2 + 1):relu():sum(),
 --                        4 B read per element (one pass)
+--   fuse_sum_sumsq  gpu.fuse'd x:sum(), (x * x):sum() (one op, one pass),
+--                   4 B read per element
 --   sort_1m   x:sort() of 1M f32 (values and i64 indices), us
 --   sort_64x1m  x:sort() of 64 rows of 1M f32 (quick: 2 rows), us
 --   topk_16   x:topk(16) of 64 rows of 1M f32 (quick: 2 rows), us
@@ -197,6 +199,20 @@ B.guard("fuse_relu_sum", function()
   local want
   do local _ <close> = gpu.using(s); want = (a * 2 + 1):relu():sum():item() end
   B.check("fuse_relu_sum", out:item() == want, string.format("%s, the unfused ops' %s", out:item(), want))
+end)
+
+-- issue 32: two reductions of one tensor as one fused op (one pass: the
+-- bytes of a read once, as op_sum's)
+B.guard("fuse_sum_sumsq", function()
+  local sum_sumsq = gpu.fuse(function(x) return x:sum(), (x * x):sum() end, { name = "sum_sumsq" })
+  local out = { gpu.empty({}, o), gpu.empty({}, o) }
+  local ms = timed(function() sum_sumsq(a, { out = out, stream = s }) end)
+  B.row("fuse_sum_sumsq", gbps(n * 4, ms), "GB/s", B.size_label("gpu.fuse'd x:sum(), (x * x):sum() f32, bytes read", bytes))
+  local ws, wq
+  do local _ <close> = gpu.using(s); ws, wq = a:sum():item(), (a * a):sum():item() end
+  local gs, gq = out[1]:item(), out[2]:item()
+  B.check("fuse_sum_sumsq", gs == ws and gq == wq,
+          string.format("%s and %s, the unfused ops' %s and %s", gs, gq, ws, wq))
 end)
 
 -- issue 32: an Adam step as one fused op of three results, in place: p, g,

@@ -669,6 +669,9 @@ local ORDER = {
   { "fuse_relu_sum", "ge_ratio", 0.90, raw_gpulua = "op_sum", label = "%s (raw C column: gpulua's t:sum())" },
   { "fuse_relu_sum", label = "%s (PyTorch column: torch.compile)" },
   { "fuse_relu_sum_cupy", gpulua_from = "fuse_relu_sum", label = "%s (PyTorch column: cupy.fuse)" },
+  { "fuse_sum_sumsq", "ge_ratio", 0.90, raw_gpulua = "op_sum", label = "%s (raw C column: gpulua's t:sum())" },
+  { "fuse_sum_sumsq", label = "%s (PyTorch column: torch.compile)" },
+  { "fuse_sum_sumsq_cupy", gpulua_from = "fuse_sum_sumsq", label = "%s (PyTorch column: cupy.fuse)" },
   { "fuse_adam", "ge_torch", 1.0, label = "%s (PyTorch column: Adam(fused=True))" },
   { "fuse_adam", raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "fuse_first_cold" },     -- reported: compile cost, cold and from the disk cache

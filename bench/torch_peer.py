@@ -606,6 +606,11 @@ def bench_fuse(s):
         rsum(a)
         ms = timed_ms(s, lambda: rsum(a), COPY_WARM, COPY_REPS)
         row("fuse_relu_sum", gb(n * 4, ms), "GB/s", size_label("torch.compile'd (x * 2 + 1).relu().sum() f32, bytes read", n * 4))
+        # two reductions of one tensor, one compiled function returning both
+        ssq = torch.compile(lambda t: (t.sum(), (t * t).sum()))
+        ssq(a)
+        ms = timed_ms(s, lambda: ssq(a), COPY_WARM, COPY_REPS)
+        row("fuse_sum_sumsq", gb(n * 4, ms), "GB/s", size_label("torch.compile'd (x.sum(), (x * x).sum()) f32, bytes read", n * 4))
         # the Adam step of ops.lua's fuse_adam: torch.optim.Adam(fused=True)
         p = (a * 1).requires_grad_()
         p.grad = torch.rand(n, device="cuda") * 2 - 1
@@ -636,6 +641,21 @@ def bench_fuse(s):
 
     crsum = cupy.fuse(relu_sum)
     crsum(x)
+
+    def sum_sumsq(v):
+        """two reductions returned by one fused function (CuPy's new fusion
+        takes them; where a CuPy does not, the row is left out)"""
+        return cupy.sum(v), cupy.sum(v * v)
+
+    cssq = cupy.fuse(sum_sumsq)
+    try:
+        got = cssq(x)
+        want = (cupy.sum(x), cupy.sum(x * x))
+        if not all(abs(float(g) - float(w)) <= 1e-5 * abs(float(w)) for g, w in zip(got, want)):
+            raise ValueError(f"{[float(g) for g in got]}, unfused {[float(w) for w in want]}")
+    except Exception as e:  # a CuPy that refuses (or miscomputes) it: no row, not a failure
+        print(f"note fuse_sum_sumsq_cupy: cupy.fuse of two reductions: {type(e).__name__}: {e}", flush=True)
+        cssq = None
     cs = cupy.cuda.Stream(non_blocking=True)
 
     def cupy_ms(fn):
@@ -655,6 +675,9 @@ def bench_fuse(s):
         row("fuse_gelu_f32_cupy", gb(n * 8, cupy_ms(lambda: cgelu(x))), "GB/s", size_label("cupy.fuse'd GELU f32", n * 4))
         row("fuse_relu_sum_cupy", gb(n * 4, cupy_ms(lambda: crsum(x))), "GB/s",
             size_label("cupy.fuse'd (x * 2 + 1).relu().sum() f32, bytes read", n * 4))
+        if cssq is not None:
+            row("fuse_sum_sumsq_cupy", gb(n * 4, cupy_ms(lambda: cssq(x))), "GB/s",
+                size_label("cupy.fuse'd (sum(x), sum(x * x)) f32, bytes read", n * 4))
         one = cupy.random.rand(1, dtype=cupy.float32)
 
         def per_call(fn):
