@@ -214,13 +214,15 @@ static void run_outs(lua_State *L, const dev_fprog *p, dev_kop *op, dev_fargs *f
   }
 }
 
-/* run(prog, args, ins, params, out, stream, level [, dim, keepdim])
+/* run(prog, args, ins, params, out, stream, level [, dim, keepdim [, dry]])
  * -> the results (false: run_inputs's -1): one DEV_OP_FUSED op on the
  * stream, of inputs args[ins[i]] and parameters args[params[i]] (out: nil,
  * or a tensor to write; a list of them for a program of several results);
  * a program that ends in reductions reduces its results along dim, in the
  * same op.  Its site is the nearest line of a Lua function from `level` up
- * the stack from run (not debug.getinfo's table, made per call). */
+ * the stack from run (not debug.getinfo's table, made per call).  dry:
+ * the op is checked as dev_submit checks it, and nothing is run or
+ * returned (a call of several ops checks them all before the first). */
 static int run_op(lua_State *L) {
   luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
   const dev_fprog *p = lua_touserdata(L, 1);
@@ -259,16 +261,20 @@ static int run_op(lua_State *L) {
   dev_ctx *ctx = dev_stream_ctx(s);
   bind_site_from(L, ctx, level > 0 ? level : 1);
   dev_set_call(ctx, p->name);
+  if (lua_toboolean(L, 10)) {   /* dry: the checks only */
+    BIND_CHECK(L, ctx, dev_check_op(ctx, &op), p->name);
+    return 0;
+  }
   BIND_CHECK(L, ctx, dev_submit(ctx, s, &op), p->name);
   for (int j = 1; j <= p->nout; j++) lua_pushvalue(L, top + j);
   return p->nout;
 }
 
-/* run's slots 1..9 (above them, anything: fuse_call's), as above: the
+/* run's slots 1..10 (above them, anything: fuse_call's), as above: the
  * count of results pushed, or -1 (nothing to use pushed) when a program of
  * several results has inputs that do not broadcast together. */
 static int fuse_run(lua_State *L) {
-  lua_settop(L, 9);
+  lua_settop(L, 10);
   int n = run_op(L);
   if (n >= 0) return n;
   lua_pushboolean(L, 0);
@@ -373,8 +379,8 @@ static int fuse_call(lua_State *L) {
   int f = lua_gettop(L);
   if (!fast_ok(L, f, o)) return call_slow(L, top);
   /* run's slots: prog, args, ins, params, out, stream, level, dim,
-   * keepdim; then the callable and the options (to fall back to the slow
-   * path), and the rest goes */
+   * keepdim, dry; then the callable and the options (to fall back to the
+   * slow path), and the rest goes */
   lua_getfield(L, f, "p");
   lua_createtable(L, n, 0);
   for (int i = 1; i <= n; i++) {
@@ -388,25 +394,26 @@ static int fuse_call(lua_State *L) {
   lua_pushinteger(L, 1);   /* the site: the caller's line */
   lua_getfield(L, f, "dim");
   lua_getfield(L, f, "keepdim");
+  lua_pushnil(L);
   lua_pushvalue(L, 1);
   if (o) lua_pushvalue(L, o); else lua_pushnil(L);
-  lua_rotate(L, 1, 11);
-  lua_settop(L, 11);
+  lua_rotate(L, 1, 12);
+  lua_settop(L, 12);
   int nres = run_op(L);
   if (nres >= 0) {
-    lua_getfield(L, 10, "calls");
+    lua_getfield(L, 11, "calls");
     lua_pushinteger(L, lua_tointeger(L, -1) + 1);
-    lua_setfield(L, 10, "calls");
+    lua_setfield(L, 11, "calls");
     lua_pop(L, 1);
     return nres;
   }
   /* a group whose inputs do not broadcast together this call: the slow
    * path runs its results one op each */
-  lua_settop(L, 11);
-  lua_pushvalue(L, 10);
+  lua_settop(L, 12);
+  lua_pushvalue(L, 11);
   for (int i = 1; i <= n; i++) lua_rawgeti(L, 2, i);
-  int has_o = !lua_isnil(L, 11);
-  if (has_o) lua_pushvalue(L, 11);
+  int has_o = !lua_isnil(L, 12);
+  if (has_o) lua_pushvalue(L, 12);
   int cnt = 1 + n + has_o;
   lua_rotate(L, 1, cnt);
   return call_slow(L, cnt);

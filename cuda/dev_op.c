@@ -400,6 +400,8 @@ static int validate(dev_ctx *ctx, const dev_kop *op) {
   return kinds[op->kind].check(ctx, op);
 }
 
+int dev_check_op(dev_ctx *ctx, const dev_kop *op) { return validate(ctx, op); }
+
 static void count_op(dev_ctx *ctx, const dev_kop *op) {
   if (op->kind != DEV_OP_COPY) { ctx->st.launches++; return; }
   ctx->st.copies++;

@@ -498,6 +498,10 @@ static inline const dev_view *dev_kop_out(const dev_kop *op, int j) {
  * one of wrapped memory not guarded (dev_buf_guard), which waits.  Buffers
  * stay alive until the op finishes. */
 int dev_submit(dev_ctx *ctx, dev_stream *s, const dev_kop *op);
+/* The checks dev_submit makes of op (operands, outputs, dtypes, shapes),
+ * and nothing else: nothing is queued.  For a caller that submits several
+ * ops as one call and must refuse it before the first writes anything. */
+int dev_check_op(dev_ctx *ctx, const dev_kop *op);
 /* DEV_ERR_INVALID when v repeats elements (an expanded view: stride 0 along
  * a dim of size > 1): no op writes through it (dev_submit checks its
  * output; a write of one element, t:set, asks before it makes its view). */

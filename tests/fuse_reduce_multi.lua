@@ -423,14 +423,10 @@ T.test("what is one op and what is not", function()
     local s, m = inner(a * 2)
     return s, m, (a * a):sum()
   end, 1, x)
-  -- BUG: dim 2 and dim -1 of a 2-dim input are one dim, but the group key
-  -- compares them as written (group_key: tostring(ro.dim)): two ops
+  -- dim 2 and dim -1 of a 2-dim input are one dim (the group key takes
+  -- the dim as the op does)
   local n = launches(function() return gpu.fuse(function(a) return a:sum(2), a:max { dim = -1 } end)(x) end)
-  if n == 1 then
-    T.is(n, 1, "dim 2 and dim -1 of a 2-dim input: one op")
-  else
-    T.skip("dim 2 and dim -1 of a 2-dim input: one op", "BUG: negative dims are grouped apart (" .. n .. " ops)")
-  end
+  T.is(n, 1, "dim 2 and dim -1 of a 2-dim input: one op")
   agree("dim 2 and dim -1 of a 2-dim input: the unfused values", function(a)
     return a:sum(2), a:max { dim = -1 }
   end, nil, x)
@@ -516,8 +512,8 @@ T.test("bad outs: refused at the caller's line, nothing written", function()
     untouched(o, "refused calls" .. c)
     check(b, gpu.full({ 5 }, 7), "the overlapping views untouched" .. c)
   end
-  -- BUG: five results are two ops; an out refused in the second op is
-  -- found after the first op has written its four outs
+  -- five results are two ops: every out is checked before the first op
+  -- writes anything
   local five = gpu.fuse(function(a) return a:sum(2), a:mean(2), a:max { dim = 2 }, a:min { dim = 2 }, a:prod(2) end,
                         { name = "five" })
   local o = { gpu.full({ 3 }, 7), gpu.full({ 3 }, 7), gpu.full({ 3 }, 7), gpu.full({ 3 }, 7) }
@@ -526,32 +522,25 @@ T.test("bad outs: refused at the caller's line, nothing written", function()
   gpu.synchronize()
   local kept = true
   for k = 1, 4 do kept = kept and same(o[k], gpu.full({ 3 }, 7)) end
-  if kept then
-    T.ok(kept, "five results: the first op's outs untouched by a bad fifth out")
-  else
-    T.skip("five results: the first op's outs untouched by a bad fifth out",
-           "BUG: the first op (4 results) writes before the second op's out is checked")
-  end
-  -- BUG: the reference path (gpu._fuse's unfused, the oracle of these
-  -- files) reduces into each out in turn: a bad last out is refused after
-  -- the first outs are written, and overlapping outs are not refused
+  T.ok(kept, "five results: the first op's outs untouched by a bad fifth out")
+  local six = gpu.fuse(function(a) return a + 1, a + 2, a + 3, a + 4, a + 5, a + 6 end)
+  local e = {}
+  for k = 1, 5 do e[k] = gpu.full({ 3, 517 }, 7) end
+  T.raises_at(function() six(x, { out = { e[1], e[2], e[3], e[4], e[5], gpu.zeros({ 4 }) } }) end,
+              "does not match", "six elementwise results: a bad sixth out is refused")
+  gpu.synchronize()
+  kept = true
+  for k = 1, 5 do kept = kept and same(e[k], gpu.full({ 3, 517 }, 7)) end
+  T.ok(kept, "six elementwise results: the other outs untouched by a bad sixth out")
+  -- the reference path (gpu._fuse's unfused, the oracle of these files)
+  -- checks the outs as the fused op does, before it writes any
   local ro = outs()
   T.raises(function() unfused(f, x, { out = { ro[1], ro[2], gpu.zeros({ 4 }) } }) end,
            "(f32 {4} does not match the result f32 {3})", "reference path: a bad last out is refused")
   gpu.synchronize()
-  if same(ro[1], gpu.full({ 3 }, 7)) then
-    T.ok(true, "reference path: the first outs untouched by a bad last out")
-  else
-    T.skip("reference path: the first outs untouched by a bad last out",
-           "BUG: run_unfused_rgroup writes out[1] before it checks out[3]")
-  end
-  local okr = pcall(unfused, f, x, { out = { ro[1], ro[1], ro[3] } })
-  if not okr then
-    T.ok(true, "reference path: one tensor for two results is refused")
-  else
-    T.skip("reference path: one tensor for two results is refused",
-           "BUG: run_unfused_rgroup does not check that the outs overlap")
-  end
+  T.ok(same(ro[1], gpu.full({ 3 }, 7)), "reference path: the first outs untouched by a bad last out")
+  T.raises(function() unfused(f, x, { out = { ro[1], ro[1], ro[3] } }) end, "overlapping memory",
+           "reference path: one tensor for two results is refused")
 end)
 
 T.test("the C path: second calls, new tensors, number parameters", function()

@@ -28,8 +28,8 @@ int dev_nvrtc_compile_h(const char *src, const char *name, const char *arch, con
 /* cuda/cuda/fgen.c: DEV_OP_FUSED.  source writes the CUDA C++ of a fused
  * program's kernel `gf` (vec: for every view contiguous and 16-byte aligned;
  * else any layout), or with red (nonzero: for a program that ends in
- * reductions, dev_fprog.red) its reduction kernels gfr_rows, gfr_cols and
- * gfr_run; compile makes it a cubin for arch through
+ * reductions, dev_fprog.red) those of its reduction kernels whose bits
+ * (1 << CUK_RED_*) red has: gfr_rows, gfr_cols, gfr_run; compile makes it a cubin for arch through
  * NVRTC with the element headers (k_elem.cuh, k_reduce.cuh and what they
  * include, embedded at build time), the disk cache first.  Neither needs a
  * GPU. */

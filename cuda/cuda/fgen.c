@@ -332,7 +332,8 @@ static void elem_args(sbuf *b, int nin, const char *const *in_dt, int vec, const
  * program's values (gsrc) rather than memory, reduced by rmulti (one
  * accumulator per result).  Element q - NULL of the run is element i of
  * each result; at16 is N of each, N-aligned. */
-static void reduce_src(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt, const char *out_dt, int vec) {
+static void reduce_src(sbuf *b, const dev_fprog *p, int nin, const char *const *in_dt, const char *out_dt, int vec,
+                       int mask) {
   int K = p->nout;
   /* any layout: each element walks every input's view (k_at), so the
    * element is one function, not inlined at each of the bodies' sites (it
@@ -370,11 +371,12 @@ static void reduce_src(sbuf *b, const dev_fprog *p, int nin, const char *const *
   char R[160];
   snprintf(R, sizeof R, "rmulti<%s, %s, %s, %s, %s>", out_dt, red_enum[p->red[0]], K > 1 ? red_enum[p->red[1]] : "-1",
            K > 2 ? red_enum[p->red[2]] : "-1", K > 3 ? red_enum[p->red[3]] : "-1");
-  /* k_reduce.cu's three kernels, in the order of CUK_RED_* */
+  /* k_reduce.cu's three kernels, in the order of CUK_RED_*: those in mask */
   static const char *const kname[] = {"rows", "cols", "run"};
   static const char *const body[] = {"k_reduce_rows<%s, %s, gsrc>", "k_reduce_cols<%s, %s, gsrc>",
                                      "k_reduce_rows<%s, %s, gsrc, 8, true>"};
   for (int k = 0; k < 3; k++) {
+    if (!(mask & (1 << k))) continue;
     sb_printf(b, "extern \"C\" __global__ void __launch_bounds__(256) gfr_%s(const krargs r, const gf_args a, "
                  "const krouts o)\n{\n  ", kname[k]);
     sb_printf(b, body[k], out_dt, R);
@@ -449,6 +451,7 @@ int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, 
   const char *in_dt[DEV_FMAXIN] = {0}, *out_dt[DEV_FMAXOUT] = {0};
   if (p->nout < 1 || p->nout > DEV_FMAXOUT) return fail_msg(err, errlen, "%s: bad result count %d", p->name, p->nout);
   if (red && p->nred != p->nout) return fail_msg(err, errlen, "%s: the program has no reductions", p->name);
+  if (red & ~7) return fail_msg(err, errlen, "%s: bad reduction kernels %#x", p->name, (unsigned)red);
   for (int j = 0; red && j < p->nout; j++)
     if ((unsigned)p->red[j] >= DEV_NREDOP) return fail_msg(err, errlen, "%s: bad reduction %d", p->name, p->red[j]);
   for (int i = 0; i < p->n; i++)
@@ -475,7 +478,7 @@ int cuda_fused_source(const dev_fprog *p, int vec, int red, sbuf *b, char *err, 
             p->nout, view, nin, nnum > 0 ? nnum : 1);
   if (elem1(b, p, nin, in_dt, out_dt, err, errlen)) return -1;
   if (vec && elem2(b, p, nin, in_dt, out_dt, err, errlen)) return -1;
-  if (red) reduce_src(b, p, nin, in_dt, out_dt[0], vec);
+  if (red) reduce_src(b, p, nin, in_dt, out_dt[0], vec, red);
   else kernel(b, p, nin, in_dt, out_dt, vec, widest);
   if (b->oom) return fail_msg(err, errlen, "%s: out of memory", p->name);
   return 0;

@@ -80,16 +80,17 @@ int cuda_kernel_names(dev_ctx *ctx, void *impl, char ***names, int *n) {
 
 /* ---- fused programs' kernels (DEV_OP_FUSED) ------------------------------- */
 
-/* A program's modules, loaded in this context: its kernel for any layout
- * [0] and for contiguous views [1] (fgen.c), and with a trailing reduction
- * [.][1 + code] its two reduction kernels (rows, cols), each compiled when
- * first needed. */
-enum { NRED = 2 };   /* the gf kernel, or a program's reductions' */
+/* A program's modules, loaded in this context, each compiled when first
+ * needed: for any layout [0] and for contiguous views [1] (fgen.c), its
+ * kernel gf (slot 0), or for a program that ends in reductions each of its
+ * reduction kernels on its own (slot 1 + CUK_RED_*: rows, cols, run), so
+ * that a first call compiles the one its plan takes. */
+enum { NSLOT = 1 + CUK_RED_NKERNELS };
 typedef struct cfused {
   struct cfused *next;
   const dev_fprog *p;
-  cudaLibrary_t lib[2][NRED];
-  cudaKernel_t k[2][NRED][CUK_RED_NKERNELS];
+  cudaLibrary_t lib[2][NSLOT];
+  cudaKernel_t k[2][NSLOT];
 } cfused;
 
 static cfused **fused_slot(cstate *cs, const dev_fprog *p) {
@@ -111,17 +112,14 @@ static cfused *fused_get(cstate *cs, const dev_fprog *p) {
 
 /* Programs are interned (one per content, never freed), so the pointer is
  * the key.  The compile goes through the disk cache of compiled kernels,
- * whose key holds the source, the headers and NVRTC's version.  out[0]:
- * gf; with red (1: the program ends in reductions) out[CUK_RED_*]:
- * gfr_rows, gfr_cols, gfr_run. */
-static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cudaKernel_t out[CUK_RED_NKERNELS]) {
+ * whose key holds the source, the headers and NVRTC's version.  *out: gf
+ * (slot 0), or reduction kernel slot - 1 (CUK_RED_*: gfr_rows, gfr_cols,
+ * gfr_run). */
+static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int slot, cudaKernel_t *out) {
   cstate *cs = CS(ctx);
   cfused *f = fused_get(cs, p);
   if (!f) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory loading a fused kernel");
-  if (f->k[vec][red][0]) {
-    for (int i = 0; i < CUK_RED_NKERNELS; i++) out[i] = f->k[vec][red][i];
-    return DEV_OK;
-  }
+  if ((*out = f->k[vec][slot])) return DEV_OK;
   int major = 0, minor = 0;
   CK(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cs->device), "device info");
   CK(ctx, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, cs->device), "device info");
@@ -129,50 +127,54 @@ static int fused_kernel(dev_ctx *ctx, const dev_fprog *p, int vec, int red, cuda
   snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
   dev_kimage img;
   char *log = NULL;
-  if (cuda_fused_compile(p, vec, red, arch, &img, &log, err, sizeof err)) {
+  if (cuda_fused_compile(p, vec, slot ? 1 << (slot - 1) : 0, arch, &img, &log, err, sizeof err)) {
     int rc = dev_fail(ctx, DEV_ERR_DEVICE, "%s: the fused kernel did not compile: %s%s%.1500s", p->name, err,
                       log ? "\n" : "", log ? log : "");
     free(log);
     return rc;
   }
   cudaLibrary_t lib = NULL;
-  cudaKernel_t k[CUK_RED_NKERNELS] = {NULL};
-  static const char *const rnames[CUK_RED_NKERNELS] = {"gfr_rows", "gfr_cols", "gfr_run"};
+  cudaKernel_t k = NULL;
+  static const char *const names[NSLOT] = {"gf", "gfr_rows", "gfr_cols", "gfr_run"};
   cudaError_t e = cudaLibraryLoadData(&lib, img.data, NULL, NULL, 0, NULL, NULL, 0);
   dev_kimage_free(&img);
-  if (e == cudaSuccess && !red) e = cudaLibraryGetKernel(&k[0], lib, "gf");
-  for (int i = 0; red && i < CUK_RED_NKERNELS && e == cudaSuccess; i++) e = cudaLibraryGetKernel(&k[i], lib, rnames[i]);
+  if (e == cudaSuccess) e = cudaLibraryGetKernel(&k, lib, names[slot]);
   if (e != cudaSuccess) {
     if (lib) cudaLibraryUnload(lib);
     char what[DEV_SITE_LEN + 64];
     snprintf(what, sizeof what, "%s: loading the fused kernel", p->name);
     return cuda_fail(ctx, e, what);
   }
-  f->lib[vec][red] = lib;
-  for (int i = 0; i < CUK_RED_NKERNELS; i++) out[i] = f->k[vec][red][i] = k[i];
+  f->lib[vec][slot] = lib;
+  *out = f->k[vec][slot] = k;
   return DEV_OK;
 }
 
-static int fused_red(const dev_kop *op) { return op->fprog->nred > 0; }
-
-/* op's kernel parameter into buf, and its kernels, compiled if need be */
+/* op's kernel parameter into buf and whether it is the contiguous
+ * variant's (*vec); and a program without reductions' kernel, compiled if
+ * need be (the reductions' are compiled as their plan asks for them) */
 static int fused_setup(dev_ctx *ctx, cudaStream_t st, const dev_kop *op, int tag, void *buf, size_t cap,
-                       cudaKernel_t k[CUK_RED_NKERNELS], unsigned *grid) {
+                       cudaKernel_t *k, int *vec, unsigned *grid) {
   cstate *cs = CS(ctx);
   cuk_env env = {st, cs->flag_dev, cs->sm_count, 1};
   size_t len;
-  int vec;
   char msg[256];
-  if (cuk_fused_args(op, &env, tag, buf, cap, &len, &vec, grid, msg, sizeof msg))
+  if (cuk_fused_args(op, &env, tag, buf, cap, &len, vec, grid, msg, sizeof msg))
     return dev_fail(ctx, DEV_ERR_INVALID, "%s", msg);
-  return fused_kernel(ctx, op->fprog, vec, fused_red(op), k);
+  *k = NULL;
+  return op->fprog->nred ? DEV_OK : fused_kernel(ctx, op->fprog, *vec, 0, k);
 }
 
+/* Before a capture: every kernel the op may launch (a reduction's three:
+ * which one its plan takes is known at the launch) */
 int cuda_fused_prepare(dev_ctx *ctx, const dev_kop *op) {
   _Alignas(16) char buf[4096];
-  cudaKernel_t k[CUK_RED_NKERNELS];
+  cudaKernel_t k;
   unsigned grid;
-  return fused_setup(ctx, NULL, op, 1, buf, sizeof buf, k, &grid);
+  int vec, rc = fused_setup(ctx, NULL, op, 1, buf, sizeof buf, &k, &vec, &grid);
+  for (int w = 0; rc == DEV_OK && op->fprog->nred && w < CUK_RED_NKERNELS; w++)
+    rc = fused_kernel(ctx, op->fprog, vec, 1 + w, &k);
+  return rc;
 }
 
 #define ZDIV_MSG(E, name, cls, res, fl) [DEV_BIN_##E] = #name ": integer division by zero",
@@ -193,9 +195,13 @@ static int fused_tag(dev_ctx *ctx, const dev_kop *op) {
   return 1;
 }
 
-/* A reduction kernel of a fused op, as k_reduce.cu's plan asks (cuk_rsource) */
+/* A reduction kernel of a fused op, as k_reduce.cu's plan asks (cuk_rsource),
+ * compiled if need be (its failure's code in rc, its message the
+ * context's) */
 typedef struct rlaunch {
-  const cudaKernel_t *k;
+  dev_ctx *ctx;
+  const dev_fprog *p;
+  int vec, rc;
   void *args;   /* gf_args */
   cudaStream_t st;
 } rlaunch;
@@ -203,36 +209,39 @@ typedef struct rlaunch {
 static int rlaunch_one(void *ud, int which, unsigned gx, unsigned gy, const void *rargs, const void *routs, char *err,
                        size_t errlen) {
   rlaunch *l = ud;
+  cudaKernel_t k;
+  if ((unsigned)which >= CUK_RED_NKERNELS) return fail_msg(err, errlen, "bad reduction kernel %d", which);
+  if ((l->rc = fused_kernel(l->ctx, l->p, l->vec, 1 + which, &k))) return fail_msg(err, errlen, "%s", dev_errmsg(l->ctx));
   void *args[3] = {(void *)rargs, l->args, (void *)routs};
-  cudaError_t e = cudaLaunchKernel((const void *)l->k[which], (dim3){gx, gy, 1}, (dim3){256, 1, 1}, args, 0, l->st);
+  cudaError_t e = cudaLaunchKernel((const void *)k, (dim3){gx, gy, 1}, (dim3){256, 1, 1}, args, 0, l->st);
   if (e != cudaSuccess) return fail_msg(err, errlen, "%s", cudaGetErrorString(e));
   return 0;
 }
 
 int cuda_fused_launch(dev_ctx *ctx, cudaStream_t st, const dev_kop *op) {
   _Alignas(16) char buf[4096];
-  cudaKernel_t k[CUK_RED_NKERNELS];
+  cudaKernel_t k;
   unsigned grid;
-  int rc = fused_setup(ctx, st, op, fused_tag(ctx, op), buf, sizeof buf, k, &grid);
+  int vec, rc = fused_setup(ctx, st, op, fused_tag(ctx, op), buf, sizeof buf, &k, &vec, &grid);
   if (rc) return rc;
   char what[DEV_SITE_LEN + 32];
   snprintf(what, sizeof what, "fused '%s'", op->fprog->name);
   if (op->flags & DEV_F_FREDUCE) {
     cstate *cs = CS(ctx);
     cuk_env env = {st, cs->flag_dev, cs->sm_count, 1};
-    rlaunch l = {k, buf, st};
+    const dev_fprog *p = op->fprog;
+    rlaunch l = {ctx, p, vec, DEV_OK, buf, st};
     cuk_rsource src = {rlaunch_one, &l};
     const dev_view *v = dev_kop_in(op, 0), *outs[DEV_FMAXOUT];
-    const dev_fprog *p = op->fprog;
     char err[256];
     for (int j = 0; j < p->nout; j++) outs[j] = dev_kop_out(op, j);
     if (cuk_reduce_fused(p->node[p->res[0]].dtype, v->ndim, v->shape, outs, p->red, p->nout, op->dim, &src, &env,
                          err, sizeof err))
-      return dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", what, err);
+      return l.rc ? l.rc : dev_fail(ctx, DEV_ERR_DEVICE, "%s: %s", what, err);
     return DEV_OK;
   }
   void *args[1] = {buf};
-  cudaError_t e = cudaLaunchKernel((const void *)k[0], (dim3){grid, 1, 1}, (dim3){256, 1, 1}, args, 0, st);
+  cudaError_t e = cudaLaunchKernel((const void *)k, (dim3){grid, 1, 1}, (dim3){256, 1, 1}, args, 0, st);
   if (e != cudaSuccess) return cuda_fail(ctx, e, what);
   return DEV_OK;
 }
@@ -244,7 +253,7 @@ void cuda_fused_free(dev_ctx *ctx) {
       cfused *f = cs->fused[i];
       cs->fused[i] = f->next;
       for (int v = 0; v < 2; v++)
-        for (int r = 0; r < NRED; r++)
+        for (int r = 0; r < NSLOT; r++)
           if (f->lib[v][r] && cudaLibraryUnload(f->lib[v][r]) != cudaSuccess) cudaGetLastError();
       free(f);
     }

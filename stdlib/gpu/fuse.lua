@@ -357,7 +357,10 @@ local function group_key(pr, args, root)
   local key = pattern(pr, args)
   if not pr.reduce then return "=" .. key end
   local ro = pr.ropts or {}
-  return string.format("%s/%s/%s/%s", key, tostring(ro.dim), ro.keepdim and "k" or "", root.dtype)
+  local d = ro.dim
+  -- dim -1 of a 2-dim value is its dim 2 (a bad dim raises when run)
+  if math.type(d) == "integer" and d < 0 and d >= -root.ndim then d = d + root.ndim + 1 end
+  return string.format("%s/%s/%s/%s", key, tostring(d), ro.keepdim and "k" or "", root.dtype)
 end
 
 -- The results of one group key made into programs of up to 4 results: one
@@ -533,14 +536,17 @@ local function reduce(red, ropts, r, out, stream)
   return r[red](r, o)
 end
 
--- A group's reduced results unfused: every value computed, then each
--- reduced (into out[k] when given).
+-- A group's reduced results unfused: every value computed and reduced,
+-- then written to out (the fused op reads every input before it writes;
+-- slow_call checked out first).
 local function run_unfused_rgroup(g, args, out, stream)
   local scope <close> = stream and gpu.using(stream) or nil
   local r = replay(g.pr, args, true)
   local res = {}
-  for k = 1, #r do res[k] = reduce(g.reds[k], g.ropts, r[k], out and out[k], stream) end
-  return table.unpack(res, 1, #r)
+  for k = 1, #r do res[k] = reduce(g.reds[k], g.ropts, r[k], nil, stream) end
+  if not out then return table.unpack(res, 1, #r) end
+  for k = 1, #r do out[k]:copy(res[k]) end
+  return table.unpack(out, 1, #r)
 end
 
 local Fused = {}
@@ -571,6 +577,31 @@ local function run_group(g, args, out, stream)
   if not core.unfused then return pcall(run, pr.p, args, pr.ins, pr.params, out, stream, 4, ro and ro.dim, ro and ro.keepdim) end
   if g.reds then return pcall(run_unfused_rgroup, g, args, out, stream) end
   return pcall(run_unfused_group, pr, args, out, stream)
+end
+
+-- The outputs of a call of several ops, each op checked as it would run
+-- (gpu._fuse's run, dry) before the first writes anything: a bad out
+-- raises with every out as it was.  The reference path checks the same, so
+-- that both paths refuse what the fused op refuses.
+local function dry(pr, ro, args, out, stream)
+  local ok, r = pcall(run, pr.p, args, pr.ins, pr.params, out, stream, 5, ro and ro.dim, ro and ro.keepdim, true)
+  if not ok then error((tostring(r):gsub(SELF_AT, "")), 5) end
+  return r
+end
+local function check_outs(steps, progs, args, out, stream)
+  for s = 1, #steps do
+    local g = steps[s]
+    local members = g.members
+    local shared = false
+    if g.pr then
+      local gout = {}
+      for k, j in ipairs(members) do gout[k] = out[j] end
+      shared = dry(g.pr, g.ropts, args, gout, stream) ~= false
+    end
+    if not shared then
+      for _, j in ipairs(members) do dry(progs[j], progs[j].ropts, args, out[j], stream) end
+    end
+  end
 end
 
 -- A call's slow path (gpu._fuse's caller takes the hot one in C): the
@@ -629,6 +660,7 @@ local function slow_call(self, ...)
     raise("%s: out must be a list of %d tensors (one per result)", self.name, np)
   end
   local results, steps = {}, entry.steps
+  if out and (#steps > 1 or core.unfused) then check_outs(steps, progs, args, out, stream) end
   for s = 1, #steps do
     local g = steps[s]
     local rs

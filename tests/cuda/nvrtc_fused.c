@@ -27,8 +27,8 @@ static dev_fnode par(int i) { return (dev_fnode){.kind = DEV_FN_PARAM, .dtype = 
 
 typedef struct unit { sbuf src; int n; } unit;
 
-/* p's source into u (red: its trailing reductions' kernels, or 0: gf), its
- * names made its own */
+/* p's source into u (red: its trailing reductions' kernels, a mask of
+ * 1 << CUK_RED_*, or 0: gf), its names made its own */
 static void add_red(unit *u, const dev_fprog *p, int red) {
   static const char *const names[] = {"gf", "gf_elem", "gf_elem2", "gf_args", "knum", "gsrc", "gfr_rows", "gfr_cols", "gfr_run"};
   char err[256];
@@ -333,7 +333,7 @@ static void reductions(void) {
     int last = 4;
     const dev_fprog *p = dev_fprog_intern_red(name, nd, 5, &last, 1, &rcase[c].red, err, sizeof err);
     ok(p != NULL, "%s: %s", name, p ? "interned" : err);
-    if (p) add_red(&u, p, 1);
+    if (p) add_red(&u, p, 7);
   }
   /* several reductions of one program, one accumulator each (rmulti):
    * sum, max and mean of three f32 values; every trailing reduction but
@@ -351,7 +351,7 @@ static void reductions(void) {
     snprintf(name, sizeof name, "reds%d_%s", mcase[c].nres, dev_dtype_name(T));
     const dev_fprog *p = dev_fprog_intern_red(name, nd, 6, res, mcase[c].nres, mcase[c].red, err, sizeof err);
     ok(p != NULL, "%s: %s", name, p ? "interned" : err);
-    if (p) add_red(&u, p, 1);
+    if (p) add_red(&u, p, 7);
   }
   compile_unit(&u, "trailing reductions");
 }

@@ -234,6 +234,11 @@ static void fused_two_reductions(dev_ctx *ctx, dev_stream *s) {
   g = f;
   g.fargs = &wide;
   ok(dev_submit(ctx, s, &g) == DEV_ERR_INVALID, "the max into an i64 output: refused (%s)", dev_errmsg(ctx));
+  ok(dev_check_op(ctx, &g) == DEV_ERR_INVALID, "dev_check_op: the same refusal (%s)", dev_errmsg(ctx));
+  int checked = dev_check_op(ctx, &f) == DEV_OK && dev_synchronize(ctx) == DEV_OK;
+  int64_t none = -1;
+  memcpy(&none, o->ptr, 8);
+  ok(checked && none == 0, "dev_check_op of the good op: accepted, nothing run (out %lld)", (long long)none);
   int rc = dev_submit(ctx, s, &f);
   ok(rc == DEV_OK && dev_synchronize(ctx) == DEV_OK, "both reductions: one op (%s)", rc ? dev_errmsg(ctx) : "ran");
   int64_t sum;
