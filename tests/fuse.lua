@@ -43,22 +43,7 @@ local function tensor(dt, shape, nonzero, shift)
 end
 
 -- equal element for element: NaN equals NaN, -0 is not 0
-local function same(a, b)
-  if a.dtype ~= b.dtype then return false, "dtype " .. a.dtype .. " vs " .. b.dtype end
-  local x, y = T.flatten(a:totable()), T.flatten(b:totable())
-  if #x ~= #y then return false, "sizes differ" end
-  for i = 1, #x do
-    local u, v = x[i], y[i]
-    local eq = u == v or (u ~= u and v ~= v)
-    if eq and type(u) == "number" and u == 0 and 1 / u ~= 1 / v then eq = false end
-    if not eq then return false, string.format("element %d: %s vs %s", i, tostring(u), tostring(v)) end
-  end
-  return true
-end
-local function check(a, b, name)
-  local ok, why = same(a, b)
-  if not T.ok(ok, name) then T.diag("  " .. tostring(why)) end
-end
+local check = T.same
 
 local function takes(row, dt) return row[class(dt)] end
 local SYMBOL = { add = "+", sub = "-", mul = "*", div = "/", pow = "^", remainder = "%", floor_divide = "//" }

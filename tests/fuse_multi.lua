@@ -18,22 +18,7 @@ local function rand(shape, dt)
 end
 
 -- equal element for element: NaN equals NaN, -0 is not 0
-local function same(a, b)
-  if a.dtype ~= b.dtype then return false, "dtype " .. a.dtype .. " vs " .. b.dtype end
-  if table.concat(a.shape, ",") ~= table.concat(b.shape, ",") then return false, "shapes differ" end
-  local x, y = T.flatten(a:totable()), T.flatten(b:totable())
-  for i = 1, #x do
-    local u, v = x[i], y[i]
-    local eq = u == v or (u ~= u and v ~= v)
-    if eq and type(u) == "number" and u == 0 and 1 / u ~= 1 / v then eq = false end
-    if not eq then return false, string.format("element %d: %s vs %s", i, tostring(u), tostring(v)) end
-  end
-  return true
-end
-local function check(a, b, name)
-  local ok, why = same(a, b)
-  if not T.ok(ok, name) then T.diag("  " .. tostring(why)) end
-end
+local check = T.same
 
 -- the unfused ops' results (gpu._fuse's reference path)
 local function unfused(f, ...)

@@ -38,22 +38,8 @@ local function ints(shape, dt, lo, hi)
 end
 
 -- equal element for element: NaN equals NaN, -0 is not 0
-local function same(a, b)
-  if a.dtype ~= b.dtype then return false, "dtype " .. a.dtype .. " vs " .. b.dtype end
-  if table.concat(a.shape, ",") ~= table.concat(b.shape, ",") then return false, "shapes differ" end
-  local x, y = T.flatten(a:totable()), T.flatten(b:totable())
-  for i = 1, #x do
-    local u, v = x[i], y[i]
-    local eq = u == v or (u ~= u and v ~= v)
-    if eq and type(u) == "number" and u == 0 and 1 / u ~= 1 / v then eq = false end
-    if not eq then return false, string.format("element %d: %s vs %s", i, tostring(u), tostring(v)) end
-  end
-  return true
-end
-local function check(a, b, name)
-  local ok, why = same(a, b)
-  if not T.ok(ok, name) then T.diag("  " .. tostring(why)) end
-end
+local check = T.same
+local function same(a, b) return T.differ(a, b) == nil end
 
 -- the unfused ops' results (gpu._fuse's reference path)
 local function unfused(f, ...)
@@ -88,12 +74,8 @@ local function agree(name, body, ops, ...)
   local ref = table.pack(unfused(f, ...))
   T.is(ref.n, want.n, name .. ": as many results as the direct calls")
   for k = 1, want.n do
-    local ok1, w1 = same(got[1][k + 1], want[k])
-    local ok2, w2 = same(got[2][k + 1], want[k])
-    local ok3, w3 = same(ref[k], want[k])
-    if not T.ok(ok1 and ok2 and ok3, string.format("%s: result %d as unfused (both calls)", name, k)) then
-      T.diag("  " .. tostring(w1 or w2 or w3))
-    end
+    local w = T.differ(got[1][k + 1], want[k]) or T.differ(got[2][k + 1], want[k]) or T.differ(ref[k], want[k])
+    if not T.ok(w == nil, string.format("%s: result %d as unfused (both calls)", name, k)) then T.diag("  " .. w) end
   end
   return f
 end

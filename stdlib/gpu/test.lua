@@ -156,6 +156,31 @@ function T.is(got, expected, name)
   return false
 end
 
+-- Tensors equal bit for bit as values: the same dtype and shape, and
+-- element for element equal, NaN equal to NaN, -0 not equal to 0.  nil, or
+-- the first difference.
+function T.differ(got, want)
+  if got.dtype ~= want.dtype then return "dtype " .. got.dtype .. " vs " .. want.dtype end
+  local gs, ws = table.concat(got.shape, ","), table.concat(want.shape, ",")
+  if gs ~= ws then return "shape {" .. gs .. "} vs {" .. ws .. "}" end
+  local x, y = T.flatten(got:totable()), T.flatten(want:totable())
+  for i = 1, #x do
+    local u, v = x[i], y[i]
+    local eq = u == v or (u ~= u and v ~= v)
+    if eq and type(u) == "number" and u == 0 and 1 / u ~= 1 / v then eq = false end
+    if not eq then return string.format("element %d: %s vs %s", i, fmt(u), fmt(v)) end
+  end
+  return nil
+end
+
+function T.same(got, want, name)
+  local d = T.differ(got, want)
+  if d == nil then return report(true, name) end
+  report(false, name)
+  T.diag("  " .. d)
+  return false
+end
+
 function T.isnt(got, unexpected, name)
   if diff(got, unexpected, "") ~= nil then return report(true, name) end
   report(false, name)

@@ -67,6 +67,20 @@ function T.is(got, expected, name) end
 ---@return boolean
 function T.isnt(got, unexpected, name) end
 
+---Passes when two tensors are equal bit for bit as values: the same dtype
+---and shape, each element equal (NaN equals NaN, -0 is not 0).
+---@param got gpu.Tensor
+---@param want gpu.Tensor
+---@param name? string
+---@return boolean
+function T.same(got, want, name) end
+
+---nil when T.same(got, want) would pass; else the first difference.
+---@param got gpu.Tensor
+---@param want gpu.Tensor
+---@return string?
+function T.differ(got, want) end
+
 ---Passes when numbers (or nested tables of them) agree within tol.
 ---@param got number|table
 ---@param expected number|table
