@@ -1,4 +1,5 @@
--- gpu.fuse(fn [, opts]): fn's elementwise ops as one op per result.
+-- gpu.fuse(fn [, opts]): fn's elementwise ops, and the reductions its
+-- results may end in, as one op per group of results.
 --
 -- Called with tensors and numbers, the callable runs fn once per new
 -- signature (each tensor's dtype, rank and which of its dims are 1; which
@@ -6,8 +7,9 @@
 -- metamethods (the rows of cuda/ops.h, :to, clamp, lerp, gpu.where) record
 -- nodes instead of running.  Each result's nodes become one program
 -- (gpu._fuse's program, interned in C) and each call submits ONE op per
--- result (gpu._fuse's run): streams, graphs, traces and the race checker see
--- one op.  Numbers passed as arguments are parameters (a new value reuses the
+-- group (gpu._fuse's run: results of one shape, or reductions of one dim,
+-- keepdim and dtype, up to four): streams, graphs, traces and the race
+-- checker see one op.  Numbers passed as arguments are parameters (a new value reuses the
 -- program); number literals in fn are constants.  Anything that is not
 -- elementwise raises at its own line, naming the fused function.  Lua
 -- control flow runs while tracing: a branch on an argument's dtype is
