@@ -6,34 +6,13 @@
 -- for gpu.stats, graphs and the race checker; bad outputs are refused.
 local gpu = require "gpu"
 local T = require "gpu.test"
-local core = require "gpu._fuse"
 
 math.randomseed(3232)
-local function rand(shape, dt)
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  local v = {}
-  for i = 1, n do v[i] = (math.random() - 0.5) * 6 end
-  return gpu.tensor(v, { dtype = dt or "f32" }):view(shape)
-end
+local helpers = dofile((arg[0]:match("^(.*)/") or ".") .. "/fuse/helpers.lua")
+local rand, unfused, launches = helpers.rand, helpers.unfused, helpers.launches
 
 -- equal element for element: NaN equals NaN, -0 is not 0
 local check = T.same
-
--- the unfused ops' results (gpu._fuse's reference path)
-local function unfused(f, ...)
-  core.unfused = true
-  local r = table.pack(f(...))
-  core.unfused = false
-  return table.unpack(r, 1, r.n)
-end
-
-local function launches(fn)
-  gpu.synchronize()
-  local l0 = gpu.stats().launches
-  local r = table.pack(fn())
-  return gpu.stats().launches - l0, table.unpack(r, 1, r.n)
-end
 
 -- Adam's update of p, m and v: three results of one shape
 local adam = gpu.fuse(function(p, g, m, v, lr, b1, b2, c1, c2, eps)

@@ -15,18 +15,12 @@
 -- checker; one trace per signature.
 local gpu = require "gpu"
 local T = require "gpu.test"
-local core = require "gpu._fuse"
 
 local SRC = debug.getinfo(1, "S").short_src
 
 math.randomseed(3233)
-local function rand(shape, dt)
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  local v = {}
-  for i = 1, n do v[i] = (math.random() - 0.5) * 6 end
-  return gpu.tensor(v, { dtype = dt or "f32" }):view(shape)
-end
+local helpers = dofile((arg[0]:match("^(.*)/") or ".") .. "/fuse/helpers.lua")
+local rand, unfused, launches = helpers.rand, helpers.unfused, helpers.launches
 
 -- integers of dtype dt in [lo, hi]
 local function ints(shape, dt, lo, hi)
@@ -40,22 +34,6 @@ end
 -- equal element for element: NaN equals NaN, -0 is not 0
 local check = T.same
 local function same(a, b) return T.differ(a, b) == nil end
-
--- the unfused ops' results (gpu._fuse's reference path)
-local function unfused(f, ...)
-  core.unfused = true
-  local r = table.pack(pcall(f, ...))
-  core.unfused = false
-  if not r[1] then error(r[2], 0) end
-  return table.unpack(r, 2, r.n)
-end
-
-local function launches(fn)
-  gpu.synchronize()
-  local l0 = gpu.stats().launches
-  local r = table.pack(fn())
-  return gpu.stats().launches - l0, table.unpack(r, 1, r.n)
-end
 
 -- body fused, called twice (the first call traces and runs in Lua, the
 -- second runs from C when the signature is one op): `ops` ops each time
