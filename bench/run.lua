@@ -159,7 +159,7 @@ if have_ref and want("ops") then run_program("raw", REF .. (B.quick and " quick"
 
 if run_scripts then
   for _, script in ipairs { "launch.lua", "alloc.lua", "copy.lua", "matmul.lua", "kernels.lua", "ops.lua",
-                            "graph.lua" } do
+                            "graph.lua", "formats.lua" } do
     run_program("gpulua", string.format("%s %s %s/%s", GPULUA, DEV, HERE, script))
   end
   -- Enqueue costs are a few microseconds and drift with the host's clocks
@@ -655,6 +655,9 @@ local ORDER = {
   { "sort_1m", "le_torch", 1.0 },
   { "sort_64x1m", "le_torch", 1.0 },
   { "topk_16", "le_torch", 1.0 },
+  -- issue 34, item 3: a numpy.savez_compressed archive to the device, against numpy.load + .cuda()
+  { "npz_deflated", "ge_torch", 1.0, label = "%s (PyTorch column: numpy.load, .cuda())" },
+  { "npz_deflated_atcall" },
   -- issue 32: gpu.fuse; the PyTorch column is torch.compile (rows *_cupy: cupy.fuse)
   { "fuse_gelu_f32", "ge_ratio", 0.90, raw_from = "d2d", label = "%s (raw C: D2D copy)" },
   { "fuse_gelu_f32", "ge_torch", 1.0, label = "%s (PyTorch column: torch.compile)" },

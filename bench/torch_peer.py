@@ -857,6 +857,37 @@ def tp_rank(rank, world, port):
         dist.destroy_process_group()
 
 
+def bench_npz():
+    """bench/formats.lua's npz_deflated: numpy.load of a savez_compressed
+    archive of 8 members of randn f32, each member to the device (what a
+    PyTorch user writes), then a sync; GB/s of array bytes, median of 5
+    after one warm-up."""
+    import tempfile
+    import numpy as np
+    members, each, reps = 8, (1 << 20) if QUICK else (8 << 20), 5
+    rng = np.random.default_rng(1)
+    arrays = {f"w{i}": rng.standard_normal(each // 4, dtype=np.float32) for i in range(1, members + 1)}
+    fd, path = tempfile.mkstemp(suffix=".npz")
+    os.close(fd)
+    try:
+        np.savez_compressed(path, **arrays)
+        times = []
+        for r in range(reps + 1):
+            t0 = time.perf_counter()
+            with np.load(path) as z:
+                got = {k: torch.from_numpy(z[k]).cuda() for k in z.files}
+            torch.cuda.synchronize()
+            if r > 0:
+                times.append(time.perf_counter() - t0)
+        total = members * each
+        row("npz_deflated", total / statistics.median(times) / 1e9, "GB/s",
+            f"numpy.load of {members} deflated f32 members of {each >> 20} MiB, each .cuda()")
+        ok = all(torch.equal(got[k].cpu(), torch.from_numpy(v)) for k, v in arrays.items())
+        check("npz_deflated", ok, "the members differ")
+    finally:
+        os.remove(path)
+
+
 def spawn2(fn, *args):
     import socket
     import torch.multiprocessing as mp
@@ -890,7 +921,8 @@ def main():
                      ("fuse", lambda: bench_fuse(s)),
                      ("overlap_big", lambda: bench_overlap("overlap_big", OV_BATCHES, OV_BIG)),
                      ("overlap_small", lambda: bench_overlap("overlap_small", OV_BATCHES, OV_SMALL)),
-                     ("graph_node", lambda: bench_graph(s)), ("zero", bench_zero), ("tp", bench_tp)):
+                     ("graph_node", lambda: bench_graph(s)), ("npz", bench_npz), ("zero", bench_zero),
+                     ("tp", bench_tp)):
         if (only and name not in only) or name in skip:
             continue
         try:

@@ -12,10 +12,13 @@
  * the safetensors package writes: the header padded with spaces to a
  * multiple of 8 bytes, the tensors' bytes in the header's order. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tensor.h"   /* first: npy.h declares its Lua half after lua.h */
 #include "npy.h"
@@ -24,12 +27,29 @@
 
 /* ---- the parsed header: a userdata that frees it --------------------------- */
 
-typedef struct st_handle { const bind_type *tag; st_header h; zip_archive z; } st_handle;
+typedef struct inflater inflater;
+typedef struct shared_fd shared_fd;
+static void inflater_close(void *ud);
+static void shared_fd_release(shared_fd *d);
+
+/* pending: a deflated member's inflater until the device layer takes it;
+ * dfd: the descriptor the inflaters of one load share */
+typedef struct st_handle {
+  const bind_type *tag;
+  st_header h;
+  zip_archive z;
+  inflater *pending;
+  shared_fd *dfd;
+} st_handle;
 
 static int st_handle_close(lua_State *L) {
   st_handle *u = bind_check_type(L, 1, &bind_st_header_type, sizeof *u);
   st_free(&u->h);
   zip_free(&u->z);
+  if (u->pending) inflater_close(u->pending);
+  u->pending = NULL;
+  if (u->dfd) shared_fd_release(u->dfd);
+  u->dfd = NULL;
   return 0;
 }
 
@@ -37,6 +57,8 @@ static st_handle *push_handle(lua_State *L) {
   st_handle *u = bind_new_udata(L, &bind_st_header_type, sizeof *u, 0);
   memset(&u->h, 0, sizeof u->h);
   memset(&u->z, 0, sizeof u->z);
+  u->pending = NULL;
+  u->dfd = NULL;
   lua_toclose(L, lua_gettop(L));
   return u;
 }
@@ -423,15 +445,159 @@ static void load_stored(lua_State *L, int fd, const zip_archive *z, const zip_en
   }
 }
 
-static void load_member(lua_State *L, int fd, const zip_archive *z, const zip_entry *e, dev_memkind kind,
-                        int stream, int map, const char *path, int out) {
+/* A descriptor of the file for the inflaters of one load (pread: any
+ * thread), closed with the last of them: a load of many members holds one
+ * descriptor, not one each. */
+struct shared_fd { int fd; atomic_int refs; };
+
+static void shared_fd_release(shared_fd *d) {
+  if (atomic_fetch_sub(&d->refs, 1) != 1) return;
+  close(d->fd);
+  free(d);
+}
+
+/* A deflated member inflated on the staging threads (dev_copy_source):
+ * its .npy header inflated and read at the call, its elements given to
+ * the device layer chunk by chunk, then the rest of the member inflated for
+ * its CRC-32.  It reads the file through the load's own descriptor. */
+struct inflater {
+  shared_fd *dfd;
+  zip_stream *zs;
+  unsigned char *head;          /* the member's first bytes, inflated for the header */
+  size_t have, cap, pos;        /* bytes in head, room, the next to give */
+  uint64_t left;                /* the member's bytes not yet inflated */
+  uint64_t togive;              /* the elements' bytes not yet given */
+  char err[400];                /* why head_read failed, if inflating did */
+  char prefix[300];             /* "load_npz: <path>: " */
+};
+
+static void inflater_close(void *ud) {
+  inflater *f = ud;
+  zip_stream_close(f->zs);
+  if (f->dfd) shared_fd_release(f->dfd);
+  free(f->head);
+  free(f);
+}
+
+/* npy_read_header's reader: the member's bytes inflated into head as far
+ * as a read asks (a header reads front to back). */
+static int head_read(void *ctx, void *p, size_t n, uint64_t off) {
+  inflater *f = ctx;
+  if (off + n < off || off + n > f->have + f->left) {
+    errno = 0;
+    return -1;
+  }
+  size_t want = (size_t)(off + n);
+  if (want > f->have) {
+    if (want > f->cap) {
+      size_t cap = want < 4096 ? 4096 : want * 2;
+      unsigned char *h = realloc(f->head, cap);
+      if (!h) return -1;
+      f->head = h;
+      f->cap = cap;
+    }
+    if (zip_stream_read(f->zs, f->head + f->have, want - f->have, f->err, sizeof f->err)) {
+      errno = EIO;
+      return -1;
+    }
+    f->left -= want - f->have;
+    f->have = want;
+  }
+  memcpy(p, f->head + off, n);
+  return 0;
+}
+
+static int inflater_fill(void *ud, void *dst, size_t n, char *err, size_t errlen) {
+  inflater *f = ud;
+  char msg[400];
+  size_t k = f->pos < f->have ? f->have - f->pos : 0;
+  if (k > n) k = n;
+  memcpy(dst, f->head + f->pos, k);
+  f->pos += n;
+  f->togive -= n;
+  int rc = 0;
+  if (n > k) {
+    rc = zip_stream_read(f->zs, (char *)dst + k, n - k, msg, sizeof msg);
+    f->left -= n - k;
+  }
+  /* after the last element: the rest of the member, for its CRC-32 */
+  unsigned char junk[4096];
+  while (rc == 0 && f->togive == 0 && f->left > 0) {
+    size_t m = f->left < sizeof junk ? (size_t)f->left : sizeof junk;
+    rc = zip_stream_read(f->zs, junk, m, msg, sizeof msg);
+    f->left -= m;
+  }
+  if (rc) snprintf(err, errlen, "%s%s", f->prefix, msg);
+  return rc;
+}
+
+/* A deflated member to the device: pushed, its copy queued; 0 (nothing
+ * pushed) when its elements are not a plain copy (the caller inflates it
+ * at the call then). */
+static int load_inflating(lua_State *L, st_handle *u, int fd, const zip_entry *e, int stream, const char *path) {
+  char err[512];
+  if (!u->dfd) {
+    shared_fd *d = malloc(sizeof *d);
+    if (!d) return luaL_error(L, "load_npz: %s: out of memory", path);
+    if ((d->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+      free(d);
+      return luaL_error(L, "load_npz: %s: cannot duplicate its descriptor: %s", path, strerror(errno));
+    }
+    atomic_init(&d->refs, 1);   /* the handle's */
+    u->dfd = d;
+  }
+  inflater *f = calloc(1, sizeof *f);
+  if (!f) return luaL_error(L, "load_npz: %s: out of memory", path);
+  atomic_fetch_add(&u->dfd->refs, 1);
+  f->dfd = u->dfd;
+  f->left = e->usize;
+  u->pending = f;
+  snprintf(f->prefix, sizeof f->prefix, "load_npz: %.200s: ", path);
+  if (zip_stream_open(fd_read, &f->dfd->fd, &u->z, e, &f->zs, err, sizeof err))
+    return luaL_error(L, "load_npz: %s: %s", path, err);
+  npy_header h;
+  memset(&h, 0, sizeof h);
+  f->err[0] = 0;
+  if (npy_read_header(head_read, f, e->usize, &h, err, sizeof err)) {
+    /* a failed inflate says why; else the header does */
+    if (f->err[0]) return luaL_error(L, "load_npz: %s: %s", path, f->err);
+    return luaL_error(L, "load_npz: %s: member '%s': %s", path, e->name, err);
+  }
+  if (h.swap || h.dt == DEV_BOOL || h.nbytes == 0) {
+    inflater_close(f);
+    u->pending = NULL;
+    return 0;
+  }
+  f->pos = h.data_offset;
+  f->togive = h.nbytes;
+  gpu_tensor *t = bind_push_tensor_handle(L);
+  t->v.buf = bind_alloc(L, DEV_MEM_DEVICE, h.nbytes, 0, "load_npz");
+  t->v.dtype = h.dt;
+  dev_view_set_contiguous(&t->v, h.ndim, h.shape);
+  dev_ctx *ctx = bind_ctx(L);
+  bind_call_site(L, ctx, "load_npz");
+  dev_stream *s = bind_stream(L, stream);
+  dev_source src = {inflater_fill, inflater_close, f};
+  u->pending = NULL;   /* the device layer's now, whatever it returns */
+  BIND_CHECK(L, ctx, dev_copy_source(ctx, s, &t->v, &src), "load_npz");
+  return 1;
+}
+
+static void load_member(lua_State *L, st_handle *u, int fd, const zip_entry *e, dev_memkind kind, int stream,
+                        int map, const char *path, int out) {
+  const zip_archive *z = &u->z;
   push_key(L, e);
   if (e->method == 0) {
     load_stored(L, fd, z, e, kind, stream, map, path);
     lua_rawset(L, out);
     return;
   }
-  /* deflated: inflated whole into memory, CRC-32 checked, then loaded from there */
+  if (map && kind == DEV_MEM_DEVICE && load_inflating(L, u, fd, e, stream, path)) {
+    lua_rawset(L, out);
+    return;
+  }
+  /* deflated, to host memory or map = false: inflated whole at the call,
+   * CRC-32 checked, then loaded from there */
   char err[512];
   unsigned char *buf = lua_newuserdatauv(L, e->usize ? (size_t)e->usize : 1, 0);
   if (zip_read_member(fd_read, &fd, z, e, buf, err, sizeof err))
@@ -479,7 +645,7 @@ static int gpu_load_npz(lua_State *L) {
   lua_newtable(L);
   int out = lua_gettop(L);
   if (lua_isnil(L, sel)) {
-    for (size_t i = 0; i < z->n; i++) load_member(L, fd, z, &z->e[i], kind, stream, map, path, out);
+    for (size_t i = 0; i < z->n; i++) load_member(L, u, fd, &z->e[i], kind, stream, map, path, out);
     return 1;
   }
   for (int pass = 0; pass < 2; pass++)
@@ -491,7 +657,7 @@ static int gpu_load_npz(lua_State *L) {
       }
       size_t k = (size_t)lua_tointeger(L, -1);
       lua_pop(L, 1);
-      if (pass) load_member(L, fd, z, &z->e[k], kind, stream, map, path, out);
+      if (pass) load_member(L, u, fd, &z->e[k], kind, stream, map, path, out);
     }
   return 1;
 }

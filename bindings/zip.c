@@ -44,14 +44,6 @@ uint32_t zip_crc32(uint32_t crc, const void *p, size_t n) {
   return ~crc;
 }
 
-static int inflate_member(zip_read_fn rd, void *ctx, const zip_entry *e, uint64_t off, void *out, char *err,
-                          size_t errlen) {
-  (void)rd, (void)ctx, (void)off, (void)out;
-  snprintf(err, errlen, "member '%.200s' is deflated, and this gpulua was built without zlib "
-           "(apt install zlib1g-dev, then rebuild)", e->name);
-  return -1;
-}
-
 int zip_deflate(const void *p, size_t n, void **out, size_t *outlen) {
   (void)p, (void)n, (void)outlen;
   *out = NULL;
@@ -68,59 +60,6 @@ uint32_t zip_crc32(uint32_t crc, const void *p, size_t n) {
     n -= k;
   }
   return (uint32_t)v;
-}
-
-static int inflate_member(zip_read_fn rd, void *ctx, const zip_entry *e, uint64_t off, void *out, char *err,
-                          size_t errlen) {
-  z_stream z;
-  memset(&z, 0, sizeof z);
-  if (inflateInit2(&z, -15) != Z_OK) {
-    snprintf(err, errlen, "zlib: cannot start inflating");
-    return -1;
-  }
-  unsigned char *buf = malloc(CHUNK);
-  int rc = -1, zr = Z_OK;
-  uint64_t left = e->csize, done = 0;
-  unsigned char *o = out;
-  if (!buf) {
-    snprintf(err, errlen, "out of memory");
-    goto out;
-  }
-  while (zr != Z_STREAM_END) {
-    if (z.avail_in == 0) {
-      if (left == 0) break;
-      size_t k = left < CHUNK ? (size_t)left : CHUNK;
-      if (rd(ctx, buf, k, off) != 0) {
-        read_fail(err, errlen, "a member's data");
-        goto out;
-      }
-      off += k;
-      left -= k;
-      z.next_in = buf;
-      z.avail_in = (uInt)k;
-    }
-    uint64_t room = e->usize - done;
-    z.next_out = o + done;
-    z.avail_out = room > (1u << 30) ? (1u << 30) : (uInt)room;
-    uInt before = z.avail_out;
-    zr = inflate(&z, Z_NO_FLUSH);
-    done += before - z.avail_out;
-    if (zr == Z_BUF_ERROR && z.avail_out == 0 && done == e->usize) break;   /* more data than claimed */
-    if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
-      snprintf(err, errlen, "member '%.200s': corrupt deflate data (zlib: %s)", e->name, z.msg ? z.msg : "error");
-      goto out;
-    }
-  }
-  if (zr != Z_STREAM_END || done != e->usize) {
-    snprintf(err, errlen, "member '%.200s': corrupt deflate data (%s)", e->name,
-             done < e->usize ? "it ends early" : "more data than its size");
-    goto out;
-  }
-  rc = 0;
-out:
-  inflateEnd(&z);
-  free(buf);
-  return rc;
 }
 
 #endif /* GPULUA_HAVE_ZLIB */
@@ -442,22 +381,161 @@ int zip_member_offset(zip_read_fn rd, void *ctx, const zip_archive *za, const zi
   return rc;
 }
 
-int zip_read_member(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, void *out, char *err,
-                    size_t errlen) {
+/* ---- a member read front to back ------------------------------------- */
+
+struct zip_stream {
+  zip_read_fn rd;
+  void *ctx;
+  char *name;
+  int method;
+  uint64_t off, left;       /* the next byte of its data in the file, and how many are left */
+  uint64_t usize, done;     /* its size, and the bytes given so far */
+  uint32_t crc, want;       /* the CRC-32 of those bytes, and the archive's */
+#ifdef GPULUA_HAVE_ZLIB
+  z_stream z;
+  int zinit, ended;         /* inflateInit2 done; the deflate stream's end seen */
+  unsigned char *in;        /* CHUNK bytes of compressed data */
+#endif
+};
+
+void zip_stream_close(zip_stream *s) {
+  if (!s) return;
+#ifdef GPULUA_HAVE_ZLIB
+  if (s->zinit) inflateEnd(&s->z);
+  free(s->in);
+#endif
+  free(s->name);
+  free(s);
+}
+
+int zip_stream_open(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, zip_stream **out,
+                    char *err, size_t errlen) {
+  *out = NULL;
   uint64_t off;
   if (zip_member_offset(rd, ctx, za, e, &off, err, errlen)) return -1;
-  if (e->method == 0) {
-    if (e->usize && rd(ctx, out, (size_t)e->usize, off) != 0) return read_fail(err, errlen, "a member's data");
-  } else if (inflate_member(rd, ctx, e, off, out, err, errlen)) {
+#ifndef GPULUA_HAVE_ZLIB
+  if (e->method != 0) {
+    snprintf(err, errlen, "member '%.200s' is deflated, and this gpulua was built without zlib "
+             "(apt install zlib1g-dev, then rebuild)", e->name);
     return -1;
   }
-  uint32_t crc = zip_crc32(0, out, (size_t)e->usize);
-  if (crc != e->crc) {
+#endif
+  zip_stream *s = calloc(1, sizeof *s);
+  if (!s || !(s->name = strdup(e->name))) {
+    free(s);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  s->rd = rd;
+  s->ctx = ctx;
+  s->method = e->method;
+  s->off = off;
+  s->left = e->csize;
+  s->usize = e->usize;
+  s->want = e->crc;
+#ifdef GPULUA_HAVE_ZLIB
+  if (s->method != 0) {
+    if (!(s->in = malloc(CHUNK))) {
+      zip_stream_close(s);
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    if (inflateInit2(&s->z, -15) != Z_OK) {
+      zip_stream_close(s);
+      snprintf(err, errlen, "zlib: cannot start inflating");
+      return -1;
+    }
+    s->zinit = 1;
+  }
+#endif
+  *out = s;
+  return 0;
+}
+
+#ifdef GPULUA_HAVE_ZLIB
+/* Up to n bytes inflated into o (*got of them): fewer only once the deflate
+ * stream has ended or its data in the file is used up. */
+static int inflate_some(zip_stream *s, unsigned char *o, size_t n, size_t *got, char *err, size_t errlen) {
+  *got = 0;
+  while (*got < n && !s->ended) {
+    if (s->z.avail_in == 0 && s->left > 0) {
+      size_t k = s->left < CHUNK ? (size_t)s->left : CHUNK;
+      if (s->rd(s->ctx, s->in, k, s->off) != 0) return read_fail(err, errlen, "a member's data");
+      s->off += k;
+      s->left -= k;
+      s->z.next_in = s->in;
+      s->z.avail_in = (uInt)k;
+    }
+    size_t room = n - *got;
+    s->z.next_out = o + *got;
+    s->z.avail_out = room > (1u << 30) ? (1u << 30) : (uInt)room;
+    uInt before = s->z.avail_out;
+    int zr = inflate(&s->z, Z_NO_FLUSH);
+    *got += before - s->z.avail_out;
+    if (zr == Z_STREAM_END) s->ended = 1;
+    else if (zr == Z_BUF_ERROR && s->z.avail_in == 0 && s->left == 0) break;   /* no more input */
+    else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+      snprintf(err, errlen, "member '%.200s': corrupt deflate data (zlib: %s)", s->name,
+               s->z.msg ? s->z.msg : "error");
+      return -1;
+    }
+  }
+  return 0;
+}
+#endif
+
+/* After the last byte: a deflate stream ends there, and the CRC-32 matches. */
+static int stream_finish(zip_stream *s, char *err, size_t errlen) {
+#ifdef GPULUA_HAVE_ZLIB
+  if (s->method != 0) {
+    unsigned char extra;
+    size_t got = 0;
+    if (!s->ended && inflate_some(s, &extra, 1, &got, err, errlen)) return -1;
+    if (!s->ended || got) {
+      snprintf(err, errlen, "member '%.200s': corrupt deflate data (more data than its size)", s->name);
+      return -1;
+    }
+  }
+#endif
+  if (s->crc != s->want) {
     snprintf(err, errlen, "member '%.200s': CRC-32 mismatch (the data is corrupt: %08x, the archive says %08x)",
-             e->name, crc, e->crc);
+             s->name, s->crc, s->want);
     return -1;
   }
   return 0;
+}
+
+int zip_stream_read(zip_stream *s, void *out, size_t n, char *err, size_t errlen) {
+  if (n > s->usize - s->done) {
+    snprintf(err, errlen, "member '%.200s': a read past its end", s->name);
+    return -1;
+  }
+  if (n == 0 && s->done < s->usize) return 0;
+  if (s->method == 0) {
+    if (n && s->rd(s->ctx, out, n, s->off + s->done) != 0) return read_fail(err, errlen, "a member's data");
+  }
+#ifdef GPULUA_HAVE_ZLIB
+  else {
+    size_t got;
+    if (inflate_some(s, out, n, &got, err, errlen)) return -1;
+    if (got < n) {
+      snprintf(err, errlen, "member '%.200s': corrupt deflate data (it ends early)", s->name);
+      return -1;
+    }
+  }
+#endif
+  s->crc = zip_crc32(s->crc, out, n);
+  s->done += n;
+  return s->done == s->usize ? stream_finish(s, err, errlen) : 0;
+}
+
+int zip_read_member(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, void *out, char *err,
+                    size_t errlen) {
+  zip_stream *s;
+  if (zip_stream_open(rd, ctx, za, e, &s, err, errlen)) return -1;
+  int rc = zip_stream_read(s, out, (size_t)e->usize, err, errlen);
+  zip_stream_close(s);
+  return rc;
 }
 
 #ifdef GPULUA_HAVE_ZLIB

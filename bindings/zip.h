@@ -38,6 +38,16 @@ int zip_member_offset(zip_read_fn rd, void *ctx, const zip_archive *za, const zi
 /* The member's usize bytes into out, inflated if need be, CRC-32 checked. */
 int zip_read_member(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, void *out, char *err,
                     size_t errlen);
+/* A member read front to back in pieces (the reads of one stream in order,
+ * from one thread at a time): open reads and checks its local header;
+ * read gives its next n bytes (stored, or inflated), and with the last one
+ * checks that a deflate stream ends there and the CRC-32.  0, or -1 with a
+ * message.  The stream keeps rd and ctx, and copies what it needs of e. */
+typedef struct zip_stream zip_stream;
+int zip_stream_open(zip_read_fn rd, void *ctx, const zip_archive *za, const zip_entry *e, zip_stream **out,
+                    char *err, size_t errlen);
+int zip_stream_read(zip_stream *s, void *out, size_t n, char *err, size_t errlen);
+void zip_stream_close(zip_stream *s);
 /* CRC-32 (zlib's) of n bytes, continuing from crc (0 to start). */
 uint32_t zip_crc32(uint32_t crc, const void *p, size_t n);
 /* Raw deflate of n bytes into a new malloc'd buffer (*out, *outlen); 0 or -1. */

@@ -783,3 +783,95 @@ int dev_write(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const void *src)
   dev_buf_release(tmp);
   return rc;
 }
+
+/* ---- copies of bytes made on the host (dev_copy_source) ------------------ */
+
+/* The bytes made here, into host-visible dst or into a pinned buffer whose
+ * copy to dst is then queued: where nothing is staged. */
+static int source_here(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const dev_source *src, size_t bytes) {
+  char err[400];
+  dev_buf *tmp = NULL;
+  int rc, here = host_visible(dst->buf);
+  if (here) rc = dev_buf_fence(dst->buf, 1);
+  else rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, bytes, &tmp);
+  if (rc) return rc;
+  if (src->fill(src->ud, here ? dev_view_ptr(dst) : tmp->ptr, bytes, err, sizeof err)) {
+    dev_buf_release(tmp);
+    return dev_fail(ctx, DEV_ERR_INVALID, "%s", err);
+  }
+  if (here) return DEV_OK;
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 1, .out = *dst};
+  contiguous_view(&op.in[0], tmp, dst->dtype, dst->ndim, dst->shape);
+  rc = dev_submit(ctx, s, &op);
+  dev_buf_release(tmp);
+  return rc;
+}
+
+/* Staged: a source job filling slots.  A fill is slow (an inflate: a few
+ * hundred MB/s a thread) and in order, and the copies of one stream go to
+ * the device one after the other: the sources of several copies are filled
+ * at once only when each has a slot for every chunk, in an idle pinned
+ * block of its own (it starts at once, and never waits for the stream).
+ * That holds while the slots of the live sources stay within
+ * SOURCE_PINNED; past it a copy takes the stream's staging block with two
+ * slots, reused in stream order (it starts once the stream's last copy is
+ * done), so that the pinned memory of many copies queued at once stays
+ * bounded.  The op seen by the race checker writes dst only; the one
+ * traced and counted reads the slots (a copy H2D of dst's bytes). */
+#define SOURCE_PINNED ((size_t)512 << 20)
+static int source_staged(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const dev_source *src, size_t bytes,
+                         int *taken) {
+  dev_kop op = {.kind = DEV_OP_COPY, .nin = 0, .out = *dst};
+  dev_buf *stage = NULL;
+  dev_stage_job *job = NULL;
+  int rc;
+  if (ctx->race && (rc = race_op(ctx, s, &op, 0))) return rc;
+  if ((rc = fence_op_bufs(s, &dst->buf, 1))) return rc;
+  size_t chunk;
+  int64_t nslot;
+  dev_stage_plan(ctx, bytes, dev_dtype_size(dst->dtype), &chunk, &nslot);
+  int64_t n = (int64_t)((bytes + chunk - 1) / chunk);
+  if (dev_stage_source_bytes(ctx) + chunk * (size_t)n <= SOURCE_PINNED) {
+    nslot = n;
+    rc = dev_buf_alloc(ctx, DEV_MEM_PINNED, chunk * (size_t)nslot, &stage);
+  } else {
+    nslot = nslot < 2 ? nslot : 2;
+    rc = dev_buf_alloc_stage(ctx, chunk * (size_t)nslot, s, &stage);
+  }
+  if (rc) return rc;
+  if ((rc = dev_stage_new_source(ctx, src, bytes, dev_view_ptr(dst), stage->ptr, chunk, nslot, &job))) goto out;
+  *taken = 1;
+  if (dev_buf_idle(stage)) dev_stage_start(job);
+  dev_kop traced = op;
+  int64_t sb = (int64_t)(chunk * (size_t)nslot);
+  traced.nin = 1;
+  contiguous_view(&traced.in[0], stage, DEV_U8, 1, &sb);
+  if ((rc = ctx->bk->stage_copy(s, &traced, job))) {
+    dev_stage_abort(job);
+    goto out;
+  }
+  note_op(ctx, s, &op.out.buf, 1, 1);
+  note_use(BX(stage), s, 1);
+  if (ctx->race) race_op(ctx, s, &op, 1);
+  count_op(ctx, &traced);
+out:
+  dev_stage_release(job);
+  dev_buf_release(stage);
+  return rc;
+}
+
+int dev_copy_source(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const dev_source *src) {
+  int rc = dev_check_async(ctx), taken = 0;
+  size_t bytes = dst->buf ? (size_t)dev_view_numel(dst) * dev_dtype_size(dst->dtype) : 0;
+  if (!rc) rc = dev_check_view(ctx, dst, "copy output");
+  if (!rc) rc = dev_check_writable(ctx, dst);
+  if (!rc && !dev_view_contiguous(dst)) rc = dev_fail(ctx, DEV_ERR_INVALID, "copy output: not contiguous");
+  if (!s) s = ctx->dflt;
+  if (!rc) rc = check_open(s);
+  if (!rc && bytes) {
+    int staged = !host_visible(dst->buf) && !ctx->capture && ctx->bk->stage_copy && !ctx->stage_off;
+    rc = staged ? source_staged(ctx, s, dst, src, bytes, &taken) : source_here(ctx, s, dst, src, bytes);
+  }
+  if (!taken && src->close) src->close(src->ud);
+  return rc;
+}

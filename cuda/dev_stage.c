@@ -55,6 +55,15 @@
  * - dev_stage_abort (a failed enqueue): no piece is taken any more, host
  *   is set past every wait, and it returns once no thread copies for the
  *   job; the backend then waits for the steps it had enqueued.
+ * - A source job (dev_copy_source: H2D, its bytes made by a dev_source,
+ *   an inflated file member) has one piece per chunk, and a chunk is taken
+ *   only once the one before it is filled: one thread at a time fills it,
+ *   in order, while other threads work for other jobs (several members
+ *   inflate at once).  A fill that fails is the context's async error,
+ *   named with the job's script position; no piece is taken any more and
+ *   host is set to n, so the stream passes the job's steps (copying what
+ *   the slots hold), and the record is released as any other.  The source
+ *   is closed when the job is freed.
  */
 #include <errno.h>
 #include <math.h>
@@ -122,7 +131,11 @@ struct dev_stage_job {
   int h2d;
   int evict;                /* D2H: its drained pieces are evicted */
   int abort;
+  int failed;               /* a source's fill failed */
   int listed;
+  dev_source src;           /* a source job's (fill NULL otherwise) */
+  dev_ctx *ctx;
+  char site[DEV_SITE_LEN];  /* where a source job was queued */
   dev_view host;            /* the pageable side: shape and strides */
   char *hbase;              /* its first element */
   char *dev;                /* the device side, contiguous */
@@ -153,6 +166,7 @@ struct dev_stage_pool {
   pthread_cond_t done;      /* a job aborted and a thread left it */
   dev_stage_job *head, *tail;   /* jobs with pieces left to take, oldest first */
   int64_t jobs;             /* live jobs */
+  size_t source_bytes;      /* the slots of live source jobs */
   stage_arena *arenas;
   int polling;              /* a thread watches the streams' words */
   int stop, jitter;
@@ -366,13 +380,16 @@ static void job_unref(dev_stage_job *j) {
   if (--j->refs > 0) return;
   release_record(j);
   j->pool->jobs--;
+  if (j->src.fill) j->pool->source_bytes -= j->chunk * (size_t)j->nslot;
+  if (j->src.close) j->src.close(j->src.ud);
   free(j);
 }
 
 /* the next piece may be taken */
 static int piece_ready(const dev_stage_job *j) {
-  if (j->abort || j->next >= j->n * j->ppc) return 0;
+  if (j->abort || j->failed || j->next >= j->n * j->ppc) return 0;
   int64_t k = j->next / j->ppc;
+  if (j->src.fill && (j->busy || k != j->ndone)) return 0;   /* in order, one at a time */
   if (j->h2d) return j->started && k < j->freed + j->nslot;
   return k < j->posted;
 }
@@ -402,14 +419,22 @@ static void take_piece(dev_stage_pool *p, dev_stage_job *j, unsigned *seed) {
   int64_t total = (int64_t)(j->bytes / j->el), c0 = k * j->per;
   int64_t c1 = c0 + j->per < total ? c0 + j->per : total;
   int64_t e0 = c0 + (g % j->ppc) * j->pe, e1 = e0 + j->pe < c1 ? e0 + j->pe : c1;
+  char err[DEV_SITE_LEN + 400];
+  int failed = 0;
   if (e0 < e1) {   /* the last pieces of a short chunk may be empty */
     if (p->jitter) jitter(seed);
     char *slot = j->stage + (size_t)(k % j->nslot) * j->chunk + (size_t)(e0 - c0) * j->el;
-    span_copy(&j->host, j->hbase, j->el, e0, e1, slot, j->h2d);
+    if (j->src.fill) failed = j->src.fill(j->src.ud, slot, (size_t)(e1 - e0) * j->el, err, 400) != 0;
+    else span_copy(&j->host, j->hbase, j->el, e0, e1, slot, j->h2d);
     if (j->evict) evict(slot, (size_t)(e1 - e0) * j->el);
   }
   pthread_mutex_lock(&p->mu);
-  if (++j->done[k] == j->ppc && k == j->ndone) {
+  if (failed) {
+    j->failed = 1;
+    unlist(j);
+    dev_async_fail(j->ctx, "%s%s%s", j->site, *j->site ? ": " : "", err);
+    if (!j->abort) __atomic_store_n(&j->fl->host, (uint32_t)j->n, __ATOMIC_RELEASE);
+  } else if (++j->done[k] == j->ppc && k == j->ndone) {
     while (j->ndone < j->n && j->done[j->ndone] == j->ppc) j->ndone++;
     if (!j->abort) __atomic_store_n(&j->fl->host, (uint32_t)j->ndone, __ATOMIC_RELEASE);
   }
@@ -592,23 +617,36 @@ static int take_record(dev_stage_pool *p, dev_stage_job *j) {
 
 /* ---- jobs ------------------------------------------------------------- */
 
-int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *stage, size_t chunk,
-                  int64_t nslot, dev_stage_job **out) {
-  *out = NULL;
+/* A job of bytes (whole elements of el bytes to a piece, ppc pieces to a
+ * chunk), its pageable side host or its bytes made by src, listed in its
+ * pool; or NULL, the message set. */
+static dev_stage_job *job_new(dev_ctx *ctx, int h2d, const dev_view *host, const dev_source *src, size_t bytes,
+                              size_t el, void *dev, void *stage, size_t chunk, int64_t nslot, int64_t ppc) {
   dev_stage_pool *p = pool_get(ctx);
-  if (!p) return dev_fail(ctx, DEV_ERR_NOMEM, "cannot start the threads of a staged copy");
-  size_t el = dev_dtype_size(host->dtype);
-  size_t bytes = (size_t)dev_view_numel(host) * el;
+  if (!p) {
+    dev_fail(ctx, DEV_ERR_NOMEM, "cannot start the threads of a staged copy");
+    return NULL;
+  }
   int64_t n = (int64_t)((bytes + chunk - 1) / chunk);
   dev_stage_job *j = calloc(1, sizeof *j + (size_t)n);
-  if (!j) return dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (a staged copy)");
+  if (!j) {
+    dev_fail(ctx, DEV_ERR_NOMEM, "out of memory (a staged copy)");
+    return NULL;
+  }
   j->done = (unsigned char *)(j + 1);
   j->pool = p;
+  j->ctx = ctx;
   j->refs = 2;   /* the submitter's and the list's */
   j->h2d = h2d;
   j->evict = !h2d && ctx->stage_evict && bytes <= STAGE_EVICT_MAX;
-  j->host = *host;
-  j->hbase = dev_view_ptr(host);
+  if (host) {
+    j->host = *host;
+    j->hbase = dev_view_ptr(host);
+  }
+  if (src) {
+    j->src = *src;
+    snprintf(j->site, sizeof j->site, "%s", ctx->site);
+  }
   j->dev = dev;
   j->stage = stage;
   j->chunk = chunk;
@@ -616,29 +654,53 @@ int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *
   j->el = el;
   j->n = n;
   j->nslot = nslot;
-  /* a chunk is shared by the threads, in pieces of at least STAGE_MIN_PIECE,
-   * so that the first (H2D) or last (D2H) is not one thread's alone */
   j->per = (int64_t)(chunk / el);
-  int64_t ppc = (int64_t)(chunk / STAGE_MIN_PIECE);
-  if (ppc > ctx->stage_threads) ppc = ctx->stage_threads;
-  if (ppc < 1) ppc = 1;
   j->pe = (j->per + ppc - 1) / ppc;
   j->ppc = ppc;
   pthread_mutex_lock(&p->mu);
   if (take_record(p, j)) {
     pthread_mutex_unlock(&p->mu);
     free(j);
-    return dev_fail(ctx, DEV_ERR_NOMEM, "out of pinned memory (a staged copy's flags)");
+    dev_fail(ctx, DEV_ERR_NOMEM, "out of pinned memory (a staged copy's flags)");
+    return NULL;
   }
   p->jobs++;
+  if (src) p->source_bytes += chunk * (size_t)nslot;
   j->listed = 1;
   j->qprev = p->tail;
   if (p->tail) p->tail->qnext = j; else p->head = j;
   p->tail = j;
   pthread_cond_broadcast(&p->work);   /* a thread watches its words */
   pthread_mutex_unlock(&p->mu);
-  *out = j;
-  return DEV_OK;
+  return j;
+}
+
+int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *stage, size_t chunk,
+                  int64_t nslot, dev_stage_job **out) {
+  size_t el = dev_dtype_size(host->dtype);
+  size_t bytes = (size_t)dev_view_numel(host) * el;
+  /* a chunk is shared by the threads, in pieces of at least STAGE_MIN_PIECE,
+   * so that the first (H2D) or last (D2H) is not one thread's alone */
+  int64_t ppc = (int64_t)(chunk / STAGE_MIN_PIECE);
+  if (ppc > ctx->stage_threads) ppc = ctx->stage_threads;
+  if (ppc < 1) ppc = 1;
+  *out = job_new(ctx, h2d, host, NULL, bytes, el, dev, stage, chunk, nslot, ppc);
+  return *out ? DEV_OK : DEV_ERR_NOMEM;
+}
+
+int dev_stage_new_source(dev_ctx *ctx, const dev_source *src, size_t bytes, void *dev, void *stage,
+                         size_t chunk, int64_t nslot, dev_stage_job **out) {
+  *out = job_new(ctx, 1, NULL, src, bytes, 1, dev, stage, chunk, nslot, 1);
+  return *out ? DEV_OK : DEV_ERR_NOMEM;
+}
+
+size_t dev_stage_source_bytes(dev_ctx *ctx) {
+  dev_stage_pool *p = ctx->stage;
+  if (!p) return 0;
+  pthread_mutex_lock(&p->mu);
+  size_t n = p->source_bytes;
+  pthread_mutex_unlock(&p->mu);
+  return n;
 }
 
 void dev_stage_start(dev_stage_job *j) {

@@ -522,6 +522,26 @@ int dev_read(dev_ctx *ctx, dev_stream *s, const dev_view *src, void *dst);
  * first, so src may be reused at once). */
 int dev_write(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const void *src);
 
+/* Bytes made on the host in order, by one thread at a time: an inflated
+ * file member.  fill writes the next n bytes to dst: 0, or -1 with a
+ * message in err.  close is called once, on any thread, when no fill can
+ * come any more.  Neither may call into the context. */
+typedef struct dev_source {
+  int (*fill)(void *ud, void *dst, size_t n, char *err, size_t errlen);
+  void (*close)(void *ud);
+  void *ud;
+} dev_source;
+/* Queue a copy of the bytes src makes into dst (device memory, contiguous),
+ * asynchronously on s, as a staged copy of pageable memory: the staging
+ * threads call fill chunk by chunk, in order, while the script goes on, so
+ * that the sources of several copies are filled at once.  A fill that fails
+ * is an asynchronous error, reported at the next sync with the script
+ * position of the call and the fill's message; dst then holds whatever was
+ * made.  Where nothing is staged (a graph capture, a backend or setting
+ * with no staging) the bytes are made here first, and a failed fill fails
+ * the call.  src is closed in every case, also when this fails. */
+int dev_copy_source(dev_ctx *ctx, dev_stream *s, const dev_view *dst, const dev_source *src);
+
 /* ---- run-time kernels --------------------------------------------------- */
 /* How an argument reaches a kernel parameter. */
 typedef enum {

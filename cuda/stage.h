@@ -33,6 +33,15 @@ void dev_stage_shutdown(dev_ctx *ctx);
 void dev_stage_plan(dev_ctx *ctx, size_t bytes, size_t el, size_t *chunk, int64_t *nslot);
 int dev_stage_new(dev_ctx *ctx, int h2d, const dev_view *host, void *dev, void *stage, size_t chunk,
                   int64_t nslot, dev_stage_job **out);
+/* An H2D job whose bytes src makes (dev_copy_source), filled in order one
+ * chunk at a time; a failed fill is the context's async error, prefixed
+ * with the script position of now (ctx->site).  The job closes src when
+ * freed; when this fails src is not taken. */
+int dev_stage_new_source(dev_ctx *ctx, const dev_source *src, size_t bytes, void *dev, void *stage,
+                         size_t chunk, int64_t nslot, dev_stage_job **out);
+/* The slots' bytes of the source jobs alive (being filled, or their steps
+ * not yet done). */
+size_t dev_stage_source_bytes(dev_ctx *ctx);
 void dev_stage_start(dev_stage_job *j);
 int dev_stage_emit(dev_stage_job *j, const dev_stage_ops *ops, void *ud);
 void dev_stage_abort(dev_stage_job *j);

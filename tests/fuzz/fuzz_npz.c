@@ -2,7 +2,9 @@
  * (bindings/zip.c: end records, central directory, local headers,
  * inflate, CRC-32) and, for each member it gives, the .npy header reader
  * (bindings/npy.c, included reader only), both on the member read whole
- * and in place in the file (the mapped path), all Lua-free, over the
+ * and in place in the file (the mapped path), the member read again in
+ * pieces of every size (the inflater of a load to the device: the same
+ * bytes, the same outcome), all Lua-free, over the
  * input as a whole file in memory.  A crash, a sanitizer report or a broken
  * invariant (abort) is a failure; an error is fine.  replay_npz.c replays
  * the corpus in the suite. */
@@ -87,7 +89,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unsigned char *out = malloc(e->usize ? (size_t)e->usize : 1);
     FUZZ_ASSERT(out != NULL);
     memset(err, 0, sizeof err);
-    if (zip_read_member(mem_read, &f, &z, e, out, err, sizeof err) == 0) {
+    int whole = zip_read_member(mem_read, &f, &z, e, out, err, sizeof err);
+    FUZZ_ASSERT(terminated(err, sizeof err));
+    /* read again front to back in pieces (gpu.load_npz's inflater): the
+     * same bytes and the same outcome, whatever the pieces */
+    zip_stream *zs = NULL;
+    char err2[512];
+    memset(err2, 0, sizeof err2);
+    if (zip_stream_open(mem_read, &f, &z, e, &zs, err2, sizeof err2) == 0) {
+      unsigned char *again = malloc(e->usize ? (size_t)e->usize : 1);
+      FUZZ_ASSERT(again != NULL);
+      uint64_t at = 0;
+      int piecewise = 0;
+      size_t step = 1 + (size ? data[i % size] : 0) * 7;
+      do {
+        size_t n = e->usize - at < step ? (size_t)(e->usize - at) : step;
+        piecewise = zip_stream_read(zs, again + at, n, err2, sizeof err2);
+        at += n;
+        step = step * 3 % 4099 + 1;
+      } while (piecewise == 0 && at < e->usize);
+      FUZZ_ASSERT((piecewise == 0) == (whole == 0));
+      if (whole == 0) FUZZ_ASSERT(e->usize == 0 || memcmp(again, out, (size_t)e->usize) == 0);
+      else FUZZ_ASSERT(terminated(err2, sizeof err2) && err2[0] != 0);
+      free(again);
+      zip_stream_close(zs);
+    } else {
+      FUZZ_ASSERT(whole != 0 && terminated(err2, sizeof err2) && err2[0] != 0);
+    }
+    if (whole == 0) {
       FUZZ_ASSERT(zip_crc32(0, out, (size_t)e->usize) == e->crc);
       mem m = {out, e->usize};
       npy_header h;
