@@ -29,6 +29,8 @@ void bind_sync_suspend(lua_State *L, int suspend);
  * opened).  Returns LUA_OK, or pushes an error message and returns LUA_ERRRUN
  * when queued work failed.  Never raises. */
 int bind_finish(lua_State *L);
+/* gpulua_detached_threads: dev_detached_threads (cuda/device.h). */
+int bind_detached_threads(void);
 
 /* The embedding API's entry points (embed.c): lua_CFunctions the runtime
  * calls in protected mode; argument 1 is a light userdata as each says. */

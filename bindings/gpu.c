@@ -473,6 +473,8 @@ const char *bind_backend(struct dev_ctx *ctx, int *device) {
 
 void bind_job_cleanup(int port, int world) { dev_comm_cleanup(port, world); }
 
+int bind_detached_threads(void) { return dev_detached_threads(); }
+
 int bind_finish(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key);
   gpu_state *st = lua_touserdata(L, -1);

@@ -34,6 +34,12 @@ void dev_note_running(dev_ctx *ctx, int delta) {
   while (now > m && !atomic_compare_exchange_weak(&ctx->max_running, &m, now)) {}
 }
 
+static atomic_int detached;
+
+void dev_note_detached(int delta) { atomic_fetch_add(&detached, delta); }
+
+int dev_detached_threads(void) { return atomic_load(&detached); }
+
 int dev_check_async(dev_ctx *ctx) {
   if (!atomic_load(&ctx->async_flag)) return DEV_OK;
   pthread_mutex_lock(&ctx->async_mu);

@@ -94,6 +94,13 @@ int dev_set_device(dev_ctx *ctx, int index);
 /* Script position recorded into each op enqueued afterwards (for async errors). */
 void dev_set_site(dev_ctx *ctx, const char *site);
 
+/* Threads of gpulua still running work that a caller gave up on, in any
+ * context, even closed: a communicator's creation that timed out (NCCL's
+ * blocking ncclCommInitRank cannot be stopped).  While there are some, a
+ * process must end with _exit(): exit()'s handlers tear down the CUDA
+ * runtime under such a thread, which then crashes. */
+int dev_detached_threads(void);
+
 /* Wait for all work on all streams of the context; reports async errors. Counted sync. */
 int dev_synchronize(dev_ctx *ctx);
 /* DEV_ERR_ASYNC (and clears it) if queued work failed since the last check. */

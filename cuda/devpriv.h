@@ -165,6 +165,9 @@ void dev_warn(dev_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 
 void dev_async_fail(dev_ctx *ctx, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
 void dev_note_running(dev_ctx *ctx, int delta);
+/* A backend's thread left running work the caller gave up on (+1), or
+ * done with it (-1): dev_detached_threads counts them (any context). */
+void dev_note_detached(int delta);
 /* A buffer that only tracks uses (e.g. a module's launches): not counted in
  * the stats; release(ud, ptr) runs once its last use is over. */
 int dev_buf_wrap_internal(dev_ctx *ctx, void *ptr, void (*release)(void *ud, void *ptr),

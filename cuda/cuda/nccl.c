@@ -524,6 +524,7 @@ out:
   if (abandoned) {
     if (comm) nc.abort(comm);
     job_free(j);
+    dev_note_detached(-1);
   }
   return NULL;
 }
@@ -571,7 +572,10 @@ static void await_init(cuda_comm *c, init_job *j, const char *what, char *why, s
   }
   pthread_mutex_lock(&j->mu);
   int done = j->done;
-  if (!done) j->abandoned = 1;   /* the thread frees the job */
+  if (!done) {
+    j->abandoned = 1;   /* the thread frees the job */
+    dev_note_detached(1);
+  }
   pthread_mutex_unlock(&j->mu);
   if (done) {
     if (j->err[0]) snprintf(why, n, "%s: %.400s%s%.150s%s", w, j->err, c->addr[0] ? " (" : "", c->addr,

@@ -709,6 +709,12 @@ static int finish_run(struct cli *c, int code, int failed, int close) {
   }
   if (close)
     gpulua_close(c->g);
+  /* a thread still in NCCL's communicator creation (timed out): exit()
+   * would tear the CUDA runtime down under it */
+  if (gpulua_detached_threads() > 0) {
+    fflush(NULL);
+    _exit(code);
+  }
   return code;
 }
 

@@ -267,6 +267,14 @@ const char *gpulua_error(gpulua *g);
  * holds, and frees the handle.  gpulua_close(NULL) does nothing. */
 void gpulua_close(gpulua *g);
 
+/* The threads of gpulua still running work that a script gave up on, even
+ * after gpulua_close: a collective communicator's creation that timed out
+ * (NCCL's cannot be stopped).  While it is not 0, end the process with
+ * _exit() (after fflush), not exit() or a return from main: exit's
+ * handlers tear down the CUDA runtime under such a thread, which then
+ * crashes.  The gpulua program does so. */
+int gpulua_detached_threads(void);
+
 /* ---- interrupts, sync policy, the device ---------------------------------
  *
  * What an interactive front end (gpulua's own REPL, a notebook kernel)

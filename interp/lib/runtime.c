@@ -255,6 +255,8 @@ const char *gpulua_error(gpulua *g) {
   return g->err != NULL ? g->err : "";
 }
 
+int gpulua_detached_threads(void) { return bind_detached_threads(); }
+
 void gpulua_close(gpulua *g) {
   if (g == NULL)
     return;

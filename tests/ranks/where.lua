@@ -4,7 +4,11 @@
 local gpu = require "gpu"
 local mode, r = arg[1], gpu.rank
 local t = gpu.ones({ 4 })
-gpu.all_reduce(t)
+-- late: rank 1 comes to the first collective after rank 0 gave up on it
+-- (on cuda, rank 0 then leaves with its thread still in NCCL's creation of
+-- the communicator)
+if mode == "late" and r == 1 then os.execute("sleep 5") end -- HERE late
+gpu.all_reduce(t) -- HERE first
 if r == 1 then
   if mode == "loop" then
     local x = 0
