@@ -419,12 +419,12 @@ static void take_piece(dev_stage_pool *p, dev_stage_job *j, unsigned *seed) {
   int64_t total = (int64_t)(j->bytes / j->el), c0 = k * j->per;
   int64_t c1 = c0 + j->per < total ? c0 + j->per : total;
   int64_t e0 = c0 + (g % j->ppc) * j->pe, e1 = e0 + j->pe < c1 ? e0 + j->pe : c1;
-  char err[DEV_SITE_LEN + 400];
+  char err[400];
   int failed = 0;
   if (e0 < e1) {   /* the last pieces of a short chunk may be empty */
     if (p->jitter) jitter(seed);
     char *slot = j->stage + (size_t)(k % j->nslot) * j->chunk + (size_t)(e0 - c0) * j->el;
-    if (j->src.fill) failed = j->src.fill(j->src.ud, slot, (size_t)(e1 - e0) * j->el, err, 400) != 0;
+    if (j->src.fill) failed = j->src.fill(j->src.ud, slot, (size_t)(e1 - e0) * j->el, err, sizeof err) != 0;
     else span_copy(&j->host, j->hbase, j->el, e0, e1, slot, j->h2d);
     if (j->evict) evict(slot, (size_t)(e1 - e0) * j->el);
   }

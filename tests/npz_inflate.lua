@@ -191,10 +191,14 @@ T.test("npz: many deflated members in flight hold one descriptor", function()
   for i = 1, 300 do t["a" .. i] = gpu.tensor({ i, -i }, { dtype = "i32" }) end
   local p = tmppath()
   gpu.save_npz(p, t, { compress = true })
-  -- a child with 64 descriptors at most loads all 300 before any sync
+  -- a child with 64 descriptors at most loads all 300 behind a sleep on
+  -- their stream: every copy is alive at once (a descriptor each would
+  -- run out)
   local code = T.tmpfile(string.format([[
     local gpu = require "gpu"
-    local got = gpu.load_npz(%q)
+    local s = gpu.stream()
+    gpu.sleep(300, { stream = s })
+    local got = gpu.load_npz(%q, { stream = s })
     local bad = 0
     for i = 1, 300 do
       local v = got["a" .. i]:totable()
